@@ -1,0 +1,155 @@
+# sluice — build, test, run, bench, check, fuzz, deps.
+#
+# Every .c under src/ is part of the program; every tests/unit/**/test_*.c is
+# one cmocka binary linked against all of src/ but main.c; every
+# tests/integration/test_*.c likewise, plus tests/integration/harness.c.
+# Adding a file never needs an edit here.
+
+VERSION   := 0.1.0
+PREFIX    ?= /usr/local
+BUILD     ?= build
+CC        ?= cc
+PKGS      := libuv hiredis inih
+TEST_PKGS := cmocka
+
+# Debian packages the build and the tests need; `make deps` installs what is missing.
+DEB_BUILD := pkg-config libuv1-dev libhiredis-dev libinih-dev libcmocka-dev
+DEB_TEST  := redis-server redis-tools
+DEB_BENCH := haproxy nutcracker nginx-light libnginx-mod-stream
+
+OPT      ?= -O2 -g
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wformat=2 -Wno-format-nonliteral
+SAN      ?=
+# Recursive (=) so pkg-config runs only when a recipe needs it, after `deps`.
+CFLAGS_ALL = -std=gnu11 $(OPT) $(WARN) $(SAN) -D_GNU_SOURCE -DSL_VERSION='"$(VERSION)"' \
+             -Isrc -Ibuild/gen $(shell pkg-config --cflags $(PKGS)) $(CFLAGS)
+LIBS       = $(shell pkg-config --libs $(PKGS)) -lm
+TEST_LIBS  = $(shell pkg-config --libs $(TEST_PKGS))
+
+SRC       := $(shell find src -name '*.c' | sort)
+LIB_SRC   := $(filter-out src/main.c,$(SRC))
+OBJ       := $(SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_SRC  := $(shell find tests/unit -name 'test_*.c' 2>/dev/null | sort)
+UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+INTEG_SRC := $(shell find tests/integration -name 'test_*.c' 2>/dev/null | sort)
+INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
+HARNESS   := tests/integration/harness.c
+FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
+FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 60
+
+.PHONY: all test run bench check fuzz deps deps-bench install clean \
+        unit integration test-build test-redis-suite
+
+all: $(BUILD)/sluice
+
+$(BUILD)/sluice: $(OBJ)
+	$(CC) $(OPT) $(SAN) -o $@ $(OBJ) $(LIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
+
+-include $(OBJ:.o=.d)
+
+# ---- tests -------------------------------------------------------------
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+
+$(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+
+test-build: $(BUILD)/sluice $(UNIT_BIN) $(INTEG_BIN)
+
+# `make test`: install what is missing, then build and run everything in a sub-make
+# (so pkg-config is asked only after the packages are there).
+test: deps
+	@$(MAKE) --no-print-directory test-build
+	@tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+
+unit: deps
+	@$(MAKE) --no-print-directory $(UNIT_BIN)
+	@tests/run.sh $(UNIT_BIN)
+
+integration: deps
+	@$(MAKE) --no-print-directory $(BUILD)/sluice $(INTEG_BIN)
+	@tests/run.sh $(INTEG_BIN)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build of everything, in its own tree.
+check: deps
+	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
+	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' test-build
+	@SLUICE_BIN=build/san/sluice ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    tests/run.sh $(subst $(BUILD)/,build/san/,$(UNIT_BIN) $(INTEG_BIN))
+
+# libFuzzer targets, built with clang against a clang build of src/.
+FUZZ_CC   := clang-14
+FUZZ_OBJ  := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
+$(BUILD)/fuzzobj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_ALL) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_ALL) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) $(LIBS)
+
+fuzz: deps
+	@command -v $(FUZZ_CC) >/dev/null && [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y clang-14 libclang-rt-14-dev
+	@$(MAKE) --no-print-directory CC=$(FUZZ_CC) WARN='-Wall -Wextra' $(FUZZ_BIN)
+	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); \
+	    mkdir -p $(BUILD)/corpus/$$n; \
+	    seeds=; [ -d tests/fuzz/corpus/$$n ] && seeds=tests/fuzz/corpus/$$n; \
+	    echo "== $$n ($(FUZZ_SECONDS)s)"; \
+	    $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/corpus/$$n $$seeds 2>&1 | tail -n 12; \
+	done
+
+# ---- run, bench, install ------------------------------------------------
+
+run: deps $(BUILD)/sluice
+	@tests/run-dev.sh $(BUILD)/sluice conf/sluice.ini
+
+bench: deps deps-bench
+	@$(MAKE) --no-print-directory $(BUILD)/sluice
+	@tests/bench/bench.sh
+
+test-redis-suite: deps
+	@$(MAKE) --no-print-directory $(BUILD)/sluice
+	@tests/redis-suite.sh
+
+install: $(BUILD)/sluice
+	install -D -m 0755 $(BUILD)/sluice $(DESTDIR)$(PREFIX)/bin/sluice
+	install -D -m 0644 conf/sluice.ini $(DESTDIR)/etc/sluice/sluice.ini.example
+
+clean:
+	rm -rf build
+
+# ---- dependencies (Debian 12) -------------------------------------------
+
+APT_GET = DEBIAN_FRONTEND=noninteractive apt-get
+deps:
+	@missing=; \
+	command -v pkg-config >/dev/null || missing="$(DEB_BUILD)"; \
+	for p in $(PKGS) $(TEST_PKGS); do pkg-config --exists $$p 2>/dev/null || missing="$(DEB_BUILD)"; done; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing $$missing"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || exit 1; \
+	fi
+
+deps-bench:
+	@missing=; \
+	command -v haproxy >/dev/null || missing="$$missing haproxy"; \
+	command -v nutcracker >/dev/null || missing="$$missing nutcracker"; \
+	[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$$missing nginx-light libnginx-mod-stream"; \
+	command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing $$missing"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || true; \
+	fi

@@ -1,0 +1,120 @@
+/* sluice — the configuration, as loaded from the INI file.
+ *
+ * Everything here is owned by its struct sl_conf and freed by sl_conf_free().
+ * Durations are microseconds, sizes are bytes. A reload builds a whole new
+ * struct sl_conf and swaps it in; nothing points into an old one after that
+ * except sessions that copied what they need. */
+#ifndef SL_CONF_CONF_T_H
+#define SL_CONF_CONF_T_H
+
+#include <stdint.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+
+#define SL_CONF_MAX_IDENTITY 8 /* identity sources per listener */
+
+enum sl_proto      { SL_PROTO_RESP, SL_PROTO_HTTP, SL_PROTO_TCP };
+enum sl_id_source  { SL_ID_RESP_USER, SL_ID_CLIENT_NAME, SL_ID_KEY_PREFIX,
+                     SL_ID_CLIENT_IP, SL_ID_HEADER, SL_ID_NONE };
+enum sl_metric     { SL_METRIC_REQUESTS, SL_METRIC_BYTES_IN, SL_METRIC_BYTES_OUT,
+                     SL_METRIC_CONNECTIONS };
+enum sl_scope      { SL_SCOPE_IDENTITY, SL_SCOPE_CONNECTION, SL_SCOPE_GLOBAL };
+enum sl_algo       { SL_ALGO_TOKEN_BUCKET, SL_ALGO_GCRA, SL_ALGO_SLIDING_WINDOW,
+                     SL_ALGO_SLIDING_LOG, SL_ALGO_FIXED_WINDOW };
+enum sl_action     { SL_ACTION_REJECT, SL_ACTION_DELAY, SL_ACTION_SHADOW };
+enum sl_on_failure { SL_FAIL_LOCAL, SL_FAIL_OPEN, SL_FAIL_CLOSED };
+
+/* <amount> tokens (requests or bytes) per <period_us> microseconds. */
+struct sl_rate {
+    uint64_t amount;
+    uint64_t period_us;
+};
+
+/* A socket address as written ("127.0.0.1:6380", "[::1]:6380", "*:6380",
+ * "localhost:6379") and as resolved. */
+struct sl_addr {
+    char                    text[80];  /* as written, for logs and -T */
+    struct sockaddr_storage ss;        /* resolved numeric address */
+};
+
+/* One entry of `cost = KEYS=100 SCAN=10 *=1`. */
+struct sl_cost {
+    char     cmd[32];                  /* upper-cased command name */
+    uint64_t cost;
+};
+
+struct sl_listener_conf {
+    char          *name;               /* [listener NAME] */
+    int            line;               /* line of the section header */
+    struct sl_addr listen;             /* listen = */
+    struct sl_addr upstream;           /* upstream = */
+    enum sl_proto  protocol;           /* protocol = resp | http | tcp (default resp) */
+    enum sl_id_source identity[SL_CONF_MAX_IDENTITY]; /* identity = ..., in order */
+    char          *identity_header[SL_CONF_MAX_IDENTITY]; /* NAME of header:NAME, else NULL */
+    int            n_identity;         /* default: 1 source, client_ip */
+    char           key_prefix_separator[8]; /* default ":" */
+    uint64_t       max_connections;    /* default 10000 */
+    uint64_t       idle_timeout_us;    /* default 300s; 0 = never */
+    uint64_t       connect_timeout_us; /* upstream connect, default 2s */
+    uint64_t       max_request;        /* bytes, default 512mb */
+    struct sl_listener_conf *next;
+};
+
+struct sl_limit_conf {
+    char          *name;               /* [limit NAME] */
+    int            line;
+    char          *listener;           /* listener = NAME or "*" (required) */
+    struct sl_listener_conf *lc;       /* resolved; NULL for "*" */
+    enum sl_metric metric;             /* default requests */
+    struct sl_rate rate;               /* rate = (not for connections) */
+    uint64_t       burst;              /* default: one second's worth of rate, at least 1 */
+    uint64_t       max;                /* max = N (connections only) */
+    enum sl_scope  scope;              /* default identity */
+    enum sl_algo   algorithm;          /* default token_bucket */
+    enum sl_action action;             /* default reject */
+    uint64_t       max_delay_us;       /* default 200ms */
+    char         **commands;           /* upper-cased; NULL (n_commands 0) = every command */
+    int            n_commands;
+    struct sl_cost *costs;             /* per-command costs */
+    int            n_costs;
+    uint64_t       default_cost;       /* `*=N` or a bare `cost = N`; default 1 */
+    char         **match_identity;     /* NULL = everyone */
+    int            n_match_identity;
+    char          *replaces;           /* name of another limit, or NULL */
+    struct sl_limit_conf *replaces_lc; /* resolved */
+    struct sl_limit_conf *next;
+};
+
+enum sl_store_kind { SL_STORE_LOCAL, SL_STORE_REDIS };
+
+struct sl_store_conf {
+    char              *url;            /* as written; default "local" */
+    enum sl_store_kind kind;
+    char              *user;           /* redis://user@..., or NULL */
+    struct sl_addr     addr;           /* redis host:port */
+    int                db;             /* /db, default 0 */
+    char              *password_file;  /* or NULL */
+    char              *password;       /* read from password_file at load; never printed */
+    char              *key_prefix;     /* default "sluice:" */
+    uint64_t           connect_timeout_us; /* default 200ms */
+    uint64_t           timeout_us;     /* default 25ms */
+    enum sl_on_failure on_failure;     /* default local */
+    int64_t            lease;          /* 0 = off (default), -1 = auto, N > 0 tokens */
+};
+
+struct sl_conf {
+    char                 *file;        /* path it was loaded from */
+    int                   has_admin;   /* admin = non-empty */
+    struct sl_addr        admin;       /* default 127.0.0.1:9121 */
+    enum sl_log_level     log_level;   /* default info */
+    uint64_t              shutdown_grace_us; /* default 10s */
+    struct sl_store_conf  store;
+    struct sl_listener_conf *listeners; /* in file order */
+    int                   n_listeners;
+    struct sl_limit_conf *limits;      /* in file order */
+    int                   n_limits;
+};
+
+#endif

@@ -1,0 +1,159 @@
+/* sluice — printing the effective configuration (-T).
+ *
+ * The output is INI that sl_conf_load() reads back to an equal configuration:
+ * every default is written out, numbers in the shortest exact unit, lists
+ * wrapped on indented continuation lines well inside inih's 200-byte lines.
+ * The password itself is never written, only the file it came from. */
+#include <stdio.h>
+#include <string.h>
+
+#include "conf/conf.h"
+#include "conf/names.h"
+#include "conf/units.h"
+
+#define WRAP 100 /* wrap list values before this column */
+
+static void kv(FILE *out, const char *key, const char *value)
+{
+    /* "key = ;" would read back as an empty value plus a comment; "key =;"
+     * does not, because inih only sees a ';' after a blank as a comment. */
+    fprintf(out, "%-15s %s%s\n", key, value[0] == ';' ? "=" : "= ", value);
+}
+
+static void kv_duration(FILE *out, const char *key, uint64_t us)
+{
+    char b[32];
+    sl_fmt_duration(us, b, sizeof(b));
+    kv(out, key, b);
+}
+
+static void kv_u64(FILE *out, const char *key, uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
+    kv(out, key, b);
+}
+
+/* A list value: words separated by blanks, wrapped on indented lines. */
+struct words {
+    FILE *out;   /* where they go */
+    int   col;   /* column of the current line; 0 before the first word */
+};
+
+static void word(struct words *w, const char *key, const char *s)
+{
+    int n = (int)strlen(s);
+    if (w->col == 0) {
+        w->col = fprintf(w->out, "%-15s = %s", key, s);
+    } else if (w->col + 1 + n > WRAP) {
+        w->col = fprintf(w->out, "\n    %s", s) - 1;
+    } else {
+        w->col += fprintf(w->out, " %s", s);
+    }
+}
+
+static void words_end(struct words *w)
+{
+    if (w->col != 0)
+        fputc('\n', w->out);
+    w->col = 0;
+}
+
+static void dump_listener(FILE *out, const struct sl_listener_conf *l)
+{
+    struct words w = { out, 0 };
+    char b[160];
+    fprintf(out, "\n[listener %s]\n", l->name);
+    kv(out, "listen", l->listen.text);
+    kv(out, "protocol", sl_conf_proto_names[l->protocol]);
+    kv(out, "upstream", l->upstream.text);
+    for (int i = 0; i < l->n_identity; i++) {
+        if (l->identity[i] == SL_ID_HEADER)
+            snprintf(b, sizeof(b), "header:%s", l->identity_header[i]);
+        else
+            snprintf(b, sizeof(b), "%s", sl_conf_id_names[l->identity[i]]);
+        word(&w, "identity", b);
+    }
+    words_end(&w);
+    kv(out, "key_prefix_separator", l->key_prefix_separator);
+    kv_u64(out, "max_connections", l->max_connections);
+    kv_duration(out, "idle_timeout", l->idle_timeout_us);
+    kv_duration(out, "connect_timeout", l->connect_timeout_us);
+    sl_fmt_size(l->max_request, b, sizeof(b));
+    kv(out, "max_request", b);
+}
+
+static void dump_limit(FILE *out, const struct sl_limit_conf *m)
+{
+    struct words w = { out, 0 };
+    char b[64];
+    fprintf(out, "\n[limit %s]\n", m->name);
+    kv(out, "listener", m->listener);
+    kv(out, "metric", sl_conf_metric_names[m->metric]);
+    if (m->metric == SL_METRIC_CONNECTIONS) {
+        kv_u64(out, "max", m->max);
+    } else {
+        sl_fmt_rate(&m->rate, m->metric != SL_METRIC_REQUESTS, b, sizeof(b));
+        kv(out, "rate", b);
+        kv_u64(out, "burst", m->burst);
+    }
+    kv(out, "scope", sl_conf_scope_names[m->scope]);
+    kv(out, "algorithm", sl_conf_algo_names[m->algorithm]);
+    kv(out, "action", sl_conf_action_names[m->action]);
+    kv_duration(out, "max_delay", m->max_delay_us);
+    for (int i = 0; i < m->n_commands; i++)
+        word(&w, "commands", m->commands[i]);
+    words_end(&w);
+    /* cost is only accepted with metric = requests. */
+    if (m->metric == SL_METRIC_REQUESTS) {
+        if (m->n_costs == 0) {
+            kv_u64(out, "cost", m->default_cost);
+        } else {
+            for (int i = 0; i < m->n_costs; i++) {
+                snprintf(b, sizeof(b), "%s=%llu", m->costs[i].cmd,
+                         (unsigned long long)m->costs[i].cost);
+                word(&w, "cost", b);
+            }
+            snprintf(b, sizeof(b), "*=%llu", (unsigned long long)m->default_cost);
+            word(&w, "cost", b);
+            words_end(&w);
+        }
+    }
+    for (int i = 0; i < m->n_match_identity; i++)
+        word(&w, "match_identity", m->match_identity[i]);
+    words_end(&w);
+    if (m->replaces != NULL)
+        kv(out, "replaces", m->replaces);
+}
+
+void sl_conf_dump(const struct sl_conf *c, FILE *out)
+{
+    const struct sl_store_conf *st = &c->store;
+    char b[64];
+    fprintf(out, "; effective configuration of %s\n\n[sluice]\n", c->file);
+    kv(out, "admin", c->has_admin ? c->admin.text : "");
+    kv(out, "log_level", sl_log_level_name(c->log_level));
+    kv_duration(out, "shutdown_grace", c->shutdown_grace_us);
+
+    fprintf(out, "\n[store]\n");
+    kv(out, "url", st->url);
+    if (st->password_file != NULL)
+        kv(out, "password_file", st->password_file);
+    kv(out, "key_prefix", st->key_prefix);
+    kv_duration(out, "connect_timeout", st->connect_timeout_us);
+    kv_duration(out, "timeout", st->timeout_us);
+    kv(out, "on_failure", sl_conf_fail_names[st->on_failure]);
+    if (st->lease == 0)
+        kv(out, "lease", "off");
+    else if (st->lease < 0)
+        kv(out, "lease", "auto");
+    else {
+        snprintf(b, sizeof(b), "%lld", (long long)st->lease);
+        kv(out, "lease", b);
+    }
+
+    for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
+        dump_listener(out, l);
+    for (const struct sl_limit_conf *m = c->limits; m != NULL; m = m->next)
+        dump_limit(out, m);
+}

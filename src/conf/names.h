@@ -1,0 +1,15 @@
+/* sluice — the words of the configuration file for each enum value, shared
+ * by the loader (conf.c) and the printer (dump.c). Private to src/conf/.
+ * Each array is indexed by its enum and ends with NULL. */
+#ifndef SL_CONF_NAMES_H
+#define SL_CONF_NAMES_H
+
+extern const char *const sl_conf_proto_names[];   /* enum sl_proto */
+extern const char *const sl_conf_metric_names[];  /* enum sl_metric */
+extern const char *const sl_conf_scope_names[];   /* enum sl_scope */
+extern const char *const sl_conf_algo_names[];    /* enum sl_algo */
+extern const char *const sl_conf_action_names[];  /* enum sl_action */
+extern const char *const sl_conf_fail_names[];    /* enum sl_on_failure */
+extern const char *const sl_conf_id_names[];      /* enum sl_id_source ("header:NAME") */
+
+#endif

@@ -1,0 +1,36 @@
+/* sluice — the units of the configuration file.
+ *
+ * Each parser takes the whole value (leading/trailing blanks already
+ * stripped), returns 0 and fills <out>, or -1 when the text is not exactly one
+ * valid value of that kind (trailing junk, overflow, negative, empty). */
+#ifndef SL_CONF_UNITS_H
+#define SL_CONF_UNITS_H
+
+#include <stdint.h>
+
+#include "conf/conf-t.h"
+
+/* Durations: "250ms", "2s", "5m", "1h", "1d", "100us"; a bare integer is
+ * seconds (as nginx). "0" is zero. Result in microseconds. */
+int sl_parse_duration(const char *s, uint64_t *us);
+
+/* Sizes: "512" (bytes), "64kb" "10mb" "1gb" "1tb" (powers of 1000, any case),
+ * "64KiB" "10MiB" "1GiB" "1TiB" (powers of 1024, any case). Bare "k", "m",
+ * "g" are rejected: they are ambiguous. Result in bytes. */
+int sl_parse_size(const char *s, uint64_t *bytes);
+
+/* Rates: "N/s" "N/m" "N/h" "N/d" (also "N/sec" "N/min" "N/hour" "N/day"),
+ * and when <bytes> is nonzero a size per period: "10MiB/s", "500kb/m".
+ * N must be positive. */
+int sl_parse_rate(const char *s, int bytes, struct sl_rate *out);
+
+/* Parses "host:port", "[v6]:port", "*:port" (any IPv4 address) or
+ * "localhost:port" (127.0.0.1) into <out>. Numeric addresses only otherwise. */
+int sl_parse_addr(const char *s, struct sl_addr *out);
+
+/* Formats helpers for -T: the shortest exact unit text of a value. */
+void sl_fmt_duration(uint64_t us, char *out, unsigned cap);
+void sl_fmt_size(uint64_t bytes, char *out, unsigned cap);
+void sl_fmt_rate(const struct sl_rate *r, int bytes, char *out, unsigned cap);
+
+#endif

@@ -1,0 +1,184 @@
+/* sluice — arguments, configuration, the loop, signals, reload.
+ *
+ *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL]
+ *
+ * SIGHUP reloads (validate first; on error keep the old configuration),
+ * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 is reserved for
+ * reopening a log file (logs go to stderr, so it does nothing yet). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "conf/conf.h"
+#include "core/buf.h"
+#include "core/log.h"
+#include "net/listener.h"
+
+#define DEFAULT_CONF "/etc/sluice/sluice.ini"
+
+static const char *conf_path = DEFAULT_CONF;
+static int level_override = -1; /* -v LEVEL, kept across reloads */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL]\n"
+            "  -c FILE    configuration file (default: " DEFAULT_CONF ")\n"
+            "  -t         check the configuration and exit\n"
+            "  -T         check, then print the effective configuration\n"
+            "  -V         print the version and exit\n"
+            "  -v LEVEL   log level override: error | warn | info | debug\n");
+}
+
+/* Loads the configuration, logging each error line; NULL on any error. */
+static struct sl_conf *load_logged(const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return sl_conf_load(path, stderr);
+    struct sl_conf *c = sl_conf_load(path, mem);
+    fclose(mem);
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        sl_log_error("configuration error", "error=\"%s\"", line);
+    free(text);
+    return c;
+}
+
+static void apply_level(const struct sl_conf *c)
+{
+    sl_log_level = level_override >= 0 ? (enum sl_log_level)level_override : c->log_level;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct sl_server *srv = h->data;
+    switch (signum) {
+    case SIGHUP: {
+        if (srv->draining)
+            return;
+        sl_log_info("reloading", "file=%s", conf_path);
+        struct sl_conf *c = load_logged(conf_path);
+        if (c == NULL) {
+            sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            return;
+        }
+        if (sl_server_reload(srv, c) < 0) {
+            sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            return;
+        }
+        apply_level(srv->conf);
+        sl_log_info("reloaded", "file=%s", conf_path);
+        return;
+    }
+    case SIGTERM:
+    case SIGINT:
+        if (srv->draining) {
+            sl_log_info("second stop signal: exiting now", "signal=%d", signum);
+            sl_server_stop(srv);
+        } else {
+            sl_server_drain(srv);
+        }
+        return;
+    case SIGUSR1:
+        sl_log_info("SIGUSR1: logs go to stderr, nothing to reopen", "%s", "");
+        return;
+    }
+}
+
+/* Many idle connections need two descriptors each: take what the hard limit
+ * allows, as Redis and nginx do. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            sl_log_warn("cannot raise the descriptor limit", "max=%llu",
+                        (unsigned long long)rl.rlim_max);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int check = 0, dump = 0, opt;
+    while ((opt = getopt(argc, argv, "c:tTVv:h")) != -1) {
+        switch (opt) {
+        case 'c': conf_path = optarg; break;
+        case 't': check = 1; break;
+        case 'T': check = 1; dump = 1; break;
+        case 'V': printf("sluice %s\n", SL_VERSION); return 0;
+        case 'v': {
+            enum sl_log_level lv;
+            if (sl_log_level_parse(optarg, &lv) < 0) {
+                fprintf(stderr, "sluice: -v: expected error | warn | info | debug, got '%s'\n", optarg);
+                return 1;
+            }
+            level_override = (int)lv;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 1;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 1;
+    }
+
+    if (check) {
+        struct sl_conf *c = sl_conf_load(conf_path, stderr);
+        if (c == NULL)
+            return 1;
+        if (dump)
+            sl_conf_dump(c, stdout);
+        else
+            printf("configuration OK\n");
+        sl_conf_free(c);
+        return 0;
+    }
+
+    struct sl_conf *conf = load_logged(conf_path);
+    if (conf == NULL)
+        return 1;
+    apply_level(conf);
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
+
+    uv_loop_t *loop = uv_default_loop();
+    struct sl_server srv;
+    sl_server_init(&srv, loop, conf);
+    if (sl_server_start(&srv) < 0) {
+        uv_run(loop, UV_RUN_DEFAULT); /* let the closed listeners go */
+        sl_conf_free(srv.conf);
+        return 1;
+    }
+
+    static const int signums[] = { SIGHUP, SIGTERM, SIGINT, SIGUSR1 };
+    uv_signal_t sigs[4];
+    for (int i = 0; i < 4; i++) {
+        uv_signal_init(loop, &sigs[i]);
+        sigs[i].data = &srv;
+        uv_signal_start(&sigs[i], on_signal, signums[i]);
+        uv_unref((uv_handle_t *)&sigs[i]); /* signals alone do not keep us running */
+    }
+    sl_log_info("started", "version=%s pid=%d file=%s", SL_VERSION, (int)getpid(), conf_path);
+
+    uv_run(loop, UV_RUN_DEFAULT);
+
+    for (int i = 0; i < 4; i++)
+        uv_close((uv_handle_t *)&sigs[i], NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(loop);
+    int rc = srv.exit_code;
+    sl_log_info("stopped", "%s", "");
+    sl_conf_free(srv.conf);
+    sl_buf_pool_drain();
+    return rc;
+}

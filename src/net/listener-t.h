@@ -1,0 +1,58 @@
+/* sluice — types of listeners and of the server that owns them. */
+#ifndef SL_NET_LISTENER_T_H
+#define SL_NET_LISTENER_T_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "conf/conf-t.h"
+#include "core/tq.h"
+
+/* Counters per listener, kept in memory (exported by the admin endpoint). */
+struct sl_listener_stats {
+    uint64_t conns_accepted;   /* connections accepted */
+    uint64_t conns_active;     /* sessions open now */
+    uint64_t conns_refused;    /* over max_connections, closed at once */
+    uint64_t upstream_failed;  /* upstream connect failed or timed out */
+    uint64_t idle_closed;      /* closed by idle_timeout */
+    uint64_t protocol_errors;  /* malformed client input */
+    uint64_t requests;         /* resp requests framed (argc > 0) */
+    uint64_t bytes_in;         /* bytes read from clients */
+    uint64_t bytes_out;        /* bytes read from upstreams (sent on to clients) */
+};
+
+struct sl_server;
+
+/* One [listener NAME]: a listening socket and the sessions it accepted. The
+ * struct outlives its socket while sessions remain (after a reload removed
+ * it, or during a drain). */
+struct sl_listener {
+    uv_tcp_t                 handle;     /* listening socket; handle.data = this */
+    struct sl_server        *srv;        /* owner */
+    struct sl_listener_conf *conf;       /* = &cf, for brevity at the call sites */
+    struct sl_listener_conf  cf;         /* own copy of the settings (a reload rewrites
+                                            it; pointer fields are not used) */
+    char                    *name;       /* own copy of conf->name */
+    uint8_t                  open;       /* handle is open (listening or closing) */
+    uint8_t                  retired;    /* removed by a reload: free when empty */
+    uint64_t                 sessions;   /* sessions alive (open or closing) */
+    struct sl_tq             connecting; /* sessions connecting upstream, by start */
+    struct sl_tq             active;     /* relaying sessions, least recently active first */
+    struct sl_tq             lingering;  /* closing sessions draining the client's input */
+    struct sl_listener_stats stats;      /* counters */
+    struct sl_listener      *next;       /* in srv->listeners */
+};
+
+/* The whole process: loop, configuration, listeners, signals' state. */
+struct sl_server {
+    uv_loop_t          *loop;       /* the one loop */
+    struct sl_conf     *conf;       /* current configuration (owned) */
+    struct sl_listener *listeners;  /* live and retired listeners */
+    uv_timer_t          sweep;      /* once a second: timeouts, idle buffers */
+    uv_timer_t          grace;      /* drain deadline */
+    uint8_t             draining;   /* SIGTERM seen: no accepts, finish and exit */
+    uint8_t             stopped;    /* everything closed; the loop may end */
+    int                 exit_code;  /* what main returns */
+};
+
+#endif

@@ -1,0 +1,271 @@
+/* sluice — listeners and the server that owns them.
+ *
+ * A listener is a listening socket plus the sessions it accepted, kept in
+ * three timeout queues (connecting, active, lingering) that one sweep timer
+ * a second walks from their expired ends. A reload keeps the sockets of
+ * listeners whose name, address and protocol did not change (so no connection
+ * is refused during a reload), binds new ones and retires removed ones; a
+ * retired listener is freed when its last session goes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "net/listener.h"
+#include "net/session.h"
+
+#define SWEEP_MS 1000
+#define BACKLOG  511
+
+static void on_connection(uv_stream_t *h, int status)
+{
+    struct sl_listener *l = h->data;
+    if (status < 0) {
+        sl_log_warn("accept failed", "listener=%s err=%s", l->name, uv_strerror(status));
+        return;
+    }
+    sl_session_accept(l);
+}
+
+static void listener_free(struct sl_listener *l)
+{
+    struct sl_server *srv = l->srv;
+    struct sl_listener **pp = &srv->listeners;
+    while (*pp != l)
+        pp = &(*pp)->next;
+    *pp = l->next;
+    free(l->name);
+    free(l);
+}
+
+static void maybe_stopped(struct sl_server *srv);
+
+static void on_listener_close(uv_handle_t *h)
+{
+    struct sl_listener *l = h->data;
+    struct sl_server *srv = l->srv;
+    l->open = 0;
+    if (l->retired && l->sessions == 0)
+        listener_free(l);
+    maybe_stopped(srv);
+}
+
+static void listener_close(struct sl_listener *l)
+{
+    if (l->open && !uv_is_closing((uv_handle_t *)&l->handle))
+        uv_close((uv_handle_t *)&l->handle, on_listener_close);
+}
+
+void sl_listener_session_gone(struct sl_listener *l)
+{
+    struct sl_server *srv = l->srv;
+    l->sessions--;
+    if (l->sessions == 0 && l->retired && !l->open)
+        listener_free(l);
+    maybe_stopped(srv);
+}
+
+/* Copies the settings of <lc>: sessions may outlive the configuration that
+ * made their listener (reload), so they never point into it. */
+static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
+{
+    l->cf = *lc;
+    l->cf.name = l->name;
+    l->cf.next = NULL;
+    memset(l->cf.identity_header, 0, sizeof(l->cf.identity_header));
+    l->conf = &l->cf;
+}
+
+/* Binds a new listener for <lc>; returns it, or NULL (logged). */
+static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listener_conf *lc)
+{
+    struct sl_listener *l = calloc(1, sizeof(*l));
+    if (l == NULL || (l->name = strdup(lc->name)) == NULL) {
+        free(l);
+        return NULL;
+    }
+    l->srv = srv;
+    set_conf(l, lc);
+    uv_tcp_init(srv->loop, &l->handle);
+    l->handle.data = l;
+    l->open = 1;
+    int rc = uv_tcp_bind(&l->handle, (const struct sockaddr *)&lc->listen.ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&l->handle, BACKLOG, on_connection);
+    if (rc < 0) {
+        sl_log_error("cannot listen", "listener=%s addr=%s err=%s", lc->name, lc->listen.text,
+                     uv_strerror(rc));
+        l->retired = 1;
+        l->next = srv->listeners;
+        srv->listeners = l;
+        listener_close(l);
+        return NULL;
+    }
+    l->next = srv->listeners;
+    srv->listeners = l;
+    sl_log_info("listening", "listener=%s addr=%s upstream=%s protocol=%s", lc->name,
+                lc->listen.text, lc->upstream.text,
+                lc->protocol == SL_PROTO_RESP ? "resp" : lc->protocol == SL_PROTO_TCP ? "tcp" : "http");
+    return l;
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    struct sl_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        sl_session_sweep(l, now);
+}
+
+void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf)
+{
+    memset(srv, 0, sizeof(*srv));
+    srv->loop = loop;
+    srv->conf = conf;
+    uv_timer_init(loop, &srv->sweep);
+    srv->sweep.data = srv;
+    uv_timer_init(loop, &srv->grace);
+    srv->grace.data = srv;
+}
+
+int sl_server_start(struct sl_server *srv)
+{
+    for (struct sl_listener_conf *lc = srv->conf->listeners; lc != NULL; lc = lc->next) {
+        if (listener_open(srv, lc) == NULL) {
+            for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+                l->retired = 1;
+                listener_close(l);
+            }
+            return SL_ECONF;
+        }
+    }
+    uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    return 0;
+}
+
+static struct sl_listener *live_listener(struct sl_server *srv, const char *name)
+{
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        if (!l->retired && strcmp(l->name, name) == 0)
+            return l;
+    return NULL;
+}
+
+static int same_socket(const struct sl_listener_conf *a, const struct sl_listener_conf *b)
+{
+    return strcmp(a->listen.text, b->listen.text) == 0 && a->protocol == b->protocol;
+}
+
+int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
+{
+    /* First bind what is new, so a failure leaves everything as it was. */
+    int failed = 0;
+    for (struct sl_listener_conf *lc = conf->listeners; lc != NULL && !failed; lc = lc->next) {
+        struct sl_listener *old = live_listener(srv, lc->name);
+        if (old != NULL && same_socket(old->conf, lc))
+            continue;
+        /* A listener moving to an address another one holds now cannot be
+         * bound before the other lets go: that needs a restart. */
+        struct sl_listener *l = listener_open(srv, lc);
+        if (l == NULL) {
+            failed = 1;
+            break;
+        }
+        l->retired = 2; /* provisional until the swap below */
+    }
+    if (failed) {
+        for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+            if (l->retired == 2) {
+                l->retired = 1;
+                listener_close(l);
+            }
+        }
+        sl_conf_free(conf);
+        return SL_ECONF;
+    }
+    /* Swap: retire listeners that are gone or moved, point the kept ones at
+     * their new configuration, adopt the new ones. */
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (l->retired == 1)
+            continue;
+        if (l->retired == 2) {
+            l->retired = 0;
+            continue;
+        }
+        struct sl_listener_conf *lc = sl_conf_listener(conf, l->name);
+        if (lc != NULL && same_socket(l->conf, lc)) {
+            set_conf(l, lc);
+            continue;
+        }
+        sl_log_info("listener removed", "listener=%s", l->name);
+        l->retired = 1;
+        listener_close(l);
+    }
+    sl_conf_free(srv->conf);
+    srv->conf = conf;
+    sl_log_level = conf->log_level;
+    return 0;
+}
+
+static void for_each_session(struct sl_listener *l, void (*fn)(struct sl_session *))
+{
+    struct sl_tq *qs[3] = { &l->connecting, &l->active, &l->lingering };
+    for (int i = 0; i < 3; i++) {
+        struct sl_tq_node *n = qs[i]->head;
+        while (n != NULL) {
+            struct sl_tq_node *next = n->next; /* fn may move or remove n */
+            fn(sl_session_of(n));
+            n = next;
+        }
+    }
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    struct sl_server *srv = t->data;
+    sl_log_warn("shutdown grace over: closing the rest", "%s", "");
+    sl_server_stop(srv);
+}
+
+static void maybe_stopped(struct sl_server *srv)
+{
+    if (!srv->draining || srv->stopped)
+        return;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        if (l->sessions > 0 || l->open)
+            return;
+    srv->stopped = 1;
+    uv_timer_stop(&srv->sweep);
+    uv_timer_stop(&srv->grace);
+    if (!uv_is_closing((uv_handle_t *)&srv->sweep))
+        uv_close((uv_handle_t *)&srv->sweep, NULL);
+    if (!uv_is_closing((uv_handle_t *)&srv->grace))
+        uv_close((uv_handle_t *)&srv->grace, NULL);
+}
+
+void sl_server_drain(struct sl_server *srv)
+{
+    if (srv->draining)
+        return;
+    srv->draining = 1;
+    sl_log_info("draining", "grace_ms=%llu", (unsigned long long)(srv->conf->shutdown_grace_us / 1000));
+    uv_timer_start(&srv->grace, on_grace, srv->conf->shutdown_grace_us / 1000, 0);
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        l->retired = 1;
+        listener_close(l);
+        for_each_session(l, sl_session_drain);
+    }
+    maybe_stopped(srv);
+}
+
+void sl_server_stop(struct sl_server *srv)
+{
+    srv->draining = 1;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        l->retired = 1;
+        listener_close(l);
+        for_each_session(l, sl_session_close);
+    }
+    maybe_stopped(srv);
+}

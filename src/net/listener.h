@@ -1,0 +1,31 @@
+/* sluice — listeners and the server: bind, accept, reload, drain, sweep. */
+#ifndef SL_NET_LISTENER_H
+#define SL_NET_LISTENER_H
+
+#include "net/listener-t.h"
+
+/* Prepares <srv> on <loop> with <conf> (ownership passes to <srv>). */
+void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf);
+
+/* Binds every listener of the configuration and starts the sweep timer.
+ * Returns 0, or the first bind error (logged) with nothing left bound. */
+int sl_server_start(struct sl_server *srv);
+
+/* Swaps in <conf> (ownership passes): listeners keep their sockets when their
+ * name, address and protocol are unchanged, new ones are bound, removed ones
+ * stop accepting and go away once their sessions have. Existing sessions see
+ * the new settings from their next event on. Returns 0, or a bind error after
+ * which the old configuration stays in force (<conf> is freed). */
+int sl_server_reload(struct sl_server *srv, struct sl_conf *conf);
+
+/* Stops accepting and lets sessions finish within shutdown_grace; the loop
+ * ends when the last session has closed or the grace has passed. */
+void sl_server_drain(struct sl_server *srv);
+
+/* Closes every handle at once (second SIGTERM, or the grace ran out). */
+void sl_server_stop(struct sl_server *srv);
+
+/* Called by a session when it is freed. */
+void sl_listener_session_gone(struct sl_listener *l);
+
+#endif

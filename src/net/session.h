@@ -1,0 +1,24 @@
+/* sluice — sessions: accept, connect upstream, relay, close. */
+#ifndef SL_NET_SESSION_H
+#define SL_NET_SESSION_H
+
+#include "net/listener-t.h"
+#include "net/session-t.h"
+
+/* Accepts one pending connection on <l> and starts its session. */
+void sl_session_accept(struct sl_listener *l);
+
+/* Server drain: stop reading the client; close once nothing is in flight. */
+void sl_session_drain(struct sl_session *s);
+
+/* Closes both sockets now. Safe to call more than once. */
+void sl_session_close(struct sl_session *s);
+
+/* Sweep work for one listener at loop time <now> (ms): connect timeouts,
+ * idle timeouts, lingering closes, and giving back idle framers. */
+void sl_session_sweep(struct sl_listener *l, uint64_t now);
+
+/* The session owning timeout-queue node <n>. */
+struct sl_session *sl_session_of(struct sl_tq_node *n);
+
+#endif

@@ -1,0 +1,57 @@
+/* sluice — RESP request framer.
+ *
+ * Finds request boundaries in a client's byte stream and names what each
+ * request is, using hiredis's redisReader as a parser that builds nothing.
+ * Pure: no I/O, no clock, no allocation per request.
+ *
+ *   sl_resp_feed(st, buf, len);             // hiredis copies <buf>
+ *   while ((rc = sl_resp_next(st, &req)) == 1)
+ *       ... req->size bytes form one request, in the order fed ...
+ *   if (rc < 0) reply "-ERR <st->err>" and close
+ *
+ * Multibulk requests (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) and inline commands
+ * (`PING\r\n`, words split by blanks, "quoted" and 'quoted' words as Redis
+ * does) are both framed. Before hiredis buffers anything large, the framer
+ * caps: the argument count (SL_RESP_MAX_ARGS), a bulk length (max_bulk), the
+ * whole request (max_request) and a line without CRLF (SL_RESP_MAX_LINE). The
+ * errors and their texts are Redis's own:
+ *   "Protocol error: invalid multibulk length"
+ *   "Protocol error: invalid bulk length"
+ *   "Protocol error: expected '$', got 'X'"
+ *   "Protocol error: too big mbulk count string"
+ *   "Protocol error: too big bulk count string"
+ *   "Protocol error: too big inline request"
+ *   "Protocol error: unbalanced quotes in request"
+ * After an error the state is dead: every later call returns SL_EPROTO. */
+#ifndef SL_PROTO_RESP_H
+#define SL_PROTO_RESP_H
+
+#include "proto/resp-t.h"
+
+/* Prepares <st>. Allocates the hiredis reader; returns 0 or SL_ENOMEM. */
+int sl_resp_init(struct sl_resp *st, uint64_t max_request);
+
+/* Releases the reader. <st> may be sl_resp_init()ed again. */
+void sl_resp_free(struct sl_resp *st);
+
+/* Appends <len> bytes of <buf> (copied) to the input. Returns 0, SL_ENOMEM or
+ * SL_EPROTO (already dead). */
+int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len);
+
+/* Returns 1 and points <*out> at the next complete request (borrowed: valid
+ * until the next call), 0 when the rest of the input is an incomplete request
+ * (more must be fed), or SL_EPROTO with the message in st->err. Requests come
+ * out in the order their bytes were fed; their sizes add up to the bytes fed. */
+int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out);
+
+/* Bytes fed but not yet returned as part of a complete request. */
+size_t sl_resp_pending(const struct sl_resp *st);
+
+/* Nonzero when no partial request is buffered (the state may be freed and
+ * re-initialised without losing anything). */
+int sl_resp_idle(const struct sl_resp *st);
+
+/* Case-insensitive compare of a captured argument with <lit> (upper case). */
+int sl_resp_arg_is(const struct sl_resp_req *r, unsigned i, const char *lit);
+
+#endif

@@ -1,0 +1,38 @@
+/* sluice — types of the RESP reply scanner. */
+#ifndef SL_PROTO_RESP_REPLY_T_H
+#define SL_PROTO_RESP_REPLY_T_H
+
+#include <stdint.h>
+
+#define SL_REPLY_MAX_DEPTH 64 /* nesting of aggregates; deeper is a protocol error */
+/* Kept for callers that buffer a line. The scanner itself caps length lines
+ * (`$ * % ~ | > ! =`) far tighter, at 19 digits, and never caps the lines of
+ * `+ - : , # (` (a Redis error message may be long). */
+#define SL_REPLY_MAX_LINE  (64 * 1024)
+
+/* Flags of one complete top-level reply. */
+enum sl_reply_flag {
+    SL_REPLY_DONE = 1, /* a top-level reply ended */
+    SL_REPLY_PUSH = 2, /* ... and it was a RESP3 push (`>`): consumes no request */
+};
+
+/* Scanner state: a counter stack, no buffer of the data itself. Aggregates
+ * push the number of items still expected; attributes (`|`) are skipped as a
+ * prefix that is not a reply of its own. All zero is the idle state.
+ * 288 bytes on LP64. */
+struct sl_reply_scan {
+    uint32_t  left[SL_REPLY_MAX_DEPTH]; /* items still expected at each level */
+    uint64_t  attr_mask;  /* (private) bit i set: level i is an attribute, not an item */
+    uint64_t  num;        /* (private) length being parsed */
+    uint64_t  bulk_left;  /* payload bytes still to skip (the CRLF after it is checked apart) */
+    uint8_t   depth;      /* levels open */
+    uint8_t   state;      /* (private) where inside an item the scan is */
+    uint8_t   type;       /* type byte of the item being read */
+    uint8_t   top_push;   /* the top-level item is a push */
+    uint8_t   attr;       /* (private) a top-level attribute ended; its reply has not */
+    uint8_t   neg;        /* (private) the length line began with '-' */
+    uint8_t   ndigits;    /* (private) digits of the length line seen so far */
+    uint8_t   cr;         /* (private) a line's last byte seen so far was '\r' */
+};
+
+#endif

@@ -1,0 +1,41 @@
+/* sluice — RESP reply scanner (RESP2 and RESP3).
+ *
+ * Finds where each top-level reply ends in an upstream's byte stream, with a
+ * counter stack instead of recursion and without copying or allocating:
+ * replies of any size and nesting up to SL_REPLY_MAX_DEPTH, split anywhere.
+ * hiredis 0.14 cannot do this (it stops at depth 7 and knows no RESP3).
+ *
+ * Types: + - : $ * (RESP2); _ , # ( ! = % ~ | > (RESP3), including the null
+ * forms $-1 and *-1. Streamed types (`$?`, `*?`, `;`, `.`) are NOT supported
+ * and are a protocol error: Redis never sends them.
+ *
+ *   size_t off = 0;
+ *   while (off < len) {
+ *       unsigned f;
+ *       long n = sl_reply_scan(&s, buf + off, len - off, &f);
+ *       if (n < 0) ... protocol error ...
+ *       off += n;
+ *       if (f & SL_REPLY_DONE) ... a reply ends at <off>; push if f & SL_REPLY_PUSH ...
+ *   }
+ */
+#ifndef SL_PROTO_RESP_REPLY_H
+#define SL_PROTO_RESP_REPLY_H
+
+#include <stddef.h>
+
+#include "proto/resp_reply-t.h"
+
+void sl_reply_init(struct sl_reply_scan *s);
+
+/* Scans <buf,len> continuing where the last call stopped. Returns the number
+ * of bytes consumed: up to and including the end of the first top-level reply
+ * that completes in <buf> (and sets SL_REPLY_DONE, plus SL_REPLY_PUSH for a
+ * push, in <*flags>), or all of <len> with <*flags> 0 when none completes.
+ * Returns SL_EPROTO on bytes that are not RESP (the state is then dead).
+ * An attribute (`|`) before a reply belongs to that reply. */
+long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigned *flags);
+
+/* Nonzero when the scanner is between replies. */
+int sl_reply_idle(const struct sl_reply_scan *s);
+
+#endif

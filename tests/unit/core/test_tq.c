@@ -1,0 +1,103 @@
+/* Timeout queues and the chunk pool: pure data structures, fake clock. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/tq.h"
+#include <string.h>
+
+static void test_tq_order_and_expiry(void **state)
+{
+    (void)state;
+    struct sl_tq q = { 0 };
+    struct sl_tq_node a = { 0 }, b = { 0 }, c = { 0 };
+    sl_tq_touch(&q, &a, 100);
+    sl_tq_touch(&q, &b, 200);
+    sl_tq_touch(&q, &c, 300);
+    assert_int_equal(q.n, 3);
+    assert_null(sl_tq_expired(&q, 1099, 1000));     /* a touched at 100: due at 1100 */
+    assert_ptr_equal(sl_tq_expired(&q, 1100, 1000), &a);
+    /* touching a moves it behind c: b is the oldest now */
+    sl_tq_touch(&q, &a, 1100);
+    assert_ptr_equal(q.head, &b);
+    assert_ptr_equal(q.tail, &a);
+    assert_ptr_equal(sl_tq_expired(&q, 1200, 1000), &b);
+    sl_tq_remove(&b);
+    assert_ptr_equal(sl_tq_expired(&q, 1300, 1000), &c);
+    sl_tq_remove(&c);
+    assert_null(sl_tq_expired(&q, 1300, 1000));
+    assert_int_equal(q.n, 1);
+    sl_tq_remove(&a);
+    sl_tq_remove(&a); /* twice is harmless */
+    assert_int_equal(q.n, 0);
+    assert_null(q.head);
+    assert_null(q.tail);
+}
+
+static void test_tq_move_between_queues(void **state)
+{
+    (void)state;
+    struct sl_tq q1 = { 0 }, q2 = { 0 };
+    struct sl_tq_node a = { 0 };
+    sl_tq_touch(&q1, &a, 5);
+    sl_tq_touch(&q2, &a, 6);
+    assert_int_equal(q1.n, 0);
+    assert_int_equal(q2.n, 1);
+    assert_ptr_equal(a.q, &q2);
+    assert_int_equal(a.at, 6);
+}
+
+static void test_buf_pool_reuse(void **state)
+{
+    (void)state;
+    uint64_t base = sl_buf_in_use();
+    struct sl_buf *a = sl_buf_get();
+    assert_non_null(a);
+    assert_int_equal(a->refs, 1);
+    assert_int_equal(sl_buf_in_use(), base + 1);
+    sl_buf_ref(a);
+    sl_buf_unref(a);
+    assert_int_equal(sl_buf_in_use(), base + 1); /* a write still holds it */
+    sl_buf_unref(a);
+    assert_int_equal(sl_buf_in_use(), base);
+    struct sl_buf *b = sl_buf_get();
+    assert_ptr_equal(a, b); /* came back from the pool */
+    assert_int_equal(b->start, 0);
+    assert_int_equal(b->end, 0);
+    sl_buf_unref(b);
+    sl_buf_pool_drain();
+}
+
+static void test_log_quote(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_string_equal(sl_log_quote("plain", 5, out, sizeof(out)), "plain");
+    assert_string_equal(sl_log_quote("two words", 9, out, sizeof(out)), "\"two words\"");
+    assert_string_equal(sl_log_quote("a\"b", 3, out, sizeof(out)), "\"a\\\"b\"");
+    assert_string_equal(sl_log_quote("\x01", 1, out, sizeof(out)), "\"\\x01\"");
+    assert_string_equal(sl_log_quote("", 0, out, sizeof(out)), "\"\"");
+    char big[200];
+    memset(big, ' ', sizeof(big));
+    sl_log_quote(big, sizeof(big), out, sizeof(out));
+    assert_true(strlen(out) < sizeof(out));
+    enum sl_log_level l;
+    assert_int_equal(sl_log_level_parse("debug", &l), 0);
+    assert_int_equal(l, SL_LOG_DEBUG);
+    assert_int_equal(sl_log_level_parse("loud", &l), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tq_order_and_expiry),
+        cmocka_unit_test(test_tq_move_between_queues),
+        cmocka_unit_test(test_buf_pool_reuse),
+        cmocka_unit_test(test_log_quote),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
