@@ -29,11 +29,15 @@ TEST_LIBS  = $(shell pkg-config --libs $(TEST_PKGS))
 
 SRC       := $(shell find src -name '*.c' | sort)
 LIB_SRC   := $(filter-out src/main.c,$(SRC))
-OBJ       := $(SRC:%.c=$(BUILD)/obj/%.o)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LUA       := $(wildcard lua/*.lua)
+# The Lua scripts, embedded as C (lua/embed.sh).
+GEN_SRC   := $(BUILD)/gen/lua_scripts.c
+GEN_OBJ   := $(BUILD)/obj/gen/lua_scripts.o
+OBJ       := $(SRC:%.c=$(BUILD)/obj/%.o) $(GEN_OBJ)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_OBJ)
 UNIT_SRC  := $(shell find tests/unit -name 'test_*.c' 2>/dev/null | sort)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
-INTEG_SRC := $(shell find tests/integration -name 'test_*.c' 2>/dev/null | sort)
+INTEG_SRC := $(shell find tests/integration tests/lua -name 'test_*.c' 2>/dev/null | sort)
 INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := tests/integration/harness.c
 FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
@@ -52,6 +56,14 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
 
+$(GEN_SRC): $(LUA) lua/embed.sh
+	@mkdir -p $(dir $@)
+	sh lua/embed.sh > $@
+
+$(GEN_OBJ): $(GEN_SRC) src/store/scripts.h src/store/store.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
 -include $(OBJ:.o=.d)
 
 # ---- tests -------------------------------------------------------------
@@ -60,7 +72,11 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
 
+# Integration and Lua tests: real processes, started through the harness.
 $(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+$(BUILD)/tests/lua/%: tests/lua/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
 
@@ -90,7 +106,10 @@ check: deps
 
 # libFuzzer targets, built with clang against a clang build of src/.
 FUZZ_CC   := clang-14
-FUZZ_OBJ  := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
+FUZZ_OBJ  := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o) $(BUILD)/fuzzobj/gen/lua_scripts.o
+$(BUILD)/fuzzobj/gen/lua_scripts.o: $(GEN_SRC)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_ALL) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
 $(BUILD)/fuzzobj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_ALL) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<

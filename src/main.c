@@ -18,6 +18,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "net/listener.h"
+#include "net/session.h"
 
 #define DEFAULT_CONF "/etc/sluice/sluice.ini"
 
@@ -155,7 +156,8 @@ int main(int argc, char **argv)
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
     if (sl_server_start(&srv) < 0) {
-        uv_run(loop, UV_RUN_DEFAULT); /* let the closed listeners go */
+        sl_server_stop(&srv);
+        uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
         sl_conf_free(srv.conf);
         return 1;
     }
@@ -180,5 +182,6 @@ int main(int argc, char **argv)
     sl_log_info("stopped", "%s", "");
     sl_conf_free(srv.conf);
     sl_buf_pool_drain();
+    sl_session_pool_drain();
     return rc;
 }

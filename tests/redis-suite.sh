@@ -161,7 +161,7 @@ default_units() {
         [ -f "$SUITE/tests/unit/$f.tcl" ] && echo "unit/$f"
     done
 }
-# shellcheck disable=SC2207
+# shellcheck disable=SC2206
 UNITS=(${REDIS_SUITE_UNITS:-$(default_units)})
 
 # ------------------------------------------------------------ processes ----
@@ -321,12 +321,14 @@ run_units() {
     stop_pid "$REDIS_PID"; REDIS_PID=
 }
 
-summary() { # label -> "passed failed"
-    awk -F'\t' '$1 == "ok" { ok++ } $1 == "err" || $1 == "exception" || $1 == "timeout" { err++ }
-                END { print ok + 0, err + 0 }' "$OUTDIR/$1.results"
+summary() { # label -> "passed failed" (over the units of this run only)
+    awk -F'\t' 'NR == FNR { u[$1] = 1; next } !($2 in u) { next }
+                $1 == "ok" { ok++ } $1 == "err" || $1 == "exception" || $1 == "timeout" { err++ }
+                END { print ok + 0, err + 0 }' "$WORK/units.txt" "$OUTDIR/$1.results"
 }
 
 mkdir -p "$OUTDIR"
+printf '%s\n' "${UNITS[@]}" > "$WORK/units.txt"
 log "units: ${UNITS[*]}"
 log "results and logs: build/redis-suite/"
 RP=$(free_port) || die "no free port"
@@ -365,15 +367,18 @@ cp "$WORK/sluice/sluice.log" "$OUTDIR/sluice.log" 2>/dev/null
 D="$OUTDIR/direct.results"
 S="$OUTDIR/sluice.results"
 REGRESS="$OUTDIR/regressions.txt"
-awk -F'\t' 'NR == FNR { if ($1 == "ok") okd[$2 "\t" $3]++; next }
+# Lines: unit <TAB> name <TAB> how many of its runs regressed.
+awk -F'\t' 'FILENAME == ARGV[1] { u[$1] = 1; next } !($2 in u) { next }
+            FILENAME == ARGV[2] { if ($1 == "ok") okd[$2 "\t" $3]++; next }
             $1 == "ok" { oks[$2 "\t" $3]++ }
-            END { for (k in okd) if (okd[k] > oks[k] + 0) print k }' "$D" "$S" | sort > "$REGRESS"
+            END { for (k in okd) if (okd[k] > oks[k] + 0) print k "\t" okd[k] - oks[k] }' \
+    "$WORK/units.txt" "$D" "$S" | sort > "$REGRESS"
 # and the reverse, for information
 awk -F'\t' 'NR == FNR { if ($1 == "ok") okd[$2 "\t" $3] = 1; next }
             $1 == "ok" && !(($2 "\t" $3) in okd) { print $2 "\t" $3 }' "$D" "$S" | sort -u \
     > "$OUTDIR/only-through-sluice.txt"
 
-N=$(wc -l < "$REGRESS")
+N=$(awk -F'\t' '{ n += $3 } END { print n + 0 }' "$REGRESS")
 echo
 echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') test suite (external mode, --singledb), ${#UNITS[@]} units: ${UNITS[*]}"
 echo "denied tags: $(echo $DENY_TAGS)"
@@ -384,8 +389,14 @@ if [ "$N" -eq 0 ]; then
     echo "tests passing directly but failing through sluice: none"
 else
     echo "tests passing directly but failing through sluice: $N"
-    sed 's/^/  /; s/\t/: /' "$REGRESS"
-    echo "(failure messages: grep -A3 '\[err\]' build/redis-suite/sluice.*.log)"
+    while IFS=$'\t' read -r unit name times; do
+        [ "$times" -gt 1 ] && name="$name (x$times)"
+        echo "  $unit: $name"
+        # the suite's message for it, from the sluice half's log
+        sed 's/\x1b\[[0-9;]*m//g' "$OUTDIR/sluice.$(echo "$unit" | tr / _).log" 2>/dev/null |
+            awk -v n="[err]: ${name% (x*)} in " 'index($0, n) == 1 { getline; print "      " substr($0, 1, 160); exit }'
+    done < "$REGRESS"
+    echo "(all messages: grep -A3 '\[err\]' build/redis-suite/sluice.*.log; sluice's log: build/redis-suite/sluice.log)"
 fi
 if [ -s "$OUTDIR/only-through-sluice.txt" ]; then
     echo "passing through sluice only: $(wc -l < "$OUTDIR/only-through-sluice.txt") (see build/redis-suite/only-through-sluice.txt)"

@@ -17,11 +17,15 @@ struct sl_listener_stats {
     uint64_t idle_closed;      /* closed by idle_timeout */
     uint64_t protocol_errors;  /* malformed client input */
     uint64_t requests;         /* resp requests framed (argc > 0) */
+    uint64_t rejected;         /* requests answered by a rejection instead */
     uint64_t bytes_in;         /* bytes read from clients */
     uint64_t bytes_out;        /* bytes read from upstreams (sent on to clients) */
 };
 
 struct sl_server;
+struct sl_limiter;
+struct sl_store;
+struct sl_admin;
 
 /* One [listener NAME]: a listening socket and the sessions it accepted. The
  * struct outlives its socket while sessions remain (after a reload removed
@@ -35,6 +39,7 @@ struct sl_listener {
     char                    *name;       /* own copy of conf->name */
     uint8_t                  open;       /* handle is open (listening or closing) */
     uint8_t                  retired;    /* removed by a reload: free when empty */
+    uint8_t                  limited;    /* some request limit applies here (set per reload) */
     uint64_t                 sessions;   /* sessions alive (open or closing) */
     struct sl_tq             connecting; /* sessions connecting upstream, by start */
     struct sl_tq             active;     /* relaying sessions, least recently active first */
@@ -53,6 +58,10 @@ struct sl_server {
     uint8_t             draining;   /* SIGTERM seen: no accepts, finish and exit */
     uint8_t             stopped;    /* everything closed; the loop may end */
     int                 exit_code;  /* what main returns */
+    struct sl_limiter  *limiter;    /* current limits (a reload swaps it) */
+    struct sl_store    *store;      /* quota store client, NULL for url = local */
+    struct sl_admin    *admin;      /* admin endpoint, NULL when off */
+    uint64_t            next_conn;  /* connection numbers */
 };
 
 #endif

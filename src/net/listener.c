@@ -9,11 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "admin/admin.h"
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "limit/limiter.h"
 #include "net/listener.h"
+#include "net/report.h"
 #include "net/session.h"
+#include "store/store.h"
 
 #define SWEEP_MS 1000
 #define BACKLOG  511
@@ -66,6 +72,16 @@ void sl_listener_session_gone(struct sl_listener *l)
     maybe_stopped(srv);
 }
 
+/* Keeps listeners in file order (metrics and /stats list them so). */
+static void append(struct sl_server *srv, struct sl_listener *l)
+{
+    struct sl_listener **pp = &srv->listeners;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    l->next = NULL;
+    *pp = l;
+}
+
 /* Copies the settings of <lc>: sessions may outlive the configuration that
  * made their listener (reload), so they never point into it. */
 static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
@@ -87,6 +103,7 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     }
     l->srv = srv;
     set_conf(l, lc);
+    l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
     uv_tcp_init(srv->loop, &l->handle);
     l->handle.data = l;
     l->open = 1;
@@ -97,13 +114,11 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
         sl_log_error("cannot listen", "listener=%s addr=%s err=%s", lc->name, lc->listen.text,
                      uv_strerror(rc));
         l->retired = 1;
-        l->next = srv->listeners;
-        srv->listeners = l;
+        append(srv, l);
         listener_close(l);
         return NULL;
     }
-    l->next = srv->listeners;
-    srv->listeners = l;
+    append(srv, l);
     sl_log_info("listening", "listener=%s addr=%s upstream=%s protocol=%s", lc->name,
                 lc->listen.text, lc->upstream.text,
                 lc->protocol == SL_PROTO_RESP ? "resp" : lc->protocol == SL_PROTO_TCP ? "tcp" : "http");
@@ -116,6 +131,19 @@ static void on_sweep(uv_timer_t *t)
     uint64_t now = uv_now(srv->loop);
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
         sl_session_sweep(l, now);
+    if (srv->limiter)
+        sl_limiter_sweep(srv->limiter, uv_hrtime() / 1000);
+}
+
+/* The quota store client, for url = redis:// (NULL for local). */
+static struct sl_store *store_for(struct sl_server *srv, const struct sl_conf *c)
+{
+    if (c->store.kind != SL_STORE_REDIS)
+        return NULL;
+    char host[64] = "sluice", id[128];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(id, sizeof(id), "%s:%d:%08x", host, (int)getpid(), (unsigned)(uv_hrtime() & 0xffffffffu));
+    return sl_store_new(srv->loop, &c->store, id);
 }
 
 void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf)
@@ -131,6 +159,18 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
 
 int sl_server_start(struct sl_server *srv)
 {
+    srv->store = store_for(srv, srv->conf);
+    srv->limiter = sl_limiter_new(srv->conf, srv->store);
+    if (srv->limiter == NULL || (srv->conf->store.kind == SL_STORE_REDIS && srv->store == NULL)) {
+        sl_log_error("cannot set up the limits", "%s", "");
+        return SL_ENOMEM;
+    }
+    if (srv->conf->has_admin) {
+        struct sl_admin_cbs cbs = { sl_server_metrics, sl_server_stats, sl_server_ready, srv };
+        srv->admin = sl_admin_start(srv->loop, &srv->conf->admin, &cbs);
+        if (srv->admin == NULL)
+            return SL_ECONF;
+    }
     for (struct sl_listener_conf *lc = srv->conf->listeners; lc != NULL; lc = lc->next) {
         if (listener_open(srv, lc) == NULL) {
             for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
@@ -159,7 +199,22 @@ static int same_socket(const struct sl_listener_conf *a, const struct sl_listene
 
 int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
 {
-    /* First bind what is new, so a failure leaves everything as it was. */
+    /* The new limits first: without them there is nothing to swap in. */
+    struct sl_store *store = srv->store;
+    int new_store = 0;
+    if (conf->store.kind == SL_STORE_REDIS && store == NULL) {
+        store = store_for(srv, conf);
+        new_store = 1;
+    }
+    struct sl_limiter *lim = sl_limiter_new(conf, conf->store.kind == SL_STORE_REDIS ? store : NULL);
+    if (lim == NULL || (conf->store.kind == SL_STORE_REDIS && store == NULL)) {
+        sl_limiter_release(lim);
+        if (new_store && store)
+            sl_store_close(store);
+        sl_conf_free(conf);
+        return SL_ENOMEM;
+    }
+    /* Then bind what is new, so a failure leaves everything as it was. */
     int failed = 0;
     for (struct sl_listener_conf *lc = conf->listeners; lc != NULL && !failed; lc = lc->next) {
         struct sl_listener *old = live_listener(srv, lc->name);
@@ -181,8 +236,24 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
                 listener_close(l);
             }
         }
+        sl_limiter_release(lim);
+        if (new_store && store)
+            sl_store_close(store);
         sl_conf_free(conf);
         return SL_ECONF;
+    }
+    /* Swap the limits: pending decisions keep the old limiter alive. */
+    sl_limiter_release(srv->limiter);
+    srv->limiter = lim;
+    if (conf->store.kind == SL_STORE_REDIS) {
+        if (!new_store)
+            sl_store_reconfigure(store, &conf->store);
+        srv->store = store;
+    } else if (srv->store != NULL) {
+        /* No decision can reach the old store any more: the old limiter's
+         * pending ones complete with an error (on_failure) as it closes. */
+        sl_store_close(srv->store);
+        srv->store = NULL;
     }
     /* Swap: retire listeners that are gone or moved, point the kept ones at
      * their new configuration, adopt the new ones. */
@@ -202,6 +273,8 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         l->retired = 1;
         listener_close(l);
     }
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
     sl_conf_free(srv->conf);
     srv->conf = conf;
     sl_log_level = conf->log_level;
@@ -236,6 +309,16 @@ static void maybe_stopped(struct sl_server *srv)
         if (l->sessions > 0 || l->open)
             return;
     srv->stopped = 1;
+    if (srv->admin) {
+        sl_admin_close(srv->admin);
+        srv->admin = NULL;
+    }
+    if (srv->store) {
+        sl_store_close(srv->store);
+        srv->store = NULL;
+    }
+    sl_limiter_release(srv->limiter);
+    srv->limiter = NULL;
     uv_timer_stop(&srv->sweep);
     uv_timer_stop(&srv->grace);
     if (!uv_is_closing((uv_handle_t *)&srv->sweep))

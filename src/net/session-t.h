@@ -11,6 +11,9 @@
 #include "proto/resp_reply-t.h"
 
 struct sl_listener;
+struct sl_session;
+struct sl_limiter_req;
+struct sl_ident_state;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -26,7 +29,27 @@ enum sl_pause {
     SL_PAUSE_INFLIGHT = 2, /* client: too many requests await replies */
     SL_PAUSE_DONE     = 4, /* no more input wanted from this side (EOF, error, drain) */
     SL_PAUSE_CONNECT  = 8, /* upstream not connected yet */
+    SL_PAUSE_DECIDE   = 16,/* client: requests wait for the limiter's verdicts */
 };
+
+/* A request waiting for its turn: its verdict is not in yet, or one before
+ * it is still waiting. Entries never move while waiting (the ring is
+ * allocated once, PEND_MAX long), so a verdict can land in place. */
+struct sl_pend {
+    struct sl_session     *s;       /* owner (the verdict callback's data is the entry) */
+    struct sl_limiter_req *h;       /* the limiter's pending decision, while waiting */
+    char                  *text;    /* rejection line (owned), when rejected */
+    uint32_t               span;    /* bytes of the request in the client chunk */
+    uint32_t               len;     /* bytes of <text> */
+    uint32_t               replies; /* replies the upstream would owe for it */
+    uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
+    uint8_t                kind;    /* SL_PK_* */
+};
+enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT };
+enum { SL_PK_PLAIN = 0, SL_PK_MULTI, SL_PK_EXEC, SL_PK_DISCARD, SL_PK_RESET,
+       SL_PK_AUTH,   /* AUTH or HELLO with AUTH: identity changes on its success */
+       SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
+       SL_PK_TAIL }; /* the rest of such a request: follows its head's verdict */
 
 /* Reply modes a client chooses with CLIENT REPLY. */
 enum sl_reply_mode { SL_REPLY_ON = 0, SL_REPLY_OFF, SL_REPLY_SKIP };
@@ -44,6 +67,8 @@ struct sl_reply_seg {
 };
 #define SL_SEG_OWNED 1 /* free(text) after use */
 #define SL_SEG_CLOSE 2 /* close the session once this reply is sent */
+#define SL_SEG_SWALLOW 4 /* the last of the <n> upstream replies is dropped: <text> replaces it */
+
 
 struct sl_session {
     uv_tcp_t            client;     /* accepted socket; data = this */
@@ -60,6 +85,20 @@ struct sl_session {
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
+    uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
+    uint8_t             in_multi;   /* a MULTI was sent and no EXEC/DISCARD yet */
+    uint8_t             multi_dirty;/* ... and a command inside it was rejected: EXEC aborts */
+    uint8_t             swallow;    /* dropping the upstream reply in progress */
+    uint64_t            id;         /* connection number (connection-scoped limits) */
+    struct sl_ident_state *ident;   /* who the client is (resp) */
+    struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
+    uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
+    uint64_t            owed_total; /* upstream replies owed since the start */
+    uint64_t            paid_total; /* upstream replies received against them */
+    uint8_t             reply_first;/* first byte of the upstream reply in progress */
+    struct sl_pend     *pend;       /* ring of requests in order (NULL until needed) */
+    uint32_t            pend_head;  /* first entry */
+    uint32_t            pend_n;     /* entries in the ring */
     struct sl_buf      *cin;        /* chunk receiving client bytes, or NULL */
     struct sl_buf      *uin;        /* chunk receiving upstream bytes, or NULL */
     struct sl_resp     *framer;     /* resp: request framer, while requests come */

@@ -36,6 +36,8 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "identity/identity.h"
+#include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "proto/resp.h"
@@ -47,7 +49,7 @@
 #define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
 #define MAX_INFLIGHT 8192            /* owed replies before the client is paused */
 #define LINGER_MS    2000            /* how long a lingering close waits for EOF */
-#define FRAMER_IDLE_MS 2000          /* an idle session gives its framer back after this */
+#define PEND_MAX     256             /* requests in order behind an undecided one */
 
 /* A queued write: holds the chunk its bytes live in, or carries a copy. */
 struct wreq {
@@ -69,6 +71,64 @@ struct sl_session *sl_session_of(struct sl_tq_node *n)
 static uint64_t now_ms(struct sl_session *s)
 {
     return uv_now(s->client.loop);
+}
+
+/* ---- framers ---------------------------------------------------------------- */
+
+/* Framers (with their hiredis readers) are lent to sessions only while a
+ * request is being read, so an idle connection holds none; a small pool
+ * makes the lending two pointer moves instead of malloc + free per read. */
+#define FRAMER_POOL 64
+static struct sl_resp *framer_pool[FRAMER_POOL];
+static unsigned framer_pooled;
+
+static struct sl_resp *framer_take(uint64_t max_request)
+{
+    struct sl_resp *f;
+    if (framer_pooled > 0) {
+        f = framer_pool[--framer_pooled];
+        if (sl_resp_reuse(f, max_request) == 0)
+            return f;
+    } else if ((f = malloc(sizeof(*f))) != NULL) {
+        if (sl_resp_init(f, max_request) == 0)
+            return f;
+    }
+    free(f);
+    return NULL;
+}
+
+static void framer_give(struct sl_resp *f)
+{
+    if (framer_pooled < FRAMER_POOL && sl_resp_idle(f) && f->err[0] == '\0') {
+        framer_pool[framer_pooled++] = f;
+        return;
+    }
+    sl_resp_free(f);
+    free(f);
+}
+
+void sl_session_pool_drain(void)
+{
+    while (framer_pooled > 0) {
+        struct sl_resp *f = framer_pool[--framer_pooled];
+        sl_resp_free(f);
+        free(f);
+    }
+}
+
+/* The session's framer goes back when nothing of a request is left in it. */
+static void framer_release_if_idle(struct sl_session *s)
+{
+    if (s->framer != NULL && s->pend_n == 0 && s->req_fwd == 0 && s->head_state == 0 &&
+        sl_resp_idle(s->framer)) {
+        framer_give(s->framer);
+        s->framer = NULL;
+    }
+    if (s->pend != NULL && s->pend_n == 0) {
+        free(s->pend);
+        s->pend = NULL;
+        s->pend_head = 0;
+    }
 }
 
 /* ---- chunks --------------------------------------------------------------- */
@@ -233,6 +293,7 @@ static void to_client(struct sl_session *s, struct sl_buf *b, uint32_t from, uin
 
 static void owe(struct sl_session *s, uint32_t n)
 {
+    s->owed_total += n;
     s->tail_n += n;
     s->inflight += n;
     if (s->inflight >= MAX_INFLIGHT)
@@ -307,6 +368,20 @@ static void emit_ready_locals(struct sl_session *s)
 
 /* One non-push upstream reply has ended. Returns 1 when local replies are
  * now due (the caller flushes the upstream bytes before them). */
+/* A reply paid what was owed: if it answers a pending AUTH and is not an
+ * error, the client is now who that AUTH said. */
+static void paid_one(struct sl_session *s)
+{
+    s->paid_total++;
+    if (s->auth_next != NULL && s->paid_total == s->auth_seq) {
+        if (s->reply_first != '-' && s->reply_first != '!')
+            *s->ident = *s->auth_next;
+        free(s->auth_next);
+        s->auth_next = NULL;
+    }
+    paid(s);
+}
+
 static int reply_ended(struct sl_session *s)
 {
     if (s->seg_n > 0) {
@@ -314,12 +389,12 @@ static int reply_ended(struct sl_session *s)
         if (g->n == 0)
             return 1; /* unsolicited (pub/sub): locals waited for the boundary */
         g->n--;
-        paid(s);
+        paid_one(s);
         return g->n == 0;
     }
     if (s->tail_n > 0) {
         s->tail_n--;
-        paid(s);
+        paid_one(s);
     }
     return 0;
 }
@@ -382,14 +457,101 @@ static uint32_t replies_for(struct sl_session *s, const struct sl_resp_req *r)
     return s->passthru ? 0 : 1;
 }
 
-/* A complete request: count it and owe its replies. */
-static void request_done(struct sl_session *s, const struct sl_resp_req *r)
+/* ---- verdicts, in request order ------------------------------------------- */
+
+static int pend_kind(const struct sl_resp_req *r)
 {
-    if (r->argc > 0)
-        s->l->stats.requests++;
-    uint32_t n = replies_for(s, r);
-    if (n > 0)
-        owe(s, n);
+    if (NAME_IS(r, 0, "MULTI"))   return SL_PK_MULTI;
+    if (NAME_IS(r, 0, "EXEC"))    return SL_PK_EXEC;
+    if (NAME_IS(r, 0, "DISCARD")) return SL_PK_DISCARD;
+    if (NAME_IS(r, 0, "RESET"))   return SL_PK_RESET;
+    if (NAME_IS(r, 0, "AUTH") || NAME_IS(r, 0, "HELLO")) return SL_PK_AUTH;
+    return SL_PK_PLAIN;
+}
+
+/* Bookkeeping for a request that goes upstream. */
+static void allowed(struct sl_session *s, int kind, uint32_t replies)
+{
+    if (kind == SL_PK_MULTI) {
+        s->in_multi = 1;
+        s->multi_dirty = 0;
+    } else if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
+        s->in_multi = 0;
+    } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
+        if (replies == 1)
+            s->auth_seq = s->owed_total + 1;
+        else
+            free(s->auth_next), s->auth_next = NULL; /* no reply to judge by */
+    }
+    if (replies > 0)
+        owe(s, replies);
+}
+
+/* A rejected request: its reply is the rejection, in its place. Inside a
+ * MULTI it also dooms the EXEC, as a queuing error does in Redis. */
+static void rejected(struct sl_session *s, char *text, uint32_t len, uint32_t replies)
+{
+    s->l->stats.rejected++;
+    if (s->in_multi)
+        s->multi_dirty = 1;
+    if (replies > 0 && text != NULL)
+        queue_local(s, text, len, SL_SEG_OWNED);
+    else
+        free(text);
+}
+
+/* EXEC after a rejection inside MULTI: DISCARD goes upstream instead (the
+ * transaction must end there too), and its +OK is replaced by EXECABORT. */
+static void exec_abort(struct sl_session *s, uint32_t replies)
+{
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+    s->in_multi = 0;
+    s->multi_dirty = 0;
+    s->l->stats.rejected++;
+    if (send_bytes(s, (uv_stream_t *)&s->upstream, NULL, discard, sizeof(discard) - 1) < 0) {
+        sl_session_close(s);
+        return;
+    }
+    owe(s, 1);
+    if (replies > 0)
+        queue_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
+    else
+        queue_local(s, abort_msg, 0, SL_SEG_SWALLOW); /* CLIENT REPLY OFF: swallow, say nothing */
+}
+
+static void process(struct sl_session *s);
+
+/* Who the client is, set up the first time it matters (a limit applies, or
+ * the client says who it is); NULL only when out of memory. */
+static struct sl_ident_state *ident(struct sl_session *s)
+{
+    if (s->ident == NULL && (s->ident = malloc(sizeof(*s->ident))) != NULL) {
+        struct sockaddr_storage peer;
+        int plen = sizeof(peer);
+        int ok = uv_tcp_getpeername(&s->client, (struct sockaddr *)&peer, &plen) == 0;
+        sl_identity_init(s->ident, ok ? (struct sockaddr *)&peer : NULL);
+    }
+    return s->ident;
+}
+
+/* Learns who the client is from its request. AUTH and HELLO ... AUTH only
+ * count once the upstream accepts them (else anyone could spend alice's
+ * quota by sending a wrong password as alice): they prepare a candidate
+ * that the reply makes real. */
+static void observe(struct sl_session *s, const struct sl_resp_req *r, int kind)
+{
+    if (!sl_identity_learns(r) || ident(s) == NULL)
+        return;
+    if (kind != SL_PK_AUTH) {
+        sl_identity_observe(s->ident, r);
+        return;
+    }
+    if (s->auth_next == NULL && (s->auth_next = malloc(sizeof(*s->auth_next))) == NULL)
+        return;
+    *s->auth_next = *s->ident;
+    sl_identity_observe(s->auth_next, r);
+    s->auth_seq = 0; /* set when it is sent */
 }
 
 static void protocol_error(struct sl_session *s, const char *msg)
@@ -409,28 +571,177 @@ static void protocol_error(struct sl_session *s, const char *msg)
     queue_local(s, text, (uint32_t)(n + 7), SL_SEG_OWNED | SL_SEG_CLOSE);
 }
 
-/* Frames the <n> bytes just read at the end of <b> and sends on every byte
- * that belongs to a complete (or committed) request. */
-static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
+/* Applies, in order, every entry at the head of the ring whose verdict is
+ * in; their bytes are at the start of the client chunk. */
+static void apply(struct sl_session *s)
 {
-    if (s->framer == NULL) {
-        s->framer = malloc(sizeof(*s->framer));
-        if (s->framer == NULL || sl_resp_init(s->framer, s->l->conf->max_request) < 0) {
-            free(s->framer);
-            s->framer = NULL;
-            sl_session_close(s);
-            return;
+    struct sl_buf *b = s->cin;
+    uint32_t from = b->start, to = b->start;
+    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
+        struct sl_pend *e = &s->pend[s->pend_head];
+        if (e->state == SL_PEND_WAIT)
+            break;
+        int forward = e->state == SL_PEND_ALLOW &&
+                      !(e->kind == SL_PK_EXEC && s->multi_dirty) &&
+                      !(e->kind == SL_PK_TAIL && s->head_state == 2);
+        if (e->kind == SL_PK_HEAD)
+            s->req_fwd += e->span; /* sent or dropped: either way behind us */
+        if (forward) {
+            to += e->span;
+            if (e->kind == SL_PK_HEAD)
+                s->head_state = 1;
+            else if (e->kind == SL_PK_TAIL)
+                s->head_state = 0;
+            if (e->kind != SL_PK_TAIL)
+                allowed(s, e->kind, e->replies);
+        } else {
+            to_upstream(s, b, from, to);
+            from = to = to + e->span; /* the request's bytes never leave */
+            if (e->kind == SL_PK_EXEC && e->state == SL_PEND_ALLOW) {
+                exec_abort(s, e->replies);
+            } else if (e->kind == SL_PK_TAIL) {
+                s->head_state = 0;
+            } else {
+                if (e->kind == SL_PK_HEAD)
+                    s->head_state = 2;
+                rejected(s, e->text, e->len, e->replies);
+                e->text = NULL;
+            }
+        }
+        free(e->text);
+        e->text = NULL;
+        s->pend_head = (s->pend_head + 1) % PEND_MAX;
+        s->pend_n--;
+    }
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    to_upstream(s, b, from, to);
+    b->start = to;
+}
+
+/* Records verdict <v> in entry <e>. */
+static void on_verdict_sync(struct sl_pend *e, const struct sl_verdict *v)
+{
+    if (v->kind == SL_VERDICT_REJECT) {
+        char line[512];
+        size_t n = sl_verdict_resp(v, line, sizeof(line));
+        e->text = malloc(n);
+        if (e->text != NULL) {
+            memcpy(e->text, line, n);
+            e->len = (uint32_t)n;
+        }
+        e->state = SL_PEND_REJECT;
+    } else {
+        e->state = SL_PEND_ALLOW;
+    }
+}
+
+static void on_verdict(void *data, const struct sl_verdict *v)
+{
+    struct sl_pend *e = data;
+    struct sl_session *s = e->s;
+    e->h = NULL;
+    on_verdict_sync(e, v);
+    if (s->state >= SL_SESS_FLUSHING)
+        return;
+    apply(s);
+    if (s->pend_n == 0 && s->state < SL_SESS_FLUSHING) {
+        /* Requests framed but not yet taken, or a big one in progress. */
+        process(s);
+        if (s->state < SL_SESS_CLOSED) {
+            if (s->pend_n == 0)
+                set_pause(s, 0, SL_PAUSE_DECIDE, 0);
+            rx_release(&s->cin);
+            framer_release_if_idle(s);
         }
     }
-    int rc = sl_resp_feed(s->framer, b->data + b->end - n, n);
+}
+
+/* Asks the limiter about request <r> (complete, or the head of a big one)
+ * and queues it in order. Returns 0, or -1 when the ring is full. */
+static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t span,
+                   uint32_t replies, int kind)
+{
+    if (s->pend == NULL) {
+        s->pend = malloc(PEND_MAX * sizeof(*s->pend));
+        if (s->pend == NULL) {
+            sl_session_close(s);
+            return -1;
+        }
+    }
+    if (s->pend_n == PEND_MAX)
+        return -1;
+    struct sl_pend *e = &s->pend[(s->pend_head + s->pend_n) % PEND_MAX];
+    memset(e, 0, sizeof(*e));
+    e->s = s;
+    e->span = span;
+    e->replies = replies;
+    e->kind = (uint8_t)kind;
+    s->pend_n++;
+    if (kind == SL_PK_TAIL || !s->l->limited || s->l->srv->limiter == NULL) {
+        e->state = SL_PEND_ALLOW;
+        return 0;
+    }
+    struct sl_verdict v;
+    struct sl_server *srv = s->l->srv;
+    if (ident(s) == NULL) {
+        sl_session_close(s);
+        return -1;
+    }
+    if (sl_limiter_check(srv->limiter, s->l->conf, s->ident, s->id, r, uv_hrtime() / 1000, &v,
+                         on_verdict, e, &e->h) == 1) {
+        e->state = SL_PEND_WAIT;
+        return 0;
+    }
+    e->h = NULL;
+    on_verdict_sync(e, &v);
+    return 0;
+}
+
+/* Takes every complete request the framer holds, in order: allowed ones
+ * with nothing waiting before them go out in one write, the rest wait in
+ * the ring for their verdicts. */
+static void process(struct sl_session *s)
+{
+    struct sl_buf *b = s->cin;
     struct sl_resp_req *r;
+    int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (rc >= 0 && (rc = sl_resp_next(s->framer, &r)) == 1) {
-        /* The request's unsent bytes are the next ones in the chunk: earlier
-         * parts of a streamed request already left. */
-        to += (uint32_t)(r->size - s->req_fwd);
+    while (s->pend_n < PEND_MAX && (rc = sl_resp_next(s->framer, &r)) == 1) {
+        uint32_t span = (uint32_t)(r->size - s->req_fwd);
         s->req_fwd = 0;
-        request_done(s, r);
+        if (s->head_state != 0) {
+            /* The rest of a request decided at its head. */
+            if (s->pend_n == 0 && s->head_state == 1) {
+                to += span;
+                s->head_state = 0;
+                continue;
+            }
+            to_upstream(s, b, from, to);
+            b->start = from = to;
+            enqueue(s, r, span, 0, SL_PK_TAIL);
+            apply(s);
+            from = to = b->start;
+            continue;
+        }
+        if (r->argc > 0)
+            s->l->stats.requests++;
+        int kind = pend_kind(r);
+        observe(s, r, kind);
+        uint32_t replies = replies_for(s, r);
+        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty)) {
+            to += span; /* the fast path: no limits, nothing waiting */
+            allowed(s, kind, replies);
+            continue;
+        }
+        to_upstream(s, b, from, to);
+        b->start = from = to;
+        if (enqueue(s, r, span, replies, kind) < 0)
+            return;
+        apply(s);
+        if (s->state >= SL_SESS_FLUSHING)
+            return;
+        from = to = b->start;
     }
     to_upstream(s, b, from, to);
     b->start = to;
@@ -439,14 +750,48 @@ static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
         b->start = b->end; /* the rest is garbage: never forwarded */
         return;
     }
-    /* A partial request is held until complete, unless it is big: then it is
-     * committed now and its bytes stream through as they come. */
-    uint32_t held = b->end - b->start;
-    if (held > 0 && (s->req_fwd > 0 || held >= SL_STREAM_AT)) {
-        to_upstream(s, b, b->start, b->end);
-        s->req_fwd += held;
-        b->start = b->end;
+    if (s->pend_n > 0) {
+        set_pause(s, 0, SL_PAUSE_DECIDE, 1);
+        return;
     }
+    /* A partial request is held until complete, unless it is big: then it
+     * is decided by its head now and its bytes stream as they come. */
+    uint32_t held = b->end - b->start;
+    if (held == 0)
+        return;
+    if (s->head_state == 1) {
+        to_upstream(s, b, b->start, b->end);
+    } else if (s->head_state == 2) {
+        /* dropped: a rejected big request never reaches the upstream */
+    } else if (held >= SL_STREAM_AT) {
+        struct sl_resp_req *head = &s->framer->req;
+        observe(s, head, pend_kind(head));
+        uint32_t replies = replies_for(s, head);
+        if (enqueue(s, head, held, replies, SL_PK_HEAD) < 0)
+            return;
+        apply(s);
+        if (s->pend_n > 0)
+            set_pause(s, 0, SL_PAUSE_DECIDE, 1);
+        return; /* apply() moved the bytes on (or dropped them) */
+    } else {
+        return;
+    }
+    s->req_fwd += held;
+    b->start = b->end;
+}
+
+/* Frames the <n> bytes just read at the end of <b>. */
+static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
+{
+    if (s->framer == NULL && (s->framer = framer_take(s->l->conf->max_request)) == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    if (sl_resp_feed(s->framer, b->data + b->end - n, n) < 0) {
+        protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
+        return;
+    }
+    process(s);
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -479,11 +824,25 @@ void sl_session_close(struct sl_session *s)
     sl_tq_remove(&s->tq);
     s->l->stats.conns_active--;
     if (s->framer) {
-        sl_resp_free(s->framer);
+        sl_resp_free(s->framer); /* may hold a partial request: not pooled */
         free(s->framer);
         s->framer = NULL;
     }
     free_segs(s);
+    sl_reply_release(&s->scan);
+    for (uint32_t i = 0; i < s->pend_n; i++) {
+        struct sl_pend *e = &s->pend[(s->pend_head + i) % PEND_MAX];
+        if (e->h != NULL)
+            sl_limiter_cancel(e->h);
+        free(e->text);
+    }
+    free(s->pend);
+    s->pend = NULL;
+    s->pend_n = 0;
+    free(s->ident);
+    s->ident = NULL;
+    free(s->auth_next);
+    s->auth_next = NULL;
     close_handle((uv_handle_t *)&s->client);
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);
@@ -608,16 +967,29 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         to_upstream(s, b, b->start, b->end);
         b->start = b->end;
     }
-    if (s->state < SL_SESS_CLOSED)
+    if (s->state < SL_SESS_CLOSED) {
         rx_release(&s->cin);
+        framer_release_if_idle(s);
+    }
 }
 
-/* Sends the replies in the new <n> bytes of <b>, with due local replies
- * slotted in at reply boundaries. */
+/* Sends the replies in the new bytes of <b>, with due local replies
+ * slotted in at reply boundaries, and drops a reply being swallowed. */
 static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 {
     uint32_t off = b->start;
     while (off < b->end) {
+        /* At a boundary, the next reply may be one to drop (EXECABORT). */
+        if (!s->swallow && s->seg_n > 0 && sl_reply_idle(&s->scan)) {
+            struct sl_reply_seg *g = &s->segs[s->seg_head];
+            if ((g->flags & SL_SEG_SWALLOW) && g->n == 1) {
+                to_client(s, b, b->start, off);
+                b->start = off;
+                s->swallow = 1;
+            }
+        }
+        if (sl_reply_idle(&s->scan))
+            s->reply_first = (uint8_t)b->data[off];
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
         if (n < 0) {
@@ -628,14 +1000,16 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             return;
         }
         off += (uint32_t)n;
-        if ((f & (SL_REPLY_DONE | SL_REPLY_PUSH)) == SL_REPLY_DONE && reply_ended(s)) {
-            to_client(s, b, b->start, off);
-            b->start = off;
-            emit_ready_locals(s);
-            if (s->state >= SL_SESS_FLUSHING)
-                return;
-        } else if ((f & SL_REPLY_DONE) && s->seg_n > 0 && s->segs[s->seg_head].n == 0) {
-            /* a push or unsolicited reply ended: waiting locals may go now */
+        if (!(f & SL_REPLY_DONE))
+            continue;
+        int push = (f & SL_REPLY_PUSH) != 0;
+        if (s->swallow && !push) {
+            b->start = off; /* the swallowed reply never reaches the client */
+            s->swallow = 0;
+        }
+        int due = push ? (s->seg_n > 0 && s->segs[s->seg_head].n == 0) : reply_ended(s);
+        if (due) {
+            /* local replies go out here, between two upstream replies */
             to_client(s, b, b->start, off);
             b->start = off;
             emit_ready_locals(s);
@@ -643,6 +1017,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
                 return;
         }
     }
+    if (s->swallow)
+        b->start = b->end;
     to_client(s, b, b->start, b->end);
     b->start = b->end;
 }
@@ -745,6 +1121,7 @@ void sl_session_accept(struct sl_listener *l)
     }
     s->cl_pause = SL_PAUSE_CONNECT;
     s->up_pause = SL_PAUSE_CONNECT;
+    s->id = ++l->srv->next_conn;
     sl_reply_init(&s->scan);
     uv_tcp_nodelay(&s->client, 1);
     sl_tq_touch(&l->connecting, &s->tq, uv_now(loop));
@@ -797,15 +1174,6 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
             }
             l->stats.idle_closed++;
             sl_session_close(s);
-        }
-    }
-    /* Sessions quiet for a while give back their framer. */
-    for (n = l->active.head; n != NULL && n->at + FRAMER_IDLE_MS <= now; n = n->next) {
-        struct sl_session *s = sl_session_of(n);
-        if (s->framer != NULL && sl_resp_idle(s->framer) && s->req_fwd == 0) {
-            sl_resp_free(s->framer);
-            free(s->framer);
-            s->framer = NULL;
         }
     }
 }

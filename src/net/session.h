@@ -18,6 +18,9 @@ void sl_session_close(struct sl_session *s);
  * idle timeouts, lingering closes, and giving back idle framers. */
 void sl_session_sweep(struct sl_listener *l, uint64_t now);
 
+/* Frees the pooled framers (at exit, so leak checkers stay quiet). */
+void sl_session_pool_drain(void);
+
 /* The session owning timeout-queue node <n>. */
 struct sl_session *sl_session_of(struct sl_tq_node *n);
 

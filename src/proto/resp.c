@@ -497,6 +497,23 @@ int sl_resp_init(struct sl_resp *st, uint64_t max_request)
     return 0;
 }
 
+int sl_resp_reuse(struct sl_resp *st, uint64_t max_request)
+{
+    struct redisReader *r = st->reader;
+    if (r == NULL || st->err[0] != '\0' || !sl_resp_idle(st) || r->ridx != -1) {
+        sl_resp_free(st);
+        return sl_resp_init(st, max_request);
+    }
+    /* An idle reader holds nothing of the last stream: keep it (and its
+     * buffer, which hiredis itself drops at the next feed if it grew big). */
+    memset(st, 0, sizeof(*st));
+    st->reader = r;
+    st->max_request = max_request != 0 ? max_request : DEFAULT_MAX_REQUEST;
+    st->max_bulk = st->max_request;
+    r->privdata = st;
+    return 0;
+}
+
 void sl_resp_free(struct sl_resp *st)
 {
     if (st->reader != NULL)

@@ -31,6 +31,11 @@
 /* Prepares <st>. Allocates the hiredis reader; returns 0 or SL_ENOMEM. */
 int sl_resp_init(struct sl_resp *st, uint64_t max_request);
 
+/* Makes an idle framer (sl_resp_idle) ready for a new stream with a new
+ * <max_request>, keeping its hiredis reader; anything else is re-initialised
+ * from scratch. Returns 0 or SL_ENOMEM. */
+int sl_resp_reuse(struct sl_resp *st, uint64_t max_request);
+
 /* Releases the reader. <st> may be sl_resp_init()ed again. */
 void sl_resp_free(struct sl_resp *st);
 

@@ -4,7 +4,10 @@
 
 #include <stdint.h>
 
-#define SL_REPLY_MAX_DEPTH 64 /* nesting of aggregates; deeper is a protocol error */
+#define SL_REPLY_MAX_DEPTH    65536 /* nesting of aggregates; deeper is a protocol error
+                                      (Redis can send thousands: a Lua script returning a
+                                      table that contains itself) */
+#define SL_REPLY_INLINE_DEPTH 16    /* levels kept in the struct; deeper ones on the heap */
 /* Kept for callers that buffer a line. The scanner itself caps length lines
  * (`$ * % ~ | > ! =`) far tighter, at 19 digits, and never caps the lines of
  * `+ - : , # (` (a Redis error message may be long). */
@@ -18,14 +21,18 @@ enum sl_reply_flag {
 
 /* Scanner state: a counter stack, no buffer of the data itself. Aggregates
  * push the number of items still expected; attributes (`|`) are skipped as a
- * prefix that is not a reply of its own. All zero is the idle state.
- * 288 bytes on LP64. */
+ * prefix that is not a reply of its own. All zero is the idle state. The
+ * first SL_REPLY_INLINE_DEPTH levels live here (a session carries one of
+ * these, so it stays small); deeper ones go to <deep>, allocated when a
+ * reply gets there and freed when it ends. */
 struct sl_reply_scan {
-    uint32_t  left[SL_REPLY_MAX_DEPTH]; /* items still expected at each level */
-    uint64_t  attr_mask;  /* (private) bit i set: level i is an attribute, not an item */
+    uint32_t  left[SL_REPLY_INLINE_DEPTH]; /* items still expected at each level */
+    uint64_t *deep;       /* (private) deeper levels: count | attribute flag << 32 */
+    uint32_t  deep_cap;   /* (private) entries allocated in <deep> */
+    uint32_t  depth;      /* levels open */
+    uint32_t  attr_mask;  /* (private) bit i set: inline level i is an attribute */
     uint64_t  num;        /* (private) length being parsed */
     uint64_t  bulk_left;  /* payload bytes still to skip (the CRLF after it is checked apart) */
-    uint8_t   depth;      /* levels open */
     uint8_t   state;      /* (private) where inside an item the scan is */
     uint8_t   type;       /* type byte of the item being read */
     uint8_t   top_push;   /* the top-level item is a push */

@@ -22,6 +22,7 @@
  * buffer (`+OK`, `$3 bar`) takes a shortcut past the state machine.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/err.h"
@@ -76,15 +77,25 @@ static inline size_t fast_reply(const char *buf, size_t len)
         return 0;
     }
     case '$': {
-        uint64_t n = 0;
-        unsigned nd = 0;
+        const char *digits = p;
+        uint64_t n;
+        unsigned d;
 
-        while (p < end && (unsigned)(*p - '0') < 10 && nd < MAX_DIGITS) {
-            n = n * 10 + (unsigned)(*p - '0');
-            p++;
-            nd++;
+        if (end - p < 5) /* "0\r\n\r\n" is the least that can follow */
+            return 0;
+        if ((n = (unsigned)(*p++ - '0')) >= 10)
+            return 0;
+        /* One digit (`$3 bar`) is the usual case and skips the loop. */
+        if (*p != '\r') {
+            /* n may wrap past 19 digits: then it is not used */
+            while (p < end && (d = (unsigned)(*p - '0')) < 10) {
+                n = n * 10 + d;
+                p++;
+            }
+            if (p - digits > MAX_DIGITS || end - p < 2 || *p != '\r')
+                return 0;
         }
-        if (nd == 0 || end - p < 2 || p[0] != '\r' || p[1] != '\n')
+        if (p[1] != '\n')
             return 0;
         p += 2;
         if ((uint64_t)(end - p) < n + 2 || p[n] != '\r' || p[n + 1] != '\n')
@@ -104,6 +115,39 @@ void sl_reply_init(struct sl_reply_scan *s)
 int sl_reply_idle(const struct sl_reply_scan *s)
 {
     return s->state == S_TYPE && s->depth == 0 && !s->attr;
+}
+
+/* Opens a level of <items> items (an attribute when <attr>). */
+static int push_level(struct sl_reply_scan *s, uint32_t items, int attr)
+{
+    uint32_t d = s->depth;
+    if (d < SL_REPLY_INLINE_DEPTH) {
+        s->left[d] = items;
+        s->attr_mask = (s->attr_mask & ~(UINT32_C(1) << d)) | ((uint32_t)attr << d);
+        s->depth = d + 1;
+        return 0;
+    }
+    if (d == SL_REPLY_MAX_DEPTH)
+        return -1;
+    uint32_t k = d - SL_REPLY_INLINE_DEPTH;
+    if (k == s->deep_cap) {
+        uint32_t cap = s->deep_cap ? s->deep_cap * 2 : 64;
+        uint64_t *n = realloc(s->deep, (size_t)cap * sizeof(*n));
+        if (n == NULL)
+            return -1;
+        s->deep = n;
+        s->deep_cap = cap;
+    }
+    s->deep[k] = items | (uint64_t)(attr != 0) << 32;
+    s->depth = d + 1;
+    return 0;
+}
+
+void sl_reply_release(struct sl_reply_scan *s)
+{
+    free(s->deep);
+    s->deep = NULL;
+    s->deep_cap = 0;
 }
 
 long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigned *flags)
@@ -240,12 +284,8 @@ long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigne
                     s->state = S_TYPE;
                     continue;
                 }
-                if (s->depth == SL_REPLY_MAX_DEPTH)
+                if (push_level(s, items, s->type == '|') < 0)
                     goto fail;
-                s->left[s->depth] = items;
-                s->attr_mask = (s->attr_mask & ~(UINT64_C(1) << s->depth))
-                             | ((uint64_t)(s->type == '|') << s->depth);
-                s->depth++;
                 s->state = S_TYPE;
                 continue;
             }
@@ -307,12 +347,23 @@ long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigne
                 *flags = SL_REPLY_DONE | (s->top_push ? SL_REPLY_PUSH : 0);
                 s->top_push = 0;
                 s->attr = 0;
+                if (s->deep != NULL)
+                    sl_reply_release(s);
                 return (long)(p - buf);
             }
             d = s->depth - 1u;
+            if (d >= SL_REPLY_INLINE_DEPTH) {
+                uint64_t *e = &s->deep[d - SL_REPLY_INLINE_DEPTH];
+                if ((uint32_t)--*e != 0)
+                    break;
+                s->depth = d;
+                if (*e >> 32 & 1)
+                    break; /* an attribute ended, deep inside: its item follows */
+                continue;
+            }
             if (--s->left[d] != 0)
                 break;
-            s->depth = (uint8_t)d;
+            s->depth = d;
             if (s->attr_mask >> d & 1) {
                 /* An attribute ended: it is no item of the level below, the
                  * item it describes comes next. */

@@ -35,6 +35,10 @@ void sl_reply_init(struct sl_reply_scan *s);
  * An attribute (`|`) before a reply belongs to that reply. */
 long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigned *flags);
 
+/* Frees what a deep reply took (done by itself when a reply ends; call it
+ * when the scanner is dropped in the middle of one). */
+void sl_reply_release(struct sl_reply_scan *s);
+
 /* Nonzero when the scanner is between replies. */
 int sl_reply_idle(const struct sl_reply_scan *s);
 

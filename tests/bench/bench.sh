@@ -383,7 +383,6 @@ done
 
 # ------------------------------------------------------------------ TCP ----
 
-SINK_LINES=1
 tcp_run() { # target round
     local target=$1 port out before
     port=$(port_of "$target" tcp)

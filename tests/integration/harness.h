@@ -31,7 +31,8 @@ int th_redis_start(struct th_proc *p, ...);
 int th_sluice_start(struct th_proc *p, const char *ini, int wait_port);
 
 /* Sends SIGTERM, waits up to 5 s, then SIGKILL. Returns the exit status as
- * waitpid gives it, or -1. */
+ * waitpid gives it, or -1. After a clean exit (status 0) its log and
+ * configuration files are removed (unless TH_KEEP_LOGS is set). */
 int th_stop(struct th_proc *p);
 
 /* Sends <sig> and waits up to <ms> for the process to exit; returns its
@@ -59,5 +60,101 @@ uint64_t th_now_ms(void);
 
 /* The path of the sluice binary (SLUICE_BIN or build/sluice). */
 const char *th_sluice_bin(void);
+
+/* ---- bookkeeping -------------------------------------------------------- */
+
+/* Every process the harness starts (redis-server, sluice, forked servers) is
+ * remembered until it is stopped; th_kill_all() SIGKILLs (its whole process
+ * group) and reaps whatever is still running. It also runs at exit. */
+void th_kill_all(void);
+
+/* Default deadline for one expected event (generous: sanitizer builds on a
+ * busy 2-core machine). */
+#define TH_MS 8000
+
+/* ---- forked servers ------------------------------------------------------- */
+
+typedef void (*th_serve_fn)(int lfd, void *arg);
+
+/* Binds a listening socket on a free loopback port (stored in *port), then
+ * forks a child in its own process group that runs fn(lfd, arg) and exits.
+ * The socket listens before this returns (no race). Returns the pid or -1. */
+pid_t th_fork_server(int *port, th_serve_fn fn, void *arg);
+
+/* SIGKILLs the process group of a th_fork_server() child and reaps it. */
+void th_kill_server(pid_t pid);
+
+/* A th_serve_fn: each accepted connection (in its own process) gets back
+ * every byte it sends; after the client's EOF the echo closes. */
+void th_serve_echo(int lfd, void *arg);
+
+/* ---- bytes ---------------------------------------------------------------- */
+
+/* Sets O_NONBLOCK; returns 0 or -1. */
+int th_nonblock(int fd);
+
+/* Reads exactly <len> bytes and compares them with <want>. Returns 0 on a
+ * match; otherwise prints what came (escaped) and returns -1. */
+int th_expect(int fd, const void *want, size_t len, int ms);
+
+/* Reads until EOF: returns 0 if exactly <want> came and then EOF, otherwise
+ * prints what came and returns -1. */
+int th_expect_close(int fd, const void *want, size_t len, int ms);
+
+/* 1 if nothing (no byte, no EOF) arrives on <fd> within <ms>, else 0. */
+int th_quiet(int fd, int ms);
+
+/* 1 if the peer closes (EOF or reset) within <ms> with no byte before it;
+ * 0 otherwise (timeout or data). */
+int th_wait_eof(int fd, int ms);
+
+/* Prints <len> bytes at <p> with \r \n and non-printables escaped
+ * (at most the first 400 bytes). */
+void th_dump(const char *label, const void *p, size_t len);
+
+/* Length of the complete RESP2/RESP3 value at the start of <p> (n bytes),
+ * 0 if it is not complete yet, SIZE_MAX if it is malformed. */
+size_t th_resp_len(const char *p, size_t n);
+
+/* A raw socket with a read buffer, for reading whole RESP replies. */
+struct th_conn {
+    int    fd;
+    char  *buf;
+    size_t len;
+    size_t cap;
+};
+
+/* Connects to <port>; returns 0 or -1. */
+int th_conn_open(struct th_conn *c, int port);
+void th_conn_close(struct th_conn *c);
+/* Sends the NUL-terminated <s>; returns 0 or -1. */
+int th_conn_send(struct th_conn *c, const char *s);
+/* The next complete reply as a malloc'd NUL-terminated string (raw RESP),
+ * or NULL on timeout, EOF or malformed input. */
+char *th_conn_reply(struct th_conn *c, int ms);
+
+/* Connects, sends <in>, reads until the peer closes (or <ms> elapse).
+ * Returns the malloc'd bytes (NUL-terminated, length in *outlen), *eof says
+ * whether the close was seen. NULL if the connection failed. */
+char *th_transcript(int port, const void *in, size_t inlen, size_t *outlen, int ms, int *eof);
+
+/* ---- logs and Redis ----------------------------------------------------- */
+
+/* How many times <needle> occurs in the file <path> (0 if unreadable). */
+int th_log_count(const char *path, const char *needle);
+
+/* Waits until <needle> occurs at least <n> times in <path>; 0 or -1. */
+int th_log_wait(const char *path, const char *needle, int n, int ms);
+
+/* The integer field <field> of Redis's INFO (e.g. "blocked_clients") asked
+ * directly at <port>, or -1. */
+long th_redis_info(int port, const char *field);
+
+/* Waits until th_redis_info(port, field) == want; 0 or -1. */
+int th_redis_wait_info(int port, const char *field, long want, int ms);
+
+/* 1 while the process of <p> runs; 0 once it has exited (then it is reaped,
+ * p->pid becomes 0 and *status, if not NULL, gets the waitpid status). */
+int th_running(struct th_proc *p, int *status);
 
 #endif

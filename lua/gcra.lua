@@ -1,0 +1,92 @@
+-- sluice: GCRA (generic cell rate algorithm). The same limit as a token
+-- bucket of capacity <burst> refilled with <amount> per <period_us>
+-- (emission interval period_us / amount), keeping only one value: the
+-- theoretical arrival time TAT, the moment the bucket would be full again.
+--
+-- Units as in token_bucket.lua: g = gcd(amount, period_us), a token is
+-- S = period_us / g units, a microsecond is K = amount / g units. The
+-- emission interval S / K us is usually not a whole number of us, so TAT is
+-- kept exactly as whole us plus a fraction in units (0 <= f < K).
+--
+-- State: HASH <key>:gc  t = TAT's whole us, f = its fraction in units.
+-- Debt = TAT - now (in units): what is missing from a full bucket. With
+-- only TAT kept, a now earlier than before looks like an early request; the
+-- debt is clamped to one full bucket, so a clock step back never leaves the
+-- bucket worse than empty (docs/algorithms.md).
+-- Returns {allowed, remaining, retry_after_us, reset_us}; retry -1 = never.
+-- With commit false nothing is written, and a second value, a function,
+-- commits what was decided.
+
+local function idiv(a, b) -- floor(a / b) for 0 <= a < 2^53, b >= 1: exact
+  return (a - math.fmod(a, b)) / b
+end
+local function cdiv(a, b) -- ceil(a / b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+local function gcd(a, b)
+  while b > 0 do a, b = b, math.fmod(a, b) end
+  return a
+end
+local function fmt(x) return string.format('%d', x) end -- never %.14g
+
+local function gcra(key, amount, period_us, burst, cost, now_us, commit)
+  key = key .. ':gc'
+  if not (amount and period_us and burst and cost and now_us) then
+    error({err = 'ERR sluice: gcra: a parameter is not a number'})
+  end
+  if not (amount >= 1 and amount <= 1099511627776 and period_us >= 1
+          and period_us <= 31536000000000 and burst >= 1 and burst <= 1099511627776
+          and cost >= 0) then
+    error({err = 'ERR sluice: gcra: parameters out of range'})
+  end
+  local g = gcd(amount, period_us)
+  local S, K = period_us / g, amount / g
+  if burst > idiv(4503599627370496, S) then
+    error({err = 'ERR sluice: gcra: burst x period / gcd(amount, period) over 2^52'})
+  end
+  local cap = burst * S
+  local ttl_ms = math.max(1, cdiv(cdiv(cap, K), 1000))
+
+  local st = redis.call('HMGET', key, 't', 'f')
+  local tu, tf = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+  if tf >= K then tu, tf = tu + 1, 0 end -- stored under another rate: round up
+  local now = now_us
+  local debt = 0
+  if tu >= now then
+    local dt = tu - now -- clamped before multiplying
+    if dt > idiv(cap, K) then debt = cap else debt = math.min(dt * K + tf, cap) end
+  end
+  local v = cap - debt
+
+  local allowed, retry, need = 0, 0, cost * S
+  if cost > burst then retry = -1
+  elseif need > v then retry = cdiv(need - v, K)
+  else allowed = 1 end
+
+  local function answer(units)
+    return {allowed, idiv(units, S), retry, cdiv(cap - units, K)}
+  end
+  local function apply()
+    if allowed == 1 and cost > 0 then
+      local d = debt + need
+      redis.call('HSET', key, 't', fmt(now + idiv(d, K)), 'f', fmt(math.fmod(d, K)))
+      redis.call('PEXPIRE', key, fmt(ttl_ms))
+      return answer(v - need)
+    end
+    return answer(v)
+  end
+  if commit then return apply() end
+  return answer(v), apply
+end
+
+-- standalone: EVAL <this file> 1 <key> <amount> <period_us> <burst> <cost> <now_us|-1>
+local now = tonumber(ARGV[5])
+if now == nil or now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+return gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+            tonumber(ARGV[4]), now, true)

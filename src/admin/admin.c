@@ -1,0 +1,591 @@
+/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats.
+ *
+ * One request per connection, on the process's loop, never blocking it:
+ *
+ *   accept ──> READ ──(blank line)──> route ──> WRITE ──(done)──> LINGER ──> close
+ *     │  cap 64   │ head in c->head (8 KiB)        one buffer:       FIN sent; reads
+ *     │  else     │ full: 431 ─────────────────>  head + body        discarded until
+ *     v  close    │ EOF, error, head timer: close                    EOF, 64 KiB or 2 s
+ *
+ * LINGER exists because closing a socket with unread bytes in it sends a RST,
+ * which can destroy the response before the client reads it (a 9 KiB head
+ * answered with 431, a GET with a body). Each connection owns a TCP handle and
+ * one timer (head, write or linger deadline) and is freed in the last close
+ * callback; the server is freed when its listener and every connection are. */
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "admin/admin.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#define HEAD_MAX         8192   /* request head cap; longer: 431 */
+#define MAX_CONNS        64     /* admin connections at once; more: closed at accept */
+#define HEAD_TIMEOUT_MS  5000   /* to send the whole head */
+#define WRITE_TIMEOUT_MS 10000  /* for the client to take the response */
+#define LINGER_MS        2000   /* to close its side after the response */
+#define LINGER_MAX       65536  /* bytes discarded while lingering */
+#define BACKLOG          128
+
+enum conn_state {
+    C_READ,     /* reading the request head */
+    C_WRITE,    /* the response is being written; not reading */
+    C_LINGER,   /* response written, FIN sent; discarding until EOF */
+    C_CLOSING,  /* uv_close() called on both handles */
+};
+
+struct conn {
+    struct sl_admin *a;         /* the server that accepted it */
+    uv_tcp_t         tcp;       /* the client socket; data = this */
+    uv_timer_t       timer;     /* the deadline of the current state; data = this */
+    uv_write_t       wr;        /* the one response write */
+    uv_shutdown_t    sd;        /* the FIN after it */
+    enum conn_state  state;
+    int              handles;   /* handles not yet closed: freed at 0 */
+    char            *resp;      /* the response (head + body), owned */
+    size_t           len;       /* bytes in head[] */
+    size_t           line;      /* start of the first line not complete yet */
+    size_t           searched;  /* head[line, searched) holds no '\n' */
+    int              got_line;  /* a non-empty line (the request line) was seen */
+    size_t           discarded; /* bytes read and dropped in C_LINGER */
+    struct conn     *prev;      /* in a->conns */
+    struct conn     *next;
+    char             head[HEAD_MAX + 1]; /* the request head (+ NUL); scratch in C_LINGER */
+};
+
+struct sl_admin {
+    uv_loop_t          *loop;
+    uv_tcp_t            listener;     /* data = this */
+    struct sl_admin_cbs cbs;          /* copied at start; NULL members allowed */
+    int                 listening;    /* listener handle not closed yet */
+    int                 closing;      /* sl_admin_close() was called (or start failed) */
+    int                 n_conns;      /* connections in conns, until freed */
+    struct conn        *conns;
+    uint64_t            head_timeout_ms;
+    int                 port;         /* bound port */
+    char                addr[80];     /* as configured, for logs */
+};
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+static void maybe_free(struct sl_admin *a)
+{
+    if (a->closing && !a->listening && a->n_conns == 0)
+        free(a);
+}
+
+static void on_listener_close(uv_handle_t *h)
+{
+    struct sl_admin *a = h->data;
+    a->listening = 0;
+    maybe_free(a);
+}
+
+static void on_conn_handle_close(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    struct sl_admin *a = c->a;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        a->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    free(c->resp);
+    free(c);
+    a->n_conns--;
+    maybe_free(a);
+}
+
+/* The one way a connection ends. Pending write and shutdown requests are
+ * cancelled by libuv before the close callbacks run. */
+static void conn_close(struct conn *c)
+{
+    if (c->state == C_CLOSING)
+        return;
+    c->state = C_CLOSING;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_close);
+    uv_close((uv_handle_t *)&c->timer, on_conn_handle_close);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    sl_log_debug("admin connection timed out", "state=%d", (int)c->state);
+    conn_close(c);
+}
+
+static void on_free_handle_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default:  return "Unknown";
+    }
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (c->state != C_CLOSING && status < 0)
+        conn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+    (void)hint;
+    if (c->state == C_READ)
+        *buf = uv_buf_init(c->head + c->len, (unsigned)(HEAD_MAX - c->len));
+    else
+        *buf = uv_buf_init(c->head, HEAD_MAX); /* lingering: the head is done with */
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (c->state == C_CLOSING)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    free(c->resp);
+    c->resp = NULL;
+    c->state = C_LINGER;
+    c->sd.data = c;
+    if (uv_shutdown(&c->sd, (uv_stream_t *)&c->tcp, on_shutdown) < 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
+}
+
+/* Sends the status line, the headers and (unless <head_only>) <body>, then
+ * lingers and closes. <extra> is more header lines, each ending in CRLF. */
+static void respond(struct conn *c, int status, const char *ctype, const char *extra,
+                    const char *body, size_t blen, int head_only)
+{
+    char hdr[512];
+    int hlen = snprintf(hdr, sizeof(hdr),
+                        "HTTP/1.1 %d %s\r\n"
+                        "Content-Type: %s\r\n"
+                        "Content-Length: %zu\r\n"
+                        "%s"
+                        "Connection: close\r\n"
+                        "\r\n",
+                        status, reason(status), ctype, blen, extra != NULL ? extra : "");
+    if (hlen < 0 || (size_t)hlen >= sizeof(hdr)) {
+        conn_close(c); /* cannot happen: every argument is a constant or a number */
+        return;
+    }
+    size_t total = (size_t)hlen + (head_only ? 0 : blen);
+    c->resp = malloc(total);
+    if (c->resp == NULL) {
+        conn_close(c);
+        return;
+    }
+    memcpy(c->resp, hdr, (size_t)hlen);
+    if (!head_only && blen > 0)
+        memcpy(c->resp + hlen, body, blen);
+
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->state = C_WRITE;
+    c->wr.data = c;
+    uv_buf_t b = uv_buf_init(c->resp, (unsigned)total);
+    if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_write) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_timer, WRITE_TIMEOUT_MS, 0);
+}
+
+static void respond_text(struct conn *c, int status, const char *text, int head_only)
+{
+    const char *extra = status == 405 ? "Allow: GET, HEAD\r\n" : NULL;
+    respond(c, status, "text/plain", extra, text, strlen(text), head_only);
+}
+
+/* ---- the endpoints ------------------------------------------------------ */
+
+static void serve_metrics(struct conn *c, int head_only)
+{
+    struct sl_admin *a = c->a;
+    char *body = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&body, &blen);
+    if (f == NULL) {
+        respond_text(c, 500, "internal server error\n", head_only);
+        return;
+    }
+    struct sl_metrics *m = sl_metrics_open(f);
+    int failed = m == NULL;
+    if (m != NULL && a->cbs.metrics != NULL)
+        a->cbs.metrics(a->cbs.data, m);
+    sl_metrics_close(m);
+    failed |= ferror(f) != 0;
+    failed |= fclose(f) != 0;
+    if (failed)
+        respond_text(c, 500, "internal server error\n", head_only);
+    else
+        respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, body, blen, head_only);
+    free(body);
+}
+
+static void serve_stats(struct conn *c, int head_only)
+{
+    struct sl_admin *a = c->a;
+    char *body = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&body, &blen);
+    if (f == NULL) {
+        respond_text(c, 500, "internal server error\n", head_only);
+        return;
+    }
+    if (a->cbs.stats != NULL)
+        a->cbs.stats(a->cbs.data, f);
+    else
+        fputs("{}\n", f);
+    int failed = ferror(f) != 0;
+    failed |= fclose(f) != 0;
+    if (failed)
+        respond_text(c, 500, "internal server error\n", head_only);
+    else
+        respond(c, 200, "application/json", NULL, body, blen, head_only);
+    free(body);
+}
+
+static void serve_ready(struct conn *c, int head_only)
+{
+    struct sl_admin *a = c->a;
+    const char *why = NULL;
+    if (a->cbs.ready == NULL || a->cbs.ready(a->cbs.data, &why) == 1) {
+        respond_text(c, 200, "ready\n", head_only);
+        return;
+    }
+    char text[512];
+    snprintf(text, sizeof(text), "not ready: %s\n", why != NULL ? why : "unknown");
+    respond_text(c, 503, text, head_only);
+}
+
+/* ---- the request -------------------------------------------------------- */
+
+static int is_tchar(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+/* One line of head[] from <*pos>: sets [*s, *s + *n) to it without its CRLF
+ * (or bare LF) and moves *pos past it. The head is complete, so there is one. */
+static void next_line(const char *head, size_t *pos, const char **s, size_t *n)
+{
+    const char *p = head + *pos;
+    const char *nl = strchr(p, '\n');
+    *s = p;
+    *n = (size_t)(nl - p);
+    if (*n > 0 && p[*n - 1] == '\r')
+        (*n)--;
+    *pos += (size_t)(nl - p) + 1;
+}
+
+struct request {
+    const char *method;
+    size_t      mlen;
+    const char *path;   /* without the query string */
+    size_t      plen;
+};
+
+/* Parses the complete head in head[0, <end>), NUL-terminating it there
+ * (<end> <= HEAD_MAX: the array has room).
+ * Returns 0, or the status to answer with (400 or 505). */
+static int parse_head(char *head, size_t end, struct request *r)
+{
+    size_t pos = 0;
+    const char *s;
+    size_t n;
+    head[end] = '\0';
+    if (memchr(head, '\0', end) != NULL)
+        return 400;
+    /* RFC 9112 2.2: empty lines before the request line are ignored. */
+    do
+        next_line(head, &pos, &s, &n);
+    while (n == 0);
+
+    /* method SP request-target SP HTTP-version */
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)s[i]))
+        i++;
+    if (i == 0 || i >= n || s[i] != ' ')
+        return 400;
+    r->method = s;
+    r->mlen = i;
+    const char *target = s + ++i;
+    while (i < n && (unsigned char)s[i] > ' ' && (unsigned char)s[i] < 0x7f)
+        i++;
+    size_t tlen = (size_t)(s + i - target);
+    if (tlen == 0 || i >= n || s[i] != ' ')
+        return 400;
+    const char *ver = s + i + 1;
+    size_t vlen = n - i - 1;
+    if (vlen != 8 || memcmp(ver, "HTTP/", 5) != 0 || ver[6] != '.' ||
+        ver[5] < '0' || ver[5] > '9' || ver[7] < '0' || ver[7] > '9')
+        return 400;
+    if (ver[5] != '1')
+        return 505;
+
+    /* origin-form "/path?query", or absolute-form "http://host/path?query";
+     * the target holds no space and the line goes on with " HTTP/1.x". */
+    const char *path = target;
+    if (*target != '/') {
+        size_t skip = tlen >= 7 && strncasecmp(target, "http://", 7) == 0   ? 7
+                    : tlen >= 8 && strncasecmp(target, "https://", 8) == 0 ? 8
+                                                                            : 0;
+        if (skip == 0)
+            return 400;
+        path = target + skip + strcspn(target + skip, "/?# ");
+        if (*path != '/')
+            path = "/";
+    }
+    r->path = path;
+    r->plen = strcspn(path, "?# ");
+
+    /* header-field lines: token ":" value, no CTLs, no obsolete folding */
+    for (;;) {
+        next_line(head, &pos, &s, &n);
+        if (n == 0)
+            break;
+        i = 0;
+        while (i < n && is_tchar((unsigned char)s[i]))
+            i++;
+        if (i == 0 || i >= n || s[i] != ':')
+            return 400;
+        for (i++; i < n; i++) {
+            unsigned char ch = (unsigned char)s[i];
+            if ((ch < ' ' && ch != '\t') || ch == 0x7f)
+                return 400;
+        }
+    }
+    return 0;
+}
+
+static int eq(const char *s, size_t n, const char *lit)
+{
+    return n == strlen(lit) && memcmp(s, lit, n) == 0;
+}
+
+static void handle(struct conn *c, size_t end)
+{
+    struct request r;
+    int status = parse_head(c->head, end, &r);
+    if (status != 0) {
+        respond_text(c, status, status == 505 ? "http version not supported\n" : "bad request\n", 0);
+        return;
+    }
+    int head_only = eq(r.method, r.mlen, "HEAD");
+    int get = head_only || eq(r.method, r.mlen, "GET");
+    enum { P_NONE, P_METRICS, P_HEALTHZ, P_READYZ, P_STATS } p =
+        eq(r.path, r.plen, "/metrics") ? P_METRICS
+        : eq(r.path, r.plen, "/healthz") ? P_HEALTHZ
+        : eq(r.path, r.plen, "/readyz") ? P_READYZ
+        : eq(r.path, r.plen, "/stats") ? P_STATS
+                                        : P_NONE;
+    if (p == P_NONE)
+        respond_text(c, 404, "not found\n", head_only);
+    else if (!get)
+        respond_text(c, 405, "method not allowed\n", 0);
+    else if (p == P_HEALTHZ)
+        respond_text(c, 200, "ok\n", head_only);
+    else if (p == P_READYZ)
+        serve_ready(c, head_only);
+    else if (p == P_METRICS)
+        serve_metrics(c, head_only);
+    else
+        serve_stats(c, head_only);
+}
+
+/* Looks at the lines completed by the latest read; returns the length of the
+ * head once its terminating empty line is in, else 0. Linear in the bytes
+ * read, however they trickle in. */
+static size_t head_end(struct conn *c)
+{
+    while (c->searched < c->len) {
+        char *nl = memchr(c->head + c->searched, '\n', c->len - c->searched);
+        if (nl == NULL) {
+            c->searched = c->len;
+            return 0;
+        }
+        size_t start = c->line, stop = (size_t)(nl - c->head);
+        c->line = c->searched = stop + 1;
+        int empty = stop == start || (stop == start + 1 && c->head[start] == '\r');
+        if (!empty)
+            c->got_line = 1;
+        else if (c->got_line)
+            return c->line;
+    }
+    return 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    (void)buf;
+    if (c->state == C_CLOSING)
+        return;
+    if (nread < 0) {
+        conn_close(c); /* EOF or error: before a whole head, or while lingering */
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (c->state != C_READ) {
+        /* lingering (C_WRITE does not read): the bytes are dropped */
+        c->discarded += (size_t)nread;
+        if (c->discarded > LINGER_MAX)
+            conn_close(c);
+        return;
+    }
+    c->len += (size_t)nread;
+    size_t end = head_end(c);
+    if (end > 0) {
+        handle(c, end);
+    } else if (c->len == HEAD_MAX) {
+        respond_text(c, 431, "request header fields too large\n", 0);
+    }
+}
+
+/* ---- accepting ---------------------------------------------------------- */
+
+/* Takes the pending connection off the listener and closes it at once. */
+static void reject(struct sl_admin *a, uv_stream_t *server)
+{
+    uv_tcp_t *t = malloc(sizeof(*t));
+    if (t == NULL)
+        return;
+    uv_tcp_init(a->loop, t);
+    uv_accept(server, (uv_stream_t *)t);
+    uv_close((uv_handle_t *)t, on_free_handle_close);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct sl_admin *a = server->data;
+    if (status < 0) {
+        sl_log_warn("admin accept failed", "err=%s", uv_strerror(status));
+        return;
+    }
+    struct conn *c = a->closing || a->n_conns >= MAX_CONNS ? NULL : calloc(1, sizeof(*c));
+    if (c == NULL) {
+        sl_log_debug("admin connection refused", "open=%d max=%d", a->n_conns, MAX_CONNS);
+        reject(a, server);
+        return;
+    }
+    c->a = a;
+    uv_tcp_init(a->loop, &c->tcp);
+    uv_timer_init(a->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles = 2;
+    c->state = C_READ;
+    c->next = a->conns;
+    if (a->conns != NULL)
+        a->conns->prev = c;
+    a->conns = c;
+    a->n_conns++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_timer, a->head_timeout_ms, 0);
+}
+
+/* ---- the server --------------------------------------------------------- */
+
+struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
+                                const struct sl_admin_cbs *cbs)
+{
+    char qaddr[100];
+    sl_log_quote(addr->text, strlen(addr->text), qaddr, sizeof(qaddr));
+    struct sl_admin *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        sl_log_error("admin cannot listen", "addr=%s err=%s", qaddr, sl_strerror(SL_ENOMEM));
+        return NULL;
+    }
+    a->loop = loop;
+    if (cbs != NULL)
+        a->cbs = *cbs;
+    a->head_timeout_ms = HEAD_TIMEOUT_MS;
+    snprintf(a->addr, sizeof(a->addr), "%s", addr->text);
+    int rc = uv_tcp_init(loop, &a->listener);
+    if (rc < 0) {
+        sl_log_error("admin cannot listen", "addr=%s err=%s", qaddr, uv_strerror(rc));
+        free(a);
+        return NULL;
+    }
+    a->listener.data = a;
+    a->listening = 1;
+    rc = uv_tcp_bind(&a->listener, (const struct sockaddr *)&addr->ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&a->listener, BACKLOG, on_connection);
+    if (rc < 0) {
+        sl_log_error("admin cannot listen", "addr=%s err=%s", qaddr, uv_strerror(rc));
+        a->closing = 1;
+        uv_close((uv_handle_t *)&a->listener, on_listener_close); /* frees <a> */
+        return NULL;
+    }
+    struct sockaddr_storage ss;
+    int sslen = sizeof(ss);
+    if (uv_tcp_getsockname(&a->listener, (struct sockaddr *)&ss, &sslen) == 0)
+        a->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    sl_log_info("admin listening", "addr=%s port=%d", qaddr, a->port);
+    return a;
+}
+
+void sl_admin_close(struct sl_admin *a)
+{
+    if (a == NULL || a->closing)
+        return;
+    a->closing = 1;
+    uv_close((uv_handle_t *)&a->listener, on_listener_close);
+    for (struct conn *c = a->conns; c != NULL; c = c->next)
+        conn_close(c);
+    /* freed by the last close callback */
+}
+
+int sl_admin_port(const struct sl_admin *a)
+{
+    return a->port;
+}
+
+int sl_admin_connections(const struct sl_admin *a)
+{
+    return a->n_conns;
+}
+
+void sl_admin_set_head_timeout(struct sl_admin *a, uint64_t ms)
+{
+    a->head_timeout_ms = ms;
+}

@@ -1,0 +1,81 @@
+/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats.
+ *
+ * A minimal HTTP/1.1 server on the process's loop: GET only, one request per
+ * connection (Connection: close), request head capped at 8 KiB, 5 s to send
+ * it. What it serves comes from callbacks, so admin/ knows nothing of the
+ * modules it reports on. */
+#ifndef SL_ADMIN_ADMIN_H
+#define SL_ADMIN_ADMIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <uv.h>
+
+#include "conf/conf-t.h"
+
+struct sl_admin;     /* opaque */
+struct sl_metrics;   /* a Prometheus text writer, opaque */
+
+/* Writes the metrics: call the sl_metrics_* functions below on <m>. */
+typedef void sl_admin_metrics_cb(void *data, struct sl_metrics *m);
+/* Writes the /stats JSON document to <out>. */
+typedef void sl_admin_stats_cb(void *data, FILE *out);
+/* Returns 1 when ready (for /readyz), else 0 and may set *why. */
+typedef int sl_admin_ready_cb(void *data, const char **why);
+
+struct sl_admin_cbs {
+    sl_admin_metrics_cb *metrics;
+    sl_admin_stats_cb   *stats;
+    sl_admin_ready_cb   *ready;
+    void                *data;
+};
+
+/* Binds <addr> and serves. Returns NULL (and logs) on failure. */
+struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
+                                const struct sl_admin_cbs *cbs);
+
+/* Stops listening, closes open admin connections, frees when closed. */
+void sl_admin_close(struct sl_admin *a);
+
+/* The port <a> listens on (the one the kernel chose when <addr> said 0). */
+int sl_admin_port(const struct sl_admin *a);
+
+/* Admin connections open now (accepted and not yet freed). */
+int sl_admin_connections(const struct sl_admin *a);
+
+/* How long a connection accepted from now on may take to send its request
+ * head before it is closed (default 5000 ms). For tests. */
+void sl_admin_set_head_timeout(struct sl_admin *a, uint64_t ms);
+
+/* ---- Prometheus text format 0.0.4 writer ---- */
+
+/* A writer onto <out> (borrowed: not closed by sl_metrics_close()). Write
+ * errors are left in <out> for the caller (ferror). NULL when out of memory. */
+struct sl_metrics *sl_metrics_open(FILE *out);
+void sl_metrics_close(struct sl_metrics *m);
+
+/* Formats <v> as a sample value into <out> (size <cap>, 32 is enough): the
+ * shortest decimal that reads back exactly, "+Inf", "-Inf" or "NaN". Returns
+ * the length (as snprintf would). */
+size_t sl_metrics_fmt_f64(char *out, size_t cap, double v);
+
+/* Starts a metric family: "# HELP name help" and "# TYPE name type"
+ * (type: "counter" | "gauge" | "histogram"). Each family once per scrape. */
+void sl_metrics_family(struct sl_metrics *m, const char *name, const char *type,
+                       const char *help);
+
+/* One sample: name{labels} value. <labels> is NULL or pairs of strings
+ * terminated by NULL: {"listener", "cache", NULL}; values are escaped. */
+void sl_metrics_u64(struct sl_metrics *m, const char *name, const char *const *labels,
+                    uint64_t v);
+void sl_metrics_f64(struct sl_metrics *m, const char *name, const char *const *labels,
+                    double v);
+
+/* A histogram's samples (_bucket with le, _sum, _count) from per-bucket
+ * (non-cumulative) counts; <bounds> in the unit of the metric (seconds),
+ * <n> finite bounds, <counts> has n + 1 entries (the last is +Inf). */
+void sl_metrics_histogram(struct sl_metrics *m, const char *name, const char *const *labels,
+                          const double *bounds, const uint64_t *counts, int n, double sum);
+
+#endif

@@ -1,0 +1,577 @@
+/* sluice — identity: who a request belongs to.
+ *
+ *   request --> sl_identity_observe()  AUTH / HELLO / CLIENT SETNAME / RESET
+ *      |                 |               update the connection's state
+ *      |                 v
+ *      +-------> sl_identity_of()  walks the listener's sources in order:
+ *                  resp_user, client_name, key_prefix, client_ip, none
+ *                  (the first with a value wins; key_prefix asks
+ *                   sl_resp_first_key(), a binary search of Redis's table)
+ *
+ * Everything works on what the framer captured: the first
+ * SL_RESP_CAPTURE_ARGS arguments, each cut at SL_RESP_CAPTURE_LEN bytes, with
+ * their full lengths. A value that is cut, empty, longer than SL_ID_MAX or
+ * holds an unsafe byte is replaced by its hash ("#" + 16 hex digits), so an
+ * identity is always 1..SL_ID_MAX printable bytes that can go into a store
+ * key, a log line and an error message as they are.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "identity/identity.h"
+#include "proto/resp.h"
+
+/* ---- the first-key table --------------------------------------------------- */
+
+/* Where a command's first key is. */
+enum {
+    K_NONE,    /* no key */
+    K_AT,      /* at argument <arg> */
+    K_NUMKEYS, /* argument <arg> is numkeys; the keys follow it */
+    K_STREAMS, /* after the STREAMS keyword, searched from argument <arg> */
+    K_SUB,     /* a container: subcommands of group <arg> take a key at 2 */
+    K_MIGRATE, /* at 3, unless that is "" (then the keys follow KEYS) */
+};
+
+/* Containers with subcommands that take a key (every other container, e.g.
+ * CLIENT, CONFIG, SCRIPT, FUNCTION, takes none). */
+enum { SUB_MEMORY, SUB_OBJECT, SUB_XGROUP, SUB_XINFO };
+
+static const char *const subcommands[][6] = {
+    [SUB_MEMORY] = { "USAGE", NULL },
+    [SUB_OBJECT] = { "ENCODING", "FREQ", "IDLETIME", "REFCOUNT", NULL },
+    [SUB_XGROUP] = { "CREATE", "CREATECONSUMER", "DELCONSUMER", "DESTROY", "SETID", NULL },
+    [SUB_XINFO]  = { "CONSUMERS", "GROUPS", "STREAM", NULL },
+};
+
+#define CMD_NAME_MAX 20 /* longest name in the table: GEORADIUSBYMEMBER_RO */
+
+struct cmd {
+    char    name[CMD_NAME_MAX + 1]; /* upper case */
+    uint8_t kind;                   /* K_* */
+    uint8_t arg;                    /* its argument, see K_* */
+};
+
+/* Every command of Redis 7.0 (COMMAND on redis-server 7.0.15, first key from
+ * the first key spec), plus WAITAOF (7.2). Sorted by strcmp() of the upper
+ * case names, for the binary search: '-' < letters < '_'. */
+static const struct cmd cmds[] = {
+    { "ACL", K_NONE, 0 },                { "APPEND", K_AT, 1 },
+    { "ASKING", K_NONE, 0 },             { "AUTH", K_NONE, 0 },
+    { "BGREWRITEAOF", K_NONE, 0 },       { "BGSAVE", K_NONE, 0 },
+    { "BITCOUNT", K_AT, 1 },             { "BITFIELD", K_AT, 1 },
+    { "BITFIELD_RO", K_AT, 1 },          { "BITOP", K_AT, 2 },
+    { "BITPOS", K_AT, 1 },               { "BLMOVE", K_AT, 1 },
+    { "BLMPOP", K_NUMKEYS, 2 },          { "BLPOP", K_AT, 1 },
+    { "BRPOP", K_AT, 1 },                { "BRPOPLPUSH", K_AT, 1 },
+    { "BZMPOP", K_NUMKEYS, 2 },          { "BZPOPMAX", K_AT, 1 },
+    { "BZPOPMIN", K_AT, 1 },             { "CLIENT", K_NONE, 0 },
+    { "CLUSTER", K_NONE, 0 },            { "COMMAND", K_NONE, 0 },
+    { "CONFIG", K_NONE, 0 },             { "COPY", K_AT, 1 },
+    { "DBSIZE", K_NONE, 0 },             { "DEBUG", K_NONE, 0 },
+    { "DECR", K_AT, 1 },                 { "DECRBY", K_AT, 1 },
+    { "DEL", K_AT, 1 },                  { "DISCARD", K_NONE, 0 },
+    { "DUMP", K_AT, 1 },                 { "ECHO", K_NONE, 0 },
+    { "EVAL", K_NUMKEYS, 2 },            { "EVALSHA", K_NUMKEYS, 2 },
+    { "EVALSHA_RO", K_NUMKEYS, 2 },      { "EVAL_RO", K_NUMKEYS, 2 },
+    { "EXEC", K_NONE, 0 },               { "EXISTS", K_AT, 1 },
+    { "EXPIRE", K_AT, 1 },               { "EXPIREAT", K_AT, 1 },
+    { "EXPIRETIME", K_AT, 1 },           { "FAILOVER", K_NONE, 0 },
+    { "FCALL", K_NUMKEYS, 2 },           { "FCALL_RO", K_NUMKEYS, 2 },
+    { "FLUSHALL", K_NONE, 0 },           { "FLUSHDB", K_NONE, 0 },
+    { "FUNCTION", K_NONE, 0 },           { "GEOADD", K_AT, 1 },
+    { "GEODIST", K_AT, 1 },              { "GEOHASH", K_AT, 1 },
+    { "GEOPOS", K_AT, 1 },               { "GEORADIUS", K_AT, 1 },
+    { "GEORADIUSBYMEMBER", K_AT, 1 },    { "GEORADIUSBYMEMBER_RO", K_AT, 1 },
+    { "GEORADIUS_RO", K_AT, 1 },         { "GEOSEARCH", K_AT, 1 },
+    { "GEOSEARCHSTORE", K_AT, 1 },       { "GET", K_AT, 1 },
+    { "GETBIT", K_AT, 1 },               { "GETDEL", K_AT, 1 },
+    { "GETEX", K_AT, 1 },                { "GETRANGE", K_AT, 1 },
+    { "GETSET", K_AT, 1 },               { "HDEL", K_AT, 1 },
+    { "HELLO", K_NONE, 0 },              { "HEXISTS", K_AT, 1 },
+    { "HGET", K_AT, 1 },                 { "HGETALL", K_AT, 1 },
+    { "HINCRBY", K_AT, 1 },              { "HINCRBYFLOAT", K_AT, 1 },
+    { "HKEYS", K_AT, 1 },                { "HLEN", K_AT, 1 },
+    { "HMGET", K_AT, 1 },                { "HMSET", K_AT, 1 },
+    { "HRANDFIELD", K_AT, 1 },           { "HSCAN", K_AT, 1 },
+    { "HSET", K_AT, 1 },                 { "HSETNX", K_AT, 1 },
+    { "HSTRLEN", K_AT, 1 },              { "HVALS", K_AT, 1 },
+    { "INCR", K_AT, 1 },                 { "INCRBY", K_AT, 1 },
+    { "INCRBYFLOAT", K_AT, 1 },          { "INFO", K_NONE, 0 },
+    { "KEYS", K_NONE, 0 },               { "LASTSAVE", K_NONE, 0 },
+    { "LATENCY", K_NONE, 0 },            { "LCS", K_AT, 1 },
+    { "LINDEX", K_AT, 1 },               { "LINSERT", K_AT, 1 },
+    { "LLEN", K_AT, 1 },                 { "LMOVE", K_AT, 1 },
+    { "LMPOP", K_NUMKEYS, 1 },           { "LOLWUT", K_NONE, 0 },
+    { "LPOP", K_AT, 1 },                 { "LPOS", K_AT, 1 },
+    { "LPUSH", K_AT, 1 },                { "LPUSHX", K_AT, 1 },
+    { "LRANGE", K_AT, 1 },               { "LREM", K_AT, 1 },
+    { "LSET", K_AT, 1 },                 { "LTRIM", K_AT, 1 },
+    { "MEMORY", K_SUB, SUB_MEMORY },     { "MGET", K_AT, 1 },
+    { "MIGRATE", K_MIGRATE, 3 },         { "MODULE", K_NONE, 0 },
+    { "MONITOR", K_NONE, 0 },            { "MOVE", K_AT, 1 },
+    { "MSET", K_AT, 1 },                 { "MSETNX", K_AT, 1 },
+    { "MULTI", K_NONE, 0 },              { "OBJECT", K_SUB, SUB_OBJECT },
+    { "PERSIST", K_AT, 1 },              { "PEXPIRE", K_AT, 1 },
+    { "PEXPIREAT", K_AT, 1 },            { "PEXPIRETIME", K_AT, 1 },
+    { "PFADD", K_AT, 1 },                { "PFCOUNT", K_AT, 1 },
+    { "PFDEBUG", K_AT, 2 },              { "PFMERGE", K_AT, 1 },
+    { "PFSELFTEST", K_NONE, 0 },         { "PING", K_NONE, 0 },
+    { "PSETEX", K_AT, 1 },               { "PSUBSCRIBE", K_NONE, 0 },
+    { "PSYNC", K_NONE, 0 },              { "PTTL", K_AT, 1 },
+    { "PUBLISH", K_NONE, 0 },            { "PUBSUB", K_NONE, 0 },
+    { "PUNSUBSCRIBE", K_NONE, 0 },       { "QUIT", K_NONE, 0 },
+    { "RANDOMKEY", K_NONE, 0 },          { "READONLY", K_NONE, 0 },
+    { "READWRITE", K_NONE, 0 },          { "RENAME", K_AT, 1 },
+    { "RENAMENX", K_AT, 1 },             { "REPLCONF", K_NONE, 0 },
+    { "REPLICAOF", K_NONE, 0 },          { "RESET", K_NONE, 0 },
+    { "RESTORE", K_AT, 1 },              { "RESTORE-ASKING", K_AT, 1 },
+    { "ROLE", K_NONE, 0 },               { "RPOP", K_AT, 1 },
+    { "RPOPLPUSH", K_AT, 1 },            { "RPUSH", K_AT, 1 },
+    { "RPUSHX", K_AT, 1 },               { "SADD", K_AT, 1 },
+    { "SAVE", K_NONE, 0 },               { "SCAN", K_NONE, 0 },
+    { "SCARD", K_AT, 1 },                { "SCRIPT", K_NONE, 0 },
+    { "SDIFF", K_AT, 1 },                { "SDIFFSTORE", K_AT, 1 },
+    { "SELECT", K_NONE, 0 },             { "SET", K_AT, 1 },
+    { "SETBIT", K_AT, 1 },               { "SETEX", K_AT, 1 },
+    { "SETNX", K_AT, 1 },                { "SETRANGE", K_AT, 1 },
+    { "SHUTDOWN", K_NONE, 0 },           { "SINTER", K_AT, 1 },
+    { "SINTERCARD", K_NUMKEYS, 1 },      { "SINTERSTORE", K_AT, 1 },
+    { "SISMEMBER", K_AT, 1 },            { "SLAVEOF", K_NONE, 0 },
+    { "SLOWLOG", K_NONE, 0 },            { "SMEMBERS", K_AT, 1 },
+    { "SMISMEMBER", K_AT, 1 },           { "SMOVE", K_AT, 1 },
+    { "SORT", K_AT, 1 },                 { "SORT_RO", K_AT, 1 },
+    { "SPOP", K_AT, 1 },                 { "SPUBLISH", K_AT, 1 },
+    { "SRANDMEMBER", K_AT, 1 },          { "SREM", K_AT, 1 },
+    { "SSCAN", K_AT, 1 },                { "SSUBSCRIBE", K_AT, 1 },
+    { "STRLEN", K_AT, 1 },               { "SUBSCRIBE", K_NONE, 0 },
+    { "SUBSTR", K_AT, 1 },               { "SUNION", K_AT, 1 },
+    { "SUNIONSTORE", K_AT, 1 },          { "SUNSUBSCRIBE", K_AT, 1 },
+    { "SWAPDB", K_NONE, 0 },             { "SYNC", K_NONE, 0 },
+    { "TIME", K_NONE, 0 },               { "TOUCH", K_AT, 1 },
+    { "TTL", K_AT, 1 },                  { "TYPE", K_AT, 1 },
+    { "UNLINK", K_AT, 1 },               { "UNSUBSCRIBE", K_NONE, 0 },
+    { "UNWATCH", K_NONE, 0 },            { "WAIT", K_NONE, 0 },
+    { "WAITAOF", K_NONE, 0 },            { "WATCH", K_AT, 1 },
+    { "XACK", K_AT, 1 },                 { "XADD", K_AT, 1 },
+    { "XAUTOCLAIM", K_AT, 1 },           { "XCLAIM", K_AT, 1 },
+    { "XDEL", K_AT, 1 },                 { "XGROUP", K_SUB, SUB_XGROUP },
+    { "XINFO", K_SUB, SUB_XINFO },       { "XLEN", K_AT, 1 },
+    { "XPENDING", K_AT, 1 },             { "XRANGE", K_AT, 1 },
+    { "XREAD", K_STREAMS, 1 },           { "XREADGROUP", K_STREAMS, 4 },
+    { "XREVRANGE", K_AT, 1 },            { "XSETID", K_AT, 1 },
+    { "XTRIM", K_AT, 1 },                { "ZADD", K_AT, 1 },
+    { "ZCARD", K_AT, 1 },                { "ZCOUNT", K_AT, 1 },
+    { "ZDIFF", K_NUMKEYS, 1 },           { "ZDIFFSTORE", K_AT, 1 },
+    { "ZINCRBY", K_AT, 1 },              { "ZINTER", K_NUMKEYS, 1 },
+    { "ZINTERCARD", K_NUMKEYS, 1 },      { "ZINTERSTORE", K_AT, 1 },
+    { "ZLEXCOUNT", K_AT, 1 },            { "ZMPOP", K_NUMKEYS, 1 },
+    { "ZMSCORE", K_AT, 1 },              { "ZPOPMAX", K_AT, 1 },
+    { "ZPOPMIN", K_AT, 1 },              { "ZRANDMEMBER", K_AT, 1 },
+    { "ZRANGE", K_AT, 1 },               { "ZRANGEBYLEX", K_AT, 1 },
+    { "ZRANGEBYSCORE", K_AT, 1 },        { "ZRANGESTORE", K_AT, 1 },
+    { "ZRANK", K_AT, 1 },                { "ZREM", K_AT, 1 },
+    { "ZREMRANGEBYLEX", K_AT, 1 },       { "ZREMRANGEBYRANK", K_AT, 1 },
+    { "ZREMRANGEBYSCORE", K_AT, 1 },     { "ZREVRANGE", K_AT, 1 },
+    { "ZREVRANGEBYLEX", K_AT, 1 },       { "ZREVRANGEBYSCORE", K_AT, 1 },
+    { "ZREVRANK", K_AT, 1 },             { "ZSCAN", K_AT, 1 },
+    { "ZSCORE", K_AT, 1 },               { "ZUNION", K_NUMKEYS, 1 },
+    { "ZUNIONSTORE", K_AT, 1 },
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+/* Finds the command named by r->argv[0], or NULL. */
+static const struct cmd *lookup(const struct sl_resp_req *r)
+{
+    char up[CMD_NAME_MAX + 1];
+    uint32_t n = r->arglen[0];
+
+    if (n == 0 || n > CMD_NAME_MAX)
+        return NULL;
+    /* Fold to upper case; any byte no command name has (a NUL, a blank,
+     * binary) means no match, which also keeps strcmp() below honest. */
+    for (uint32_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)r->argv[0][i];
+        if (c >= 'a' && c <= 'z')
+            c -= 'a' - 'A';
+        else if (!((c >= 'A' && c <= 'Z') || c == '_' || c == '-'))
+            return NULL;
+        up[i] = (char)c;
+    }
+    up[n] = '\0';
+
+    size_t lo = 0, hi = NCMDS;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(up, cmds[mid].name);
+        if (c == 0)
+            return &cmds[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+int sl_resp_first_key_selftest(void)
+{
+    for (size_t i = 0; i < NCMDS; i++) {
+        const char *n = cmds[i].name;
+        if (n[0] == '\0' || (i > 0 && strcmp(cmds[i - 1].name, n) >= 0))
+            return -1;
+        for (; *n != '\0'; n++)
+            if (!((*n >= 'A' && *n <= 'Z') || *n == '_' || *n == '-'))
+                return -1;
+        if (cmds[i].kind > K_MIGRATE)
+            return -1;
+    }
+    return 0;
+}
+
+/* <i> if argument <i> exists and was captured, else -1. */
+static int captured(const struct sl_resp_req *r, uint32_t i)
+{
+    return i < r->argc && i < r->ncap ? (int)i : -1;
+}
+
+/* Argument <i> as a non-negative decimal (as Redis's string2ll() reads it:
+ * no sign, no leading zero but "0"), or -1. */
+static int64_t arg_count(const struct sl_resp_req *r, uint32_t i)
+{
+    if (i >= r->ncap)
+        return -1;
+
+    uint32_t n = r->arglen[i];
+    const char *a = r->argv[i];
+    int64_t v = 0;
+
+    if (n == 0 || n > 18 || (a[0] == '0' && n > 1))
+        return -1;
+    for (uint32_t k = 0; k < n; k++) {
+        if (a[k] < '0' || a[k] > '9')
+            return -1;
+        v = v * 10 + (a[k] - '0');
+    }
+    return v;
+}
+
+int sl_resp_first_key(const struct sl_resp_req *r)
+{
+    if (r == NULL || r->argc == 0 || r->ncap == 0)
+        return -1;
+
+    const struct cmd *c = lookup(r);
+    if (c == NULL) /* a module's command, or a newer Redis's: guess 1 */
+        return captured(r, 1);
+
+    switch (c->kind) {
+    case K_AT:
+        return captured(r, c->arg);
+
+    case K_NUMKEYS: {
+        /* Redis refuses numkeys larger than the arguments left. */
+        int64_t nk = arg_count(r, c->arg);
+        if (nk <= 0 || (uint64_t)nk > (uint64_t)r->argc - c->arg - 1)
+            return -1;
+        return captured(r, c->arg + 1u);
+    }
+
+    case K_STREAMS:
+        /* The first STREAMS from <arg> on (a group or consumer before it
+         * may be named STREAMS, hence <arg>); then as many ids as keys. */
+        for (uint32_t i = c->arg; i < r->argc && i < r->ncap; i++) {
+            if (sl_resp_arg_is(r, i, "STREAMS")) {
+                uint32_t rest = r->argc - i - 1;
+                if (rest == 0 || rest % 2 != 0)
+                    return -1;
+                return captured(r, i + 1);
+            }
+        }
+        return -1;
+
+    case K_SUB:
+        if (r->argc < 3)
+            return -1;
+        for (const char *const *s = subcommands[c->arg]; *s != NULL; s++)
+            if (sl_resp_arg_is(r, 1, *s))
+                return captured(r, 2);
+        return -1;
+
+    case K_MIGRATE:
+        if (r->argc < 4 || r->ncap < 4 || r->arglen[3] == 0)
+            return -1; /* MIGRATE host port "" db timeout ... KEYS k1 k2 */
+        return 3;
+
+    default:
+        return -1;
+    }
+}
+
+/* ---- values ------------------------------------------------------------------ */
+
+/* Bytes an identity may hold as is: printable ASCII but blank, the quotes,
+ * backslash (error messages, logs, JSON), ':' (store key separator), '{' and
+ * '}' (Redis Cluster hash tags in store keys). */
+static int safe_byte(unsigned char c)
+{
+    return c > ' ' && c < 0x7f && c != '"' && c != '\'' && c != '\\' &&
+           c != ':' && c != '{' && c != '}';
+}
+
+/* 64-bit FNV-1a over <n> bytes of <p>, then over the 8 bytes of <len> (the
+ * value's full length, so two values cut to the same captured bytes but of
+ * different lengths differ), then a murmur3 finalizer to spread the bits
+ * over all 16 hex digits. */
+static uint64_t hash64(const char *p, size_t n, uint64_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 8; i++) {
+        h ^= (len >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ull;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static size_t put_hash(const char *p, size_t n, uint64_t len, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint64_t h = hash64(p, n, len);
+
+    out[0] = '#';
+    for (int i = 0; i < 16; i++)
+        out[1 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
+    out[17] = '\0';
+    return 17;
+}
+
+void sl_identity_hash(const char *p, size_t len, char out[18])
+{
+    put_hash(p, len, len, out);
+}
+
+/* Writes the identity form of a value into <out> (SL_ID_MAX + 1 bytes): its
+ * <n> known bytes at <p>, of full length <len> (> n when cut). Returns the
+ * length written. */
+static size_t put_value(const char *p, size_t n, uint64_t len, char *out)
+{
+    if (n == 0 || n != len || n > SL_ID_MAX)
+        return put_hash(p, n, len, out);
+    for (size_t i = 0; i < n; i++)
+        if (!safe_byte((unsigned char)p[i]))
+            return put_hash(p, n, len, out);
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return n;
+}
+
+/* Bytes captured of argument <i> (which must be < r->ncap). */
+static size_t cap_len(const struct sl_resp_req *r, unsigned i)
+{
+    return r->arglen[i] < SL_RESP_CAPTURE_LEN ? r->arglen[i] : SL_RESP_CAPTURE_LEN;
+}
+
+/* Stores argument <i> in identity form into <dst> (SL_ID_MAX + 1 bytes). */
+static void put_arg(const struct sl_resp_req *r, unsigned i, char *dst)
+{
+    put_value(r->argv[i], cap_len(r, i), r->arglen[i], dst);
+}
+
+/* ---- what a connection tells about itself --------------------------------- */
+
+void sl_identity_init(struct sl_ident_state *st, const struct sockaddr *peer)
+{
+    memset(st, 0, sizeof(*st));
+    strcpy(st->ip, "unknown");
+    if (peer == NULL)
+        return;
+
+    if (peer->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)peer;
+        inet_ntop(AF_INET, &a->sin_addr, st->ip, sizeof(st->ip));
+    } else if (peer->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)peer;
+        /* ::ffff:10.0.0.1 (an IPv4 client on a dual-stack socket) is the
+         * same client as 10.0.0.1 and must get the same identity. */
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
+            inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], st->ip, sizeof(st->ip));
+        else
+            inet_ntop(AF_INET6, &a->sin6_addr, st->ip, sizeof(st->ip));
+    }
+}
+
+/* Whether a client name passes Redis's validateClientName(): no blanks, no
+ * newlines, nothing outside '!'..'~'. Redis refuses the others, so they
+ * never become the name. Only the captured bytes can be checked. */
+static int valid_name(const struct sl_resp_req *r, unsigned i)
+{
+    size_t n = cap_len(r, i);
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)r->argv[i][k];
+        if (c < '!' || c > '~')
+            return 0;
+    }
+    return 1;
+}
+
+static void set_name(struct sl_ident_state *st, const struct sl_resp_req *r, unsigned i)
+{
+    if (r->arglen[i] == 0)
+        st->name[0] = '\0'; /* CLIENT SETNAME "": no name */
+    else
+        put_arg(r, i, st->name);
+}
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 runs it:
+ * protover must be 2 or 3; options are taken in order, AUTH at once, so a
+ * later bad option still leaves it applied; the name only if every option
+ * was fine. */
+static void observe_hello(struct sl_ident_state *st, const struct sl_resp_req *r)
+{
+    int name_at = -1;
+
+    if (r->argc < 2)
+        return;
+    if (!sl_resp_arg_is(r, 1, "2") && !sl_resp_arg_is(r, 1, "3"))
+        return;
+    for (uint32_t j = 2; j < r->argc; j++) {
+        uint32_t more = r->argc - 1 - j;
+        if (j >= r->ncap)
+            return; /* options past the capture: cannot tell */
+        if (sl_resp_arg_is(r, j, "AUTH") && more >= 2) {
+            if (j + 1 >= r->ncap)
+                return;
+            put_arg(r, j + 1, st->user);
+            j += 2;
+        } else if (sl_resp_arg_is(r, j, "SETNAME") && more >= 1) {
+            if (j + 1 >= r->ncap || !valid_name(r, j + 1))
+                return;
+            name_at = (int)j + 1;
+            j++;
+        } else {
+            return;
+        }
+    }
+    if (name_at >= 0)
+        set_name(st, r, (unsigned)name_at);
+}
+
+int sl_identity_learns(const struct sl_resp_req *r)
+{
+    if (r == NULL || r->ncap == 0)
+        return 0;
+    return sl_resp_arg_is(r, 0, "AUTH") || sl_resp_arg_is(r, 0, "HELLO") ||
+           sl_resp_arg_is(r, 0, "CLIENT") || sl_resp_arg_is(r, 0, "RESET");
+}
+
+void sl_identity_observe(struct sl_ident_state *st, const struct sl_resp_req *r)
+{
+    if (r == NULL || r->ncap == 0)
+        return;
+
+    if (sl_resp_arg_is(r, 0, "AUTH")) {
+        if (r->argc == 2)
+            strcpy(st->user, "default");
+        else if (r->argc == 3)
+            put_arg(r, 1, st->user);
+    } else if (sl_resp_arg_is(r, 0, "HELLO")) {
+        observe_hello(st, r);
+    } else if (sl_resp_arg_is(r, 0, "CLIENT")) {
+        if (r->argc == 3 && sl_resp_arg_is(r, 1, "SETNAME") && valid_name(r, 2))
+            set_name(st, r, 2);
+    } else if (sl_resp_arg_is(r, 0, "RESET")) {
+        if (r->argc == 1) {
+            st->user[0] = '\0';
+            st->name[0] = '\0';
+        }
+    }
+}
+
+/* ---- resolving ----------------------------------------------------------------- */
+
+/* The key_prefix identity of <r> into <out>, or 0 if its command has no key
+ * (among the captured arguments). */
+static size_t key_prefix(const struct sl_listener_conf *lc, const struct sl_resp_req *r, char *out)
+{
+    int k = sl_resp_first_key(r);
+    if (k < 0)
+        return 0;
+
+    const char *key = r->argv[k];
+    size_t n = cap_len(r, (unsigned)k);
+    const char *sep = lc->key_prefix_separator;
+    size_t sn = strnlen(sep, sizeof(lc->key_prefix_separator));
+
+    if (sn > 0) {
+        const char *at = memmem(key, n, sep, sn);
+        if (at != NULL) /* the prefix is all there, however long the key */
+            return put_value(key, (size_t)(at - key), (uint64_t)(at - key), out);
+        if (n < r->arglen[k]) {
+            /* A cut key with no separator in its first bytes: the prefix,
+             * if any, is longer than what we hold. Its hash covers the
+             * captured bytes and not the key's length, so that every key
+             * under one long prefix still counts as one identity. */
+            return put_hash(key, n, UINT64_MAX, out);
+        }
+    }
+    return put_value(key, n, r->arglen[k], out); /* no separator: the whole key */
+}
+
+/* Copies the string in <s> (an array of <cap> bytes) into <out>. */
+static size_t put_str(const char *s, size_t cap, char *out)
+{
+    size_t n = strnlen(s, cap < SL_ID_MAX ? cap : SL_ID_MAX);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return n;
+}
+
+size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                      const struct sl_resp_req *r, char out[SL_ID_MAX + 1])
+{
+    int n_src = lc != NULL ? lc->n_identity : 0;
+    size_t n;
+
+    if (n_src > SL_CONF_MAX_IDENTITY)
+        n_src = SL_CONF_MAX_IDENTITY;
+    for (int i = 0; i < n_src; i++) {
+        switch (lc->identity[i]) {
+        case SL_ID_RESP_USER:
+            if (st != NULL && st->user[0] != '\0')
+                return put_str(st->user, sizeof(st->user), out);
+            break;
+        case SL_ID_CLIENT_NAME:
+            if (st != NULL && st->name[0] != '\0')
+                return put_str(st->name, sizeof(st->name), out);
+            break;
+        case SL_ID_KEY_PREFIX:
+            if (r != NULL && (n = key_prefix(lc, r, out)) > 0)
+                return n;
+            break;
+        case SL_ID_CLIENT_IP:
+            goto ip;
+        case SL_ID_NONE:
+            return put_str("*", 2, out);
+        case SL_ID_HEADER: /* HTTP: the HTTP code resolves it */
+        default:
+            break;
+        }
+    }
+ip:
+    if (st != NULL && st->ip[0] != '\0')
+        return put_str(st->ip, sizeof(st->ip), out);
+    return put_str("unknown", sizeof("unknown"), out);
+}

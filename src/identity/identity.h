@@ -1,0 +1,69 @@
+/* sluice — identity: AUTH user, client name, key prefix, client IP.
+ *
+ * Pure functions over what the framer captured of a request (struct
+ * sl_resp_req: the first SL_RESP_CAPTURE_ARGS arguments, each cut at
+ * SL_RESP_CAPTURE_LEN bytes, with their full lengths). Identity values that
+ * are longer than SL_ID_MAX or hold bytes outside printable ASCII (or a
+ * quote, backslash, '{', '}' or ':' that would confuse keys and messages)
+ * are replaced by "#" + 16 hex digits of a 64-bit hash of the value, so they
+ * are safe to put in a store key and in an error message. */
+#ifndef SL_IDENTITY_IDENTITY_H
+#define SL_IDENTITY_IDENTITY_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "conf/conf-t.h"
+#include "identity/identity-t.h"
+#include "proto/resp-t.h"
+
+/* Sets up <st> for a new connection from <peer> (may be NULL: ip "unknown"). */
+void sl_identity_init(struct sl_ident_state *st, const struct sockaddr *peer);
+
+/* Learns from a request the connection sent: AUTH pass (user "default"),
+ * AUTH user pass, HELLO ver [AUTH user pass] [SETNAME name], CLIENT SETNAME
+ * name (an empty name clears it), RESET (clears user back to "" and name).
+ * Case-insensitive command names. */
+void sl_identity_observe(struct sl_ident_state *st, const struct sl_resp_req *r);
+
+/* Nonzero if <r> is a request sl_identity_observe() may learn from (AUTH,
+ * HELLO, CLIENT, RESET): one test of the command name, for a caller that
+ * holds such requests back until Redis has answered them (a refused AUTH
+ * must not change the identity). */
+int sl_identity_learns(const struct sl_resp_req *r);
+
+/* Resolves the identity of request <r> (NULL for a non-RESP connection) on
+ * a listener configured with <lc>'s identity sources, in order; the first
+ * source that yields a value wins: resp_user (if AUTH seen), client_name
+ * (if set), key_prefix (the request's first key up to the listener's
+ * key_prefix_separator, or the whole key if it has none; only if the command
+ * has a key), client_ip (always), none ("*": everyone is one identity),
+ * header:NAME (HTTP: not handled here, skipped). If no source yields, the
+ * client ip. Writes the value NUL-terminated into <out> and returns its
+ * length (1..SL_ID_MAX). The client ip is the one value never hashed: an
+ * IPv6 address keeps its ':' ("::1"), so operators can name it in
+ * match_identity. */
+size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                      const struct sl_resp_req *r, char out[SL_ID_MAX + 1]);
+
+/* Index (into r->argv) of the request's first key, or -1 if the command
+ * takes no key or the key is not among the captured arguments. From a
+ * table of Redis 7's commands: most take their key at 1; no-key commands
+ * (PING, AUTH, SELECT, MULTI, PUBLISH, SCAN, KEYS, INFO, ...) give -1;
+ * subcommand containers (OBJECT ENCODING key, MEMORY USAGE key, XINFO
+ * STREAM key ...) at 2; numkeys commands (EVAL/EVALSHA/FCALL script numkeys
+ * key..., ZUNION/ZINTER/ZDIFF/SINTERCARD/LMPOP/ZMPOP numkeys key...,
+ * BLMPOP/BZMPOP timeout numkeys key...) when numkeys > 0; XREAD/XREADGROUP
+ * after STREAMS; BITOP op destkey at 2; MIGRATE host port key at 3 (or -1 for
+ * the KEYS form). Unknown commands (modules): 1 if argc > 1. */
+int sl_resp_first_key(const struct sl_resp_req *r);
+
+/* Checks the command table behind sl_resp_first_key(): sorted, upper case.
+ * Returns 0 if it is fine (for the tests). */
+int sl_resp_first_key_selftest(void);
+
+/* The hashed form of a value: "#" + 16 lowercase hex digits. Writes 18 bytes
+ * with the NUL. */
+void sl_identity_hash(const char *p, size_t len, char out[18]);
+
+#endif

@@ -1,0 +1,460 @@
+/* sluice — the rate-limiting algorithms, in process.
+ *
+ * The same arithmetic as the scripts in lua/, statement for statement, so a limit
+ * gives the same answers with url = local as with url = redis://
+ * (tests/unit/limit/cases.h holds both to one table). docs/algorithms.md
+ * states the definitions; here is how they are computed.
+ *
+ * Units. A bucket of <burst> tokens refilled with <amount> tokens per
+ * <period_us> holds an exact number of "units": with g = gcd(amount,
+ * period_us), one token is S = period_us / g units and one microsecond
+ * refills K = amount / g units. Refill, take, retry and reset are then
+ * integer operations that never round (a fixed micro-token would: 1/d
+ * refills 1e6 / 8.64e10 micro-tokens per microsecond). Results are rounded
+ * only when reported: remaining down (whole tokens), waits up (whole us).
+ *
+ *   units:  |<------ S ------>|<------ S ------>| ...  burst * S = capacity
+ *   time:   each us adds K units; a token takes S / K us (a fraction)
+ *
+ * Every intermediate stays below 2^53 inside the bounds of algo.h, where the
+ * Lua doubles are still exact; the 128-bit products here are for the one
+ * place (the sliding window's weighting) where the scripts do a long
+ * multiplication instead. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "limit/algo.h"
+
+static const char *const names[] = {
+    [SL_ALGO_TOKEN_BUCKET]   = "token_bucket",
+    [SL_ALGO_GCRA]           = "gcra",
+    [SL_ALGO_SLIDING_WINDOW] = "sliding_window",
+    [SL_ALGO_SLIDING_LOG]    = "sliding_log",
+    [SL_ALGO_FIXED_WINDOW]   = "fixed_window",
+};
+
+const char *sl_algo_name(enum sl_algo a)
+{
+    if ((unsigned)a < sizeof(names) / sizeof(names[0]) && names[a] != NULL)
+        return names[a];
+    return "unknown";
+}
+
+/* ---- integer helpers (the scripts have the same ones) ------------------- */
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b != 0) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* ceil(a / b), b > 0. */
+static uint64_t cdiv(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+/* floor(a * b / c) and its remainder in *<rem>; the quotient must fit. */
+static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c, uint64_t *rem)
+{
+    unsigned __int128 x = (unsigned __int128)a * b;
+    *rem = (uint64_t)(x % c);
+    return (uint64_t)(x / c);
+}
+
+/* A bucket's units (see the top of the file). */
+struct units {
+    uint64_t S;   /* units per token */
+    uint64_t K;   /* units refilled per microsecond */
+    uint64_t cap; /* burst * S */
+};
+
+/* sl_algo_check(), also filling <u> for the buckets. */
+static int check(const struct sl_algo_params *p, const char **why, struct units *u)
+{
+    const char *w = NULL;
+    if (p->amount < 1 || p->amount > SL_ALGO_MAX_AMOUNT)
+        w = "the rate's amount must be 1 to 2^40";
+    else if (p->period_us < 1 || p->period_us > SL_ALGO_MAX_PERIOD_US)
+        w = "the rate's period must be 1 us to 365 days";
+    else {
+        switch (p->algo) {
+        case SL_ALGO_TOKEN_BUCKET:
+        case SL_ALGO_GCRA: {
+            uint64_t g = gcd(p->amount, p->period_us);
+            u->S = p->period_us / g;
+            u->K = p->amount / g;
+            if (p->burst < 1 || p->burst > SL_ALGO_MAX_AMOUNT)
+                w = "burst must be 1 to 2^40";
+            else if (p->burst > SL_ALGO_MAX_UNITS / u->S)
+                w = "burst x period / gcd(amount, period) must be at most 2^52 "
+                    "(a smaller burst, or a rate in coarser units)";
+            else
+                u->cap = p->burst * u->S;
+            break;
+        }
+        case SL_ALGO_SLIDING_LOG:
+            if (p->amount > SL_ALGO_MAX_LOG)
+                w = "sliding_log keeps one event per token: amount must be at most 100000";
+            break;
+        case SL_ALGO_SLIDING_WINDOW:
+        case SL_ALGO_FIXED_WINDOW:
+            break;
+        default:
+            w = "unknown algorithm";
+            break;
+        }
+    }
+    if (why != NULL)
+        *why = w;
+    return w == NULL ? 0 : SL_ECONF;
+}
+
+int sl_algo_check(const struct sl_algo_params *p, const char **why)
+{
+    struct units u;
+    return check(p, why, &u);
+}
+
+static void answer(struct sl_algo_result *out, int allowed, uint64_t remaining,
+                   uint64_t retry_after_us, uint64_t reset_us)
+{
+    out->allowed = allowed;
+    out->remaining = remaining;
+    out->retry_after_us = retry_after_us;
+    out->reset_us = reset_us;
+}
+
+/* ---- token_bucket ------------------------------------------------------ */
+
+/* A bucket holding <v> units, as reported. */
+static void bucket_answer(struct sl_algo_result *out, const struct units *u, int allowed,
+                          uint64_t v, uint64_t retry_after_us)
+{
+    answer(out, allowed, v / u->S, retry_after_us, cdiv(u->cap - v, u->K));
+}
+
+static void token_bucket(struct sl_algo_state *st, const struct sl_algo_params *p,
+                         const struct units *u, uint64_t now, uint64_t cost, int commit,
+                         struct sl_algo_result *out)
+{
+    uint64_t v = u->cap, t = now; /* no state: full */
+    if (st->init && st->c != 0) {
+        v = st->a;
+        t = st->b;
+        if (st->c != u->S) {
+            /* The rate changed (a reload): keep the whole tokens. */
+            uint64_t tokens = v / st->c;
+            v = (tokens < p->burst ? tokens : p->burst) * u->S;
+        }
+        if (v > u->cap)
+            v = u->cap;
+    }
+    if (now < t)
+        now = t; /* time went backwards: as at the last take */
+    if (v < u->cap) {
+        /* Clamp the elapsed time before multiplying: past the time to fill
+         * up, the bucket is simply full. */
+        uint64_t e = now - t;
+        if (e >= cdiv(u->cap - v, u->K))
+            v = u->cap;
+        else
+            v += e * u->K;
+    }
+    if (cost > p->burst) {
+        bucket_answer(out, u, 0, v, UINT64_MAX);
+        return;
+    }
+    uint64_t need = cost * u->S;
+    if (need > v) {
+        bucket_answer(out, u, 0, v, cdiv(need - v, u->K));
+        return;
+    }
+    if (commit && cost > 0) {
+        v -= need;
+        st->a = v;
+        st->b = now;
+        st->c = u->S;
+        st->init = 1;
+    }
+    bucket_answer(out, u, 1, v, 0);
+}
+
+/* ---- gcra ---------------------------------------------------------------- */
+
+/* The theoretical arrival time TAT = a + c / K us: the moment the bucket is
+ * full again. The debt TAT - now, in units, is what is missing from a full
+ * bucket. Only TAT is kept, so an earlier now cannot be told from an early
+ * request: the debt is clamped to one full bucket (never worse than empty). */
+static void gcra(struct sl_algo_state *st, const struct sl_algo_params *p, const struct units *u,
+                 uint64_t now, uint64_t cost, int commit, struct sl_algo_result *out)
+{
+    uint64_t tu = st->init ? st->a : 0, tf = st->init ? st->c : 0;
+    if (tf >= u->K) {
+        /* Stored under another rate (a reload): round up to a whole us. */
+        tu += 1;
+        tf = 0;
+    }
+    uint64_t debt = 0;
+    if (tu >= now) {
+        uint64_t dt = tu - now;
+        debt = dt > u->cap / u->K ? u->cap : dt * u->K + tf;
+        if (debt > u->cap)
+            debt = u->cap;
+    }
+    uint64_t v = u->cap - debt;
+    if (cost > p->burst) {
+        bucket_answer(out, u, 0, v, UINT64_MAX);
+        return;
+    }
+    uint64_t need = cost * u->S;
+    if (need > v) {
+        bucket_answer(out, u, 0, v, cdiv(need - v, u->K));
+        return;
+    }
+    if (commit && cost > 0) {
+        v -= need;
+        debt += need;
+        st->a = now + debt / u->K;
+        st->c = debt % u->K;
+        st->init = 1;
+    }
+    bucket_answer(out, u, 1, v, 0);
+}
+
+/* ---- fixed_window -------------------------------------------------------- */
+
+/* Windows are aligned to multiples of period_us since the epoch, so every
+ * instance agrees on them. */
+static void fixed_window(struct sl_algo_state *st, const struct sl_algo_params *p, uint64_t now,
+                         uint64_t cost, int commit, struct sl_algo_result *out)
+{
+    uint64_t P = p->period_us, A = p->amount;
+    if (st->init && now < st->hw)
+        now = st->hw; /* never back into an older window */
+    uint64_t ws = now - now % P;
+    uint64_t k = st->init && st->b == ws ? st->a : 0;
+    uint64_t reset = ws + P - now;
+    if (cost > A) {
+        answer(out, 0, A > k ? A - k : 0, UINT64_MAX, reset);
+        return;
+    }
+    if (k + cost > A) {
+        answer(out, 0, A > k ? A - k : 0, reset, reset);
+        return;
+    }
+    if (commit && cost > 0) {
+        k += cost;
+        st->a = k;
+        st->b = ws;
+        st->hw = now;
+        st->init = 1;
+    }
+    answer(out, 1, A - k, 0, reset);
+}
+
+/* ---- sliding_window ------------------------------------------------------ */
+
+/* estimate = ceil(prev * (P - elapsed) / P) + cur: the previous window's
+ * count weighted by the part of it still inside the sliding window, rounded
+ * up so the comparison with amount is the exact one. */
+static void sliding_window(struct sl_algo_state *st, const struct sl_algo_params *p,
+                           uint64_t now, uint64_t cost, int commit, struct sl_algo_result *out)
+{
+    uint64_t P = p->period_us, A = p->amount;
+    if (st->init && now < st->hw)
+        now = st->hw;
+    uint64_t ws = now - now % P;
+    uint64_t k = 0, prev = 0;
+    if (st->init) {
+        if (st->b == ws) {
+            k = st->a;
+            prev = st->c;
+        } else if (st->b + P == ws) {
+            prev = st->a;
+        }
+    }
+    uint64_t el = now - ws, x = P - el, rem;
+    uint64_t shared = muldiv(prev, x, P, &rem);
+    if (rem != 0)
+        shared++;
+    uint64_t used = shared + k;
+    /* empty once cur has passed through the previous slot, or prev is gone */
+    uint64_t reset = k > 0 ? 2 * P - el : prev > 0 ? x : 0;
+    uint64_t left = A > used ? A - used : 0;
+    if (cost > A) {
+        answer(out, 0, left, UINT64_MAX, reset);
+        return;
+    }
+    if (used + cost > A) {
+        uint64_t retry;
+        if (k + cost <= A) {
+            /* In this window, once ceil(prev * x' / P) <= A - k - cost: x' <=
+             * floor((A - k - cost) * P / prev). prev > 0 here, and the
+             * quotient is below P (the room is below prev). */
+            retry = x - muldiv(A - k - cost, P, prev, &rem);
+        } else {
+            /* Only in the next window, where cur becomes prev: once
+             * ceil(k * x'' / P) <= A - cost. k > A - cost >= 0 here. */
+            retry = 2 * P - el - muldiv(A - cost, P, k, &rem);
+        }
+        answer(out, 0, left, retry, reset);
+        return;
+    }
+    if (commit && cost > 0) {
+        k += cost;
+        st->a = k;
+        st->b = ws;
+        st->c = prev;
+        st->hw = now;
+        st->init = 1;
+        used += cost;
+        reset = 2 * P - el;
+    }
+    answer(out, 1, A - used, 0, reset);
+}
+
+/* ---- sliding_log --------------------------------------------------------- */
+
+/* The ring holds event times in order (times never go backwards for it:
+ * an earlier now counts as the newest event's time). An event at time e
+ * counts while now < e + P. */
+
+static uint64_t ev(const struct sl_algo_state *st, uint64_t i)
+{
+    return st->log[(st->log_head + i) % st->log_cap];
+}
+
+/* Room for <need> events, at most <max>; keeps the events in order. */
+static int log_reserve(struct sl_algo_state *st, uint64_t need, uint64_t max)
+{
+    if (need <= st->log_cap)
+        return 0;
+    uint64_t cap = st->log_cap ? st->log_cap : 16;
+    while (cap < need)
+        cap *= 2;
+    if (cap > max)
+        cap = max;
+    uint64_t *log = malloc(cap * sizeof(*log));
+    if (log == NULL)
+        return SL_ENOMEM;
+    for (uint64_t i = 0; i < st->log_n; i++)
+        log[i] = ev(st, i);
+    free(st->log);
+    st->log = log;
+    st->log_head = 0;
+    st->log_cap = (uint32_t)cap;
+    return 0;
+}
+
+static int sliding_log(struct sl_algo_state *st, const struct sl_algo_params *p, uint64_t now,
+                       uint64_t cost, int commit, struct sl_algo_result *out)
+{
+    uint64_t P = p->period_us, A = p->amount;
+    uint64_t n = st->log_n;
+    if (n > 0 && now < ev(st, n - 1))
+        now = ev(st, n - 1);
+    /* The first event still inside: a binary search over the ring. */
+    uint64_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (ev(st, mid) + P > now)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    uint64_t first = lo, cnt = n - first;
+    uint64_t reset = cnt > 0 ? ev(st, n - 1) + P - now : 0;
+    if (cost > A) {
+        answer(out, 0, A > cnt ? A - cnt : 0, UINT64_MAX, reset);
+        return 0;
+    }
+    if (cnt + cost > A) {
+        /* The (cnt + cost - A)-th event inside must leave first. */
+        uint64_t e = ev(st, first + cnt + cost - A - 1);
+        answer(out, 0, A > cnt ? A - cnt : 0, e + P - now, reset);
+        return 0;
+    }
+    if (commit && cost > 0) {
+        st->log_head = (uint32_t)((st->log_head + first) % (st->log_cap ? st->log_cap : 1));
+        st->log_n = (uint32_t)cnt;
+        int rc = log_reserve(st, cnt + cost, A);
+        if (rc != 0) {
+            answer(out, 0, A - cnt, 0, reset);
+            return rc;
+        }
+        for (uint64_t i = 0; i < cost; i++)
+            st->log[(st->log_head + st->log_n++) % st->log_cap] = now;
+        st->init = 1;
+        cnt += cost;
+        reset = P;
+    }
+    answer(out, 1, A - cnt, 0, reset);
+    return 0;
+}
+
+/* ---- the API ------------------------------------------------------------- */
+
+int sl_algo_take(struct sl_algo_state *st, const struct sl_algo_params *p, uint64_t now_us,
+                 uint64_t cost, int commit, struct sl_algo_result *out)
+{
+    struct units u;
+    if (check(p, NULL, &u) != 0) {
+        answer(out, 0, 0, UINT64_MAX, 0);
+        return SL_ECONF;
+    }
+    switch (p->algo) {
+    case SL_ALGO_TOKEN_BUCKET:
+        token_bucket(st, p, &u, now_us, cost, commit, out);
+        return 0;
+    case SL_ALGO_GCRA:
+        gcra(st, p, &u, now_us, cost, commit, out);
+        return 0;
+    case SL_ALGO_FIXED_WINDOW:
+        fixed_window(st, p, now_us, cost, commit, out);
+        return 0;
+    case SL_ALGO_SLIDING_WINDOW:
+        sliding_window(st, p, now_us, cost, commit, out);
+        return 0;
+    case SL_ALGO_SLIDING_LOG:
+        return sliding_log(st, p, now_us, cost, commit, out);
+    }
+    return SL_ECONF; /* not reached: check() knows every algorithm */
+}
+
+uint64_t sl_algo_ttl_us(const struct sl_algo_params *p)
+{
+    uint64_t us;
+    switch (p->algo) {
+    case SL_ALGO_TOKEN_BUCKET:
+    case SL_ALGO_GCRA: {
+        /* From empty to full: burst * S / K = burst * period / amount. */
+        if (p->amount == 0)
+            return UINT64_MAX;
+        unsigned __int128 x = ((unsigned __int128)p->burst * p->period_us + p->amount - 1) / p->amount;
+        us = x > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)x;
+        break;
+    }
+    case SL_ALGO_SLIDING_WINDOW:
+        us = p->period_us > UINT64_MAX / 4 ? UINT64_MAX / 2 : 2 * p->period_us;
+        break;
+    default:
+        us = p->period_us;
+        break;
+    }
+    uint64_t ms = cdiv(us, 1000);
+    if (ms < 1)
+        ms = 1;
+    return ms > UINT64_MAX / 1000 ? UINT64_MAX : ms * 1000;
+}
+
+void sl_algo_state_free(struct sl_algo_state *st)
+{
+    free(st->log);
+    memset(st, 0, sizeof(*st));
+}

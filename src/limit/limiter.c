@@ -1,0 +1,797 @@
+/* sluice — the limiter.
+ *
+ *   request --> candidates (listener, metric = requests, command filter)
+ *           --> identity (only now: most requests on most listeners stop above)
+ *           --> match_identity, tiers (a matching limit that `replaces` X drops X)
+ *           --> local limits (url = local, scope = connection): peek
+ *           --> store limits: one EVALSHA of decide.lua, all or nothing
+ *           --> all allow: commit the local peeks; else the strictest denial
+ *
+ * In-process buckets live in one hash table per limit, keyed by identity
+ * (or "c:<connection>" for connection scope), and expire through a timeout
+ * queue once idle for the algorithm's TTL. When the store cannot answer,
+ * on_failure decides: open (allow), closed (reject), or local (the same
+ * algorithms in process at the limit divided by the live instances). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "admin/admin.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/tq.h"
+#include "identity/identity.h"
+#include "limit/algo.h"
+#include "limit/limiter.h"
+#include "store/store.h"
+
+#define MAX_REQ_LIMITS 16 /* limits one request can meet */
+#define TOP_K          10 /* busiest identities kept per limit, for /stats */
+
+/* A "space saving" counter: the K identities seen most, approximately
+ * (a newcomer replaces the least counted and inherits its count). */
+struct top {
+    char     id[SL_ID_MAX + 1];
+    uint64_t n;
+};
+
+/* An in-process bucket. */
+struct bucket {
+    struct sl_tq_node    tq;     /* in the limit's expiry queue (first: see bucket_of) */
+    struct bucket       *next;   /* hash chain */
+    uint64_t             hash;   /* of the key */
+    struct sl_algo_state st;     /* algorithm state */
+    uint16_t             len;    /* key length */
+    char                 key[];  /* identity, or "c:<conn>" */
+};
+
+/* One [limit], copied out of the configuration. */
+struct limit {
+    char          *name;         /* [limit NAME] */
+    char          *listener;     /* NULL: every listener */
+    enum sl_metric metric;
+    enum sl_scope  scope;
+    enum sl_action action;
+    struct sl_algo_params p;     /* the algorithm's parameters */
+    char         **commands;     /* upper case, sorted; n_commands 0 = every command */
+    int            n_commands;
+    struct sl_cost *costs;       /* per-command costs */
+    int            n_costs;
+    uint64_t       default_cost;
+    char         **match;        /* match_identity, or none */
+    int            n_match;
+    int            replaces;     /* index of the limit this one replaces, or -1 */
+    struct bucket **tab;         /* in-process buckets */
+    uint32_t       tab_mask;     /* table size - 1 */
+    uint32_t       n_buckets;
+    struct sl_tq   expiry;       /* buckets by last use */
+    uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
+    /* counters (exported) */
+    uint64_t       allowed;      /* decisions that allowed */
+    uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
+    uint64_t       shadow_hits;  /* shadow limit: would have rejected */
+    uint64_t       fallback;     /* decided without the store (on_failure) */
+    struct top     top[TOP_K];   /* busiest identities */
+};
+
+struct sl_limiter {
+    int               refs;       /* owner + pending decisions */
+    struct sl_store  *store;      /* NULL: url = local */
+    enum sl_on_failure on_failure;
+    char             *key_prefix; /* store keys start with it */
+    struct limit     *limits;
+    int               n;
+    uint64_t          store_failed; /* decisions that met a failed store */
+};
+
+struct sl_limiter_req {
+    struct sl_limiter   *lim;
+    sl_limiter_cb       *cb;       /* NULL once cancelled */
+    void                *data;
+    uint64_t             now_us;   /* when it was asked: local commits use it */
+    uint64_t             conn_id;
+    int                  n;        /* limits decided */
+    int                  idx[MAX_REQ_LIMITS];
+    uint64_t             cost[MAX_REQ_LIMITS];
+    uint8_t              remote[MAX_REQ_LIMITS]; /* decided by the store */
+    char                 identity[SL_ID_MAX + 1];
+};
+
+/* ---- building --------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char **copy_strs(char **src, int n, int upper)
+{
+    if (n == 0)
+        return NULL;
+    char **d = calloc((size_t)n, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        d[i] = strdup(src[i]);
+        if (d[i] == NULL)
+            return d; /* partly filled: freed by the caller with n */
+        if (upper)
+            for (char *p = d[i]; *p; p++)
+                if (*p >= 'a' && *p <= 'z')
+                    *p = (char)(*p - 32);
+    }
+    return d;
+}
+
+static void free_strs(char **s, int n)
+{
+    if (s == NULL)
+        return;
+    for (int i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *lc)
+{
+    int i = 0;
+    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next, i++)
+        if (c == lc)
+            return i;
+    return -1;
+}
+
+struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store)
+{
+    struct sl_limiter *lim = calloc(1, sizeof(*lim));
+    if (lim == NULL)
+        return NULL;
+    lim->refs = 1;
+    lim->store = store;
+    lim->on_failure = conf->store.on_failure;
+    lim->key_prefix = strdup(conf->store.key_prefix ? conf->store.key_prefix : "sluice:");
+    lim->limits = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->limits));
+    if (lim->key_prefix == NULL || lim->limits == NULL)
+        goto fail;
+    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
+        struct limit *L = &lim->limits[lim->n++];
+        L->name = strdup(c->name);
+        L->listener = strcmp(c->listener, "*") == 0 ? NULL : strdup(c->listener);
+        L->metric = c->metric;
+        L->scope = c->scope;
+        L->action = c->action;
+        L->p.algo = c->algorithm;
+        L->p.amount = c->rate.amount;
+        L->p.period_us = c->rate.period_us;
+        L->p.burst = c->burst;
+        L->n_commands = c->n_commands;
+        L->commands = copy_strs(c->commands, c->n_commands, 1);
+        if (L->commands)
+            qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+        L->n_costs = c->n_costs;
+        if (c->n_costs > 0) {
+            L->costs = malloc((size_t)c->n_costs * sizeof(*L->costs));
+            if (L->costs)
+                memcpy(L->costs, c->costs, (size_t)c->n_costs * sizeof(*L->costs));
+        }
+        L->default_cost = c->default_cost ? c->default_cost : 1;
+        L->n_match = c->n_match_identity;
+        L->match = copy_strs(c->match_identity, c->n_match_identity, 0);
+        L->replaces = c->replaces_lc ? limit_index(conf, c->replaces_lc) : -1;
+        L->tab_mask = 255;
+        L->tab = calloc(L->tab_mask + 1, sizeof(*L->tab));
+        uint64_t ttl = c->metric == SL_METRIC_CONNECTIONS ? 0 : sl_algo_ttl_us(&L->p);
+        L->ttl_ms = ttl / 1000 + 1;
+        if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
+            L->tab == NULL || (c->n_commands && L->commands == NULL) ||
+            (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
+            goto fail;
+    }
+    return lim;
+fail:
+    sl_limiter_release(lim);
+    return NULL;
+}
+
+static void bucket_free(struct bucket *b)
+{
+    sl_algo_state_free(&b->st);
+    free(b);
+}
+
+static void limiter_free(struct sl_limiter *lim)
+{
+    for (int i = 0; i < lim->n; i++) {
+        struct limit *L = &lim->limits[i];
+        if (L->tab) {
+            for (uint32_t j = 0; j <= L->tab_mask; j++) {
+                struct bucket *b = L->tab[j];
+                while (b) {
+                    struct bucket *nx = b->next;
+                    bucket_free(b);
+                    b = nx;
+                }
+            }
+        }
+        free(L->tab);
+        free(L->name);
+        free(L->listener);
+        free_strs(L->commands, L->n_commands);
+        free(L->costs);
+        free_strs(L->match, L->n_match);
+    }
+    free(lim->limits);
+    free(lim->key_prefix);
+    free(lim);
+}
+
+void sl_limiter_release(struct sl_limiter *lim)
+{
+    if (lim != NULL && --lim->refs == 0)
+        limiter_free(lim);
+}
+
+int sl_limiter_active(const struct sl_limiter *lim, const char *listener)
+{
+    if (lim == NULL)
+        return 0;
+    for (int i = 0; i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        if (L->metric == SL_METRIC_REQUESTS && (L->listener == NULL || strcmp(L->listener, listener) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- in-process buckets ----------------------------------------------------- */
+
+static uint64_t hash_key(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static struct bucket *bucket_of_node(struct sl_tq_node *n)
+{
+    return (struct bucket *)((char *)n - offsetof(struct bucket, tq));
+}
+
+static void grow(struct limit *L)
+{
+    uint32_t nm = L->tab_mask * 2 + 1;
+    struct bucket **nt = calloc((size_t)nm + 1, sizeof(*nt));
+    if (nt == NULL)
+        return; /* keep the old table: longer chains, still correct */
+    for (uint32_t i = 0; i <= L->tab_mask; i++) {
+        struct bucket *b = L->tab[i];
+        while (b) {
+            struct bucket *nx = b->next;
+            b->next = nt[b->hash & nm];
+            nt[b->hash & nm] = b;
+            b = nx;
+        }
+    }
+    free(L->tab);
+    L->tab = nt;
+    L->tab_mask = nm;
+}
+
+/* Finds or makes the bucket <key> of <L>, touching it at <now_ms>. */
+static struct bucket *bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
+{
+    uint64_t h = hash_key(key, len);
+    for (struct bucket *b = L->tab[h & L->tab_mask]; b; b = b->next) {
+        if (b->hash == h && b->len == len && memcmp(b->key, key, len) == 0) {
+            sl_tq_touch(&L->expiry, &b->tq, now_ms);
+            return b;
+        }
+    }
+    struct bucket *b = calloc(1, sizeof(*b) + len + 1);
+    if (b == NULL)
+        return NULL;
+    b->hash = h;
+    b->len = (uint16_t)len;
+    memcpy(b->key, key, len);
+    b->next = L->tab[h & L->tab_mask];
+    L->tab[h & L->tab_mask] = b;
+    L->n_buckets++;
+    sl_tq_touch(&L->expiry, &b->tq, now_ms);
+    if (L->n_buckets > (L->tab_mask + 1) * 2)
+        grow(L);
+    return b;
+}
+
+static void bucket_drop(struct limit *L, struct bucket *b)
+{
+    struct bucket **pp = &L->tab[b->hash & L->tab_mask];
+    while (*pp != b)
+        pp = &(*pp)->next;
+    *pp = b->next;
+    sl_tq_remove(&b->tq);
+    L->n_buckets--;
+    bucket_free(b);
+}
+
+void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
+{
+    uint64_t now_ms = now_us / 1000;
+    for (int i = 0; i < lim->n; i++) {
+        struct limit *L = &lim->limits[i];
+        struct sl_tq_node *n;
+        while ((n = sl_tq_expired(&L->expiry, now_ms, L->ttl_ms)) != NULL)
+            bucket_drop(L, bucket_of_node(n));
+    }
+}
+
+/* ---- matching ----------------------------------------------------------------- */
+
+static int cmd_cmp(const char *name, size_t len, const char *upper)
+{
+    int c = strncasecmp(name, upper, len);
+    if (c != 0)
+        return c;
+    return upper[len] == '\0' ? 0 : -1;
+}
+
+static int command_matches(const struct limit *L, const struct sl_resp_req *r)
+{
+    if (L->n_commands == 0)
+        return 1;
+    if (r == NULL || r->ncap == 0 || r->arglen[0] > SL_RESP_CAPTURE_LEN)
+        return 0;
+    size_t len = r->arglen[0];
+    int lo = 0, hi = L->n_commands - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int c = cmd_cmp(r->argv[0], len, L->commands[mid]);
+        if (c == 0)
+            return 1;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return 0;
+}
+
+static uint64_t cost_of(const struct limit *L, const struct sl_resp_req *r)
+{
+    if (r != NULL && r->ncap > 0 && r->arglen[0] <= SL_RESP_CAPTURE_LEN)
+        for (int i = 0; i < L->n_costs; i++)
+            if (cmd_cmp(r->argv[0], r->arglen[0], L->costs[i].cmd) == 0)
+                return L->costs[i].cost;
+    return L->default_cost;
+}
+
+static int identity_matches(const struct limit *L, const char *id)
+{
+    if (L->n_match == 0)
+        return 1;
+    for (int i = 0; i < L->n_match; i++)
+        if (strcmp(L->match[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+/* Commands that are never limited: refusing them would leave a connection
+ * in a state the client cannot reason about (an open MULTI, a half-done
+ * handshake). */
+static int exempt(const struct sl_resp_req *r)
+{
+    static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO" };
+    if (r == NULL || r->ncap == 0 || r->arglen[0] > 8)
+        return 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (cmd_cmp(r->argv[0], r->arglen[0], names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static void top_count(struct limit *L, const char *id)
+{
+    int min = 0;
+    for (int i = 0; i < TOP_K; i++) {
+        if (L->top[i].n > 0 && strcmp(L->top[i].id, id) == 0) {
+            L->top[i].n++;
+            return;
+        }
+        if (L->top[i].n < L->top[min].n)
+            min = i;
+    }
+    size_t n = strnlen(id, SL_ID_MAX);
+    memcpy(L->top[min].id, id, n);
+    L->top[min].id[n] = '\0';
+    L->top[min].n++;
+}
+
+/* ---- deciding ----------------------------------------------------------------- */
+
+static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, char *out, size_t cap)
+{
+    if (L->scope == SL_SCOPE_CONNECTION)
+        return (size_t)snprintf(out, cap, "c:%" PRIu64, q->conn_id);
+    if (L->scope == SL_SCOPE_GLOBAL)
+        return (size_t)snprintf(out, cap, "*");
+    return (size_t)snprintf(out, cap, "%s", q->identity);
+}
+
+static void deny(struct sl_verdict *v, const struct limit *L, const char *identity,
+                 const struct sl_algo_result *res)
+{
+    uint64_t retry = res->retry_after_us;
+    /* The strictest denial wins: the longest wait. */
+    if (v->kind == SL_VERDICT_REJECT && !(retry > v->retry_after_us))
+        return;
+    v->kind = SL_VERDICT_REJECT;
+    v->never = retry == UINT64_MAX;
+    v->retry_after_us = retry;
+    snprintf(v->limit, sizeof(v->limit), "%s", L->name);
+    snprintf(v->identity, sizeof(v->identity), "%s",
+             L->scope == SL_SCOPE_GLOBAL ? "*" : identity);
+}
+
+/* Peeks (commit 0) or takes (commit 1) limit <i> of <q> in process, with
+ * the rate divided by <share> (live instances when standing in for the
+ * store). Returns 1 when allowed. */
+static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, uint64_t share,
+                      int commit, struct sl_algo_result *res)
+{
+    struct limit *L = &lim->limits[q->idx[k]];
+    char key[SL_ID_MAX + 32];
+    size_t len = local_key(L, q, key, sizeof(key));
+    struct bucket *b = bucket_get(L, key, len, q->now_us / 1000);
+    if (b == NULL) {
+        res->allowed = 1; /* out of memory: do not punish the client */
+        return 1;
+    }
+    struct sl_algo_params p = L->p;
+    if (share > 1) {
+        p.amount = p.amount / share ? p.amount / share : 1;
+        p.burst = p.burst / share ? p.burst / share : 1;
+    }
+    if (sl_algo_take(&b->st, &p, q->now_us, q->cost[k], commit, res) < 0)
+        res->allowed = 1;
+    return res->allowed;
+}
+
+/* Decides every limit of <q> in process (remote ones too when the store is
+ * standing down with on_failure = local, at <share>). Fills <v>. */
+static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int with_remote,
+                         uint64_t share, struct sl_verdict *v)
+{
+    struct sl_algo_result res;
+    int ok = 1;
+    for (int k = 0; k < q->n; k++) {
+        struct limit *L = &lim->limits[q->idx[k]];
+        if ((q->remote[k] && !with_remote) || L->action == SL_ACTION_SHADOW)
+            continue;
+        if (!local_take(lim, q, k, q->remote[k] ? share : 1, 0, &res)) {
+            ok = 0;
+            deny(v, L, q->identity, &res);
+        }
+    }
+    for (int k = 0; k < q->n; k++) {
+        struct limit *L = &lim->limits[q->idx[k]];
+        if (q->remote[k] && !with_remote)
+            continue;
+        if (L->action == SL_ACTION_SHADOW) {
+            if (!local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res))
+                L->shadow_hits++;
+            continue;
+        }
+        if (q->remote[k])
+            L->fallback++;
+        if (ok) {
+            local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
+            L->allowed++;
+        } else {
+            L->rejected += strcmp(v->limit, L->name) == 0;
+        }
+    }
+}
+
+/* The store could not answer: on_failure says what happens. */
+static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v)
+{
+    lim->store_failed++;
+    switch (lim->on_failure) {
+    case SL_FAIL_OPEN:
+        decide_local(lim, q, 0, 1, v); /* local-only limits still hold */
+        for (int k = 0; k < q->n; k++)
+            if (q->remote[k])
+                lim->limits[q->idx[k]].fallback++;
+        return;
+    case SL_FAIL_CLOSED:
+        for (int k = 0; k < q->n; k++) {
+            struct limit *L = &lim->limits[q->idx[k]];
+            if (q->remote[k] && L->action != SL_ACTION_SHADOW) {
+                v->kind = SL_VERDICT_REJECT;
+                v->store_down = 1;
+                v->retry_after_us = 1000000;
+                snprintf(v->limit, sizeof(v->limit), "%s", L->name);
+                snprintf(v->identity, sizeof(v->identity), "%s", q->identity);
+                L->fallback++;
+                L->rejected++;
+                return;
+            }
+        }
+        decide_local(lim, q, 0, 1, v);
+        return;
+    case SL_FAIL_LOCAL:
+    default:
+        decide_local(lim, q, 1, lim->store ? sl_store_live_instances(lim->store) : 1, v);
+        return;
+    }
+}
+
+/* The store answered: {all_allowed, (allowed, remaining, retry, reset) x n}. */
+static void on_store(void *data, int status, const int64_t *vals, int n, const char *err)
+{
+    struct sl_limiter_req *q = data;
+    struct sl_limiter *lim = q->lim;
+    struct sl_verdict v;
+    memset(&v, 0, sizeof(v));
+    int nremote = 0;
+    for (int k = 0; k < q->n; k++)
+        nremote += q->remote[k];
+    if (status < 0 || n != 1 + 4 * nremote) {
+        if (status == 0)
+            sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
+                        1 + 4 * nremote, err ? err : "");
+        store_failed(lim, q, &v);
+    } else {
+        /* Local limits were peeked before asking; the store's verdict
+         * comes first, then the local ones are taken if everything allows. */
+        int ok = vals[0] != 0;
+        int j = 1;
+        for (int k = 0; k < q->n; k++) {
+            if (!q->remote[k])
+                continue;
+            struct limit *L = &lim->limits[q->idx[k]];
+            const int64_t *r = vals + j;
+            j += 4;
+            if (L->action == SL_ACTION_SHADOW) {
+                L->shadow_hits += r[0] == 0;
+                continue;
+            }
+            if (r[0] == 0) {
+                struct sl_algo_result res = {
+                    .allowed = 0,
+                    .retry_after_us = r[2] < 0 ? UINT64_MAX : (uint64_t)r[2],
+                };
+                deny(&v, L, q->identity, &res);
+            }
+        }
+        if (ok) {
+            decide_local(lim, q, 0, 1, &v);
+            if (v.kind == SL_VERDICT_ALLOW)
+                for (int k = 0; k < q->n; k++)
+                    if (q->remote[k] && lim->limits[q->idx[k]].action != SL_ACTION_SHADOW)
+                        lim->limits[q->idx[k]].allowed++;
+        } else {
+            for (int k = 0; k < q->n; k++) {
+                struct limit *L = &lim->limits[q->idx[k]];
+                if (L->action != SL_ACTION_SHADOW && strcmp(v.limit, L->name) == 0)
+                    L->rejected++;
+            }
+        }
+    }
+    if (q->cb)
+        q->cb(q->data, &v);
+    free(q);
+    sl_limiter_release(lim);
+}
+
+int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                     const struct sl_ident_state *ident, uint64_t conn_id,
+                     const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
+                     sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
+{
+    memset(v, 0, sizeof(*v));
+    if (exempt(r))
+        return 0;
+    /* Candidates by listener and command: no identity work before this. */
+    int cand[MAX_REQ_LIMITS], nc = 0;
+    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++) {
+        const struct limit *L = &lim->limits[i];
+        if (L->metric != SL_METRIC_REQUESTS)
+            continue;
+        if (L->listener != NULL && strcmp(L->listener, lc->name ? lc->name : "") != 0)
+            continue;
+        if (command_matches(L, r))
+            cand[nc++] = i;
+    }
+    if (nc == 0)
+        return 0;
+
+    struct sl_limiter_req qs, *q = &qs;
+    memset(q, 0, sizeof(*q));
+    q->lim = lim;
+    q->now_us = now_us;
+    q->conn_id = conn_id;
+    sl_identity_of(lc, ident, r, q->identity);
+
+    /* match_identity, then tiers: a matching limit replacing X removes X. */
+    uint8_t keep[MAX_REQ_LIMITS];
+    for (int c = 0; c < nc; c++)
+        keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], q->identity);
+    for (int c = 0; c < nc; c++) {
+        int x = lim->limits[cand[c]].replaces;
+        if (!keep[c] || x < 0)
+            continue;
+        for (int d = 0; d < nc; d++)
+            if (cand[d] == x)
+                keep[d] = 0;
+    }
+    int nremote = 0;
+    for (int c = 0; c < nc; c++) {
+        if (!keep[c])
+            continue;
+        const struct limit *L = &lim->limits[cand[c]];
+        int k = q->n++;
+        q->idx[k] = cand[c];
+        q->cost[k] = cost_of(L, r);
+        q->remote[k] = lim->store != NULL && L->scope != SL_SCOPE_CONNECTION;
+        nremote += q->remote[k];
+        if (L->scope == SL_SCOPE_IDENTITY)
+            top_count(&lim->limits[cand[c]], q->identity);
+    }
+    if (q->n == 0)
+        return 0;
+
+    if (nremote == 0) {
+        decide_local(lim, q, 0, 1, v);
+        return 0;
+    }
+    /* Local limits first: if one of them denies, the store is not asked. */
+    struct sl_algo_result res;
+    for (int k = 0; k < q->n; k++) {
+        const struct limit *L = &lim->limits[q->idx[k]];
+        if (!q->remote[k] && L->action != SL_ACTION_SHADOW && !local_take(lim, q, k, 1, 0, &res))
+            deny(v, L, q->identity, &res);
+    }
+    if (v->kind == SL_VERDICT_REJECT) {
+        for (int k = 0; k < q->n; k++)
+            if (!q->remote[k] && strcmp(lim->limits[q->idx[k]].name, v->limit) == 0)
+                lim->limits[q->idx[k]].rejected++;
+        return 0;
+    }
+    if (!sl_store_up(lim->store)) {
+        store_failed(lim, q, v);
+        return 0;
+    }
+
+    /* One script call for every store-backed limit of this request. */
+    char keybuf[MAX_REQ_LIMITS][64 + SL_ID_MAX + 80];
+    char numbuf[MAX_REQ_LIMITS][5][24];
+    struct sl_str keys[MAX_REQ_LIMITS], args[2 + 6 * MAX_REQ_LIMITS];
+    char nbuf[8];
+    int nk = 0, na = 0;
+    args[na++] = (struct sl_str){ "-1", 2 };
+    args[na].p = nbuf;
+    args[na++].len = (size_t)snprintf(nbuf, sizeof(nbuf), "%d", nremote);
+    for (int k = 0; k < q->n; k++) {
+        if (!q->remote[k])
+            continue;
+        const struct limit *L = &lim->limits[q->idx[k]];
+        const char *id = L->scope == SL_SCOPE_GLOBAL ? "*" : q->identity;
+        keys[nk].p = keybuf[nk];
+        keys[nk].len = (size_t)snprintf(keybuf[nk], sizeof(keybuf[nk]), "%s{%s:%s}",
+                                        lim->key_prefix, L->name, id);
+        const char *an = sl_algo_name(L->p.algo);
+        args[na++] = (struct sl_str){ an, strlen(an) };
+        uint64_t nums[5] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k],
+                             L->action == SL_ACTION_SHADOW };
+        for (int f = 0; f < 5; f++) {
+            args[na].p = numbuf[nk][f];
+            args[na++].len = (size_t)snprintf(numbuf[nk][f], 24, "%" PRIu64, nums[f]);
+        }
+        nk++;
+    }
+    struct sl_limiter_req *heap = malloc(sizeof(*heap));
+    if (heap == NULL) {
+        store_failed(lim, q, v);
+        return 0;
+    }
+    *heap = *q;
+    heap->cb = cb;
+    heap->data = data;
+    struct sl_store_req *sr = sl_store_eval(lim->store, SL_SCRIPT_DECIDE, nk, keys, na, args,
+                                            on_store, heap);
+    if (sr == NULL) {
+        free(heap);
+        store_failed(lim, q, v);
+        return 0;
+    }
+    lim->refs++;
+    *req = heap;
+    return 1;
+}
+
+void sl_limiter_cancel(struct sl_limiter_req *req)
+{
+    req->cb = NULL;
+}
+
+/* ---- reporting ------------------------------------------------------------------ */
+
+size_t sl_verdict_resp(const struct sl_verdict *v, char *out, size_t cap)
+{
+    int n;
+    if (v->store_down)
+        n = snprintf(out, cap,
+                     "-THROTTLED limit '%s' cannot be checked (quota store unavailable), retry in 1000 ms\r\n",
+                     v->limit);
+    else if (v->never)
+        n = snprintf(out, cap,
+                     "-THROTTLED limit '%s' exceeded for '%s': the request costs more than the limit's burst\r\n",
+                     v->limit, v->identity);
+    else
+        n = snprintf(out, cap, "-THROTTLED limit '%s' exceeded for '%s', retry in %" PRIu64 " ms\r\n",
+                     v->limit, v->identity, (v->retry_after_us + 999) / 1000);
+    if (n < 0)
+        return 0;
+    return (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
+{
+    static const char *const outcomes[] = { "allowed", "rejected", "shadow_rejected" };
+    sl_metrics_family(m, "sluice_limit_decisions_total", "counter",
+                      "Decisions per limit and outcome (shadow_rejected: a shadow limit would have rejected).");
+    for (int i = 0; i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        uint64_t vals[3] = { L->allowed, L->rejected, L->shadow_hits };
+        for (int o = 0; o < 3; o++) {
+            const char *labels[] = { "limit", L->name, "outcome", outcomes[o], NULL };
+            sl_metrics_u64(m, "sluice_limit_decisions_total", labels, vals[o]);
+        }
+    }
+    sl_metrics_family(m, "sluice_limit_fallback_decisions_total", "counter",
+                      "Decisions made without the quota store (on_failure).");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_fallback_decisions_total", labels, lim->limits[i].fallback);
+    }
+    sl_metrics_family(m, "sluice_limit_local_buckets", "gauge",
+                      "In-process buckets held per limit.");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].n_buckets);
+    }
+}
+
+void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
+{
+    fputc('[', out);
+    for (int i = 0; i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        fprintf(out,
+                "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
+                ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"local_buckets\":%u,\"busiest\":[",
+                i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
+                L->shadow_hits, L->fallback, L->n_buckets);
+        /* Largest first; identities are printable and quote-free (hashed
+         * otherwise by the identity module). */
+        int done[TOP_K] = { 0 };
+        for (int k = 0, first = 1; k < TOP_K; k++) {
+            int best = -1;
+            for (int j = 0; j < TOP_K; j++)
+                if (!done[j] && L->top[j].n > 0 && (best < 0 || L->top[j].n > L->top[best].n))
+                    best = j;
+            if (best < 0)
+                break;
+            done[best] = 1;
+            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 "}", first ? "" : ",",
+                    L->top[best].id, L->top[best].n);
+            first = 0;
+        }
+        fputs("]}", out);
+    }
+    fputc(']', out);
+}

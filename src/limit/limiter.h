@@ -1,0 +1,73 @@
+/* sluice — the limiter: which limits a request meets and what they say.
+ *
+ * Built from one configuration (it copies what it needs, so the
+ * configuration may be freed after a reload while the old limiter still
+ * finishes its pending decisions). For each request it finds the matching
+ * limits (listener, command filter, identity tiers), prices the request
+ * (cost), and decides: in process (url = local, connection scope, or a
+ * store that is down with on_failure = local), or with one script call to
+ * the quota store for all of the request's store-backed limits, all or
+ * nothing. Shadow limits are decided too but never change the verdict. */
+#ifndef SL_LIMIT_LIMITER_H
+#define SL_LIMIT_LIMITER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "conf/conf-t.h"
+#include "identity/identity-t.h"
+#include "proto/resp-t.h"
+
+struct sl_limiter;
+struct sl_limiter_req;
+struct sl_store;
+struct sl_metrics;
+
+enum sl_verdict_kind { SL_VERDICT_ALLOW = 0, SL_VERDICT_REJECT };
+
+/* What the limits say about one request. */
+struct sl_verdict {
+    uint8_t     kind;                   /* enum sl_verdict_kind */
+    uint8_t     store_down;             /* rejected because the store could not answer (closed) */
+    uint8_t     never;                  /* the cost exceeds the limit's capacity */
+    char        limit[64];              /* the rejecting limit's name */
+    char        identity[SL_ID_MAX + 1];/* the identity it was counted for */
+    uint64_t    retry_after_us;         /* when to try again */
+};
+
+typedef void sl_limiter_cb(void *data, const struct sl_verdict *v);
+
+/* Builds the limiter for <conf>; <store> is NULL for url = local. */
+struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store);
+
+/* Drops the owner's reference; freed once no decision is pending. */
+void sl_limiter_release(struct sl_limiter *lim);
+
+/* Nonzero when some limit could apply to requests on listener <name>
+ * (lets sessions skip identity work entirely when there is none). */
+int sl_limiter_active(const struct sl_limiter *lim, const char *listener);
+
+/* Decides request <r> (its command and captured arguments) from a client
+ * with <ident> on listener <lc>, connection number <conn_id>, at <now_us>.
+ * Returns 0 with <v> filled, or 1 when the answer comes later through
+ * <cb>(<data>, v) — then *<req> is set so the caller can cancel. */
+int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                     const struct sl_ident_state *ident, uint64_t conn_id,
+                     const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
+                     sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
+
+/* The caller is gone: <cb> will not be called. */
+void sl_limiter_cancel(struct sl_limiter_req *req);
+
+/* Periodic housekeeping at <now_us>: expires idle in-process buckets. */
+void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us);
+
+/* Writes the per-limit metrics / the /stats JSON array of limits. */
+void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m);
+void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out);
+
+/* Formats the RESP rejection line for <v> into <out> (NUL-terminated);
+ * returns its length. */
+size_t sl_verdict_resp(const struct sl_verdict *v, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,133 @@
+/* sluice — metrics, /stats and readiness, gathered from the listeners, the
+ * limiter and the quota store. Identities are never labels. */
+#include <inttypes.h>
+#include <stddef.h>
+
+#include "admin/admin.h"
+#include "core/buf.h"
+#include "limit/limiter.h"
+#include "net/listener.h"
+#include "net/report.h"
+#include "store/store.h"
+
+/* One listener counter as a metric family. */
+struct lmetric {
+    const char *name;
+    const char *type;
+    const char *help;
+    size_t      off;   /* offset in struct sl_listener_stats */
+};
+
+static const struct lmetric lmetrics[] = {
+    { "sluice_connections_accepted_total", "counter", "Client connections accepted.",
+      offsetof(struct sl_listener_stats, conns_accepted) },
+    { "sluice_connections_active", "gauge", "Client connections open now.",
+      offsetof(struct sl_listener_stats, conns_active) },
+    { "sluice_connections_refused_total", "counter", "Connections refused over max_connections.",
+      offsetof(struct sl_listener_stats, conns_refused) },
+    { "sluice_upstream_failures_total", "counter", "Upstream connects that failed or timed out.",
+      offsetof(struct sl_listener_stats, upstream_failed) },
+    { "sluice_idle_closed_total", "counter", "Connections closed by idle_timeout.",
+      offsetof(struct sl_listener_stats, idle_closed) },
+    { "sluice_protocol_errors_total", "counter", "Connections closed for malformed input.",
+      offsetof(struct sl_listener_stats, protocol_errors) },
+    { "sluice_requests_total", "counter", "Requests framed (resp).",
+      offsetof(struct sl_listener_stats, requests) },
+    { "sluice_requests_rejected_total", "counter", "Requests answered by a rejection.",
+      offsetof(struct sl_listener_stats, rejected) },
+    { "sluice_client_read_bytes_total", "counter", "Bytes read from clients.",
+      offsetof(struct sl_listener_stats, bytes_in) },
+    { "sluice_upstream_read_bytes_total", "counter", "Bytes read from upstreams (sent on to clients).",
+      offsetof(struct sl_listener_stats, bytes_out) },
+};
+
+void sl_server_metrics(void *data, struct sl_metrics *m)
+{
+    struct sl_server *srv = data;
+    for (size_t i = 0; i < sizeof(lmetrics) / sizeof(lmetrics[0]); i++) {
+        sl_metrics_family(m, lmetrics[i].name, lmetrics[i].type, lmetrics[i].help);
+        for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+            if (l->retired && l->sessions == 0)
+                continue;
+            const char *labels[] = { "listener", l->name, NULL };
+            uint64_t v = *(const uint64_t *)((const char *)&l->stats + lmetrics[i].off);
+            sl_metrics_u64(m, lmetrics[i].name, labels, v);
+        }
+    }
+    sl_metrics_family(m, "sluice_buffer_chunks", "gauge", "64 KiB data chunks in use.");
+    sl_metrics_u64(m, "sluice_buffer_chunks", NULL, sl_buf_in_use());
+    if (srv->limiter)
+        sl_limiter_metrics(srv->limiter, m);
+
+    sl_metrics_family(m, "sluice_store_up", "gauge",
+                      "1 when the quota store is connected and its scripts loaded (local store: 1).");
+    sl_metrics_u64(m, "sluice_store_up", NULL, srv->store ? (uint64_t)sl_store_up(srv->store) : 1);
+    if (srv->store == NULL)
+        return;
+    const struct sl_store_stats *st = sl_store_stats(srv->store);
+    struct { const char *name, *help; uint64_t v; } c[] = {
+        { "sluice_store_requests_total", "Script calls sent to the quota store.", st->requests },
+        { "sluice_store_errors_total", "Store calls that failed (timeouts included).", st->errors },
+        { "sluice_store_timeouts_total", "Store calls past the store timeout.", st->timeouts },
+        { "sluice_store_noscript_reloads_total", "NOSCRIPT replies recovered by reloading.", st->noscript_reloads },
+        { "sluice_store_reconnects_total", "Reconnections to the quota store.", st->reconnects },
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        sl_metrics_family(m, c[i].name, "counter", c[i].help);
+        sl_metrics_u64(m, c[i].name, NULL, c[i].v);
+    }
+    sl_metrics_family(m, "sluice_store_live_instances", "gauge",
+                      "sluice instances seen in the store's heartbeat set.");
+    sl_metrics_u64(m, "sluice_store_live_instances", NULL, sl_store_live_instances(srv->store));
+    double bounds[11];
+    for (int i = 0; i < 11; i++)
+        bounds[i] = (double)sl_store_latency_bounds_us[i] / 1e6;
+    sl_metrics_family(m, "sluice_store_round_trip_seconds", "histogram",
+                      "Round trip of one store call.");
+    sl_metrics_histogram(m, "sluice_store_round_trip_seconds", NULL, bounds, st->latency_le, 11,
+                         (double)st->latency_sum_us / 1e6);
+}
+
+void sl_server_stats(void *data, FILE *out)
+{
+    struct sl_server *srv = data;
+    fputs("{\"listeners\":[", out);
+    int first = 1;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        if (l->retired && l->sessions == 0)
+            continue;
+        const struct sl_listener_stats *s = &l->stats;
+        fprintf(out,
+                "%s{\"name\":\"%s\",\"connections_active\":%" PRIu64 ",\"connections_accepted\":%" PRIu64
+                ",\"requests\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"client_read_bytes\":%" PRIu64
+                ",\"upstream_read_bytes\":%" PRIu64 "}",
+                first ? "" : ",", l->name, s->conns_active, s->conns_accepted, s->requests,
+                s->rejected, s->bytes_in, s->bytes_out);
+        first = 0;
+    }
+    fputs("],\"limits\":", out);
+    if (srv->limiter)
+        sl_limiter_stats_json(srv->limiter, out);
+    else
+        fputs("[]", out);
+    if (srv->store)
+        fprintf(out, ",\"store\":{\"up\":%d,\"live_instances\":%" PRIu64 "}", sl_store_up(srv->store),
+                sl_store_live_instances(srv->store));
+    else
+        fputs(",\"store\":{\"up\":1,\"local\":true}", out);
+    fputs("}\n", out);
+}
+
+int sl_server_ready(void *data, const char **why)
+{
+    struct sl_server *srv = data;
+    if (srv->draining) {
+        *why = "draining";
+        return 0;
+    }
+    if (srv->store && !sl_store_up(srv->store) && srv->conf->store.on_failure == SL_FAIL_CLOSED) {
+        *why = "quota store unreachable and on_failure = closed";
+        return 0;
+    }
+    return 1;
+}

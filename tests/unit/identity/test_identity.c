@@ -1,0 +1,650 @@
+/* Unit tests for src/identity/identity.c: what AUTH / HELLO / CLIENT SETNAME /
+ * RESET teach, the order of identity sources, the first key of a broad sample
+ * of Redis commands, the hashed form of unsafe values, and client addresses.
+ * Requests go through the real framer (src/proto/resp.c), as in the proxy. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "identity/identity.h"
+#include "proto/resp.h"
+
+/* ---- building requests ------------------------------------------------------ */
+
+/* Frames <len> bytes holding exactly one request and returns a copy of it. */
+static struct sl_resp_req frame(const char *wire, size_t len)
+{
+    struct sl_resp st;
+    struct sl_resp_req *q, out;
+
+    assert_int_equal(sl_resp_init(&st, 0), 0);
+    assert_int_equal(sl_resp_feed(&st, wire, len), 0);
+    assert_int_equal(sl_resp_next(&st, &q), 1);
+    out = *q;
+    assert_int_equal(out.size, len);
+    assert_int_equal(sl_resp_next(&st, &q), 0);
+    sl_resp_free(&st);
+    return out;
+}
+
+/* A multibulk request of <argc> arguments with explicit lengths (binary ok). */
+static struct sl_resp_req reqv(int argc, const char *const *argv, const size_t *lens)
+{
+    static char wire[64 * 1024];
+    size_t at = 0;
+
+    at += (size_t)snprintf(wire + at, sizeof(wire) - at, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        at += (size_t)snprintf(wire + at, sizeof(wire) - at, "$%zu\r\n", lens[i]);
+        assert_true(at + lens[i] + 2 < sizeof(wire));
+        memcpy(wire + at, argv[i], lens[i]);
+        at += lens[i];
+        memcpy(wire + at, "\r\n", 2);
+        at += 2;
+    }
+    return frame(wire, at);
+}
+
+/* A multibulk request of C strings. */
+static struct sl_resp_req reqa(int argc, const char *const *argv)
+{
+    size_t lens[64];
+    assert_true(argc <= 64);
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    return reqv(argc, argv, lens);
+}
+
+#define REQ(...) reqa((int)(sizeof((const char *[]){ __VA_ARGS__ }) / sizeof(const char *)), \
+                      (const char *[]){ __VA_ARGS__ })
+
+/* The first key's index of a request written as arguments. */
+#define KEY(...) first_key(REQ(__VA_ARGS__))
+static int first_key(struct sl_resp_req r)
+{
+    int k = sl_resp_first_key(&r);
+    assert_true(k >= -1 && k < (int)r.ncap);
+    return k;
+}
+
+/* ---- a listener's identity configuration ----------------------------------- */
+
+static struct sl_listener_conf lconf(const char *sep, int n, ...)
+{
+    struct sl_listener_conf lc;
+    va_list ap;
+
+    memset(&lc, 0, sizeof(lc));
+    snprintf(lc.key_prefix_separator, sizeof(lc.key_prefix_separator), "%s", sep);
+    lc.n_identity = n;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        lc.identity[i] = (enum sl_id_source)va_arg(ap, int);
+    va_end(ap);
+    return lc;
+}
+
+static void state_v4(struct sl_ident_state *st, const char *ip)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(40000);
+    assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+    sl_identity_init(st, (const struct sockaddr *)&a);
+}
+
+/* The identity of <r> on <lc>, checked for shape. */
+static const char *ident(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                         const struct sl_resp_req *r)
+{
+    static char out[SL_ID_MAX + 1];
+    memset(out, 'Z', sizeof(out));
+    size_t n = sl_identity_of(lc, st, r, out);
+    assert_true(n >= 1 && n <= SL_ID_MAX);
+    assert_int_equal(strlen(out), n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(out[i] > ' ' && out[i] < 0x7f);
+    return out;
+}
+
+/* Asserts <s> is the hashed form: "#" + 16 lowercase hex digits. */
+static void assert_hashed(const char *s)
+{
+    assert_int_equal(strlen(s), 17);
+    assert_int_equal(s[0], '#');
+    for (int i = 1; i < 17; i++)
+        assert_true((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'));
+}
+
+static void observe(struct sl_ident_state *st, struct sl_resp_req r)
+{
+    sl_identity_observe(st, &r);
+}
+
+/* ---- observe ------------------------------------------------------------------ */
+
+static void test_auth(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    state_v4(&st, "10.0.0.1");
+    assert_string_equal(st.user, "");
+    assert_string_equal(st.name, "");
+
+    observe(&st, REQ("AUTH", "secret"));
+    assert_string_equal(st.user, "default");
+    observe(&st, REQ("AUTH", "alice", "secret"));
+    assert_string_equal(st.user, "alice");
+    observe(&st, REQ("auth", "bob", "pw"));
+    assert_string_equal(st.user, "bob");
+    observe(&st, REQ("AuTh", "pw"));
+    assert_string_equal(st.user, "default");
+    /* Syntax errors in Redis teach nothing. */
+    observe(&st, REQ("AUTH", "carol", "pw", "extra"));
+    assert_string_equal(st.user, "default");
+    observe(&st, REQ("AUTH"));
+    assert_string_equal(st.user, "default");
+    /* An inline AUTH. */
+    struct sl_resp_req r = frame("auth dave secret\r\n", 18);
+    assert_int_equal(r.is_inline, 1);
+    sl_identity_observe(&st, &r);
+    assert_string_equal(st.user, "dave");
+    assert_string_equal(st.name, "");
+    /* The password never lands anywhere. */
+    assert_null(memmem(&st, sizeof(st), "secret", 6));
+    assert_true(sl_identity_learns(&r));
+}
+
+static void test_hello(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    state_v4(&st, "10.0.0.1");
+
+    observe(&st, REQ("HELLO", "3"));
+    assert_string_equal(st.user, "");
+    assert_string_equal(st.name, "");
+    observe(&st, REQ("HELLO"));
+    assert_string_equal(st.user, "");
+
+    observe(&st, REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"));
+    assert_string_equal(st.user, "u");
+    assert_string_equal(st.name, "n");
+    observe(&st, REQ("hello", "2", "setname", "m", "auth", "v", "p"));
+    assert_string_equal(st.user, "v");
+    assert_string_equal(st.name, "m");
+    /* Without AUTH the user stays. */
+    observe(&st, REQ("HELLO", "3", "SETNAME", "o"));
+    assert_string_equal(st.user, "v");
+    assert_string_equal(st.name, "o");
+    /* Unsupported protocol: nothing. */
+    observe(&st, REQ("HELLO", "4", "AUTH", "w", "p", "SETNAME", "x"));
+    assert_string_equal(st.user, "v");
+    assert_string_equal(st.name, "o");
+    /* A bad option after AUTH: AUTH ran (as in Redis 7.0), the name did not. */
+    observe(&st, REQ("HELLO", "3", "AUTH", "w", "p", "SETNAME", "x", "BOGUS"));
+    assert_string_equal(st.user, "w");
+    assert_string_equal(st.name, "o");
+    /* AUTH without its password is a syntax error. */
+    observe(&st, REQ("HELLO", "3", "AUTH", "y"));
+    assert_string_equal(st.user, "w");
+    /* A name Redis refuses. */
+    observe(&st, REQ("HELLO", "3", "SETNAME", "a b"));
+    assert_string_equal(st.name, "o");
+}
+
+static void test_client_setname(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    state_v4(&st, "10.0.0.1");
+
+    observe(&st, REQ("CLIENT", "SETNAME", "worker-1"));
+    assert_string_equal(st.name, "worker-1");
+    observe(&st, REQ("client", "setname", "worker-2"));
+    assert_string_equal(st.name, "worker-2");
+    observe(&st, REQ("CLIENT", "SETNAME", "bad name")); /* refused by Redis */
+    assert_string_equal(st.name, "worker-2");
+    observe(&st, REQ("CLIENT", "SETNAME", "a", "b")); /* arity */
+    assert_string_equal(st.name, "worker-2");
+    observe(&st, REQ("CLIENT", "GETNAME"));
+    assert_string_equal(st.name, "worker-2");
+    observe(&st, REQ("CLIENT", "SETNAME", ""));
+    assert_string_equal(st.name, "");
+    assert_string_equal(st.user, "");
+}
+
+static void test_reset(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    state_v4(&st, "10.0.0.1");
+
+    observe(&st, REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"));
+    observe(&st, REQ("RESET", "x")); /* arity: an error in Redis */
+    assert_string_equal(st.user, "u");
+    observe(&st, REQ("reset"));
+    assert_string_equal(st.user, "");
+    assert_string_equal(st.name, "");
+    assert_string_equal(st.ip, "10.0.0.1");
+}
+
+static void test_learns(void **state)
+{
+    (void)state;
+    struct sl_resp_req r;
+    r = REQ("auth", "p");                 assert_true(sl_identity_learns(&r));
+    r = REQ("HELLO", "3");                assert_true(sl_identity_learns(&r));
+    r = REQ("Client", "SETNAME", "x");    assert_true(sl_identity_learns(&r));
+    r = REQ("RESET");                     assert_true(sl_identity_learns(&r));
+    r = REQ("GET", "k");                  assert_false(sl_identity_learns(&r));
+    r = REQ("AUTHX", "p");                assert_false(sl_identity_learns(&r));
+}
+
+/* ---- sources in order ------------------------------------------------------- */
+
+static void test_source_order(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    struct sl_resp_req get = REQ("GET", "user:42:x");
+    struct sl_resp_req ping = REQ("PING");
+    state_v4(&st, "192.0.2.7");
+
+    struct sl_listener_conf user_ip = lconf(":", 2, SL_ID_RESP_USER, SL_ID_CLIENT_IP);
+    assert_string_equal(ident(&user_ip, &st, &get), "192.0.2.7");
+    observe(&st, REQ("AUTH", "alice", "pw"));
+    assert_string_equal(ident(&user_ip, &st, &get), "alice");
+
+    struct sl_listener_conf ip_user = lconf(":", 2, SL_ID_CLIENT_IP, SL_ID_RESP_USER);
+    assert_string_equal(ident(&ip_user, &st, &get), "192.0.2.7");
+
+    struct sl_listener_conf name_user = lconf(":", 3, SL_ID_CLIENT_NAME, SL_ID_RESP_USER,
+                                              SL_ID_CLIENT_IP);
+    assert_string_equal(ident(&name_user, &st, &get), "alice");
+    observe(&st, REQ("CLIENT", "SETNAME", "svc"));
+    assert_string_equal(ident(&name_user, &st, &get), "svc");
+    observe(&st, REQ("CLIENT", "SETNAME", ""));
+    assert_string_equal(ident(&name_user, &st, &get), "alice");
+
+    /* key_prefix before the user; a command without a key falls through. */
+    struct sl_listener_conf kp_user = lconf(":", 2, SL_ID_KEY_PREFIX, SL_ID_RESP_USER);
+    assert_string_equal(ident(&kp_user, &st, &get), "user");
+    assert_string_equal(ident(&kp_user, &st, &ping), "alice");
+    assert_string_equal(ident(&kp_user, &st, NULL), "alice"); /* not RESP */
+
+    /* Nothing yields: the client ip. */
+    struct sl_listener_conf kp = lconf(":", 1, SL_ID_KEY_PREFIX);
+    assert_string_equal(ident(&kp, &st, &ping), "192.0.2.7");
+    struct sl_listener_conf empty = lconf(":", 0);
+    assert_string_equal(ident(&empty, &st, &get), "192.0.2.7");
+    struct sl_listener_conf hdr = lconf(":", 2, SL_ID_HEADER, SL_ID_RESP_USER);
+    assert_string_equal(ident(&hdr, &st, &get), "alice");
+
+    /* none: everyone is one identity, whatever comes after. */
+    struct sl_listener_conf none = lconf(":", 2, SL_ID_NONE, SL_ID_RESP_USER);
+    assert_string_equal(ident(&none, &st, &get), "*");
+    struct sl_listener_conf name_none = lconf(":", 2, SL_ID_CLIENT_NAME, SL_ID_NONE);
+    assert_string_equal(ident(&name_none, &st, &get), "*");
+
+    /* After RESET the user is gone again. */
+    observe(&st, REQ("RESET"));
+    assert_string_equal(ident(&user_ip, &st, &get), "192.0.2.7");
+}
+
+static void test_key_prefix(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    state_v4(&st, "192.0.2.7");
+    struct sl_listener_conf colon = lconf(":", 1, SL_ID_KEY_PREFIX);
+    struct sl_listener_conf dot = lconf(".", 1, SL_ID_KEY_PREFIX);
+    struct sl_listener_conf dcolon = lconf("::", 1, SL_ID_KEY_PREFIX);
+    struct sl_listener_conf nosep = lconf("", 1, SL_ID_KEY_PREFIX);
+    struct sl_resp_req r;
+
+    r = REQ("GET", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "user");
+    r = REQ("get", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "user");
+    r = REQ("GET", "tenant.a.b");        assert_string_equal(ident(&dot, &st, &r), "tenant");
+    r = REQ("GET", "plain");             assert_string_equal(ident(&colon, &st, &r), "plain");
+    r = REQ("GET", "plain");             assert_string_equal(ident(&dot, &st, &r), "plain");
+    r = REQ("GET", "a:b::c");            assert_hashed(ident(&dcolon, &st, &r));
+    r = REQ("GET", "ab::c");             assert_string_equal(ident(&dcolon, &st, &r), "ab");
+    r = REQ("GET", "a.b");               assert_string_equal(ident(&nosep, &st, &r), "a.b");
+    r = REQ("SET", "sess.9:x", "v");     assert_string_equal(ident(&dot, &st, &r), "sess");
+    r = REQ("MSET", "k1:a", "v", "k2:b", "w"); assert_string_equal(ident(&colon, &st, &r), "k1");
+    r = REQ("EVAL", "return 1", "1", "acct:7", "arg"); assert_string_equal(ident(&colon, &st, &r), "acct");
+    r = REQ("XINFO", "STREAM", "ev:1");  assert_string_equal(ident(&colon, &st, &r), "ev");
+
+    /* The prefix with an unsafe byte, and the empty prefix, are hashed. */
+    r = REQ("GET", "a:b.c");
+    assert_hashed(ident(&dot, &st, &r)); /* "a:b" holds ':' */
+    r = REQ("GET", ":x");
+    assert_hashed(ident(&colon, &st, &r));
+    r = REQ("GET", "");
+    assert_hashed(ident(&colon, &st, &r));
+    r = REQ("GET", "{tag}:1");
+    assert_hashed(ident(&colon, &st, &r));
+
+    /* A long key with the separator among its captured bytes: the prefix. */
+    char key[200];
+    memset(key, 'x', sizeof(key));
+    memcpy(key, "tenant:", 7);
+    key[150] = '\0';
+    r = REQ("GET", key);
+    assert_true(r.arglen[1] > SL_RESP_CAPTURE_LEN);
+    assert_string_equal(ident(&colon, &st, &r), "tenant");
+    /* The longest prefix kept as is: 63 bytes and the separator, captured.
+     * With 64 bytes the separator is past the capture: hashed. */
+    memset(key, 'p', 64);
+    key[64] = ':';
+    r = REQ("GET", key);
+    assert_hashed(ident(&colon, &st, &r));
+    memset(key, 'p', 63);
+    key[63] = ':';
+    r = REQ("GET", key);
+    char want[65];
+    memset(want, 'p', 63);
+    want[63] = '\0';
+    assert_string_equal(ident(&colon, &st, &r), want);
+    /* A long key without the separator in what was captured: hashed, the
+     * same identity for every key sharing those first bytes. */
+    memset(key, 'q', 150);
+    key[150] = '\0';
+    r = REQ("GET", key);
+    char a[SL_ID_MAX + 1];
+    strcpy(a, ident(&colon, &st, &r));
+    assert_hashed(a);
+    key[120] = '\0';
+    r = REQ("GET", key);
+    assert_string_equal(ident(&colon, &st, &r), a);
+    key[70] = 'r';
+    r = REQ("GET", key);
+    assert_string_equal(ident(&colon, &st, &r), a);
+    key[10] = 'r';
+    r = REQ("GET", key);
+    assert_string_not_equal(ident(&colon, &st, &r), a);
+}
+
+/* ---- first keys ----------------------------------------------------------------- */
+
+static void test_first_key(void **state)
+{
+    (void)state;
+    assert_int_equal(sl_resp_first_key_selftest(), 0);
+
+    assert_int_equal(KEY("GET", "k"), 1);
+    assert_int_equal(KEY("get", "k"), 1);
+    assert_int_equal(KEY("GET"), -1);
+    assert_int_equal(KEY("SET", "k", "v", "EX", "10"), 1);
+    assert_int_equal(KEY("MSET", "a", "1", "b", "2"), 1);
+    assert_int_equal(KEY("DEL", "a", "b", "c"), 1);
+    assert_int_equal(KEY("HSET", "h", "f", "v"), 1);
+    assert_int_equal(KEY("RESTORE-ASKING", "k", "0", "x"), 1);
+    assert_int_equal(KEY("georadiusbymember_ro", "k", "m", "1", "km"), 1);
+    assert_int_equal(KEY("SORT", "k", "BY", "w*"), 1);
+
+    /* numkeys */
+    assert_int_equal(KEY("EVAL", "return 1", "0"), -1);
+    assert_int_equal(KEY("EVAL", "return 1", "0", "arg"), -1);
+    assert_int_equal(KEY("EVAL", "return 1", "2", "k1", "k2", "a"), 3);
+    assert_int_equal(KEY("EVAL", "return 1", "3", "k1", "k2"), -1); /* too few args */
+    assert_int_equal(KEY("EVAL", "return 1", "x", "k1"), -1);
+    assert_int_equal(KEY("EVAL", "return 1", "-1", "k1"), -1);
+    assert_int_equal(KEY("EVAL", "return 1"), -1);
+    assert_int_equal(KEY("EVALSHA", "abc", "1", "k"), 3);
+    assert_int_equal(KEY("EVAL_RO", "return 1", "1", "k"), 3);
+    assert_int_equal(KEY("FCALL", "f", "1", "k", "a"), 3);
+    assert_int_equal(KEY("FCALL_RO", "f", "0"), -1);
+    assert_int_equal(KEY("ZUNIONSTORE", "dst", "2", "a", "b"), 1);
+    assert_int_equal(KEY("ZUNION", "2", "a", "b"), 2);
+    assert_int_equal(KEY("ZINTER", "1", "a", "WITHSCORES"), 2);
+    assert_int_equal(KEY("ZDIFF", "0", "a"), -1);
+    assert_int_equal(KEY("SINTERCARD", "2", "a", "b", "LIMIT", "5"), 2);
+    assert_int_equal(KEY("LMPOP", "2", "a", "b", "LEFT"), 2);
+    assert_int_equal(KEY("ZMPOP", "1", "z", "MIN"), 2);
+    assert_int_equal(KEY("BLMPOP", "0", "1", "a", "LEFT"), 3);
+    assert_int_equal(KEY("BZMPOP", "1.5", "2", "a", "b", "MAX"), 3);
+
+    /* STREAMS */
+    assert_int_equal(KEY("XREAD", "COUNT", "10", "STREAMS", "s1", "s2", "0", "0"), 4);
+    assert_int_equal(KEY("XREAD", "STREAMS", "s", "$"), 2);
+    assert_int_equal(KEY("xread", "block", "0", "streams", "s", "$"), 4);
+    assert_int_equal(KEY("XREAD", "STREAMS"), -1);
+    assert_int_equal(KEY("XREAD", "STREAMS", "s1", "s2", "0"), -1); /* odd */
+    assert_int_equal(KEY("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"), 5);
+    assert_int_equal(KEY("XREADGROUP", "GROUP", "STREAMS", "STREAMS", "STREAMS", "s", ">"), 5);
+    /* STREAMS past the captured arguments: unknown. */
+    assert_int_equal(KEY("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "BLOCK", "0",
+                         "STREAMS", "s", ">"), -1);
+
+    /* containers */
+    assert_int_equal(KEY("BITOP", "AND", "dest", "a", "b"), 2);
+    assert_int_equal(KEY("OBJECT", "ENCODING", "k"), 2);
+    assert_int_equal(KEY("object", "freq", "k"), 2);
+    assert_int_equal(KEY("OBJECT", "HELP"), -1);
+    assert_int_equal(KEY("MEMORY", "USAGE", "k", "SAMPLES", "5"), 2);
+    assert_int_equal(KEY("MEMORY", "STATS"), -1);
+    assert_int_equal(KEY("XINFO", "STREAM", "k", "FULL"), 2);
+    assert_int_equal(KEY("XINFO", "GROUPS", "k"), 2);
+    assert_int_equal(KEY("XGROUP", "CREATE", "s", "g", "$"), 2);
+    assert_int_equal(KEY("XGROUP", "HELP"), -1);
+    assert_int_equal(KEY("PFDEBUG", "GETREG", "k"), 2);
+    assert_int_equal(KEY("CLIENT", "SETNAME", "x"), -1);
+    assert_int_equal(KEY("CONFIG", "GET", "maxmemory"), -1);
+    assert_int_equal(KEY("SCRIPT", "LOAD", "return 1"), -1);
+    assert_int_equal(KEY("COMMAND", "GETKEYS", "GET", "k"), -1);
+
+    /* MIGRATE */
+    assert_int_equal(KEY("MIGRATE", "h", "6379", "k", "0", "5000"), 3);
+    assert_int_equal(KEY("MIGRATE", "h", "6379", "", "0", "5000", "KEYS", "a", "b"), -1);
+
+    /* no key */
+    assert_int_equal(KEY("PING"), -1);
+    assert_int_equal(KEY("PING", "hello"), -1);
+    assert_int_equal(KEY("PUBLISH", "ch", "msg"), -1);
+    assert_int_equal(KEY("SUBSCRIBE", "a", "b"), -1);
+    assert_int_equal(KEY("PSUBSCRIBE", "a*"), -1);
+    assert_int_equal(KEY("SCAN", "0", "MATCH", "x*"), -1);
+    assert_int_equal(KEY("KEYS", "*"), -1);
+    assert_int_equal(KEY("AUTH", "u", "p"), -1);
+    assert_int_equal(KEY("SELECT", "1"), -1);
+    assert_int_equal(KEY("INFO", "all"), -1);
+    assert_int_equal(KEY("MULTI"), -1);
+    assert_int_equal(KEY("HELLO", "3"), -1);
+    assert_int_equal(KEY("WAIT", "1", "0"), -1);
+    assert_int_equal(KEY("FLUSHALL", "ASYNC"), -1);
+    /* Sharded pub/sub channels are keys to Redis (they pick the slot). */
+    assert_int_equal(KEY("SPUBLISH", "ch", "m"), 1);
+
+    /* unknown commands (modules): 1 if there is an argument */
+    assert_int_equal(KEY("JSON.GET", "doc", "$"), 1);
+    assert_int_equal(KEY("FOO"), -1);
+    assert_int_equal(KEY("GETX", "k"), 1);
+    assert_int_equal(KEY("GE", "k"), 1);
+
+    /* names that cannot match: longer than any command, binary, cut */
+    const char *bin[] = { "G\0T", "k" };
+    size_t binlen[] = { 3, 1 };
+    struct sl_resp_req r = reqv(2, bin, binlen);
+    assert_int_equal(sl_resp_first_key(&r), 1);
+    char longname[100];
+    memset(longname, 'P', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_int_equal(KEY(longname, "x"), 1);
+    assert_int_equal(KEY(longname), -1);
+
+    /* empty request */
+    struct sl_resp_req empty;
+    memset(&empty, 0, sizeof(empty));
+    assert_int_equal(sl_resp_first_key(&empty), -1);
+    assert_int_equal(sl_resp_first_key(NULL), -1);
+}
+
+/* ---- hashing -------------------------------------------------------------------- */
+
+static void test_hash(void **state)
+{
+    (void)state;
+    char h1[18], h2[18];
+
+    sl_identity_hash("alice", 5, h1);
+    assert_hashed(h1);
+    sl_identity_hash("alice", 5, h2);
+    assert_string_equal(h1, h2);
+    sl_identity_hash("alicf", 5, h2);
+    assert_string_not_equal(h1, h2);
+    sl_identity_hash("", 0, h2);
+    assert_hashed(h2);
+    /* Pinned: identities live in a store shared by instances and releases,
+     * so the hash must never change (FNV-1a 64 of the bytes, then of the
+     * length as 8 bytes little-endian, then murmur3's fmix64). */
+    sl_identity_hash("alice", 5, h1);
+    assert_string_equal(h1, "#f575a1a0c27b4fea");
+    sl_identity_hash("", 0, h1);
+    assert_string_equal(h1, "#7bd3144f29c0cc9e");
+
+    struct sl_ident_state st;
+    struct sl_listener_conf user = lconf(":", 1, SL_ID_RESP_USER);
+    state_v4(&st, "10.0.0.1");
+
+    /* Quotes, backslash, blank, braces, ':' and control bytes: hashed. */
+    const char *bad[] = { "o'brien", "say\"hi", "back\\slash", "sp ace", "{t}", "a:b",
+                          "tab\t", "del\x7f", "caf\xc3\xa9" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        observe(&st, REQ("AUTH", bad[i], "pw"));
+        assert_hashed(st.user);
+        char want[18];
+        sl_identity_hash(bad[i], strlen(bad[i]), want);
+        assert_string_equal(ident(&user, &st, NULL), want);
+    }
+    /* Fine as they are. */
+    const char *good[] = { "alice", "svc-1", "a.b_c", "x@y", "~!$%&*()+=[]|;<>,?/`^" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        observe(&st, REQ("AUTH", good[i], "pw"));
+        assert_string_equal(ident(&user, &st, NULL), good[i]);
+    }
+
+    /* Binary, with a NUL inside. */
+    const char *argv[] = { "AUTH", "a\0b", "pw" };
+    size_t lens[] = { 4, 3, 2 };
+    struct sl_resp_req r = reqv(3, argv, lens);
+    sl_identity_observe(&st, &r);
+    sl_identity_hash("a\0b", 3, h1);
+    assert_string_equal(st.user, h1);
+    sl_identity_hash("a", 1, h2);
+    assert_string_not_equal(h1, h2);
+
+    /* An empty user name is still a user. */
+    observe(&st, REQ("AUTH", "", "pw"));
+    assert_hashed(ident(&user, &st, NULL));
+
+    /* Long values: 64 bytes as they are; longer ones hashed, stable, and
+     * telling apart values cut to the same captured bytes. */
+    char v[300];
+    memset(v, 'u', sizeof(v));
+    v[64] = '\0';
+    observe(&st, REQ("AUTH", v, "pw"));
+    assert_string_equal(ident(&user, &st, NULL), v);
+    v[64] = 'u';
+    v[100] = '\0';
+    observe(&st, REQ("AUTH", v, "pw"));
+    char long100[SL_ID_MAX + 1];
+    strcpy(long100, ident(&user, &st, NULL));
+    assert_hashed(long100);
+    observe(&st, REQ("AUTH", "x", "pw"));
+    observe(&st, REQ("AUTH", v, "pw"));
+    assert_string_equal(ident(&user, &st, NULL), long100);
+    v[100] = 'u';
+    v[101] = '\0';
+    observe(&st, REQ("AUTH", v, "pw"));
+    assert_hashed(ident(&user, &st, NULL));
+    assert_string_not_equal(ident(&user, &st, NULL), long100);
+    v[101] = 'u';
+    v[299] = '\0';
+    observe(&st, REQ("CLIENT", "SETNAME", v));
+    assert_hashed(st.name);
+
+    /* A name holding an unsafe byte Redis accepts ('{'): hashed too. */
+    observe(&st, REQ("CLIENT", "SETNAME", "{x}"));
+    assert_hashed(st.name);
+}
+
+/* ---- client addresses -------------------------------------------------------------- */
+
+static void test_client_ip(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    struct sl_listener_conf ip = lconf(":", 1, SL_ID_CLIENT_IP);
+    struct sl_resp_req get = REQ("GET", "k");
+
+    state_v4(&st, "203.0.113.9");
+    assert_string_equal(st.ip, "203.0.113.9");
+    assert_string_equal(ident(&ip, &st, &get), "203.0.113.9");
+
+    struct sockaddr_in6 a6;
+    memset(&a6, 0, sizeof(a6));
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(5555);
+    assert_int_equal(inet_pton(AF_INET6, "::1", &a6.sin6_addr), 1);
+    sl_identity_init(&st, (const struct sockaddr *)&a6);
+    assert_string_equal(st.ip, "::1");
+    assert_string_equal(ident(&ip, &st, &get), "::1");
+
+    assert_int_equal(inet_pton(AF_INET6, "2001:db8:0:0:1:0:0:1", &a6.sin6_addr), 1);
+    sl_identity_init(&st, (const struct sockaddr *)&a6);
+    assert_string_equal(st.ip, "2001:db8::1:0:0:1");
+
+    assert_int_equal(inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+                               &a6.sin6_addr), 1);
+    sl_identity_init(&st, (const struct sockaddr *)&a6);
+    assert_string_equal(ident(&ip, &st, &get), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+
+    /* IPv4-mapped: the same client as over IPv4. */
+    assert_int_equal(inet_pton(AF_INET6, "::ffff:10.1.2.3", &a6.sin6_addr), 1);
+    sl_identity_init(&st, (const struct sockaddr *)&a6);
+    assert_string_equal(st.ip, "10.1.2.3");
+
+    sl_identity_init(&st, NULL);
+    assert_string_equal(st.ip, "unknown");
+    assert_string_equal(ident(&ip, &st, &get), "unknown");
+
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof(un));
+    un.sun_family = AF_UNIX;
+    sl_identity_init(&st, (const struct sockaddr *)&un);
+    assert_string_equal(st.ip, "unknown");
+
+    /* A fresh state forgets everything. */
+    state_v4(&st, "10.0.0.1");
+    observe(&st, REQ("AUTH", "alice", "pw"));
+    state_v4(&st, "10.0.0.2");
+    assert_string_equal(st.user, "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_client_setname),
+        cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_learns),
+        cmocka_unit_test(test_source_order),
+        cmocka_unit_test(test_key_prefix),
+        cmocka_unit_test(test_first_key),
+        cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_client_ip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
