@@ -17,6 +17,7 @@
 #include "conf/conf.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/session.h"
 
@@ -36,6 +37,17 @@ static void usage(FILE *f)
             "  -v LEVEL   log level override: error | warn | info | debug\n");
 }
 
+/* Loads <path> and checks the limits' numbers too; errors go to <errf>. */
+static struct sl_conf *load_checked(const char *path, FILE *errf)
+{
+    struct sl_conf *c = sl_conf_load(path, errf);
+    if (c != NULL && sl_limiter_validate(c, errf) > 0) {
+        sl_conf_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 /* Loads the configuration, logging each error line; NULL on any error. */
 static struct sl_conf *load_logged(const char *path)
 {
@@ -43,8 +55,8 @@ static struct sl_conf *load_logged(const char *path)
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     if (mem == NULL)
-        return sl_conf_load(path, stderr);
-    struct sl_conf *c = sl_conf_load(path, mem);
+        return load_checked(path, stderr);
+    struct sl_conf *c = load_checked(path, mem);
     fclose(mem);
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
         sl_log_error("configuration error", "error=\"%s\"", line);
@@ -134,7 +146,7 @@ int main(int argc, char **argv)
     }
 
     if (check) {
-        struct sl_conf *c = sl_conf_load(conf_path, stderr);
+        struct sl_conf *c = load_checked(conf_path, stderr);
         if (c == NULL)
             return 1;
         if (dump)

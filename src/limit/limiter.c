@@ -244,6 +244,23 @@ int sl_limiter_active(const struct sl_limiter *lim, const char *listener)
     return 0;
 }
 
+int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
+{
+    int bad = 0;
+    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
+        if (c->metric == SL_METRIC_CONNECTIONS)
+            continue;
+        struct sl_algo_params p = { c->algorithm, c->rate.amount, c->rate.period_us, c->burst };
+        const char *why = NULL;
+        if (sl_algo_check(&p, &why) != 0) {
+            fprintf(errf, "%s:%d: limit '%s': %s\n", conf->file ? conf->file : "-", c->line,
+                    c->name, why ? why : "rate or burst out of range");
+            bad++;
+        }
+    }
+    return bad;
+}
+
 /* ---- in-process buckets ----------------------------------------------------- */
 
 static uint64_t hash_key(const char *p, size_t n)

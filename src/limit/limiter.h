@@ -37,6 +37,11 @@ struct sl_verdict {
 
 typedef void sl_limiter_cb(void *data, const struct sl_verdict *v);
 
+/* Checks what the configuration loader cannot: that every limit's numbers
+ * keep the algorithms exact (docs/algorithms.md). Writes one line
+ * "FILE:LINE: message" per bad limit to <errf>; returns how many. */
+int sl_limiter_validate(const struct sl_conf *conf, FILE *errf);
+
 /* Builds the limiter for <conf>; <store> is NULL for url = local. */
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store);
 

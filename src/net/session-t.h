@@ -81,6 +81,11 @@ struct sl_session {
     uint8_t             handles;    /* handles still to see their close callback */
     uint8_t             resp;       /* the listener speaks RESP (else raw tcp) */
     uint8_t             passthru;   /* resp: pub/sub or MONITOR: replies not 1:1 */
+    uint8_t             monitor;    /* MONITOR: every later reply is a feed line */
+    uint8_t             resp3;      /* HELLO 3 was sent: pub/sub frames are pushes */
+    uint8_t             head_len;   /* bytes in <head> */
+    uint32_t            sub_owed;   /* (un)subscribe confirmations owed (RESP2) */
+    char                head[24];   /* first bytes of the reply in progress (RESP2 pub/sub) */
     uint8_t             reply_mode; /* enum sl_reply_mode */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */

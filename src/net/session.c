@@ -305,7 +305,14 @@ static void paid(struct sl_session *s)
     s->inflight--;
     if (s->inflight == MAX_INFLIGHT / 2)
         set_pause(s, 0, SL_PAUSE_INFLIGHT, 0);
-    if (s->inflight == 0 && s->draining && s->state == SL_SESS_RELAY)
+}
+
+/* Draining: once every reply owed has been sent on, the session is done.
+ * Called after a read's bytes left, never from inside the reply loop (the
+ * last reply would be cut off). */
+static void drain_check(struct sl_session *s)
+{
+    if (s->draining && s->resp && s->inflight == 0 && s->pend_n == 0 && s->state == SL_SESS_RELAY)
         finish(s);
 }
 
@@ -447,14 +454,85 @@ static uint32_t replies_for(struct sl_session *s, const struct sl_resp_req *r)
         s->reply_mode = SL_REPLY_ON;
         return 0;
     }
-    if (NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") ||
-        NAME_IS(r, 0, "SSUBSCRIBE") || NAME_IS(r, 0, "MONITOR")) {
-        /* From here on replies are not one per request (RESP2 sends one
-         * confirmation per channel, then messages whenever they come). */
+    if (NAME_IS(r, 0, "HELLO") && r->argc >= 2)
+        s->resp3 = NAME_IS(r, 1, "3") ? 1 : NAME_IS(r, 1, "2") ? 0 : s->resp3;
+    if (s->monitor)
+        return 0; /* everything after MONITOR is its feed */
+    if (NAME_IS(r, 0, "MONITOR")) {
+        s->monitor = 1;
         s->passthru = 1;
-        return 0;
+        return 1; /* its +OK; the feed lines after it answer nothing */
     }
-    return s->passthru ? 0 : 1;
+    int sub = NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") || NAME_IS(r, 0, "SSUBSCRIBE");
+    int unsub = NAME_IS(r, 0, "UNSUBSCRIBE") || NAME_IS(r, 0, "PUNSUBSCRIBE") ||
+                NAME_IS(r, 0, "SUNSUBSCRIBE");
+    if (sub || unsub) {
+        /* One confirmation per channel named (RESP3 sends them as pushes,
+         * which answer nothing); messages come whenever they like. An
+         * UNSUBSCRIBE of everything confirms each channel the connection
+         * had: a count sluice does not know, so those confirmations are let
+         * through without answering anything. */
+        uint32_t k = r->argc - 1;
+        if (sub)
+            s->passthru = 1;
+        if (s->resp3)
+            return 0;
+        if (k == 0)
+            return s->passthru ? 0 : 1; /* not subscribed: one reply, channel nil */
+        s->sub_owed += k;
+        return k;
+    }
+    return 1;
+}
+
+enum { PS_OTHER = 0, PS_MESSAGE, PS_SUBSCRIBED, PS_UNSUBSCRIBED };
+
+/* In pub/sub mode, what the frame that just ended is, from its first bytes
+ * in s->head: "*N\r\n" (or ">N\r\n") "$L\r\n" then its kind, 22 bytes
+ * at most. */
+static int pubsub_kind(const struct sl_session *s)
+{
+    static const char *const msgs[] = { "message", "pmessage", "smessage" };
+    static const char *const subs[] = { "subscribe", "psubscribe", "ssubscribe" };
+    static const char *const unsubs[] = { "unsubscribe", "punsubscribe", "sunsubscribe" };
+    const char *h = s->head, *end = s->head + s->head_len;
+    if (h == end || (*h != '*' && *h != '>'))
+        return PS_OTHER;
+    const char *nl = memchr(h, '\n', (size_t)(end - h));
+    if (nl == NULL || nl + 1 >= end || nl[1] != '$')
+        return PS_OTHER;
+    const char *nl2 = memchr(nl + 1, '\n', (size_t)(end - nl - 1));
+    if (nl2 == NULL)
+        return PS_OTHER;
+    const char *name = nl2 + 1;
+    size_t room = (size_t)(end - name);
+    const char *const *lists[3] = { msgs, subs, unsubs };
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 3; i++) {
+            size_t n = strlen(lists[k][i]);
+            if (room > n && strncasecmp(name, lists[k][i], n) == 0 && name[n] == '\r')
+                return PS_MESSAGE + k;
+        }
+    }
+    return PS_OTHER;
+}
+
+/* A pub/sub frame ended at <end> in <b>: whether it answers a request (a
+ * message never does, a confirmation only when one is owed); an
+ * unsubscribe confirmation counting 0 channels ends pub/sub mode. */
+static int pubsub_pays(struct sl_session *s, const struct sl_buf *b, uint32_t end, int push)
+{
+    int kind = pubsub_kind(s);
+    if (kind == PS_UNSUBSCRIBED && end >= 4 && memcmp(b->data + end - 4, ":0\r\n", 4) == 0)
+        s->passthru = 0;
+    if (push || kind == PS_MESSAGE)
+        return 0;
+    if (kind == PS_OTHER)
+        return 1;
+    if (s->sub_owed == 0)
+        return 0;
+    s->sub_owed--;
+    return 1;
 }
 
 /* ---- verdicts, in request order ------------------------------------------- */
@@ -653,6 +731,7 @@ static void on_verdict(void *data, const struct sl_verdict *v)
                 set_pause(s, 0, SL_PAUSE_DECIDE, 0);
             rx_release(&s->cin);
             framer_release_if_idle(s);
+            drain_check(s);
         }
     }
 }
@@ -763,6 +842,15 @@ static void process(struct sl_session *s)
         to_upstream(s, b, b->start, b->end);
     } else if (s->head_state == 2) {
         /* dropped: a rejected big request never reaches the upstream */
+    } else if (held >= SL_STREAM_AT && b->data[b->start] != '*') {
+        /* An inline request is at most 64 KiB: it is held whole, and one
+         * that fills the chunk without its newline is too big (as Redis
+         * says once it passes 64 KiB). */
+        if (held == SL_BUF_SIZE) {
+            protocol_error(s, "Protocol error: too big inline request");
+            b->start = b->end;
+        }
+        return;
     } else if (held >= SL_STREAM_AT) {
         struct sl_resp_req *head = &s->framer->req;
         observe(s, head, pend_kind(head));
@@ -915,9 +1003,10 @@ void sl_session_drain(struct sl_session *s)
     if (s->state != SL_SESS_RELAY)
         return;
     s->draining = 1;
+    if (!s->resp)
+        return; /* raw TCP has no request boundary: it runs on until the grace ends */
     set_pause(s, 0, SL_PAUSE_DONE, 1);
-    if (s->resp && s->inflight == 0)
-        finish(s);
+    drain_check(s);
 }
 
 /* ---- reads -------------------------------------------------------------------- */
@@ -988,8 +1077,10 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
                 s->swallow = 1;
             }
         }
-        if (sl_reply_idle(&s->scan))
+        if (sl_reply_idle(&s->scan)) {
             s->reply_first = (uint8_t)b->data[off];
+            s->head_len = 0;
+        }
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
         if (n < 0) {
@@ -999,10 +1090,24 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             finish(s);
             return;
         }
+        /* Pub/sub: keep the frame's first bytes to tell messages from
+         * answers (they may arrive split over reads). */
+        int classify = s->passthru && !s->monitor;
+        if (classify && s->head_len < sizeof(s->head)) {
+            uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
+            if (take > (uint32_t)n)
+                take = (uint32_t)n;
+            memcpy(s->head + s->head_len, b->data + off, take);
+            s->head_len = (uint8_t)(s->head_len + take);
+        }
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;
         int push = (f & SL_REPLY_PUSH) != 0;
+        if (classify)
+            push = !pubsub_pays(s, b, off, push);
+        else if (s->monitor && s->tail_n == 0 && s->seg_n == 0)
+            push = 1; /* a feed line */
         if (s->swallow && !push) {
             b->start = off; /* the swallowed reply never reaches the client */
             s->swallow = 0;
@@ -1047,8 +1152,10 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         to_client(s, b, b->start, b->end);
         b->start = b->end;
     }
-    if (s->state < SL_SESS_CLOSED)
+    if (s->state < SL_SESS_CLOSED) {
         rx_release(&s->uin);
+        drain_check(s);
+    }
 }
 
 /* ---- accept and connect ------------------------------------------------------- */
