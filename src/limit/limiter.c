@@ -154,7 +154,14 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
     lim->limits = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->limits));
     if (lim->key_prefix == NULL || lim->limits == NULL)
         goto fail;
+    if (conf->store.lease != 0)
+        sl_log_warn("lease is not implemented yet: every decision asks the store", "%s", "");
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
+        /* Parsed and checked now; enforced by later releases. Say so. */
+        if (c->metric != SL_METRIC_REQUESTS)
+            sl_log_warn("limit not enforced yet: only metric = requests is", "limit=%s", c->name);
+        else if (c->action == SL_ACTION_DELAY)
+            sl_log_warn("action = delay is not implemented yet: rejecting instead", "limit=%s", c->name);
         struct limit *L = &lim->limits[lim->n++];
         L->name = strdup(c->name);
         L->listener = strcmp(c->listener, "*") == 0 ? NULL : strdup(c->listener);

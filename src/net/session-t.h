@@ -91,6 +91,7 @@ struct sl_session {
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
     uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
+    uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
     uint8_t             in_multi;   /* a MULTI was sent and no EXEC/DISCARD yet */
     uint8_t             multi_dirty;/* ... and a command inside it was rejected: EXEC aborts */
     uint8_t             swallow;    /* dropping the upstream reply in progress */

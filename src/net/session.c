@@ -637,6 +637,11 @@ static void protocol_error(struct sl_session *s, const char *msg)
     s->l->stats.protocol_errors++;
     sl_log_debug("protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     set_pause(s, 0, SL_PAUSE_DONE, 1);
+    if (s->reply_mode == SL_REPLY_OFF) {
+        static char none[] = "";
+        queue_local(s, none, 0, SL_SEG_CLOSE); /* as Redis: no word, just the close */
+        return;
+    }
     size_t n = strlen(msg);
     char *text = malloc(n + 7);
     if (text == NULL) {
@@ -666,12 +671,18 @@ static void apply(struct sl_session *s)
             s->req_fwd += e->span; /* sent or dropped: either way behind us */
         if (forward) {
             to += e->span;
-            if (e->kind == SL_PK_HEAD)
+            if (e->kind == SL_PK_HEAD) {
+                /* Its replies are owed once it is whole: a request cut short
+                 * by a protocol error gets none. */
                 s->head_state = 1;
-            else if (e->kind == SL_PK_TAIL)
+                s->head_replies = e->replies;
+            } else if (e->kind == SL_PK_TAIL) {
                 s->head_state = 0;
-            if (e->kind != SL_PK_TAIL)
+                allowed(s, SL_PK_PLAIN, s->head_replies);
+                s->head_replies = 0;
+            } else {
                 allowed(s, e->kind, e->replies);
+            }
         } else {
             to_upstream(s, b, from, to);
             from = to = to + e->span; /* the request's bytes never leave */
@@ -794,6 +805,8 @@ static void process(struct sl_session *s)
             if (s->pend_n == 0 && s->head_state == 1) {
                 to += span;
                 s->head_state = 0;
+                allowed(s, SL_PK_PLAIN, s->head_replies);
+                s->head_replies = 0;
                 continue;
             }
             to_upstream(s, b, from, to);

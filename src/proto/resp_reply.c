@@ -377,6 +377,7 @@ more:
     return (long)(p - buf);
 
 fail:
+    sl_reply_release(s); /* a dead scanner holds nothing */
     s->state = S_DEAD;
     return SL_EPROTO;
 }

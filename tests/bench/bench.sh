@@ -34,6 +34,7 @@ STRICT=${BENCH_STRICT:-0}
 RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
 
 BENCH_BIN=build/bench
+N_STRICT=${BENCH_N_STRICT:-300000}
 TARGETS_RESP=(direct sluice haproxy nutcracker)
 TARGETS_TCP=(direct sluice nginx)
 NGINX_STREAM_SO=/usr/lib/nginx/modules/ngx_stream_module.so
@@ -422,6 +423,84 @@ done
 stop nginx
 stop sink
 
+# ---------------------------------------------------------- strict mode ----
+# A limit that always allows, decided in a quota-store Redis: every request
+# costs one store decision. Against the store's own ceiling, measured in the
+# same rounds: redis-benchmark driving EVALSHA of the same script at -P 16.
+# Then the latency a decision adds at -P 1: plain sluice vs strict sluice.
+
+STRICT_STORE_PORT=$(free_port)
+STRICT_PORT=$(free_port)
+STRICT_ADMIN=$(free_port)
+strict_ok=0
+if [ "$HAVE_SLUICE" = 1 ]; then
+    spawn store "$WORK/store.log" redis-server --port "$STRICT_STORE_PORT" --bind 127.0.0.1 \
+        --save '' --appendonly no --daemonize no
+    if wait_ping "$STRICT_STORE_PORT" 50; then
+        printf '[sluice]\nadmin = 127.0.0.1:%s\n[store]\nurl = redis://127.0.0.1:%s\ntimeout = 200ms\n' \
+            "$STRICT_ADMIN" "$STRICT_STORE_PORT" > "$WORK/strict.ini"
+        printf '[listener s]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nmax_connections = 20000\n' \
+            "$STRICT_PORT" "$REDIS_PORT" >> "$WORK/strict.ini"
+        printf '[limit always]\nlistener = s\nrate = 1000000000/s\nscope = global\n' >> "$WORK/strict.ini"
+        spawn strict "$WORK/strict.log" "$SLUICE_BIN" -c "$WORK/strict.ini"
+        # the same text sluice embeds (lua/embed.sh): the algorithms, then decide.lua
+        STRICT_SCRIPT=$(for a in token_bucket gcra sliding_window sliding_log fixed_window; do
+            sed '/^-- standalone/,$d' "lua/$a.lua"; done; cat lua/decide.lua)
+        STRICT_SHA=$(redis-cli -p "$STRICT_STORE_PORT" script load "$STRICT_SCRIPT" 2>/dev/null)
+        if wait_ping "$STRICT_PORT" 50 "${PID_OF[strict]}" && [ ${#STRICT_SHA} = 40 ]; then
+            strict_ok=1
+        else
+            echo "strict: sluice with a store did not start" >> "$FAILS"
+        fi
+    else
+        echo "strict: the store redis did not start" >> "$FAILS"
+    fi
+fi
+
+# rps of one redis-benchmark --csv run (first command), or ""
+bench_rps() {
+    awk -F'","' 'NR > 1 && NF >= 2 { r = $2; gsub(/"/, "", r); print r; exit }'
+}
+# "p50 p99" (ms) of one redis-benchmark run's latency summary
+bench_lat() {
+    awk '/latency summary/ { getline; getline; print $3, $5; exit }'
+}
+
+if [ "$strict_ok" = 1 ]; then
+    log "strict mode: $ROUNDS rounds of (store EVALSHA ceiling, sluice strict) at -P 16, then latency at -P 1"
+    STRICT_KEY='sluice:{always:*}'
+    for round in $(seq 1 "$ROUNDS"); do
+        ceil=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$STRICT_STORE_PORT" -c "$CLIENTS" \
+            -n "$N_STRICT" -P 16 --csv evalsha "$STRICT_SHA" 1 "$STRICT_KEY" -1 1 token_bucket \
+            1000000000 1000000 1000000000 1 0 2>/dev/null </dev/null | bench_rps)
+        strict=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$STRICT_PORT" -c "$CLIENTS" \
+            -n "$N_STRICT" -P 16 -t get --csv 2>/dev/null </dev/null | bench_rps)
+        [ -n "$ceil" ] && echo -e "strict:ceiling\t$ceil" >> "$RAW"
+        [ -n "$strict" ] && echo -e "strict:sluice\t$strict" >> "$RAW"
+        log "  round $round: store ceiling ${ceil:-?}, sluice strict ${strict:-?}"
+        if ensure_target sluice; then
+            plain=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$SLUICE_RESP_PORT" -c "$CLIENTS" \
+                -n "$N_P1" -t get 2>/dev/null </dev/null | bench_lat)
+            lat=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$STRICT_PORT" -c "$CLIENTS" \
+                -n "$N_P1" -t get 2>/dev/null </dev/null | bench_lat)
+            if [ -n "$plain" ] && [ -n "$lat" ]; then
+                set -- $plain $lat
+                echo -e "lat:p50:plain\t$1\nlat:p99:plain\t$2\nlat:p50:strict\t$3\nlat:p99:strict\t$4" >> "$RAW"
+                echo -e "lat:p50:added\t$(awk -v a="$3" -v b="$1" 'BEGIN{print a - b}')" >> "$RAW"
+                echo -e "lat:p99:added\t$(awk -v a="$4" -v b="$2" 'BEGIN{print a - b}')" >> "$RAW"
+            fi
+        fi
+    done
+    # store calls per admitted request, from sluice's own counters
+    STRICT_METRICS=$(exec 3<>/dev/tcp/127.0.0.1/$STRICT_ADMIN &&
+        printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+    STRICT_CALLS=$(echo "$STRICT_METRICS" | awk '$1 == "sluice_store_requests_total" { print $2 }')
+    STRICT_REQS=$(echo "$STRICT_METRICS" | awk '$1 ~ /^sluice_requests_total\{listener="s"\}/ { print $2 }')
+    STRICT_ERRS=$(echo "$STRICT_METRICS" | awk '$1 == "sluice_store_errors_total" { print $2 }')
+fi
+stop strict
+stop store
+
 # -------------------------------------------------------------- idle RSS ---
 
 # idle_rss NAME PID PORT: RSS of PID before and after IDLE_CONNS idle clients
@@ -547,6 +626,21 @@ ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
     printf "$ROW_FMT" "idle RSS/conn (B, $IDLE_CONNS)" "$(fmt "$d" 0)" "$(fmt "$s" 0)" "$(fmt "$h" 0)" "$(fmt "$t" 0)" \
         "n/a" "" "$(ratio "$s" "$h")" "" "<=2048 B incl. upstream: $(mark "$res")"
 } > "$TABLE"
+
+{
+    c=$(median strict:ceiling); st=$(median strict:sluice); r=$(ratio "$st" "$c")
+    res=""; [ -n "$r" ] && { ge "$r" 0.80; res=$?; }
+    echo
+    printf '%-30s %14s %14s %8s  %s\n' "strict mode (every request: one store decision)" "store ceiling" "sluice strict" "ratio" target
+    printf '%-30s %14s %14s %8s  %s\n' "resp get -P16 (req/s)" "$(fmt "$c" 0)" "$(fmt "$st" 0)" "${r:-n/a}" \
+        ">=0.8x store ceiling: $(mark "$res")"
+    calls=""; [ -n "${STRICT_CALLS:-}" ] && [ -n "${STRICT_REQS:-}" ] && calls=$(ratio "$STRICT_CALLS" "$STRICT_REQS")
+    printf '%-30s %14s\n' "store calls per request" "${calls:-n/a} (${STRICT_CALLS:-?} calls, ${STRICT_REQS:-?} requests, ${STRICT_ERRS:-?} errors)"
+    for q in p50 p99; do
+        printf '%-30s %14s %14s %8s\n' "latency -P1 $q (ms): plain/strict" "$(fmt "$(median lat:$q:plain)" 3)" \
+            "$(fmt "$(median lat:$q:strict)" 3)" "+$(fmt "$(median lat:$q:added)" 3)"
+    done
+} >> "$TABLE"
 
 TARGETS_TOTAL=$(grep -cE ': (PASS|MISS|n/a)$' "$TABLE")
 TARGETS_MET=$(grep -c 'PASS$' "$TABLE")
