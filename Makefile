@@ -121,12 +121,15 @@ fuzz: deps
 	@command -v $(FUZZ_CC) >/dev/null && [ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y clang-14 libclang-rt-14-dev
 	@$(MAKE) --no-print-directory CC=$(FUZZ_CC) WARN='-Wall -Wextra' $(FUZZ_BIN)
-	@set -e; for f in $(FUZZ_BIN); do n=$$(basename $$f); \
-	    mkdir -p $(BUILD)/corpus/$$n; \
+	@failed=0; for f in $(FUZZ_BIN); do n=$$(basename $$f); \
+	    mkdir -p $(BUILD)/corpus/$$n $(BUILD)/fuzz-artifacts; \
 	    seeds=; [ -d tests/fuzz/corpus/$$n ] && seeds=tests/fuzz/corpus/$$n; \
 	    echo "== $$n ($(FUZZ_SECONDS)s)"; \
-	    $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/corpus/$$n $$seeds 2>&1 | tail -n 12; \
-	done
+	    if $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=$(BUILD)/fuzz-artifacts/$$n- $(BUILD)/corpus/$$n $$seeds \
+	        > $(BUILD)/fuzz-$$n.log 2>&1; then tail -n 6 $(BUILD)/fuzz-$$n.log; \
+	    else tail -n 40 $(BUILD)/fuzz-$$n.log; echo "!! $$n failed (log: $(BUILD)/fuzz-$$n.log)"; failed=1; fi; \
+	done; exit $$failed
 
 # ---- run, bench, install ------------------------------------------------
 

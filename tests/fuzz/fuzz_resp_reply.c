@@ -258,6 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sl_reply_init(&s);
     feed(&s, &whole, data, size, 0);
     same(&ref, &whole, "reference vs whole");
+    sl_reply_release(&s); /* an input may end inside a deep reply */
 
     /* pieces of 0..15 bytes, sizes read from the input itself */
     sl_reply_init(&s);
@@ -274,12 +275,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         i += k;
     }
     same(&whole, &parts, "whole vs pieces");
+    sl_reply_release(&s);
 
     if (size <= 4096) {
         sl_reply_init(&s);
         for (size_t i = 0; i < size; i++)
             feed(&s, &bytes, data + i, 1, i);
         same(&whole, &bytes, "whole vs bytes");
+        sl_reply_release(&s);
     }
 
     run_free(&ref);

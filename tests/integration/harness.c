@@ -740,3 +740,13 @@ int th_redis_wait_info(int port, const char *field, long want, int ms)
     } while (th_now_ms() < end);
     return -1;
 }
+
+int th_alive_or_report(struct th_proc *p)
+{
+    int st = 0;
+    if (!th_running(p, &st)) {
+        fprintf(stderr, "exited during the test (status %d), log %s\n", st, p->log);
+        return -1;
+    }
+    return 0;
+}

@@ -157,4 +157,8 @@ int th_redis_wait_info(int port, const char *field, long want, int ms);
  * p->pid becomes 0 and *status, if not NULL, gets the waitpid status). */
 int th_running(struct th_proc *p, int *status);
 
+/* For cmocka teardowns: 0 while <p> still runs, else -1 (and says on
+ * stderr how it ended and where its log is). */
+int th_alive_or_report(struct th_proc *p);
+
 #endif

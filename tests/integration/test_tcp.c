@@ -90,12 +90,7 @@ static int group_teardown(void **state)
 static int check_alive(void **state)
 {
     (void)state;
-    int st = 0;
-    if (!th_running(&sluice_p, &st)) {
-        fprintf(stderr, "sluice exited during the test (status %d), log %s\n", st, sluice_p.log);
-        return -1;
-    }
-    return 0;
+    return th_alive_or_report(&sluice_p);
 }
 
 /* ---- a pseudo-random byte stream ------------------------------------------- */
