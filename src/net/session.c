@@ -661,46 +661,47 @@ static void apply(struct sl_session *s)
     struct sl_buf *b = s->cin;
     uint32_t from = b->start, to = b->start;
     while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
-        struct sl_pend *e = &s->pend[s->pend_head];
-        if (e->state == SL_PEND_WAIT)
+        /* Take the entry out first: what follows may close the session. */
+        struct sl_pend e = s->pend[s->pend_head];
+        if (e.state == SL_PEND_WAIT)
             break;
-        int forward = e->state == SL_PEND_ALLOW &&
-                      !(e->kind == SL_PK_EXEC && s->multi_dirty) &&
-                      !(e->kind == SL_PK_TAIL && s->head_state == 2);
-        if (e->kind == SL_PK_HEAD)
-            s->req_fwd += e->span; /* sent or dropped: either way behind us */
+        s->pend[s->pend_head].text = NULL;
+        s->pend_head = (s->pend_head + 1) % PEND_MAX;
+        s->pend_n--;
+        int forward = e.state == SL_PEND_ALLOW &&
+                      !(e.kind == SL_PK_EXEC && s->multi_dirty) &&
+                      !(e.kind == SL_PK_TAIL && s->head_state == 2);
+        if (e.kind == SL_PK_HEAD)
+            s->req_fwd += e.span; /* sent or dropped: either way behind us */
         if (forward) {
-            to += e->span;
-            if (e->kind == SL_PK_HEAD) {
+            to += e.span;
+            if (e.kind == SL_PK_HEAD) {
                 /* Its replies are owed once it is whole: a request cut short
                  * by a protocol error gets none. */
                 s->head_state = 1;
-                s->head_replies = e->replies;
-            } else if (e->kind == SL_PK_TAIL) {
+                s->head_replies = e.replies;
+            } else if (e.kind == SL_PK_TAIL) {
                 s->head_state = 0;
                 allowed(s, SL_PK_PLAIN, s->head_replies);
                 s->head_replies = 0;
             } else {
-                allowed(s, e->kind, e->replies);
+                allowed(s, e.kind, e.replies);
             }
-        } else {
-            to_upstream(s, b, from, to);
-            from = to = to + e->span; /* the request's bytes never leave */
-            if (e->kind == SL_PK_EXEC && e->state == SL_PEND_ALLOW) {
-                exec_abort(s, e->replies);
-            } else if (e->kind == SL_PK_TAIL) {
-                s->head_state = 0;
-            } else {
-                if (e->kind == SL_PK_HEAD)
-                    s->head_state = 2;
-                rejected(s, e->text, e->len, e->replies);
-                e->text = NULL;
-            }
+            continue;
         }
-        free(e->text);
-        e->text = NULL;
-        s->pend_head = (s->pend_head + 1) % PEND_MAX;
-        s->pend_n--;
+        to_upstream(s, b, from, to);
+        from = to = to + e.span; /* the request's bytes never leave */
+        if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
+            exec_abort(s, e.replies);
+        } else if (e.kind == SL_PK_TAIL) {
+            s->head_state = 0;
+        } else {
+            if (e.kind == SL_PK_HEAD)
+                s->head_state = 2;
+            rejected(s, e.text, e.len, e.replies); /* takes the text */
+            e.text = NULL;
+        }
+        free(e.text);
     }
     if (s->state >= SL_SESS_CLOSED)
         return;
@@ -759,7 +760,7 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
             return -1;
         }
     }
-    if (s->pend_n == PEND_MAX)
+    if (s->pend_n == PEND_MAX || s->state >= SL_SESS_FLUSHING)
         return -1;
     struct sl_pend *e = &s->pend[(s->pend_head + s->pend_n) % PEND_MAX];
     memset(e, 0, sizeof(*e));
@@ -797,7 +798,8 @@ static void process(struct sl_session *s)
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && (rc = sl_resp_next(s->framer, &r)) == 1) {
+    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING &&
+           (rc = sl_resp_next(s->framer, &r)) == 1) {
         uint32_t span = (uint32_t)(r->size - s->req_fwd);
         s->req_fwd = 0;
         if (s->head_state != 0) {
@@ -837,6 +839,8 @@ static void process(struct sl_session *s)
     }
     to_upstream(s, b, from, to);
     b->start = to;
+    if (s->state >= SL_SESS_FLUSHING)
+        return;
     if (rc < 0) {
         protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
         b->start = b->end; /* the rest is garbage: never forwarded */
@@ -897,18 +901,34 @@ static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
 
 /* ---- closing ------------------------------------------------------------------ */
 
-static void on_close(uv_handle_t *h)
+/* The last handle is closed: nothing can call into the session any more. */
+static void session_free(struct sl_session *s)
 {
-    struct sl_session *s = h->data;
-    if (--s->handles > 0)
-        return;
     if (s->cin)
         sl_buf_unref(s->cin);
     if (s->uin)
         sl_buf_unref(s->uin);
+    if (s->framer) {
+        sl_resp_free(s->framer); /* may hold a partial request: not pooled */
+        free(s->framer);
+    }
+    free_segs(s);
+    sl_reply_release(&s->scan);
+    for (uint32_t i = 0; i < s->pend_n; i++)
+        free(s->pend[(s->pend_head + i) % PEND_MAX].text);
+    free(s->pend);
+    free(s->ident);
+    free(s->auth_next);
     struct sl_listener *l = s->l;
     free(s);
     sl_listener_session_gone(l);
+}
+
+static void on_close(uv_handle_t *h)
+{
+    struct sl_session *s = h->data;
+    if (--s->handles == 0)
+        session_free(s);
 }
 
 static void close_handle(uv_handle_t *h)
@@ -924,26 +944,15 @@ void sl_session_close(struct sl_session *s)
     s->state = SL_SESS_CLOSED;
     sl_tq_remove(&s->tq);
     s->l->stats.conns_active--;
-    if (s->framer) {
-        sl_resp_free(s->framer); /* may hold a partial request: not pooled */
-        free(s->framer);
-        s->framer = NULL;
-    }
-    free_segs(s);
-    sl_reply_release(&s->scan);
+    /* Verdicts still on their way must not land: the entries go away with
+     * the session. Everything else stays valid until the last close
+     * callback, because this may run in the middle of a loop over it. */
     for (uint32_t i = 0; i < s->pend_n; i++) {
         struct sl_pend *e = &s->pend[(s->pend_head + i) % PEND_MAX];
         if (e->h != NULL)
             sl_limiter_cancel(e->h);
-        free(e->text);
+        e->h = NULL;
     }
-    free(s->pend);
-    s->pend = NULL;
-    s->pend_n = 0;
-    free(s->ident);
-    s->ident = NULL;
-    free(s->auth_next);
-    s->auth_next = NULL;
     close_handle((uv_handle_t *)&s->client);
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);

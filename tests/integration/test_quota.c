@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,10 +33,12 @@ static void start_sluice(struct world *w, int i, const char *store_extra, const 
     w->admin[i] = th_free_port();
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
-             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 50ms\n%s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\n%s\n%s\n"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "identity = resp_user client_ip\n%s",
-             w->admin[i], w->store.port, store_extra ? store_extra : "", w->port[i], w->up.port,
+             w->admin[i], w->store.port,
+             store_extra && strstr(store_extra, "timeout") ? "" : "timeout = 50ms",
+             store_extra ? store_extra : "", w->port[i], w->up.port,
              limits);
     assert_int_equal(th_sluice_start(&w->sl[i], ini, w->port[i]), 0);
 }
@@ -419,12 +422,60 @@ static void test_rejection_inside_multi(void **state)
     world_free(w);
 }
 
+/* A client that pipelines into a limit and hangs up before the verdicts
+ * come back: rejections meet a dead socket in the middle of being applied.
+ * sluice must carry on (under make check, ASan watches the memory). */
+static void test_client_gone_while_verdicts_pending(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, "timeout = 3s", "[limit l]\nlistener = r\nrate = 1/d\nburst = 5\ncommands = INCR\n");
+    wait_store_up(w, 0);
+    /* Empty the bucket first: then every verdict is a rejection, written
+     * at once from inside the loop that applies them. */
+    redisContext *c0 = client(w->port[0]);
+    for (int i = 0; i < 5; i++) {
+        redisReply *r0 = redisCommand(c0, "INCR gone");
+        assert_int_equal(r0->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(r0);
+    }
+    redisFree(c0);
+    static char pipe[200 * 16];
+    size_t n = 0;
+    for (int i = 0; i < 200; i++)
+        n += (size_t)snprintf(pipe + n, sizeof(pipe) - n, "INCR gone\r\n");
+    redisContext *st = client(w->store.port);
+    for (int round = 0; round < 3; round++) {
+        /* The store holds its answers while the client comes and goes. */
+        redisReply *p = redisCommand(st, "CLIENT PAUSE 400");
+        freeReplyObject(p);
+        int fd = th_connect(w->port[0]);
+        assert_true(fd >= 0);
+        assert_int_equal(th_write_all(fd, pipe, n), 0);
+        usleep(150000); /* sluice has read it all and asked the store */
+        /* An abortive close (RST): the very first write back fails. */
+        struct linger lg = { 1, 0 };
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        close(fd); /* gone before a single verdict is back */
+        usleep(400000);
+    }
+    redisFree(st);
+    assert_int_equal(th_alive_or_report(&w->sl[0]), 0);
+    redisContext *c = client(w->port[0]);
+    redisReply *r = redisCommand(c, "PING");
+    assert_string_equal(r->str, "PONG");
+    freeReplyObject(r);
+    redisFree(c);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_user_limit_shadow_and_metrics),
         cmocka_unit_test(test_rejection_consumes_no_other_limit),
         cmocka_unit_test(test_rejection_inside_multi),
+        cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
         cmocka_unit_test(test_store_failure_local),
