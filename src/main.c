@@ -195,5 +195,6 @@ int main(int argc, char **argv)
     sl_conf_free(srv.conf);
     sl_buf_pool_drain();
     sl_session_pool_drain();
+    sl_limiter_pool_drain();
     return rc;
 }

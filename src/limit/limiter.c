@@ -20,6 +20,7 @@
 #include "admin/admin.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "core/tq.h"
 #include "identity/identity.h"
 #include "limit/algo.h"
@@ -82,7 +83,6 @@ struct sl_limiter {
     char             *key_prefix; /* store keys start with it */
     struct limit     *limits;
     int               n;
-    uint64_t          store_failed; /* decisions that met a failed store */
 };
 
 struct sl_limiter_req {
@@ -97,6 +97,14 @@ struct sl_limiter_req {
     uint8_t              remote[MAX_REQ_LIMITS]; /* decided by the store */
     char                 identity[SL_ID_MAX + 1];
 };
+
+/* Pending store decisions are pooled: strict mode makes one per request. */
+static struct sl_pool req_pool = SL_POOL_INIT(sizeof(struct sl_limiter_req), 256);
+
+void sl_limiter_pool_drain(void)
+{
+    sl_pool_drain(&req_pool);
+}
 
 /* ---- building --------------------------------------------------------------- */
 
@@ -522,7 +530,6 @@ static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
 /* The store could not answer: on_failure says what happens. */
 static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v)
 {
-    lim->store_failed++;
     switch (lim->on_failure) {
     case SL_FAIL_OPEN:
         decide_local(lim, q, 0, 1, v); /* local-only limits still hold */
@@ -607,7 +614,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
     }
     if (q->cb)
         q->cb(q->data, &v);
-    free(q);
+    sl_pool_give(&req_pool, q);
     sl_limiter_release(lim);
 }
 
@@ -717,7 +724,7 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         }
         nk++;
     }
-    struct sl_limiter_req *heap = malloc(sizeof(*heap));
+    struct sl_limiter_req *heap = sl_pool_take(&req_pool);
     if (heap == NULL) {
         store_failed(lim, q, v);
         return 0;
@@ -728,7 +735,7 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     struct sl_store_req *sr = sl_store_eval(lim->store, SL_SCRIPT_DECIDE, nk, keys, na, args,
                                             on_store, heap);
     if (sr == NULL) {
-        free(heap);
+        sl_pool_give(&req_pool, heap);
         store_failed(lim, q, v);
         return 0;
     }

@@ -64,6 +64,9 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
 /* The caller is gone: <cb> will not be called. */
 void sl_limiter_cancel(struct sl_limiter_req *req);
 
+/* Frees the pooled request records (at exit, so leak checkers stay quiet). */
+void sl_limiter_pool_drain(void);
+
 /* Periodic housekeeping at <now_us>: expires idle in-process buckets. */
 void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us);
 

@@ -36,6 +36,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
@@ -107,6 +108,10 @@ static void framer_give(struct sl_resp *f)
     free(f);
 }
 
+/* Verdict rings likewise: a session whose requests wait for the store
+ * takes one per batch. */
+static struct sl_pool ring_pool = SL_POOL_INIT(PEND_MAX * sizeof(struct sl_pend), 16);
+
 void sl_session_pool_drain(void)
 {
     while (framer_pooled > 0) {
@@ -114,6 +119,7 @@ void sl_session_pool_drain(void)
         sl_resp_free(f);
         free(f);
     }
+    sl_pool_drain(&ring_pool);
 }
 
 /* The session's framer goes back when nothing of a request is left in it. */
@@ -125,7 +131,7 @@ static void framer_release_if_idle(struct sl_session *s)
         s->framer = NULL;
     }
     if (s->pend != NULL && s->pend_n == 0) {
-        free(s->pend);
+        sl_pool_give(&ring_pool, s->pend);
         s->pend = NULL;
         s->pend_head = 0;
     }
@@ -754,7 +760,7 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
                    uint32_t replies, int kind)
 {
     if (s->pend == NULL) {
-        s->pend = malloc(PEND_MAX * sizeof(*s->pend));
+        s->pend = sl_pool_take(&ring_pool);
         if (s->pend == NULL) {
             sl_session_close(s);
             return -1;
@@ -916,7 +922,8 @@ static void session_free(struct sl_session *s)
     sl_reply_release(&s->scan);
     for (uint32_t i = 0; i < s->pend_n; i++)
         free(s->pend[(s->pend_head + i) % PEND_MAX].text);
-    free(s->pend);
+    if (s->pend != NULL)
+        sl_pool_give(&ring_pool, s->pend);
     free(s->ident);
     free(s->auth_next);
     struct sl_listener *l = s->l;

@@ -8,10 +8,9 @@
                                       (Redis can send thousands: a Lua script returning a
                                       table that contains itself) */
 #define SL_REPLY_INLINE_DEPTH 16    /* levels kept in the struct; deeper ones on the heap */
-/* Kept for callers that buffer a line. The scanner itself caps length lines
- * (`$ * % ~ | > ! =`) far tighter, at 19 digits, and never caps the lines of
- * `+ - : , # (` (a Redis error message may be long). */
-#define SL_REPLY_MAX_LINE  (64 * 1024)
+/* Length lines (`$ * % ~ | > ! =`) are capped at 19 digits; the lines of
+ * `+ - : , # (` are not capped (a Redis error message may be long) and are
+ * never buffered: the scanner only looks for their end. */
 
 /* Flags of one complete top-level reply. */
 enum sl_reply_flag {

@@ -750,3 +750,34 @@ int th_alive_or_report(struct th_proc *p)
     }
     return 0;
 }
+
+int th_pair_start(struct th_proc *redis, struct th_proc *sl, int *port, const char *listener_extra,
+                  const char *redis_opt, const char *redis_val)
+{
+    /* a NULL <redis_opt> ends th_redis_start's list right there */
+    if (th_redis_start(redis, redis_opt, redis_val, NULL) < 0)
+        return -1;
+    *port = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin =\nshutdown_grace = 2s\n[store]\nurl = local\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n%s",
+             *port, redis->port, listener_extra ? listener_extra : "");
+    if (th_sluice_start(sl, ini, *port) < 0) {
+        th_stop(redis);
+        return -1;
+    }
+    return 0;
+}
+
+int th_pair_stop(struct th_proc *redis, struct th_proc *sl)
+{
+    int st = th_stop(sl);
+    th_stop(redis);
+    th_kill_all();
+    if (st != 0) {
+        fprintf(stderr, "sluice did not exit cleanly (status %d)\n", st);
+        return -1;
+    }
+    return 0;
+}

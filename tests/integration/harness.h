@@ -157,6 +157,17 @@ int th_redis_wait_info(int port, const char *field, long want, int ms);
  * p->pid becomes 0 and *status, if not NULL, gets the waitpid status). */
 int th_running(struct th_proc *p, int *status);
 
+/* Starts a throwaway redis-server (with the option <redis_opt> <redis_val>
+ * when <redis_opt> is not NULL) and a sluice with one resp listener [r] in
+ * front of it (<listener_extra>, if any, appended to the listener's keys);
+ * *<port> is the listener's port. Returns 0, or -1 with nothing left running. */
+int th_pair_start(struct th_proc *redis, struct th_proc *sl, int *port, const char *listener_extra,
+                  const char *redis_opt, const char *redis_val);
+
+/* Stops both (and every tracked process); -1, said on stderr, if sluice did
+ * not exit cleanly. */
+int th_pair_stop(struct th_proc *redis, struct th_proc *sl);
+
 /* For cmocka teardowns: 0 while <p> still runs, else -1 (and says on
  * stderr how it ended and where its log is). */
 int th_alive_or_report(struct th_proc *p);

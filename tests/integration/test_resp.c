@@ -32,33 +32,14 @@ static int group_setup(void **state)
 {
     (void)state;
     /* DEBUG PROTOCOL gives every RESP3 type on demand. */
-    if (th_redis_start(&redis_p, "--enable-debug-command", "yes", NULL) < 0)
-        return -1;
-    sport = th_free_port();
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin =\nshutdown_grace = 2s\n[store]\nurl = local\n"
-             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "protocol = resp\nidle_timeout = 300s\n",
-             sport, redis_p.port);
-    if (th_sluice_start(&sluice_p, ini, sport) < 0) {
-        th_stop(&redis_p);
-        return -1;
-    }
-    return 0;
+    return th_pair_start(&redis_p, &sluice_p, &sport, "protocol = resp\nidle_timeout = 300s\n",
+                         "--enable-debug-command", "yes");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    int st = th_stop(&sluice_p);
-    th_stop(&redis_p);
-    th_kill_all();
-    if (st != 0) {
-        fprintf(stderr, "sluice did not exit cleanly (status %d)\n", st);
-        return -1;
-    }
-    return 0;
+    return th_pair_stop(&redis_p, &sluice_p);
 }
 
 /* After each test: sluice must not have died on the way. */

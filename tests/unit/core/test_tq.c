@@ -7,6 +7,7 @@
 
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/pool.h"
 #include "core/tq.h"
 #include <string.h>
 
@@ -72,6 +73,27 @@ static void test_buf_pool_reuse(void **state)
     sl_buf_pool_drain();
 }
 
+static void test_pool_reuse_and_cap(void **state)
+{
+    (void)state;
+    struct sl_pool p = SL_POOL_INIT(32, 2);
+    void *a = sl_pool_take(&p), *b = sl_pool_take(&p), *c = sl_pool_take(&p);
+    assert_non_null(a);
+    assert_true(a != b && b != c);
+    sl_pool_give(&p, a);
+    sl_pool_give(&p, b);
+    sl_pool_give(&p, c); /* over the cap: freed, not kept */
+    assert_int_equal(p.n, 2);
+    assert_ptr_equal(sl_pool_take(&p), b); /* last given, first taken */
+    assert_ptr_equal(sl_pool_take(&p), a);
+    assert_int_equal(p.n, 0);
+    sl_pool_give(&p, a);
+    sl_pool_give(&p, b);
+    sl_pool_drain(&p);
+    assert_int_equal(p.n, 0);
+    assert_null(p.free);
+}
+
 static void test_log_quote(void **state)
 {
     (void)state;
@@ -97,6 +119,7 @@ int main(void)
         cmocka_unit_test(test_tq_order_and_expiry),
         cmocka_unit_test(test_tq_move_between_queues),
         cmocka_unit_test(test_buf_pool_reuse),
+        cmocka_unit_test(test_pool_reuse_and_cap),
         cmocka_unit_test(test_log_quote),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
