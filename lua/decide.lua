@@ -7,8 +7,9 @@
 --          algorithm appends its own suffix (":tb", ":gc", ...), so a
 --          limit's keys share its hash tag.
 -- ARGV[1]  now in microseconds, or -1: redis.call('TIME')
--- ARGV[2]  N, the number of limits; then per limit 6 values:
---          algorithm, amount, period_us, burst, cost, shadow (0|1)
+-- ARGV[2]  N, the number of limits; then per limit 7 values:
+--          algorithm, amount, period_us, burst, cost, shadow (0|1), max_wait_us
+--          (gcra only: > 0 makes the limit reserve, action = delay)
 --
 -- All or nothing: every non-shadow limit is first asked without taking
 -- (commit false: one read per key, no write); only if all of them allow
@@ -18,7 +19,10 @@
 --
 -- Returns {all_allowed, then per limit: allowed, remaining, retry_after_us,
 -- reset_us} (retry -1 = never). When the request is denied, the limits that
--- would have allowed it say allowed = 1 with nothing taken.
+-- would have allowed it say allowed = 1 with nothing taken. A reserving
+-- limit that allows after a wait says allowed = 1, retry = the wait; the
+-- caller holds the request that long. A wait past max_wait is a denial
+-- (retry = how much sooner it would have to be) and reserves nothing.
 
 local algorithms = {
   token_bucket = token_bucket, gcra = gcra, sliding_window = sliding_window,
@@ -31,24 +35,25 @@ if now == nil or now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local n = tonumber(ARGV[2])
-if n == nil or n < 0 or #ARGV ~= 2 + 6 * n or #KEYS ~= n then
-  error({err = 'ERR sluice: decide: expected N keys and 2 + 6N arguments'})
+if n == nil or n < 0 or #ARGV ~= 2 + 7 * n or #KEYS ~= n then
+  error({err = 'ERR sluice: decide: expected N keys and 2 + 7N arguments'})
 end
 
 local results, commits = {}, {}
 local all = 1
 for i = 1, n do
-  local a = 2 + 6 * (i - 1)
+  local a = 2 + 7 * (i - 1)
   local f = algorithms[ARGV[a + 1]]
   if f == nil then
     error({err = 'ERR sluice: decide: unknown algorithm ' .. tostring(ARGV[a + 1])})
   end
   local amount, period_us = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local burst, cost = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local max_wait = tonumber(ARGV[a + 7])
   if ARGV[a + 6] == '1' then
-    results[i] = f(KEYS[i], amount, period_us, burst, cost, now, true)
+    results[i] = f(KEYS[i], amount, period_us, burst, cost, now, true, max_wait)
   else
-    local r, commit = f(KEYS[i], amount, period_us, burst, cost, now, false)
+    local r, commit = f(KEYS[i], amount, period_us, burst, cost, now, false, max_wait)
     results[i] = r
     commits[#commits + 1] = {i, commit}
     if r[1] ~= 1 then all = 0 end

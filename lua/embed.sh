@@ -20,5 +20,8 @@ echo '  ,'
 echo '  [SL_SCRIPT_HEARTBEAT] ='
 cstr < "$dir/heartbeat.lua"
 echo '  ,'
+echo '  [SL_SCRIPT_CONNECTIONS] ='
+cstr < "$dir/connections.lua"
+echo '  ,'
 echo '};'
-echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat" };'
+echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections" };'

@@ -11,8 +11,9 @@
 -- State: HASH <key>:gc  t = TAT's whole us, f = its fraction in units.
 -- Debt = TAT - now (in units): what is missing from a full bucket. With
 -- only TAT kept, a now earlier than before looks like an early request; the
--- debt is clamped to one full bucket, so a clock step back never leaves the
--- bucket worse than empty (docs/algorithms.md).
+-- debt is clamped to one full bucket plus max_wait (the reservations a delay
+-- limit may hold), so a clock step back never leaves the bucket worse than
+-- that (docs/algorithms.md).
 -- Returns {allowed, remaining, retry_after_us, reset_us}; retry -1 = never.
 -- With commit false nothing is written, and a second value, a function,
 -- commits what was decided.
@@ -32,14 +33,14 @@ local function gcd(a, b)
 end
 local function fmt(x) return string.format('%d', x) end -- never %.14g
 
-local function gcra(key, amount, period_us, burst, cost, now_us, commit)
+local function gcra(key, amount, period_us, burst, cost, now_us, commit, max_wait)
   key = key .. ':gc'
-  if not (amount and period_us and burst and cost and now_us) then
+  if not (amount and period_us and burst and cost and now_us and max_wait) then
     error({err = 'ERR sluice: gcra: a parameter is not a number'})
   end
   if not (amount >= 1 and amount <= 1099511627776 and period_us >= 1
           and period_us <= 31536000000000 and burst >= 1 and burst <= 1099511627776
-          and cost >= 0) then
+          and cost >= 0 and max_wait >= 0) then
     error({err = 'ERR sluice: gcra: parameters out of range'})
   end
   local g = gcd(amount, period_us)
@@ -48,7 +49,13 @@ local function gcra(key, amount, period_us, burst, cost, now_us, commit)
     error({err = 'ERR sluice: gcra: burst x period / gcd(amount, period) over 2^52'})
   end
   local cap = burst * S
-  local ttl_ms = math.max(1, cdiv(cdiv(cap, K), 1000))
+  if max_wait > idiv(4503599627370496 - cap, K) then
+    error({err = 'ERR sluice: gcra: burst and max_wait over 2^52 units'})
+  end
+  -- With reservations (max_wait > 0) the debt may pass a full bucket by
+  -- up to max_wait; that is also the clamp for a clock stepping back.
+  local top = cap + max_wait * K
+  local ttl_ms = math.max(1, cdiv(cdiv(cap, K) + max_wait, 1000))
 
   local st = redis.call('HMGET', key, 't', 'f')
   local tu, tf = tonumber(st[1]) or 0, tonumber(st[2]) or 0
@@ -57,36 +64,40 @@ local function gcra(key, amount, period_us, burst, cost, now_us, commit)
   local debt = 0
   if tu >= now then
     local dt = tu - now -- clamped before multiplying
-    if dt > idiv(cap, K) then debt = cap else debt = math.min(dt * K + tf, cap) end
+    if dt > idiv(top, K) then debt = top else debt = math.min(dt * K + tf, top) end
   end
-  local v = cap - debt
+  local v = math.max(cap - debt, 0)
 
   local allowed, retry, need = 0, 0, cost * S
   if cost > burst then retry = -1
-  elseif need > v then retry = cdiv(need - v, K)
+  elseif debt + need > cap then
+    local wait = cdiv(debt + need - cap, K)
+    if wait <= max_wait then allowed, retry = 1, wait
+    elseif max_wait > 0 then retry = wait - max_wait
+    else retry = wait end
   else allowed = 1 end
 
-  local function answer(units)
-    return {allowed, idiv(units, S), retry, cdiv(cap - units, K)}
-  end
   local function apply()
     if allowed == 1 and cost > 0 then
       local d = debt + need
       redis.call('HSET', key, 't', fmt(now + idiv(d, K)), 'f', fmt(math.fmod(d, K)))
       redis.call('PEXPIRE', key, fmt(ttl_ms))
-      return answer(v - need)
+      return {1, idiv(math.max(v - need, 0), S), retry, cdiv(d, K)}
     end
-    return answer(v)
+    return {allowed, idiv(v, S), retry, cdiv(debt, K)}
   end
   if commit then return apply() end
-  return answer(v), apply
+  if allowed == 1 then
+    return {1, idiv(math.max(v - need, 0), S), retry, cdiv(debt + need, K)}, apply
+  end
+  return {0, idiv(v, S), retry, cdiv(debt, K)}, apply
 end
 
--- standalone: EVAL <this file> 1 <key> <amount> <period_us> <burst> <cost> <now_us|-1>
+-- standalone: EVAL <this file> 1 <key> <amount> <period_us> <burst> <cost> <now_us|-1> [max_wait_us]
 local now = tonumber(ARGV[5])
 if now == nil or now < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 return gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-            tonumber(ARGV[4]), now, true)
+            tonumber(ARGV[4]), now, true, tonumber(ARGV[6] or '0'))

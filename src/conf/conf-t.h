@@ -102,6 +102,8 @@ struct sl_store_conf {
     uint64_t           timeout_us;     /* default 25ms */
     enum sl_on_failure on_failure;     /* default local */
     int64_t            lease;          /* 0 = off (default), -1 = auto, N > 0 tokens */
+    uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
+                                          within this is free (a crashed instance); 10s */
 };
 
 struct sl_conf {

@@ -244,6 +244,7 @@ static const struct keyword store_kw[] = {
     NUM("timeout", KW_DURATION, struct sl_store_conf, timeout_us, 1, HOUR_US),
     ENUM("on_failure", struct sl_store_conf, on_failure, sl_conf_fail_names),
     FUNC("lease", set_lease, 0),
+    NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
 };
 
 static const struct keyword listener_kw[] = {
@@ -1421,6 +1422,9 @@ static void check_limit(struct loader *ld, struct section *sec)
             err(ld, burst_line, "burst: not for metric = connections");
         if (!max_line)
             err(ld, sec->line, "%s: metric = connections needs 'max'", t);
+        if (m->scope == SL_SCOPE_CONNECTION)
+            err(ld, key_line(sec, "scope"), "scope: a connection limit counts connections per "
+                                            "identity or globally, not per connection");
     } else {
         if (max_line)
             err(ld, max_line, "max: only for metric = connections (use rate)");
@@ -1527,6 +1531,7 @@ static struct sl_conf *conf_new(const char *file)
     c->store.timeout_us = 25000;
     c->store.on_failure = SL_FAIL_LOCAL;
     c->store.lease = 0;
+    c->store.connection_lease_us = 10000000;
     return c;
 }
 

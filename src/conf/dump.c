@@ -151,6 +151,7 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
         snprintf(b, sizeof(b), "%lld", (long long)st->lease);
         kv(out, "lease", b);
     }
+    kv_duration(out, "connection_lease", st->connection_lease_us);
 
     for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
         dump_listener(out, l);

@@ -20,14 +20,19 @@ struct sl_algo_params {
     uint64_t     amount;     /* rate: <amount> tokens ... */
     uint64_t     period_us;  /* ... per <period_us> microseconds (window length for windows) */
     uint64_t     burst;      /* bucket capacity (token_bucket, gcra); window algorithms use amount */
+    uint64_t     max_wait_us;/* gcra only: > 0 makes a denied take a reservation when the
+                                wait is at most this long (action = delay); 0 = never */
 };
 
 /* The outcome of one decision. */
 struct sl_algo_result {
-    int      allowed;        /* 1: the cost fits; 0: over the limit */
+    int      allowed;        /* 1: the cost fits (now, or after <retry_after_us> when a
+                                reservation was made); 0: over the limit */
     uint64_t remaining;      /* whole tokens left after this decision */
     uint64_t retry_after_us; /* when denied: wait this long before the cost would fit
-                                (UINT64_MAX when it never can: cost > capacity) */
+                                (UINT64_MAX when it never can: cost > capacity); with a
+                                reservation (max_wait_us), how long past max_wait_us;
+                                when allowed: 0, or the reservation's wait */
     uint64_t reset_us;       /* time until the bucket is full / the window resets */
 };
 

@@ -96,6 +96,12 @@ static int check(const struct sl_algo_params *p, const char **why, struct units 
                     "(a smaller burst, or a rate in coarser units)";
             else
                 u->cap = p->burst * u->S;
+            if (w == NULL && p->max_wait_us > 0 &&
+                (p->algo != SL_ALGO_GCRA || p->max_wait_us > (SL_ALGO_MAX_UNITS - u->cap) / u->K))
+                w = p->algo != SL_ALGO_GCRA
+                        ? "reservations (action = delay) are made by gcra (token_bucket maps to it)"
+                        : "burst x period / gcd(amount, period) + max_delay x amount / gcd(amount, "
+                          "period) must be at most 2^52 (a shorter max_delay or a smaller burst)";
             break;
         }
         case SL_ALGO_SLIDING_LOG:
@@ -109,6 +115,10 @@ static int check(const struct sl_algo_params *p, const char **why, struct units 
             w = "unknown algorithm";
             break;
         }
+        if (w == NULL && p->max_wait_us > 0 && p->algo != SL_ALGO_GCRA &&
+            p->algo != SL_ALGO_TOKEN_BUCKET)
+            w = "action = delay needs algorithm = token_bucket or gcra (a window cannot reserve "
+                "a place in the future)";
     }
     if (why != NULL)
         *why = w;
@@ -190,7 +200,8 @@ static void token_bucket(struct sl_algo_state *st, const struct sl_algo_params *
 /* The theoretical arrival time TAT = a + c / K us: the moment the bucket is
  * full again. The debt TAT - now, in units, is what is missing from a full
  * bucket. Only TAT is kept, so an earlier now cannot be told from an early
- * request: the debt is clamped to one full bucket (never worse than empty). */
+ * request: the debt is clamped to one full bucket plus max_wait_us of
+ * reservations (never worse than a delay limit may legitimately be). */
 static void gcra(struct sl_algo_state *st, const struct sl_algo_params *p, const struct units *u,
                  uint64_t now, uint64_t cost, int commit, struct sl_algo_result *out)
 {
@@ -200,31 +211,36 @@ static void gcra(struct sl_algo_state *st, const struct sl_algo_params *p, const
         tu += 1;
         tf = 0;
     }
+    /* With reservations the debt may pass a full bucket by up to the
+     * longest wait; that is also the clamp for a clock stepping back. */
+    uint64_t W = p->max_wait_us, top = u->cap + W * u->K;
     uint64_t debt = 0;
     if (tu >= now) {
         uint64_t dt = tu - now;
-        debt = dt > u->cap / u->K ? u->cap : dt * u->K + tf;
-        if (debt > u->cap)
-            debt = u->cap;
+        debt = dt > top / u->K ? top : dt * u->K + tf;
+        if (debt > top)
+            debt = top;
     }
-    uint64_t v = u->cap - debt;
+    uint64_t v = debt < u->cap ? u->cap - debt : 0;
     if (cost > p->burst) {
-        bucket_answer(out, u, 0, v, UINT64_MAX);
+        answer(out, 0, v / u->S, UINT64_MAX, cdiv(debt, u->K));
         return;
     }
-    uint64_t need = cost * u->S;
-    if (need > v) {
-        bucket_answer(out, u, 0, v, cdiv(need - v, u->K));
-        return;
+    uint64_t need = cost * u->S, wait = 0;
+    if (debt + need > u->cap) {
+        wait = cdiv(debt + need - u->cap, u->K);
+        if (wait > W) {
+            answer(out, 0, v / u->S, W > 0 ? wait - W : wait, cdiv(debt, u->K));
+            return;
+        }
     }
     if (commit && cost > 0) {
-        v -= need;
         debt += need;
         st->a = now + debt / u->K;
         st->c = debt % u->K;
         st->init = 1;
     }
-    bucket_answer(out, u, 1, v, 0);
+    answer(out, 1, (need < v ? v - need : 0) / u->S, wait, cdiv(debt + (commit ? 0 : need), u->K));
 }
 
 /* ---- fixed_window -------------------------------------------------------- */
@@ -437,6 +453,8 @@ uint64_t sl_algo_ttl_us(const struct sl_algo_params *p)
         if (p->amount == 0)
             return UINT64_MAX;
         unsigned __int128 x = ((unsigned __int128)p->burst * p->period_us + p->amount - 1) / p->amount;
+        if (p->algo == SL_ALGO_GCRA)
+            x += p->max_wait_us; /* a reservation runs up to this far past a full bucket */
         us = x > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)x;
         break;
     }

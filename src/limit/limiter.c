@@ -27,6 +27,8 @@
 #include "limit/limiter.h"
 #include "store/store.h"
 
+#include <uv.h>
+
 #define MAX_REQ_LIMITS 16 /* limits one request can meet */
 #define TOP_K          10 /* busiest identities kept per limit, for /stats */
 
@@ -36,6 +38,29 @@ struct top {
     char     id[SL_ID_MAX + 1];
     uint64_t n;
 };
+
+/* How long requests or bytes waited (or, for a shadow limit, would have),
+ * for the metrics' histograms. */
+#define DELAY_BUCKETS 12
+static const uint64_t delay_bounds_us[DELAY_BUCKETS] = {
+    1000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
+};
+struct sl_delay_hist {
+    uint64_t le[DELAY_BUCKETS + 1]; /* per bucket, the last is +Inf */
+    uint64_t sum_us;
+    uint64_t max_us;                /* the longest, for /stats */
+};
+
+static void hist_add(struct sl_delay_hist *h, uint64_t us)
+{
+    int i = 0;
+    while (i < DELAY_BUCKETS && us > delay_bounds_us[i])
+        i++;
+    h->le[i]++;
+    h->sum_us += us;
+    if (us > h->max_us)
+        h->max_us = us;
+}
 
 /* An in-process bucket. */
 struct bucket {
@@ -54,7 +79,9 @@ struct limit {
     enum sl_metric metric;
     enum sl_scope  scope;
     enum sl_action action;
-    struct sl_algo_params p;     /* the algorithm's parameters */
+    struct sl_algo_params p;     /* the algorithm's parameters (max_wait_us: delay) */
+    uint64_t       max_delay_us; /* action = delay: longest wait */
+    uint64_t       max;          /* metric = connections: max = N */
     char         **commands;     /* upper case, sorted; n_commands 0 = every command */
     int            n_commands;
     struct sl_cost *costs;       /* per-command costs */
@@ -73,6 +100,8 @@ struct limit {
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
     uint64_t       shadow_hits;  /* shadow limit: would have rejected */
     uint64_t       fallback;     /* decided without the store (on_failure) */
+    uint64_t       delayed;      /* action = delay: decisions that made the request wait */
+    struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
     struct top     top[TOP_K];   /* busiest identities */
 };
 
@@ -83,10 +112,12 @@ struct sl_limiter {
     char             *key_prefix; /* store keys start with it */
     struct limit     *limits;
     int               n;
+    uint64_t          lease_ms;   /* connection leases live this long unrenewed */
 };
 
 struct sl_limiter_req {
     struct sl_limiter   *lim;
+    uint8_t              metric;   /* enum sl_metric of the limits asked */
     sl_limiter_cb       *cb;       /* NULL once cancelled */
     void                *data;
     uint64_t             now_us;   /* when it was asked: local commits use it */
@@ -141,6 +172,24 @@ static void free_strs(char **s, int n)
     free(s);
 }
 
+/* The algorithm parameters of <c>. A delay limit reserves, which only GCRA
+ * can: a token_bucket delay limit is shaped with GCRA arithmetic (the same
+ * limit: a bucket of <burst> refilled at the rate). Shadow limits never
+ * reserve. */
+static void limit_params(const struct sl_limit_conf *c, struct sl_algo_params *p)
+{
+    p->algo = c->algorithm;
+    p->amount = c->rate.amount;
+    p->period_us = c->rate.period_us;
+    p->burst = c->burst;
+    p->max_wait_us = 0;
+    if (c->action == SL_ACTION_DELAY) {
+        if (p->algo == SL_ALGO_TOKEN_BUCKET)
+            p->algo = SL_ALGO_GCRA;
+        p->max_wait_us = c->max_delay_us > 0 ? c->max_delay_us : 1;
+    }
+}
+
 static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *lc)
 {
     int i = 0;
@@ -159,27 +208,24 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
     lim->store = store;
     lim->on_failure = conf->store.on_failure;
     lim->key_prefix = strdup(conf->store.key_prefix ? conf->store.key_prefix : "sluice:");
+    lim->lease_ms = conf->store.connection_lease_us / 1000;
+    if (lim->lease_ms == 0)
+        lim->lease_ms = 10000;
     lim->limits = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->limits));
     if (lim->key_prefix == NULL || lim->limits == NULL)
         goto fail;
     if (conf->store.lease != 0)
         sl_log_warn("lease is not implemented yet: every decision asks the store", "%s", "");
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
-        /* Parsed and checked now; enforced by later releases. Say so. */
-        if (c->metric != SL_METRIC_REQUESTS)
-            sl_log_warn("limit not enforced yet: only metric = requests is", "limit=%s", c->name);
-        else if (c->action == SL_ACTION_DELAY)
-            sl_log_warn("action = delay is not implemented yet: rejecting instead", "limit=%s", c->name);
         struct limit *L = &lim->limits[lim->n++];
         L->name = strdup(c->name);
         L->listener = strcmp(c->listener, "*") == 0 ? NULL : strdup(c->listener);
         L->metric = c->metric;
         L->scope = c->scope;
         L->action = c->action;
-        L->p.algo = c->algorithm;
-        L->p.amount = c->rate.amount;
-        L->p.period_us = c->rate.period_us;
-        L->p.burst = c->burst;
+        limit_params(c, &L->p);
+        L->max_delay_us = c->max_delay_us;
+        L->max = c->max;
         L->n_commands = c->n_commands;
         L->commands = copy_strs(c->commands, c->n_commands, 1);
         if (L->commands)
@@ -198,6 +244,8 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->tab = calloc(L->tab_mask + 1, sizeof(*L->tab));
         uint64_t ttl = c->metric == SL_METRIC_CONNECTIONS ? 0 : sl_algo_ttl_us(&L->p);
         L->ttl_ms = ttl / 1000 + 1;
+        if (c->metric == SL_METRIC_CONNECTIONS)
+            L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             L->tab == NULL || (c->n_commands && L->commands == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
@@ -265,7 +313,8 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
         if (c->metric == SL_METRIC_CONNECTIONS)
             continue;
-        struct sl_algo_params p = { c->algorithm, c->rate.amount, c->rate.period_us, c->burst };
+        struct sl_algo_params p;
+        limit_params(c, &p);
         const char *why = NULL;
         if (sl_algo_check(&p, &why) != 0) {
             fprintf(errf, "%s:%d: limit '%s': %s\n", conf->file ? conf->file : "-", c->line,
@@ -349,8 +398,11 @@ static void bucket_drop(struct limit *L, struct bucket *b)
     bucket_free(b);
 }
 
+static void lease_renew(struct sl_limiter *lim, uint64_t now_us);
+
 void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
 {
+    lease_renew(lim, now_us);
     uint64_t now_ms = now_us / 1000;
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
@@ -462,9 +514,32 @@ static void deny(struct sl_verdict *v, const struct limit *L, const char *identi
     v->kind = SL_VERDICT_REJECT;
     v->never = retry == UINT64_MAX;
     v->retry_after_us = retry;
+    v->action = (uint8_t)L->action;
     snprintf(v->limit, sizeof(v->limit), "%s", L->name);
     snprintf(v->identity, sizeof(v->identity), "%s",
              L->scope == SL_SCOPE_GLOBAL ? "*" : identity);
+}
+
+/* A shadow limit would have denied: it counts, and how long the request
+ * would have had to wait (never: not in the histogram). */
+static void shadow_denied(struct limit *L, uint64_t retry_us)
+{
+    L->shadow_hits++;
+    if (retry_us != UINT64_MAX)
+        hist_add(&L->delay, retry_us);
+}
+
+/* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the
+ * verdict waits for the longest of its limits. */
+static void allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_us)
+{
+    L->allowed++;
+    if (L->action != SL_ACTION_DELAY || wait_us == 0 || wait_us == UINT64_MAX)
+        return;
+    L->delayed++;
+    hist_add(&L->delay, wait_us);
+    if (wait_us > v->delay_us)
+        v->delay_us = wait_us;
 }
 
 /* Peeks (commit 0) or takes (commit 1) limit <i> of <q> in process, with
@@ -513,14 +588,14 @@ static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
             continue;
         if (L->action == SL_ACTION_SHADOW) {
             if (!local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res))
-                L->shadow_hits++;
+                shadow_denied(L, res.retry_after_us);
             continue;
         }
         if (q->remote[k])
             L->fallback++;
         if (ok) {
             local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
-            L->allowed++;
+            allowed_after(L, v, res.retry_after_us);
         } else {
             L->rejected += strcmp(v->limit, L->name) == 0;
         }
@@ -587,7 +662,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             const int64_t *r = vals + j;
             j += 4;
             if (L->action == SL_ACTION_SHADOW) {
-                L->shadow_hits += r[0] == 0;
+                if (r[0] == 0)
+                    shadow_denied(L, r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
                 continue;
             }
             if (r[0] == 0) {
@@ -600,10 +676,17 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
         }
         if (ok) {
             decide_local(lim, q, 0, 1, &v);
-            if (v.kind == SL_VERDICT_ALLOW)
-                for (int k = 0; k < q->n; k++)
-                    if (q->remote[k] && lim->limits[q->idx[k]].action != SL_ACTION_SHADOW)
-                        lim->limits[q->idx[k]].allowed++;
+            if (v.kind == SL_VERDICT_ALLOW) {
+                j = 1;
+                for (int k = 0; k < q->n; k++) {
+                    if (!q->remote[k])
+                        continue;
+                    struct limit *L = &lim->limits[q->idx[k]];
+                    if (L->action != SL_ACTION_SHADOW)
+                        allowed_after(L, &v, vals[j + 2] > 0 ? (uint64_t)vals[j + 2] : 0);
+                    j += 4;
+                }
+            }
         } else {
             for (int k = 0; k < q->n; k++) {
                 struct limit *L = &lim->limits[q->idx[k]];
@@ -618,6 +701,17 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
     sl_limiter_release(lim);
 }
 
+static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_resp_req *r,
+               int metric, uint64_t amount, const int *cand, int nc, uint64_t now_us,
+               struct sl_verdict *v, sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
+
+static int applies(const struct limit *L, const struct sl_listener_conf *lc, int metric)
+{
+    return L->metric == (enum sl_metric)metric &&
+           (L->listener == NULL || strcmp(L->listener, lc->name ? lc->name : "") == 0);
+}
+
 int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_ident_state *ident, uint64_t conn_id,
                      const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
@@ -628,21 +722,87 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         return 0;
     /* Candidates by listener and command: no identity work before this. */
     int cand[MAX_REQ_LIMITS], nc = 0;
-    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++) {
-        const struct limit *L = &lim->limits[i];
-        if (L->metric != SL_METRIC_REQUESTS)
-            continue;
-        if (L->listener != NULL && strcmp(L->listener, lc->name ? lc->name : "") != 0)
-            continue;
-        if (command_matches(L, r))
+    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++)
+        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) && command_matches(&lim->limits[i], r))
             cand[nc++] = i;
-    }
     if (nc == 0)
         return 0;
+    return run(lim, lc, ident, conn_id, r, SL_METRIC_REQUESTS, 0, cand, nc, now_us, v, cb, data, req);
+}
 
+int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                    const struct sl_ident_state *ident, uint64_t conn_id, enum sl_metric metric,
+                    uint64_t amount, uint64_t now_us, struct sl_verdict *v, sl_limiter_cb *cb,
+                    void *data, struct sl_limiter_req **req)
+{
+    memset(v, 0, sizeof(*v));
+    int cand[MAX_REQ_LIMITS], nc = 0;
+    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++)
+        if (applies(&lim->limits[i], lc, (int)metric))
+            cand[nc++] = i;
+    if (nc == 0)
+        return 0;
+    return run(lim, lc, ident, conn_id, NULL, (int)metric, amount, cand, nc, now_us, v, cb, data, req);
+}
+
+int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                    enum sl_metric metric, struct sl_meter_plan *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    if (lim == NULL)
+        return 0;
+    uint64_t chunk = UINT64_MAX;
+    for (int i = 0; i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        if (!applies(L, lc, (int)metric))
+            continue;
+        plan->limits++;
+        if (L->action == SL_ACTION_SHADOW) {
+            plan->shadow = 1;
+        } else {
+            plan->enforce = 1;
+            plan->delay |= L->action == SL_ACTION_DELAY;
+            if (L->action == SL_ACTION_DELAY && L->max_delay_us > plan->max_delay_us)
+                plan->max_delay_us = L->max_delay_us;
+            plan->reject |= L->action == SL_ACTION_REJECT;
+        }
+        if (metric == SL_METRIC_CONNECTIONS)
+            continue;
+        /* Tokens per take: 10 ms of the rate, at least 16 KiB; never more
+         * than the bucket holds, and for a delay limit never more than
+         * max_delay of the rate (a take from an empty bucket must be able
+         * to wait for itself). */
+        unsigned __int128 r10 = (unsigned __int128)L->p.amount * 10000 / L->p.period_us;
+        uint64_t c = r10 > (1u << 30) ? (1u << 30) : (uint64_t)r10;
+        if (c < SL_METER_MIN_CHUNK)
+            c = SL_METER_MIN_CHUNK;
+        uint64_t cap = L->p.algo == SL_ALGO_GCRA || L->p.algo == SL_ALGO_TOKEN_BUCKET
+                           ? L->p.burst : L->p.amount;
+        if (c > cap)
+            c = cap;
+        if (plan->max_take == 0 || cap < plan->max_take)
+            plan->max_take = cap;
+        if (L->action == SL_ACTION_DELAY) {
+            unsigned __int128 rd = (unsigned __int128)L->p.amount * L->max_delay_us / L->p.period_us;
+            if (rd < c)
+                c = rd > 0 ? (uint64_t)rd : 1;
+        }
+        if (c < chunk)
+            chunk = c;
+    }
+    plan->chunk = chunk == UINT64_MAX ? SL_METER_MIN_CHUNK : chunk;
+    return plan->limits > 0;
+}
+
+static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_resp_req *r,
+               int metric, uint64_t amount, const int *cand, int nc, uint64_t now_us,
+               struct sl_verdict *v, sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
+{
     struct sl_limiter_req qs, *q = &qs;
     memset(q, 0, sizeof(*q));
     q->lim = lim;
+    q->metric = (uint8_t)metric;
     q->now_us = now_us;
     q->conn_id = conn_id;
     sl_identity_of(lc, ident, r, q->identity);
@@ -666,10 +826,10 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         const struct limit *L = &lim->limits[cand[c]];
         int k = q->n++;
         q->idx[k] = cand[c];
-        q->cost[k] = cost_of(L, r);
+        q->cost[k] = metric == SL_METRIC_REQUESTS ? cost_of(L, r) : amount;
         q->remote[k] = lim->store != NULL && L->scope != SL_SCOPE_CONNECTION;
         nremote += q->remote[k];
-        if (L->scope == SL_SCOPE_IDENTITY)
+        if (L->scope == SL_SCOPE_IDENTITY && metric == SL_METRIC_REQUESTS)
             top_count(&lim->limits[cand[c]], q->identity);
     }
     if (q->n == 0)
@@ -699,8 +859,8 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
 
     /* One script call for every store-backed limit of this request. */
     char keybuf[MAX_REQ_LIMITS][64 + SL_ID_MAX + 80];
-    char numbuf[MAX_REQ_LIMITS][5][24];
-    struct sl_str keys[MAX_REQ_LIMITS], args[2 + 6 * MAX_REQ_LIMITS];
+    char numbuf[MAX_REQ_LIMITS][6][24];
+    struct sl_str keys[MAX_REQ_LIMITS], args[2 + 7 * MAX_REQ_LIMITS];
     char nbuf[8];
     int nk = 0, na = 0;
     args[na++] = (struct sl_str){ "-1", 2 };
@@ -716,9 +876,9 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                                         lim->key_prefix, L->name, id);
         const char *an = sl_algo_name(L->p.algo);
         args[na++] = (struct sl_str){ an, strlen(an) };
-        uint64_t nums[5] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k],
-                             L->action == SL_ACTION_SHADOW };
-        for (int f = 0; f < 5; f++) {
+        uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k],
+                             L->action == SL_ACTION_SHADOW, L->p.max_wait_us };
+        for (int f = 0; f < 6; f++) {
             args[na].p = numbuf[nk][f];
             args[na++].len = (size_t)snprintf(numbuf[nk][f], 24, "%" PRIu64, nums[f]);
         }
@@ -783,6 +943,25 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
             sl_metrics_u64(m, "sluice_limit_decisions_total", labels, vals[o]);
         }
     }
+    sl_metrics_family(m, "sluice_limit_delayed_total", "counter",
+                      "Decisions of action = delay limits that made the work wait (requests, byte "
+                      "chunks, queued connections).");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_delayed_total", labels, lim->limits[i].delayed);
+    }
+    sl_metrics_family(m, "sluice_limit_delay_seconds", "histogram",
+                      "How long delay limits held work back; for shadow limits, how long they "
+                      "would have.");
+    double bounds[DELAY_BUCKETS];
+    for (int b = 0; b < DELAY_BUCKETS; b++)
+        bounds[b] = (double)delay_bounds_us[b] / 1e6;
+    for (int i = 0; i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        const char *labels[] = { "limit", L->name, NULL };
+        sl_metrics_histogram(m, "sluice_limit_delay_seconds", labels, bounds, L->delay.le,
+                             DELAY_BUCKETS, (double)L->delay.sum_us / 1e6);
+    }
     sl_metrics_family(m, "sluice_limit_fallback_decisions_total", "counter",
                       "Decisions made without the quota store (on_failure).");
     for (int i = 0; i < lim->n; i++) {
@@ -804,9 +983,10 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
         const struct limit *L = &lim->limits[i];
         fprintf(out,
                 "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
-                ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"local_buckets\":%u,\"busiest\":[",
+                ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
+                ",\"max_delay_seen_ms\":%" PRIu64 ",\"local_buckets\":%u,\"busiest\":[",
                 i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
-                L->shadow_hits, L->fallback, L->n_buckets);
+                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->n_buckets);
         /* Largest first; identities are printable and quote-free (hashed
          * otherwise by the identity module). */
         int done[TOP_K] = { 0 };
@@ -825,4 +1005,417 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
         fputs("]}", out);
     }
     fputc(']', out);
+}
+
+/* ---- connection leases ------------------------------------------------------ */
+
+/* A connection's places under the connection limits of its listener.
+ * Counted in the store (lua/connections.lua: a ZSET of holders per limit
+ * and identity, each with an expiry this instance renews in one batched
+ * call every lease / 3), or in process (url = local, or on_failure = local
+ * while the store is down: max / live instances). Queued leases (action =
+ * delay) wait in arrival order: in the store's queue, and in process in
+ * <queued> below. */
+#define MAX_CONN_LIMITS 8
+
+struct sl_lease {
+    struct sl_lease   *prev, *next;   /* in held_leases (store) or queued (in process) */
+    struct sl_lease  **list;          /* which of those, or NULL */
+    struct sl_limiter *lim;           /* referenced */
+    struct sl_store_req *sreq;        /* acquire in flight */
+    sl_limiter_cb     *cb;
+    void              *data;
+    uint64_t           asked_us;      /* when the connection first asked */
+    int                n;
+    int                idx[MAX_CONN_LIMITS];
+    uint8_t            counted[MAX_CONN_LIMITS]; /* holds an in-process count */
+    uint8_t            remote;        /* holds places in the store */
+    uint8_t            queue;         /* asks with queue = 1 */
+    uint8_t            waited;        /* was refused at least once (queued) */
+    char               identity[SL_ID_MAX + 1];
+    char               member[160];   /* <instance id>:<connection number> */
+};
+
+static struct sl_lease *held_leases;  /* leases with places in the store (renewed) */
+static struct sl_lease *queued;       /* in-process login queue, arrival order */
+static uint64_t         last_renew_us;
+
+static void lease_link(struct sl_lease **list, struct sl_lease *ls)
+{
+    ls->list = list;
+    ls->prev = NULL;
+    if (*list == NULL) {
+        ls->next = NULL;
+        *list = ls;
+        return;
+    }
+    struct sl_lease *t = *list; /* append: arrival order */
+    while (t->next)
+        t = t->next;
+    t->next = ls;
+    ls->prev = t;
+    ls->next = NULL;
+}
+
+static void lease_unlink(struct sl_lease *ls)
+{
+    if (ls->list == NULL)
+        return;
+    if (ls->prev)
+        ls->prev->next = ls->next;
+    else
+        *ls->list = ls->next;
+    if (ls->next)
+        ls->next->prev = ls->prev;
+    ls->prev = ls->next = NULL;
+    ls->list = NULL;
+}
+
+static const char *lease_id(const struct sl_lease *ls, int k)
+{
+    return ls->lim->limits[ls->idx[k]].scope == SL_SCOPE_GLOBAL ? "*" : ls->identity;
+}
+
+struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                              const struct sl_ident_state *ident, uint64_t conn_id,
+                              uint64_t now_us)
+{
+    if (lim == NULL)
+        return NULL;
+    int cand[MAX_CONN_LIMITS], nc = 0;
+    for (int i = 0; i < lim->n && nc < MAX_CONN_LIMITS; i++)
+        if (applies(&lim->limits[i], lc, SL_METRIC_CONNECTIONS))
+            cand[nc++] = i;
+    if (nc == 0)
+        return NULL;
+    struct sl_lease *ls = calloc(1, sizeof(*ls));
+    if (ls == NULL)
+        return NULL; /* out of memory: the connection is not counted */
+    sl_identity_of(lc, ident, NULL, ls->identity);
+    uint8_t keep[MAX_CONN_LIMITS];
+    for (int c = 0; c < nc; c++)
+        keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], ls->identity);
+    for (int c = 0; c < nc; c++) {
+        int x = lim->limits[cand[c]].replaces;
+        if (keep[c] && x >= 0)
+            for (int d = 0; d < nc; d++)
+                if (cand[d] == x)
+                    keep[d] = 0;
+    }
+    for (int c = 0; c < nc; c++)
+        if (keep[c])
+            ls->idx[ls->n++] = cand[c];
+    if (ls->n == 0) {
+        free(ls);
+        return NULL;
+    }
+    for (int k = 0; k < ls->n; k++)
+        ls->queue |= lim->limits[ls->idx[k]].action == SL_ACTION_DELAY;
+    ls->lim = lim;
+    lim->refs++;
+    ls->asked_us = now_us;
+    snprintf(ls->member, sizeof(ls->member), "%s:%" PRIu64,
+             lim->store ? sl_store_instance_id(lim->store) : "local", conn_id);
+    return ls;
+}
+
+/* Another queued lease ahead of <ls> waits for one of its limits. */
+static int someone_ahead(const struct sl_lease *ls)
+{
+    for (const struct sl_lease *o = queued; o != NULL && o != ls; o = o->next) {
+        if (o->lim != ls->lim)
+            continue;
+        for (int a = 0; a < o->n; a++)
+            for (int b = 0; b < ls->n; b++)
+                if (o->idx[a] == ls->idx[b] && strcmp(lease_id(o, a), lease_id(ls, b)) == 0 &&
+                    ls->lim->limits[ls->idx[b]].action != SL_ACTION_SHADOW)
+                    return 1;
+    }
+    return 0;
+}
+
+static struct bucket *lease_bucket(struct sl_lease *ls, int k, uint64_t now_us)
+{
+    struct limit *L = &ls->lim->limits[ls->idx[k]];
+    const char *id = lease_id(ls, k);
+    return bucket_get(L, id, strlen(id), now_us / 1000);
+}
+
+static void lease_verdict_done(struct sl_lease *ls, struct sl_verdict *v, uint64_t now_us)
+{
+    if (v->kind == SL_VERDICT_REJECT)
+        ls->waited = 1;
+    for (int k = 0; k < ls->n; k++) {
+        struct limit *L = &ls->lim->limits[ls->idx[k]];
+        if (L->action == SL_ACTION_SHADOW)
+            continue;
+        if (v->kind == SL_VERDICT_ALLOW) {
+            L->allowed++;
+            if (L->action == SL_ACTION_DELAY && ls->waited && now_us > ls->asked_us) {
+                L->delayed++;
+                hist_add(&L->delay, now_us - ls->asked_us);
+            }
+        } else if (strcmp(v->limit, L->name) == 0 && L->action == SL_ACTION_REJECT) {
+            L->rejected++;
+        }
+    }
+}
+
+/* In process: all or nothing over the limits, at max / <share>. */
+static void lease_local(struct sl_lease *ls, uint64_t share, int fallback, uint64_t now_us,
+                        struct sl_verdict *v)
+{
+    int ok = !(ls->queue && someone_ahead(ls));
+    for (int k = 0; k < ls->n && ok; k++) {
+        struct limit *L = &ls->lim->limits[ls->idx[k]];
+        if (L->action == SL_ACTION_SHADOW)
+            continue;
+        struct bucket *b = lease_bucket(ls, k, now_us);
+        uint64_t max = L->max / share ? L->max / share : 1;
+        if (b != NULL && b->st.a >= max) {
+            ok = 0;
+            struct sl_algo_result res = { .retry_after_us = 1000000 };
+            deny(v, L, ls->identity, &res);
+        }
+    }
+    if (!ok && v->kind != SL_VERDICT_REJECT) {
+        /* someone is ahead in the queue: name the first delay limit */
+        for (int k = 0; k < ls->n; k++) {
+            struct limit *L = &ls->lim->limits[ls->idx[k]];
+            if (L->action == SL_ACTION_DELAY) {
+                struct sl_algo_result res = { .retry_after_us = 1000000 };
+                deny(v, L, ls->identity, &res);
+                break;
+            }
+        }
+    }
+    for (int k = 0; k < ls->n; k++) {
+        struct limit *L = &ls->lim->limits[ls->idx[k]];
+        if (fallback)
+            L->fallback++;
+        struct bucket *b = lease_bucket(ls, k, now_us);
+        if (b == NULL)
+            continue;
+        uint64_t max = L->max / share ? L->max / share : 1;
+        if (L->action == SL_ACTION_SHADOW) {
+            if (!ok)
+                continue;
+            if (b->st.a >= max)
+                L->shadow_hits++;
+        } else if (!ok) {
+            continue;
+        }
+        b->st.a++;
+        ls->counted[k] = 1;
+    }
+    if (ok && ls->list == &queued)
+        lease_unlink(ls);
+    else if (!ok && ls->queue && ls->list == NULL)
+        lease_link(&queued, ls);
+    lease_verdict_done(ls, v, now_us);
+}
+
+/* Store down: on_failure. */
+static void lease_failed(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v)
+{
+    struct sl_limiter *lim = ls->lim;
+    if (lim->on_failure == SL_FAIL_OPEN) {
+        for (int k = 0; k < ls->n; k++)
+            lim->limits[ls->idx[k]].fallback++;
+        return;
+    }
+    if (lim->on_failure == SL_FAIL_CLOSED) {
+        for (int k = 0; k < ls->n; k++) {
+            struct limit *L = &lim->limits[ls->idx[k]];
+            L->fallback++;
+            if (L->action != SL_ACTION_SHADOW && v->kind != SL_VERDICT_REJECT) {
+                v->kind = SL_VERDICT_REJECT;
+                v->store_down = 1;
+                v->action = SL_ACTION_REJECT;
+                v->retry_after_us = 1000000;
+                snprintf(v->limit, sizeof(v->limit), "%s", L->name);
+                snprintf(v->identity, sizeof(v->identity), "%s", ls->identity);
+                L->rejected++;
+            }
+        }
+        return;
+    }
+    lease_local(ls, sl_store_live_instances(lim->store), 1, now_us, v);
+}
+
+static void lease_on_store(void *data, int status, const int64_t *vals, int n, const char *err)
+{
+    struct sl_lease *ls = data;
+    ls->sreq = NULL;
+    struct sl_verdict v;
+    memset(&v, 0, sizeof(v));
+    uint64_t now_us = uv_hrtime() / 1000;
+    if (status < 0 || n != 1 + 3 * ls->n) {
+        if (status == 0)
+            sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
+                        1 + 3 * ls->n, err ? err : "");
+        lease_failed(ls, now_us, &v);
+    } else {
+        for (int k = 0; k < ls->n; k++) {
+            struct limit *L = &ls->lim->limits[ls->idx[k]];
+            const int64_t *r = vals + 1 + 3 * k;
+            if (L->action == SL_ACTION_SHADOW) {
+                if (vals[0] != 0 && r[0] == 0)
+                    L->shadow_hits++;
+                continue;
+            }
+            if (r[0] == 0) {
+                struct sl_algo_result res = { .retry_after_us = 1000000 };
+                deny(&v, L, ls->identity, &res);
+            }
+        }
+        if (vals[0] != 0) {
+            memset(&v, 0, sizeof(v));
+            ls->remote = 1;
+            if (ls->list == NULL)
+                lease_link(&held_leases, ls);
+        } else if (v.kind != SL_VERDICT_REJECT) {
+            v.kind = SL_VERDICT_REJECT; /* not expected: refuse, naming the first limit */
+            snprintf(v.limit, sizeof(v.limit), "%s", ls->lim->limits[ls->idx[0]].name);
+            snprintf(v.identity, sizeof(v.identity), "%s", ls->identity);
+        }
+        lease_verdict_done(ls, &v, now_us);
+    }
+    if (ls->cb)
+        ls->cb(ls->data, &v);
+}
+
+int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
+                     sl_limiter_cb *cb, void *data)
+{
+    memset(v, 0, sizeof(*v));
+    struct sl_limiter *lim = ls->lim;
+    if (ls->sreq != NULL)
+        return 1; /* already asking */
+    if (lim->store == NULL) {
+        lease_local(ls, 1, 0, now_us, v);
+        return 0;
+    }
+    if (!sl_store_up(lim->store)) {
+        lease_failed(ls, now_us, v);
+        return 0;
+    }
+    char keybuf[MAX_CONN_LIMITS][64 + SL_ID_MAX + 80];
+    char nums[MAX_CONN_LIMITS][24], lease[24];
+    struct sl_str keys[MAX_CONN_LIMITS], args[5 + 2 * MAX_CONN_LIMITS];
+    int na = 0;
+    args[na++] = (struct sl_str){ "acquire", 7 };
+    args[na++] = (struct sl_str){ "-1", 2 };
+    args[na].p = lease;
+    args[na++].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
+    args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
+    args[na++] = (struct sl_str){ ls->queue ? "1" : "0", 1 };
+    for (int k = 0; k < ls->n; k++) {
+        const struct limit *L = &lim->limits[ls->idx[k]];
+        keys[k].p = keybuf[k];
+        keys[k].len = (size_t)snprintf(keybuf[k], sizeof(keybuf[k]), "%s{%s:%s}", lim->key_prefix,
+                                       L->name, lease_id(ls, k));
+        args[na].p = nums[k];
+        args[na++].len = (size_t)snprintf(nums[k], sizeof(nums[k]), "%" PRIu64, L->max);
+        args[na++] = (struct sl_str){ L->action == SL_ACTION_SHADOW ? "1" : "0", 1 };
+    }
+    ls->cb = cb;
+    ls->data = data;
+    ls->sreq = sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, ls->n, keys, na, args,
+                             lease_on_store, ls);
+    if (ls->sreq == NULL) {
+        lease_failed(ls, now_us, v);
+        return 0;
+    }
+    return 1;
+}
+
+static void ignore_reply(void *data, int status, const int64_t *vals, int n, const char *err)
+{
+    (void)data, (void)status, (void)vals, (void)n, (void)err;
+}
+
+/* Gives back the store places of <ls> (and any queue entry). */
+static void lease_release_remote(struct sl_lease *ls)
+{
+    struct sl_limiter *lim = ls->lim;
+    if (lim->store == NULL || !sl_store_up(lim->store))
+        return; /* the places expire with the lease */
+    char keybuf[MAX_CONN_LIMITS][64 + SL_ID_MAX + 80];
+    struct sl_str keys[MAX_CONN_LIMITS];
+    for (int k = 0; k < ls->n; k++) {
+        keys[k].p = keybuf[k];
+        keys[k].len = (size_t)snprintf(keybuf[k], sizeof(keybuf[k]), "%s{%s:%s}", lim->key_prefix,
+                                       lim->limits[ls->idx[k]].name, lease_id(ls, k));
+    }
+    char lease[24];
+    struct sl_str args[4] = { { "release", 7 }, { "-1", 2 }, { lease, 0 },
+                              { ls->member, strlen(ls->member) } };
+    args[2].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
+    sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, ls->n, keys, 4, args, ignore_reply, NULL);
+}
+
+void sl_lease_free(struct sl_lease *ls)
+{
+    if (ls == NULL)
+        return;
+    if (ls->sreq != NULL) {
+        sl_store_cancel(ls->sreq);
+        ls->remote = 1; /* it may have been admitted on the way: release anyway */
+    }
+    if (ls->remote || (ls->queue && ls->lim->store != NULL))
+        lease_release_remote(ls);
+    for (int k = 0; k < ls->n; k++) {
+        if (!ls->counted[k])
+            continue;
+        struct limit *L = &ls->lim->limits[ls->idx[k]];
+        const char *id = lease_id(ls, k);
+        struct bucket *b = bucket_get(L, id, strlen(id), 0);
+        if (b != NULL && b->st.a > 0 && --b->st.a == 0)
+            bucket_drop(L, b);
+    }
+    lease_unlink(ls);
+    sl_limiter_release(ls->lim);
+    free(ls);
+}
+
+/* Renews every store place this process holds, in one call. */
+static void lease_renew(struct sl_limiter *lim, uint64_t now_us)
+{
+    if (held_leases == NULL || lim->store == NULL || !sl_store_up(lim->store))
+        return;
+    if (now_us - last_renew_us < lim->lease_ms * 1000 / 3)
+        return;
+    last_renew_us = now_us;
+    int nk = 0, na = 0;
+    for (struct sl_lease *ls = held_leases; ls; ls = ls->next)
+        nk += ls->n;
+    struct sl_str *keys = calloc((size_t)nk, sizeof(*keys));
+    struct sl_str *args = calloc((size_t)(3 + 2 * nk), sizeof(*args));
+    char *kb = malloc((size_t)nk * 256);
+    if (keys == NULL || args == NULL || kb == NULL)
+        goto out;
+    char lease[24];
+    args[na++] = (struct sl_str){ "renew", 5 };
+    args[na++] = (struct sl_str){ "-1", 2 };
+    args[na].p = lease;
+    args[na++].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
+    int k = 0;
+    for (struct sl_lease *ls = held_leases; ls; ls = ls->next) {
+        for (int j = 0; j < ls->n; j++, k++) {
+            char *p = kb + (size_t)k * 256;
+            keys[k].p = p;
+            keys[k].len = (size_t)snprintf(p, 256, "%s{%s:%s}", ls->lim->key_prefix,
+                                           ls->lim->limits[ls->idx[j]].name, lease_id(ls, j));
+            if (keys[k].len >= 256)
+                keys[k].len = 255;
+            args[na++] = (struct sl_str){ "1", 1 };
+            args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
+        }
+    }
+    sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, nk, keys, na, args, ignore_reply, NULL);
+out:
+    free(keys);
+    free(args);
+    free(kb);
 }

@@ -33,6 +33,21 @@ struct sl_verdict {
     char        limit[64];              /* the rejecting limit's name */
     char        identity[SL_ID_MAX + 1];/* the identity it was counted for */
     uint64_t    retry_after_us;         /* when to try again */
+    uint64_t    delay_us;               /* allowed after this wait (action = delay reserved it) */
+    uint8_t     action;                 /* enum sl_action of the rejecting limit */
+};
+
+/* What the limits of one metric on one listener ask of a byte meter. */
+#define SL_METER_MIN_CHUNK (16 * 1024)
+struct sl_meter_plan {
+    int      limits;   /* how many apply */
+    uint8_t  enforce;  /* some are not shadow */
+    uint8_t  delay;    /* some delay */
+    uint8_t  reject;   /* some reject */
+    uint8_t  shadow;   /* some are shadow */
+    uint64_t chunk;    /* tokens to take per store call (bytes metrics) */
+    uint64_t max_take; /* the most one take may ask (the smallest capacity) */
+    uint64_t max_delay_us; /* the longest max_delay of the delay limits */
 };
 
 typedef void sl_limiter_cb(void *data, const struct sl_verdict *v);
@@ -60,6 +75,39 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_ident_state *ident, uint64_t conn_id,
                      const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
+
+/* Like sl_limiter_check() for the limits of <metric> (bytes_in, bytes_out)
+ * on listener <lc>: takes <amount> tokens (a chunk of bytes). */
+int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                    const struct sl_ident_state *ident, uint64_t conn_id, enum sl_metric metric,
+                    uint64_t amount, uint64_t now_us, struct sl_verdict *v, sl_limiter_cb *cb,
+                    void *data, struct sl_limiter_req **req);
+
+/* Fills <plan> for the limits of <metric> on <lc>; returns nonzero when
+ * some apply. */
+int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                    enum sl_metric metric, struct sl_meter_plan *plan);
+
+/* ---- connection limits ---- */
+
+struct sl_lease; /* a connection's places under its listener's connection limits */
+
+/* The lease for connection <conn_id> (who: <ident>, known at accept) on
+ * listener <lc> at <now_us>, or NULL when no connection limit applies. */
+struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                              const struct sl_ident_state *ident, uint64_t conn_id,
+                              uint64_t now_us);
+
+/* Asks for the places: 0 with <v> filled (allow, or reject: v->action says
+ * whether the refusing limit queues, SL_ACTION_DELAY), or 1 when the answer
+ * comes through <cb>(<data>, v). Asking again (a queued connection polling)
+ * keeps its place in the queue. */
+int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
+                     sl_limiter_cb *cb, void *data);
+
+/* The connection is gone: its places are given back (any answer still on
+ * its way is dropped). NULL is fine. */
+void sl_lease_free(struct sl_lease *ls);
 
 /* The caller is gone: <cb> will not be called. */
 void sl_limiter_cancel(struct sl_limiter_req *req);

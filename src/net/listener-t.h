@@ -7,6 +7,7 @@
 
 #include "conf/conf-t.h"
 #include "core/tq.h"
+#include "shape/wait-t.h"
 
 /* Counters per listener, kept in memory (exported by the admin endpoint). */
 struct sl_listener_stats {
@@ -44,6 +45,7 @@ struct sl_listener {
     struct sl_tq             connecting; /* sessions connecting upstream, by start */
     struct sl_tq             active;     /* relaying sessions, least recently active first */
     struct sl_tq             lingering;  /* closing sessions draining the client's input */
+    struct sl_tq             gated;      /* sessions waiting for a connection limit's place */
     struct sl_listener_stats stats;      /* counters */
     struct sl_listener      *next;       /* in srv->listeners */
 };
@@ -62,6 +64,7 @@ struct sl_server {
     struct sl_store    *store;      /* quota store client, NULL for url = local */
     struct sl_admin    *admin;      /* admin endpoint, NULL when off */
     uint64_t            next_conn;  /* connection numbers */
+    struct sl_waits     waits;      /* parked sessions, byte meters, the login queue */
 };
 
 #endif

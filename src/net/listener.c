@@ -19,6 +19,7 @@
 #include "net/listener.h"
 #include "net/report.h"
 #include "net/session.h"
+#include "shape/wait.h"
 #include "store/store.h"
 
 #define SWEEP_MS 1000
@@ -155,6 +156,8 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     srv->sweep.data = srv;
     uv_timer_init(loop, &srv->grace);
     srv->grace.data = srv;
+    sl_waits_init(&srv->waits, loop, NULL);
+    sl_waits_default = &srv->waits;
 }
 
 int sl_server_start(struct sl_server *srv)
@@ -283,8 +286,8 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
 
 static void for_each_session(struct sl_listener *l, void (*fn)(struct sl_session *))
 {
-    struct sl_tq *qs[3] = { &l->connecting, &l->active, &l->lingering };
-    for (int i = 0; i < 3; i++) {
+    struct sl_tq *qs[4] = { &l->gated, &l->connecting, &l->active, &l->lingering };
+    for (int i = 0; i < 4; i++) {
         struct sl_tq_node *n = qs[i]->head;
         while (n != NULL) {
             struct sl_tq_node *next = n->next; /* fn may move or remove n */
@@ -325,6 +328,8 @@ static void maybe_stopped(struct sl_server *srv)
         uv_close((uv_handle_t *)&srv->sweep, NULL);
     if (!uv_is_closing((uv_handle_t *)&srv->grace))
         uv_close((uv_handle_t *)&srv->grace, NULL);
+    sl_waits_close(&srv->waits);
+    sl_waits_default = NULL;
 }
 
 void sl_server_drain(struct sl_server *srv)

@@ -7,6 +7,7 @@
 
 #include "core/buf-t.h"
 #include "core/tq.h"
+#include "shape/wait-t.h"
 #include "proto/resp-t.h"
 #include "proto/resp_reply-t.h"
 
@@ -14,6 +15,8 @@ struct sl_listener;
 struct sl_session;
 struct sl_limiter_req;
 struct sl_ident_state;
+struct sl_meter;
+struct sl_lease;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -30,6 +33,7 @@ enum sl_pause {
     SL_PAUSE_DONE     = 4, /* no more input wanted from this side (EOF, error, drain) */
     SL_PAUSE_CONNECT  = 8, /* upstream not connected yet */
     SL_PAUSE_DECIDE   = 16,/* client: requests wait for the limiter's verdicts */
+    SL_PAUSE_SHAPE    = 32,/* a byte meter has no credit for this side */
 };
 
 /* A request waiting for its turn: its verdict is not in yet, or one before
@@ -42,10 +46,12 @@ struct sl_pend {
     uint32_t               span;    /* bytes of the request in the client chunk */
     uint32_t               len;     /* bytes of <text> */
     uint32_t               replies; /* replies the upstream would owe for it */
+    uint64_t               due_us;  /* SL_PEND_DELAY: when it may go */
     uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
     uint8_t                kind;    /* SL_PK_* */
 };
-enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT };
+enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
+       SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */
 enum { SL_PK_PLAIN = 0, SL_PK_MULTI, SL_PK_EXEC, SL_PK_DISCARD, SL_PK_RESET,
        SL_PK_AUTH,   /* AUTH or HELLO with AUTH: identity changes on its success */
        SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
@@ -116,6 +122,12 @@ struct sl_session {
     uint32_t            seg_n;      /* segments queued */
     uint32_t            seg_cap;    /* ring size */
     struct sl_reply_scan scan;      /* resp: upstream reply boundaries */
+    struct sl_wait      park;       /* parked: a delayed request's due time, or the
+                                       login queue's next poll */
+    struct sl_meter    *meter[2];   /* bytes_in (client reads), bytes_out (upstream
+                                       reads); NULL when not metered */
+    struct sl_lease    *lease;      /* places under connection limits, or NULL */
+    uint64_t            gate_until; /* login queue: refuse after this (us) */
 };
 
 #endif

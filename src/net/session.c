@@ -43,6 +43,8 @@
 #include "net/session.h"
 #include "proto/resp.h"
 #include "proto/resp_reply.h"
+#include "shape/meter.h"
+#include "shape/wait.h"
 
 #define HIGH_WATER   (4 * SL_BUF_SIZE)
 #define LOW_WATER    (SL_BUF_SIZE)
@@ -178,12 +180,26 @@ static void rx_release(struct sl_buf **slot)
     }
 }
 
+/* A metered side reads no more than its credit (at least a byte: libuv
+ * takes an empty buffer for an error), so a shaped transfer overshoots by
+ * nothing. */
+static unsigned room_of(struct sl_meter *m, unsigned len)
+{
+    if (m == NULL)
+        return len;
+    uint64_t room = sl_meter_room(m);
+    if (room == 0)
+        room = 1;
+    return room < len ? (unsigned)room : len;
+}
+
 static void alloc_client(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
     struct sl_session *s = h->data;
     struct sl_buf *b = rx_chunk(&s->cin);
-    *ub = b ? uv_buf_init(b->data + b->end, SL_BUF_SIZE - b->end) : uv_buf_init(NULL, 0);
+    *ub = b ? uv_buf_init(b->data + b->end, room_of(s->meter[0], SL_BUF_SIZE - b->end))
+            : uv_buf_init(NULL, 0);
 }
 
 static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
@@ -191,7 +207,8 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
     (void)hint;
     struct sl_session *s = h->data;
     struct sl_buf *b = rx_chunk(&s->uin);
-    *ub = b ? uv_buf_init(b->data + b->end, SL_BUF_SIZE - b->end) : uv_buf_init(NULL, 0);
+    *ub = b ? uv_buf_init(b->data + b->end, room_of(s->meter[1], SL_BUF_SIZE - b->end))
+            : uv_buf_init(NULL, 0);
 }
 
 /* ---- reading on and off ------------------------------------------------- */
@@ -605,6 +622,105 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
 }
 
 static void process(struct sl_session *s);
+static uint64_t waits_now(void);
+static struct sl_ident_state *ident(struct sl_session *s);
+
+/* ---- byte meters ---------------------------------------------------------- */
+
+static struct sl_meter_ctx meter_ctx(struct sl_session *s)
+{
+    struct sl_meter_ctx c = { s->l->srv->limiter, s->l->conf, s->ident, s->id };
+    return c;
+}
+
+/* A bytes limit with action = reject said no: on resp, requests are
+ * refused until the debt can be paid. */
+static int meters_refusing(struct sl_session *s)
+{
+    if (s->meter[0] == NULL && s->meter[1] == NULL)
+        return 0;
+    uint64_t now = waits_now();
+    return (s->meter[0] && sl_meter_refused(s->meter[0], now)) ||
+           (s->meter[1] && sl_meter_refused(s->meter[1], now));
+}
+
+/* Fills <v> with the refusal of a plain request <span> bytes long when a
+ * meter refuses; its bytes never go upstream, so bytes_in gets them back. */
+static int meter_refuses(struct sl_session *s, int kind, uint32_t span, struct sl_verdict *v)
+{
+    if (kind != SL_PK_PLAIN) /* MULTI, EXEC, AUTH ... keep the connection's state whole */
+        return 0;
+    uint64_t now = waits_now();
+    for (int i = 0; i < 2; i++) {
+        struct sl_meter *m = s->meter[i];
+        if (m == NULL || !sl_meter_refused(m, now) || m->refusal == NULL)
+            continue;
+        *v = *m->refusal;
+        v->retry_after_us = m->refused_until_us - now;
+        if (i == 0) {
+            struct sl_meter_ctx c = meter_ctx(s);
+            sl_meter_charge(m, &c, -(int64_t)span, now);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* A meter's credit or refusal changed: read the side again, pause it, or
+ * (tcp, reject) close. */
+static void meter_changed(struct sl_meter *m)
+{
+    struct sl_session *s = m->owner;
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    int up = m == s->meter[1];
+    uint64_t room = sl_meter_room(m);
+    if (!s->resp && room == 0 && sl_meter_refused(m, waits_now())) {
+        s->l->stats.rejected++;
+        sl_log_debug("bytes limit: closing", "listener=%s limit=%s", s->l->name,
+                     m->refusal ? m->refusal->limit : "");
+        sl_session_close(s);
+        return;
+    }
+    set_pause(s, up, SL_PAUSE_SHAPE, room == 0);
+}
+
+/* <n> bytes were read from side <up>. */
+static void meter_read(struct sl_session *s, int up, size_t n)
+{
+    struct sl_meter *m = s->meter[up];
+    if (m == NULL)
+        return;
+    struct sl_meter_ctx c = meter_ctx(s);
+    sl_meter_charge(m, &c, (int64_t)n, waits_now());
+    meter_changed(m);
+}
+
+/* Sets up the session's meters (at connect); returns -1 when out of memory. */
+static int meters_init(struct sl_session *s)
+{
+    if (s->l->srv->limiter == NULL)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        struct sl_meter_plan p;
+        if (!sl_limiter_plan(s->l->srv->limiter, s->l->conf,
+                             i ? SL_METRIC_BYTES_OUT : SL_METRIC_BYTES_IN, &p))
+            continue;
+        if (ident(s) == NULL || (s->meter[i] = malloc(sizeof(struct sl_meter))) == NULL)
+            return -1;
+        struct sl_meter_ctx c = meter_ctx(s);
+        sl_meter_init(s->meter[i], &c, i ? SL_METRIC_BYTES_OUT : SL_METRIC_BYTES_IN, s->resp,
+                      meter_changed, s);
+        sl_meter_charge(s->meter[i], &c, 0, waits_now()); /* the first take */
+        if (sl_meter_room(s->meter[i]) == 0) {
+            if (i)
+                s->up_pause |= SL_PAUSE_SHAPE;
+            else
+                s->cl_pause |= SL_PAUSE_SHAPE;
+        }
+    }
+    return 0;
+}
 
 /* Who the client is, set up the first time it matters (a limit applies, or
  * the client says who it is); NULL only when out of memory. */
@@ -660,6 +776,31 @@ static void protocol_error(struct sl_session *s, const char *msg)
     queue_local(s, text, (uint32_t)(n + 7), SL_SEG_OWNED | SL_SEG_CLOSE);
 }
 
+static uint64_t waits_now(void)
+{
+    return sl_waits_default ? sl_waits_default->now() : uv_hrtime() / 1000;
+}
+
+static struct sl_session *session_of_park(struct sl_wait *w)
+{
+    return (struct sl_session *)((char *)w - offsetof(struct sl_session, park));
+}
+
+static void resume(struct sl_session *s);
+
+static void on_park_due(struct sl_wait *w)
+{
+    resume(session_of_park(w));
+}
+
+/* Parks the session until <due_us>: reading stays paused (the ring is not
+ * empty), one waiter in the process's heap wakes it. */
+static void park_until(struct sl_session *s, uint64_t due_us)
+{
+    if (sl_waits_default == NULL || sl_wait_at(sl_waits_default, &s->park, due_us, on_park_due) < 0)
+        sl_session_close(s); /* out of memory */
+}
+
 /* Applies, in order, every entry at the head of the ring whose verdict is
  * in; their bytes are at the start of the client chunk. */
 static void apply(struct sl_session *s)
@@ -671,6 +812,14 @@ static void apply(struct sl_session *s)
         struct sl_pend e = s->pend[s->pend_head];
         if (e.state == SL_PEND_WAIT)
             break;
+        if (e.state == SL_PEND_DELAY) {
+            /* Parked: nothing behind it moves until its place comes. */
+            if (e.due_us > waits_now()) {
+                park_until(s, e.due_us);
+                break;
+            }
+            e.state = SL_PEND_ALLOW;
+        }
         s->pend[s->pend_head].text = NULL;
         s->pend_head = (s->pend_head + 1) % PEND_MAX;
         s->pend_n--;
@@ -718,6 +867,11 @@ static void apply(struct sl_session *s)
 /* Records verdict <v> in entry <e>. */
 static void on_verdict_sync(struct sl_pend *e, const struct sl_verdict *v)
 {
+    if (v->kind == SL_VERDICT_ALLOW && v->delay_us > 0) {
+        e->state = SL_PEND_DELAY;
+        e->due_us = waits_now() + v->delay_us;
+        return;
+    }
     if (v->kind == SL_VERDICT_REJECT) {
         char line[512];
         size_t n = sl_verdict_resp(v, line, sizeof(line));
@@ -732,12 +886,9 @@ static void on_verdict_sync(struct sl_pend *e, const struct sl_verdict *v)
     }
 }
 
-static void on_verdict(void *data, const struct sl_verdict *v)
+/* Verdicts landed or a parked request's time came: move what can move. */
+static void resume(struct sl_session *s)
 {
-    struct sl_pend *e = data;
-    struct sl_session *s = e->s;
-    e->h = NULL;
-    on_verdict_sync(e, v);
     if (s->state >= SL_SESS_FLUSHING)
         return;
     apply(s);
@@ -752,6 +903,15 @@ static void on_verdict(void *data, const struct sl_verdict *v)
             drain_check(s);
         }
     }
+}
+
+static void on_verdict(void *data, const struct sl_verdict *v)
+{
+    struct sl_pend *e = data;
+    struct sl_session *s = e->s;
+    e->h = NULL;
+    on_verdict_sync(e, v);
+    resume(s);
 }
 
 /* Asks the limiter about request <r> (complete, or the head of a big one)
@@ -775,7 +935,8 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     e->replies = replies;
     e->kind = (uint8_t)kind;
     s->pend_n++;
-    if (kind == SL_PK_TAIL || !s->l->limited || s->l->srv->limiter == NULL) {
+    if (kind == SL_PK_TAIL || (!s->l->limited && !meters_refusing(s)) ||
+        s->l->srv->limiter == NULL) {
         e->state = SL_PEND_ALLOW;
         return 0;
     }
@@ -784,6 +945,14 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     if (ident(s) == NULL) {
         sl_session_close(s);
         return -1;
+    }
+    if (meter_refuses(s, kind, span, &v)) {
+        on_verdict_sync(e, &v);
+        return 0;
+    }
+    if (!s->l->limited) {
+        e->state = SL_PEND_ALLOW;
+        return 0;
     }
     if (sl_limiter_check(srv->limiter, s->l->conf, s->ident, s->id, r, uv_hrtime() / 1000, &v,
                          on_verdict, e, &e->h) == 1) {
@@ -829,7 +998,8 @@ static void process(struct sl_session *s)
         int kind = pend_kind(r);
         observe(s, r, kind);
         uint32_t replies = replies_for(s, r);
-        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty)) {
+        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty) &&
+            !meters_refusing(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, replies);
             continue;
@@ -960,6 +1130,17 @@ void sl_session_close(struct sl_session *s)
             sl_limiter_cancel(e->h);
         e->h = NULL;
     }
+    if (sl_waits_default != NULL)
+        sl_wait_cancel(sl_waits_default, &s->park);
+    for (int i = 0; i < 2; i++) {
+        if (s->meter[i] != NULL) {
+            sl_meter_close(s->meter[i]);
+            free(s->meter[i]);
+            s->meter[i] = NULL;
+        }
+    }
+    sl_lease_free(s->lease); /* the connection's places go back at once */
+    s->lease = NULL;
     close_handle((uv_handle_t *)&s->client);
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);
@@ -1079,6 +1260,9 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     b->end += (uint32_t)nread;
     s->l->stats.bytes_in += (uint64_t)nread;
     sl_tq_touch(&s->l->active, &s->tq, now_ms(s));
+    meter_read(s, 0, (size_t)nread);
+    if (s->state >= SL_SESS_CLOSED)
+        return;
     if (s->resp) {
         client_resp(s, b, (size_t)nread);
     } else {
@@ -1175,6 +1359,11 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     b->end += (uint32_t)nread;
     s->l->stats.bytes_out += (uint64_t)nread;
     sl_tq_touch(&s->l->active, &s->tq, now_ms(s));
+    meter_read(s, 1, (size_t)nread);
+    if (s->state >= SL_SESS_CLOSED) {
+        b->start = b->end;
+        return;
+    }
     if (s->resp) {
         upstream_resp(s, b);
     } else {
@@ -1223,6 +1412,104 @@ static void on_connect(uv_connect_t *req, int status)
     set_pause(s, 0, SL_PAUSE_CONNECT, 0);
 }
 
+/* Starts the upstream connection of an admitted session. */
+static void connect_upstream(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
+    uv_loop_t *loop = l->handle.loop;
+    sl_tq_touch(&l->connecting, &s->tq, uv_now(loop));
+    if (meters_init(s) < 0) {
+        sl_session_close(s);
+        return;
+    }
+    uv_connect_t *req = malloc(sizeof(*req));
+    int rc = req ? uv_tcp_init(loop, &s->upstream) : UV_ENOMEM;
+    if (rc == 0) {
+        s->upstream.data = s;
+        s->up_up = 1;
+        s->handles++;
+        req->data = s;
+        rc = uv_tcp_connect(req, &s->upstream, (const struct sockaddr *)&l->conf->upstream.ss,
+                            on_connect);
+    }
+    if (rc < 0) {
+        free(req);
+        if (s->up_up) {
+            close_handle((uv_handle_t *)&s->upstream);
+            s->up_up = 0;
+        }
+        upstream_failed(s, rc);
+    }
+}
+
+/* ---- connection limits: the gate ------------------------------------------ */
+
+#define GATE_POLL_US 50000 /* a queued connection asks again this often */
+
+static void gate_try(struct sl_session *s);
+
+static void on_gate_poll(struct sl_wait *w)
+{
+    gate_try(session_of_park(w));
+}
+
+/* Refused a place: the client learns why (resp), then the close. */
+static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
+{
+    struct sl_listener *l = s->l;
+    l->stats.conns_refused++;
+    sl_log_debug("connection limit: refused", "listener=%s limit=%s", l->name, v->limit);
+    sl_lease_free(s->lease);
+    s->lease = NULL;
+    if (!s->resp) {
+        sl_session_close(s);
+        return;
+    }
+    char line[200];
+    int n = snprintf(line, sizeof(line), "-ERR max number of clients reached (limit '%s')\r\n",
+                     v->limit);
+    char *text = malloc((size_t)n);
+    s->state = SL_SESS_RELAY;
+    sl_tq_touch(&l->active, &s->tq, now_ms(s));
+    if (text == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    memcpy(text, line, (size_t)n);
+    queue_local(s, text, (uint32_t)n, SL_SEG_OWNED | SL_SEG_CLOSE);
+}
+
+static void gate_verdict(struct sl_session *s, const struct sl_verdict *v)
+{
+    if (s->state != SL_SESS_CONNECTING || s->lease == NULL)
+        return;
+    if (v->kind == SL_VERDICT_ALLOW) {
+        connect_upstream(s);
+        return;
+    }
+    uint64_t now = waits_now();
+    if (v->action == SL_ACTION_DELAY && !v->store_down && now < s->gate_until) {
+        /* The login queue: not read, not connected, asked again soon (or
+         * at once when a place frees here). */
+        uint64_t next = now + GATE_POLL_US < s->gate_until ? now + GATE_POLL_US : s->gate_until;
+        if (sl_waits_default != NULL && sl_wait_at(sl_waits_default, &s->park, next, on_gate_poll) == 0)
+            return;
+    }
+    gate_refuse(s, v);
+}
+
+static void on_gate(void *data, const struct sl_verdict *v)
+{
+    gate_verdict(data, v);
+}
+
+static void gate_try(struct sl_session *s)
+{
+    struct sl_verdict v;
+    if (sl_lease_acquire(s->lease, waits_now(), &v, on_gate, s) == 0)
+        gate_verdict(s, &v);
+}
+
 void sl_session_accept(struct sl_listener *l)
 {
     uv_loop_t *loop = l->handle.loop;
@@ -1260,26 +1547,17 @@ void sl_session_accept(struct sl_listener *l)
     s->id = ++l->srv->next_conn;
     sl_reply_init(&s->scan);
     uv_tcp_nodelay(&s->client, 1);
-    sl_tq_touch(&l->connecting, &s->tq, uv_now(loop));
 
-    uv_connect_t *req = malloc(sizeof(*req));
-    int rc = req ? uv_tcp_init(loop, &s->upstream) : UV_ENOMEM;
-    if (rc == 0) {
-        s->upstream.data = s;
-        s->up_up = 1;
-        s->handles++;
-        req->data = s;
-        rc = uv_tcp_connect(req, &s->upstream, (const struct sockaddr *)&l->conf->upstream.ss,
-                            on_connect);
+    /* Connection limits: a place first (maybe after the login queue). */
+    struct sl_meter_plan cp;
+    if (sl_limiter_plan(l->srv->limiter, l->conf, SL_METRIC_CONNECTIONS, &cp) && ident(s) != NULL &&
+        (s->lease = sl_lease_new(l->srv->limiter, l->conf, s->ident, s->id, waits_now())) != NULL) {
+        s->gate_until = waits_now() + cp.max_delay_us;
+        sl_tq_touch(&l->gated, &s->tq, uv_now(loop));
+        gate_try(s);
+        return;
     }
-    if (rc < 0) {
-        free(req);
-        if (s->up_up) {
-            close_handle((uv_handle_t *)&s->upstream);
-            s->up_up = 0;
-        }
-        upstream_failed(s, rc);
-    }
+    connect_upstream(s);
 }
 
 /* ---- sweep -------------------------------------------------------------------- */

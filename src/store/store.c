@@ -1403,3 +1403,8 @@ size_t sl_store_in_flight(const struct sl_store *st)
 {
     return st != NULL ? st->fifo_n : 0;
 }
+
+const char *sl_store_instance_id(const struct sl_store *st)
+{
+    return st->id;
+}

@@ -31,6 +31,7 @@ struct sl_store_req; /* one request in flight; opaque */
 enum sl_script {
     SL_SCRIPT_DECIDE = 0, /* lua/decide.lua (+ the algorithms): several limits, all or nothing */
     SL_SCRIPT_HEARTBEAT,  /* lua/heartbeat.lua */
+    SL_SCRIPT_CONNECTIONS,/* lua/connections.lua: connection leases and the login queue */
     SL_SCRIPT_COUNT
 };
 
@@ -76,6 +77,10 @@ void sl_store_cancel(struct sl_store_req *req);
 
 /* 1 while the store is connected and its scripts are loaded. */
 int sl_store_up(const struct sl_store *st);
+
+/* This process's name in the store (the heartbeat's member; connection
+ * leases are named after it). */
+const char *sl_store_instance_id(const struct sl_store *st);
 
 /* Live sluice instances seen in the heartbeat set (at least 1). */
 uint64_t sl_store_live_instances(const struct sl_store *st);

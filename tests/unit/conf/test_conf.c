@@ -686,6 +686,9 @@ static void test_missing_required(void **state)
                   "t.ini:4: [limit x]: missing 'rate'\n");
     expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\n",
                   "t.ini:4: [limit c]: metric = connections needs 'max'\n");
+    expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\nmax = 5\nscope = connection\n",
+                  "t.ini:8: scope: a connection limit counts connections per identity or globally, "
+                  "not per connection\n");
     expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\nmax = 5\nrate = 5/s\n"
                   "burst = 3\n",
                   "t.ini:8: rate: not for metric = connections (use max = N)\n"

@@ -233,6 +233,59 @@ static void test_cost_over_burst_never(void **state)
 }
 
 
+/* action = delay: each request reserves its place; the verdict allows
+ * after the wait; past max_delay it rejects, reserving nothing. A reject
+ * limit that denies beats a delay, and a delay limit reserves nothing then. */
+static void test_delay_reserves_in_order(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit d]\nlistener = r\nrate = 10/s\nburst = 1\naction = delay\n"
+                               "max_delay = 300ms\n");
+    struct sl_verdict v;
+    uint64_t want[4] = { 0, 100000, 200000, 300000 };
+    for (int i = 0; i < 4; i++) {
+        assert_true(allow(f, 1, 1000, "GET k", &v));
+        assert_int_equal(v.delay_us, want[i]);
+    }
+    assert_false(allow(f, 1, 1000, "GET k", &v)); /* 400 ms > 300 ms */
+    assert_int_equal(v.retry_after_us, 100000);  /* 100 ms sooner would do */
+    /* nothing was reserved by the rejection: 100 ms later the wait is 300 ms */
+    assert_true(allow(f, 1, 1100, "GET k", &v));
+    assert_int_equal(v.delay_us, 300000);
+    teardown_fix(f);
+
+    f = setup_with("[limit d]\nlistener = r\nrate = 10/s\nburst = 1\naction = delay\nmax_delay = 1s\n"
+                   "[limit hard]\nlistener = r\nrate = 2/s\nburst = 2\ncommands = SET\n");
+    assert_true(allow(f, 1, 0, "SET k v", &v));
+    assert_int_equal(v.delay_us, 0);
+    assert_true(allow(f, 1, 0, "SET k v", &v));
+    assert_int_equal(v.delay_us, 100000);
+    assert_false(allow(f, 1, 0, "SET k v", &v)); /* hard rejects: d must not reserve */
+    assert_string_equal(v.limit, "hard");
+    assert_true(allow(f, 1, 0, "GET k", &v));
+    assert_int_equal(v.delay_us, 200000);      /* not 300000 */
+    teardown_fix(f);
+}
+
+/* Byte meters' plan: chunk = 10 ms of the rate, at least 16 KiB, at most
+ * the burst, for delay at most max_delay of the rate. */
+static void test_meter_plan(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit o]\nlistener = r\nmetric = bytes_out\nrate = 100MiB/s\n"
+                               "action = delay\n"
+                               "[limit i]\nlistener = r\nmetric = bytes_in\nrate = 1MiB/s\nburst = 8192\n");
+    struct sl_meter_plan p;
+    assert_int_equal(sl_limiter_plan(f->lim, f->conf->listeners, SL_METRIC_BYTES_OUT, &p), 1);
+    assert_int_equal(p.chunk, 104857600ULL / 100);
+    assert_true(p.delay && p.enforce && !p.reject);
+    assert_int_equal(sl_limiter_plan(f->lim, f->conf->listeners, SL_METRIC_BYTES_IN, &p), 1);
+    assert_int_equal(p.chunk, 8192); /* the burst caps it */
+    assert_true(p.reject && !p.delay);
+    assert_int_equal(sl_limiter_plan(f->lim, f->conf->listeners, SL_METRIC_CONNECTIONS, &p), 0);
+    teardown_fix(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +298,8 @@ int main(void)
         cmocka_unit_test(test_shadow_changes_nothing),
         cmocka_unit_test(test_exempt_and_other_listener),
         cmocka_unit_test(test_cost_over_burst_never),
+        cmocka_unit_test(test_delay_reserves_in_order),
+        cmocka_unit_test(test_meter_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
