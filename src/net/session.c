@@ -637,11 +637,7 @@ static struct sl_meter_ctx meter_ctx(struct sl_session *s)
  * refused until the debt can be paid. */
 static int meters_refusing(struct sl_session *s)
 {
-    if (s->meter[0] == NULL && s->meter[1] == NULL)
-        return 0;
-    uint64_t now = waits_now();
-    return (s->meter[0] && sl_meter_refused(s->meter[0], now)) ||
-           (s->meter[1] && sl_meter_refused(s->meter[1], now));
+    return (s->meter[0] && s->meter[0]->refusal) || (s->meter[1] && s->meter[1]->refusal);
 }
 
 /* Fills <v> with the refusal of a plain request <span> bytes long when a
@@ -653,10 +649,20 @@ static int meter_refuses(struct sl_session *s, int kind, uint32_t span, struct s
     uint64_t now = waits_now();
     for (int i = 0; i < 2; i++) {
         struct sl_meter *m = s->meter[i];
-        if (m == NULL || !sl_meter_refused(m, now) || m->refusal == NULL)
+        if (m == NULL || m->refusal == NULL)
             continue;
+        if (!sl_meter_refused(m, now)) {
+            if (m->credit >= 0)
+                continue;
+            /* The refusal's time is over but the debt is not paid: ask
+             * again; requests wait for the answer by being refused. */
+            struct sl_meter_ctx c = meter_ctx(s);
+            sl_meter_charge(m, &c, 0, now);
+            if (m->refusal == NULL || m->credit >= 0)
+                continue;
+        }
         *v = *m->refusal;
-        v->retry_after_us = m->refused_until_us - now;
+        v->retry_after_us = m->refused_until_us > now ? m->refused_until_us - now : 10000;
         if (i == 0) {
             struct sl_meter_ctx c = meter_ctx(s);
             sl_meter_charge(m, &c, -(int64_t)span, now);
