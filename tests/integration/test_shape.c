@@ -728,13 +728,12 @@ static void test_resp_bytes(void **state)
      * connection that stays open. The client waits N ms each time.
      *
      * Over the run: at least burst + 3 s x rate less a few replies of idle
-     * round trips, and at most that plus the debt. Measured, the overrun
-     * swings between about 1.5 and 7 replies (0.1 .. 0.45 MiB) and does not
-     * grow over 12 s: each time a refusal runs out, the requests that
-     * arrive before the next take's answer are all let through (a meter in
-     * debt refuses only while a refusal is on record). The bound checked is
-     * the one the design guarantees: the debt never exceeds the burst (a
-     * take never asks for more than the burst). */
+     * round trips, and at most that plus the few replies that slipped
+     * through before the first refusal: a meter in debt keeps refusing
+     * until the debt is paid, not just until the refusal's time is over.
+     * (Measured: 0.04 .. 0.16 MiB over. Before that fix, every expiry of a
+     * refusal let through all requests that arrived before the next
+     * take's answer: 0.4 .. 0.54 MiB over in 3 s.) */
     assert_int_equal(th_conn_open(&c, pr), 0);
     int ok = 0, refused = 0, first_refusal_after = -1;
     long retry_ms = -1, first_retry = -1;
@@ -774,7 +773,7 @@ static void test_resp_bytes(void **state)
            refused);
     assert_true(first_refusal_after >= 16 && first_refusal_after <= 20);
     assert_true(refused > 0);
-    assert_true(served <= cap + MiB);
+    assert_true(served <= cap + 5.0 * (double)reply_len);
     assert_true(served >= cap - 4.0 * (double)reply_len);
 
     assert_int_equal(th_stop(&sl), 0);
