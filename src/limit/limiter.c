@@ -706,6 +706,18 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                int metric, uint64_t amount, const int *cand, int nc, uint64_t now_us,
                struct sl_verdict *v, sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
 
+/* The store key of limit <L> for <id> ("*" for global scope), in <buf> of
+ * <cap> bytes: <key_prefix>{<limit>:<identity>}, one hash tag per bucket. */
+#define KEY_MAX (64 + SL_ID_MAX + 80)
+static struct sl_str store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
+                               char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "%s{%s:%s}", lim->key_prefix, L->name,
+                     L->scope == SL_SCOPE_GLOBAL ? "*" : id);
+    size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    return (struct sl_str){ buf, len };
+}
+
 static int applies(const struct limit *L, const struct sl_listener_conf *lc, int metric)
 {
     return L->metric == (enum sl_metric)metric &&
@@ -858,7 +870,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     }
 
     /* One script call for every store-backed limit of this request. */
-    char keybuf[MAX_REQ_LIMITS][64 + SL_ID_MAX + 80];
+    char keybuf[MAX_REQ_LIMITS][KEY_MAX];
     char numbuf[MAX_REQ_LIMITS][6][24];
     struct sl_str keys[MAX_REQ_LIMITS], args[2 + 7 * MAX_REQ_LIMITS];
     char nbuf[8];
@@ -870,10 +882,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         if (!q->remote[k])
             continue;
         const struct limit *L = &lim->limits[q->idx[k]];
-        const char *id = L->scope == SL_SCOPE_GLOBAL ? "*" : q->identity;
-        keys[nk].p = keybuf[nk];
-        keys[nk].len = (size_t)snprintf(keybuf[nk], sizeof(keybuf[nk]), "%s{%s:%s}",
-                                        lim->key_prefix, L->name, id);
+        keys[nk] = store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
         const char *an = sl_algo_name(L->p.algo);
         args[na++] = (struct sl_str){ an, strlen(an) };
         uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k],
@@ -1300,7 +1309,7 @@ int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
         lease_failed(ls, now_us, v);
         return 0;
     }
-    char keybuf[MAX_CONN_LIMITS][64 + SL_ID_MAX + 80];
+    char keybuf[MAX_CONN_LIMITS][KEY_MAX];
     char nums[MAX_CONN_LIMITS][24], lease[24];
     struct sl_str keys[MAX_CONN_LIMITS], args[5 + 2 * MAX_CONN_LIMITS];
     int na = 0;
@@ -1312,9 +1321,7 @@ int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
     args[na++] = (struct sl_str){ ls->queue ? "1" : "0", 1 };
     for (int k = 0; k < ls->n; k++) {
         const struct limit *L = &lim->limits[ls->idx[k]];
-        keys[k].p = keybuf[k];
-        keys[k].len = (size_t)snprintf(keybuf[k], sizeof(keybuf[k]), "%s{%s:%s}", lim->key_prefix,
-                                       L->name, lease_id(ls, k));
+        keys[k] = store_key(lim, L, ls->identity, keybuf[k], sizeof(keybuf[k]));
         args[na].p = nums[k];
         args[na++].len = (size_t)snprintf(nums[k], sizeof(nums[k]), "%" PRIu64, L->max);
         args[na++] = (struct sl_str){ L->action == SL_ACTION_SHADOW ? "1" : "0", 1 };
@@ -1341,13 +1348,10 @@ static void lease_release_remote(struct sl_lease *ls)
     struct sl_limiter *lim = ls->lim;
     if (lim->store == NULL || !sl_store_up(lim->store))
         return; /* the places expire with the lease */
-    char keybuf[MAX_CONN_LIMITS][64 + SL_ID_MAX + 80];
+    char keybuf[MAX_CONN_LIMITS][KEY_MAX];
     struct sl_str keys[MAX_CONN_LIMITS];
-    for (int k = 0; k < ls->n; k++) {
-        keys[k].p = keybuf[k];
-        keys[k].len = (size_t)snprintf(keybuf[k], sizeof(keybuf[k]), "%s{%s:%s}", lim->key_prefix,
-                                       lim->limits[ls->idx[k]].name, lease_id(ls, k));
-    }
+    for (int k = 0; k < ls->n; k++)
+        keys[k] = store_key(lim, &lim->limits[ls->idx[k]], ls->identity, keybuf[k], KEY_MAX);
     char lease[24];
     struct sl_str args[4] = { { "release", 7 }, { "-1", 2 }, { lease, 0 },
                               { ls->member, strlen(ls->member) } };
@@ -1392,7 +1396,7 @@ static void lease_renew(struct sl_limiter *lim, uint64_t now_us)
         nk += ls->n;
     struct sl_str *keys = calloc((size_t)nk, sizeof(*keys));
     struct sl_str *args = calloc((size_t)(3 + 2 * nk), sizeof(*args));
-    char *kb = malloc((size_t)nk * 256);
+    char *kb = malloc((size_t)nk * KEY_MAX);
     if (keys == NULL || args == NULL || kb == NULL)
         goto out;
     char lease[24];
@@ -1403,12 +1407,8 @@ static void lease_renew(struct sl_limiter *lim, uint64_t now_us)
     int k = 0;
     for (struct sl_lease *ls = held_leases; ls; ls = ls->next) {
         for (int j = 0; j < ls->n; j++, k++) {
-            char *p = kb + (size_t)k * 256;
-            keys[k].p = p;
-            keys[k].len = (size_t)snprintf(p, 256, "%s{%s:%s}", ls->lim->key_prefix,
-                                           ls->lim->limits[ls->idx[j]].name, lease_id(ls, j));
-            if (keys[k].len >= 256)
-                keys[k].len = 255;
+            keys[k] = store_key(ls->lim, &ls->lim->limits[ls->idx[j]], ls->identity,
+                                kb + (size_t)k * KEY_MAX, KEY_MAX);
             args[na++] = (struct sl_str){ "1", 1 };
             args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
         }
