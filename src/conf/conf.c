@@ -263,7 +263,7 @@ static const struct keyword limit_kw[] = {
     STR("listener", struct sl_limit_conf, listener, MAX_NAME),
     ENUM("metric", struct sl_limit_conf, metric, sl_conf_metric_names),
     FUNC("rate", set_rate, 0),
-    NUM("burst", KW_U64, struct sl_limit_conf, burst, 1, MAX_AMOUNT),
+    NUM("burst", KW_SIZE, struct sl_limit_conf, burst, 1, MAX_AMOUNT), /* 64KiB for bytes */
     NUM("max", KW_U64, struct sl_limit_conf, max, 1, UINT32_MAX),
     ENUM("scope", struct sl_limit_conf, scope, sl_conf_scope_names),
     ENUM("algorithm", struct sl_limit_conf, algorithm, sl_conf_algo_names),

@@ -622,6 +622,8 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
 }
 
 static void process(struct sl_session *s);
+static void resume(struct sl_session *s);
+static void on_verdict_sync(struct sl_pend *e, const struct sl_verdict *v);
 static uint64_t waits_now(void);
 static struct sl_ident_state *ident(struct sl_session *s);
 
@@ -633,48 +635,44 @@ static struct sl_meter_ctx meter_ctx(struct sl_session *s)
     return c;
 }
 
-/* A bytes limit with action = reject said no: on resp, requests are
- * refused until the debt can be paid. */
-static int meters_refusing(struct sl_session *s)
+/* A bytes limit with action = reject is in debt or said no: on resp,
+ * plain requests must ask meter_gate before going upstream. */
+static int meters_owe(const struct sl_session *s)
 {
-    return (s->meter[0] && s->meter[0]->refusal) || (s->meter[1] && s->meter[1]->refusal);
+    return (s->meter[0] && sl_meter_owes(s->meter[0])) ||
+           (s->meter[1] && sl_meter_owes(s->meter[1]));
 }
 
-/* Fills <v> with the refusal of a plain request <span> bytes long when a
- * meter refuses; its bytes never go upstream, so bytes_in gets them back. */
-static int meter_refuses(struct sl_session *s, int kind, uint32_t span, struct sl_verdict *v)
+/* May a request of <kind>, <span> bytes long, go upstream now? On
+ * SL_METER_REFUSE, <v> says how; the request's bytes never go upstream, so
+ * bytes_in gets them back. */
+static int meter_gate(struct sl_session *s, int kind, uint32_t span, struct sl_verdict *v)
 {
     if (kind != SL_PK_PLAIN) /* MULTI, EXEC, AUTH ... keep the connection's state whole */
-        return 0;
+        return SL_METER_GO;
     uint64_t now = waits_now();
+    int hold = 0;
     for (int i = 0; i < 2; i++) {
         struct sl_meter *m = s->meter[i];
-        if (m == NULL || m->refusal == NULL)
+        if (m == NULL || !sl_meter_owes(m))
             continue;
-        if (!sl_meter_refused(m, now)) {
-            if (m->credit >= 0)
-                continue;
-            /* The refusal's time is over but the debt is not paid: ask
-             * again; requests wait for the answer by being refused. */
-            struct sl_meter_ctx c = meter_ctx(s);
-            sl_meter_charge(m, &c, 0, now);
-            if (m->refusal == NULL || m->credit >= 0)
-                continue;
+        struct sl_meter_ctx c = meter_ctx(s);
+        int g = sl_meter_gate(m, &c, now);
+        if (g == SL_METER_REFUSE) {
+            *v = *m->refusal;
+            v->retry_after_us = m->refused_until_us - now;
+            if (s->meter[0] != NULL)
+                sl_meter_charge(s->meter[0], &c, -(int64_t)span, now);
+            return SL_METER_REFUSE;
         }
-        *v = *m->refusal;
-        v->retry_after_us = m->refused_until_us > now ? m->refused_until_us - now : 10000;
-        if (i == 0) {
-            struct sl_meter_ctx c = meter_ctx(s);
-            sl_meter_charge(m, &c, -(int64_t)span, now);
-        }
-        return 1;
+        hold |= g == SL_METER_HOLD;
     }
-    return 0;
+    return hold ? SL_METER_HOLD : SL_METER_GO;
 }
 
 /* A meter's credit or refusal changed: read the side again, pause it, or
  * (tcp, reject) close. */
-static void meter_changed(struct sl_meter *m)
+static void meter_shape(struct sl_meter *m)
 {
     struct sl_session *s = m->owner;
     if (s->state >= SL_SESS_CLOSED)
@@ -691,6 +689,18 @@ static void meter_changed(struct sl_meter *m)
     set_pause(s, up, SL_PAUSE_SHAPE, room == 0);
 }
 
+/* The answer to a meter's take came (or a reservation fell due): shape,
+ * and let a request held by the meter ask again. */
+static void meter_changed(struct sl_meter *m)
+{
+    struct sl_session *s = m->owner;
+    meter_shape(m);
+    if (s->meter_hold && s->state < SL_SESS_FLUSHING) {
+        s->meter_hold = 0;
+        resume(s);
+    }
+}
+
 /* <n> bytes were read from side <up>. */
 static void meter_read(struct sl_session *s, int up, size_t n)
 {
@@ -699,7 +709,7 @@ static void meter_read(struct sl_session *s, int up, size_t n)
         return;
     struct sl_meter_ctx c = meter_ctx(s);
     sl_meter_charge(m, &c, (int64_t)n, waits_now());
-    meter_changed(m);
+    meter_shape(m);
 }
 
 /* Sets up the session's meters (at connect); returns -1 when out of memory. */
@@ -792,8 +802,6 @@ static struct sl_session *session_of_park(struct sl_wait *w)
     return (struct sl_session *)((char *)w - offsetof(struct sl_session, park));
 }
 
-static void resume(struct sl_session *s);
-
 static void on_park_due(struct sl_wait *w)
 {
     resume(session_of_park(w));
@@ -825,6 +833,20 @@ static void apply(struct sl_session *s)
                 break;
             }
             e.state = SL_PEND_ALLOW;
+        }
+        if (e.state == SL_PEND_ALLOW && e.kind == SL_PK_PLAIN && meters_owe(s)) {
+            /* A reject byte limit is in debt: the request waits for the
+             * take at the store, or is refused. */
+            struct sl_verdict v;
+            int g = meter_gate(s, e.kind, e.span, &v);
+            if (g == SL_METER_HOLD) {
+                s->meter_hold = 1;
+                break;
+            }
+            if (g == SL_METER_REFUSE) {
+                on_verdict_sync(&s->pend[s->pend_head], &v);
+                e = s->pend[s->pend_head];
+            }
         }
         s->pend[s->pend_head].text = NULL;
         s->pend_head = (s->pend_head + 1) % PEND_MAX;
@@ -941,7 +963,7 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     e->replies = replies;
     e->kind = (uint8_t)kind;
     s->pend_n++;
-    if (kind == SL_PK_TAIL || (!s->l->limited && !meters_refusing(s)) ||
+    if (kind == SL_PK_TAIL || (!s->l->limited && !meters_owe(s)) ||
         s->l->srv->limiter == NULL) {
         e->state = SL_PEND_ALLOW;
         return 0;
@@ -952,7 +974,7 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
         sl_session_close(s);
         return -1;
     }
-    if (meter_refuses(s, kind, span, &v)) {
+    if (meter_gate(s, kind, span, &v) == SL_METER_REFUSE) {
         on_verdict_sync(e, &v);
         return 0;
     }
@@ -1005,7 +1027,7 @@ static void process(struct sl_session *s)
         observe(s, r, kind);
         uint32_t replies = replies_for(s, r);
         if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty) &&
-            !meters_refusing(s)) {
+            !meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, replies);
             continue;

@@ -132,6 +132,35 @@ void sl_meter_charge(struct sl_meter *m, const struct sl_meter_ctx *ctx, int64_t
     take(m, now_us);
 }
 
+int sl_meter_owes(const struct sl_meter *m)
+{
+    return m->refusal != NULL || (m->credit < 0 && m->plan.enforce && !pauses(m));
+}
+
+int sl_meter_gate(struct sl_meter *m, const struct sl_meter_ctx *ctx, uint64_t now_us)
+{
+    m->ctx = *ctx;
+    /* Each round either ends or gets an answer from a local take (more
+     * credit, or a refusal); the bound only guards against a limiter that
+     * answers without changing either. */
+    for (int round = 0; round < 64; round++) {
+        if (m->refusal != NULL && now_us < m->refused_until_us)
+            return SL_METER_REFUSE;
+        if (m->credit >= 0 || !m->plan.enforce || pauses(m))
+            return SL_METER_GO;
+        if (m->req != NULL)
+            return SL_METER_HOLD;
+        int64_t credit = m->credit;
+        uint64_t until = m->refused_until_us;
+        take(m, now_us);
+        if (m->req != NULL)
+            return SL_METER_HOLD;
+        if (m->credit == credit && m->refused_until_us == until)
+            break; /* nothing to ask (no limits any more) */
+    }
+    return SL_METER_GO;
+}
+
 void sl_meter_close(struct sl_meter *m)
 {
     if (m->req != NULL)

@@ -13,7 +13,10 @@
  *           wait would pass max_delay is asked again later: never a close.
  *   reject: the meter says "refused until T" (sl_meter_refused): a tcp
  *           session closes, a resp session answers -THROTTLED to requests
- *           until the debt can be paid.
+ *           until the debt can be paid. A resp meter in debt lets no
+ *           request by while its take is at the store (sl_meter_gate):
+ *           the request waits for the answer, so the debt stays within
+ *           what was already in flight.
  *   shadow: takes are made and counted; reading never stops. */
 #ifndef SL_SHAPE_METER_H
 #define SL_SHAPE_METER_H
@@ -67,6 +70,17 @@ void sl_meter_charge(struct sl_meter *m, const struct sl_meter_ctx *ctx, int64_t
 
 /* Nonzero while a reject limit refuses (and until when, in *<until_us>). */
 int sl_meter_refused(const struct sl_meter *m, uint64_t now_us);
+
+/* Nonzero when requests must ask sl_meter_gate before going upstream:
+ * a reject meter in debt, or one that refused. */
+int sl_meter_owes(const struct sl_meter *m);
+
+/* resp: may a request go upstream now? SL_METER_GO; SL_METER_HOLD: a take
+ * is at the store, the meter's on_change will tell when to ask again;
+ * SL_METER_REFUSE: refused until m->refused_until_us (m->refusal says how).
+ * Asks for the debt again once a refusal's time is over. */
+enum { SL_METER_GO = 0, SL_METER_HOLD, SL_METER_REFUSE };
+int sl_meter_gate(struct sl_meter *m, const struct sl_meter_ctx *ctx, uint64_t now_us);
 
 /* Drops any take in flight and any timer. */
 void sl_meter_close(struct sl_meter *m);

@@ -722,18 +722,18 @@ static void test_resp_bytes(void **state)
     assert_true((double)got >= 0.97 * want && (double)got <= 1.03 * want);
 
     /* reject: one GET at a time for 3 s. The burst (1 MiB) covers 16
-     * replies of 64 KiB; replies read while the next take is still at the
-     * store are let through and become a debt (so a few more may pass at
-     * first), after which GETs are answered -THROTTLED, retry in N ms, on a
-     * connection that stays open. The client waits N ms each time.
+     * replies of 64 KiB; each reply puts the meter in debt until its take
+     * comes back, and the next GET waits for that answer (it is not let
+     * through on credit the store has not granted). Once the bucket is
+     * empty, GETs are answered -THROTTLED, retry in N ms, on a connection
+     * that stays open, until the debt is paid; the client waits N ms each
+     * time.
      *
-     * Over the run: at least burst + 3 s x rate less a few replies of idle
-     * round trips, and at most that plus the few replies that slipped
-     * through before the first refusal: a meter in debt keeps refusing
-     * until the debt is paid, not just until the refusal's time is over.
-     * (Measured: 0.04 .. 0.16 MiB over. Before that fix, every expiry of a
-     * refusal let through all requests that arrived before the next
-     * take's answer: 0.4 .. 0.54 MiB over in 3 s.) */
+     * Over the run: burst + 3 s x rate, give or take a reply. (Measured:
+     * +0.04 MiB, the first refusal after 16 GETs, every run, also with two
+     * busy loops on the 2 cores. Before requests waited for the take,
+     * GETs that came while it was at the store went through: up to
+     * +2.3 MiB in 3 s on a busy machine.) */
     assert_int_equal(th_conn_open(&c, pr), 0);
     int ok = 0, refused = 0, first_refusal_after = -1;
     long retry_ms = -1, first_retry = -1;
@@ -771,9 +771,9 @@ static void test_resp_bytes(void **state)
            "%d refused\n",
            first_refusal_after, first_retry, secs, ok, served / MiB, cap / MiB, (served - cap) / MiB,
            refused);
-    assert_true(first_refusal_after >= 16 && first_refusal_after <= 20);
+    assert_true(first_refusal_after >= 16 && first_refusal_after <= 18);
     assert_true(refused > 0);
-    assert_true(served <= cap + 5.0 * (double)reply_len);
+    assert_true(served <= cap + 2.0 * (double)reply_len);
     assert_true(served >= cap - 4.0 * (double)reply_len);
 
     assert_int_equal(th_stop(&sl), 0);

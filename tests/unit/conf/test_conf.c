@@ -567,7 +567,7 @@ static void test_bad_values(void **state)
         { "action = drop", "action: expected one of reject | delay | shadow, got 'drop'" },
         { "max_delay = 2h", "max_delay: must be at most 1h, got '2h'" },
         { "burst = 0", "burst: must be at least 1, got '0'" },
-        { "burst = 1099511627777", "burst: must be at most 1099511627776, got '1099511627777'" },
+        { "burst = 1099511627777", "burst: must be at most 1TiB, got '1099511627777'" },
         { "rate = 500", "rate: expected a rate like 500/s, 100/m or 10MiB/s, got '500'" },
         { "rate = 0/s", "rate: expected a rate like 500/s, 100/m or 10MiB/s, got '0/s'" },
         { "rate = 2TiB/s", "rate: at most 1099511627776 per period, got '2TiB/s'" },
