@@ -1359,6 +1359,19 @@ static void lease_release_remote(struct sl_lease *ls)
     sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, ls->n, keys, 4, args, ignore_reply, NULL);
 }
 
+void sl_lease_gave_up(struct sl_lease *ls, const struct sl_verdict *v)
+{
+    if (ls == NULL || v->action != SL_ACTION_DELAY || v->store_down)
+        return;
+    for (int k = 0; k < ls->n; k++) {
+        struct limit *L = &ls->lim->limits[ls->idx[k]];
+        if (L->action == SL_ACTION_DELAY && strcmp(v->limit, L->name) == 0) {
+            L->rejected++;
+            return;
+        }
+    }
+}
+
 void sl_lease_free(struct sl_lease *ls)
 {
     if (ls == NULL)

@@ -105,6 +105,10 @@ struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_c
 int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data);
 
+/* The login queue gave up on the connection (<v>: the last refusal of a
+ * delay limit, max_delay passed): counted as that limit's rejection. */
+void sl_lease_gave_up(struct sl_lease *ls, const struct sl_verdict *v);
+
 /* The connection is gone: its places are given back (any answer still on
  * its way is dropped). NULL is fine. */
 void sl_lease_free(struct sl_lease *ls);

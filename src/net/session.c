@@ -1487,6 +1487,7 @@ static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
     struct sl_listener *l = s->l;
     l->stats.conns_refused++;
     sl_log_debug("connection limit: refused", "listener=%s limit=%s", l->name, v->limit);
+    sl_lease_gave_up(s->lease, v);
     sl_lease_free(s->lease);
     s->lease = NULL;
     if (!s->resp) {

@@ -987,6 +987,9 @@ static void test_connections_delay_queue(void **state)
     /* the queued logins were counted as delayed (Q1, Q3 on A; Q2 on B) */
     assert_true(metric(admin[A], "sluice_limit_delayed_total{limit=\"lq\"}") >= 2);
     assert_true(metric(admin[B], "sluice_limit_delayed_total{limit=\"lq\"}") >= 1);
+    /* Q4, refused on B once max_delay passed, is B's one rejection */
+    assert_true(metric(admin[B], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") == 1);
+    assert_true(metric(admin[A], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") <= 0);
 
     close(q2);
     close(q3);
