@@ -678,6 +678,34 @@ char *th_transcript(int port, const void *in, size_t inlen, size_t *outlen, int 
 
 /* ---- logs and Redis ----------------------------------------------------- */
 
+char *th_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap + 1);
+            if (nb == NULL) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        if (n == 0)
+            break;
+        len += n;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
 int th_log_count(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "r");

@@ -140,6 +140,9 @@ char *th_transcript(int port, const void *in, size_t inlen, size_t *outlen, int 
 
 /* ---- logs and Redis ----------------------------------------------------- */
 
+/* The whole file <path>, malloc'd and NUL-terminated, or NULL. */
+char *th_slurp(const char *path);
+
 /* How many times <needle> occurs in the file <path> (0 if unreadable). */
 int th_log_count(const char *path, const char *needle);
 

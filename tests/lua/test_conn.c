@@ -34,34 +34,6 @@ static char sha[48];
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, cap + 1);
-            if (nb == NULL) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        if (n == 0)
-            break;
-        len += n;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
 /* The arguments of one EVALSHA, built up one by one (numbers are printed
  * into the struct itself, so it owns every string it points at, apart from
  * the ones added with arg_s, which are borrowed). */
@@ -312,7 +284,7 @@ static int group_teardown(void **state)
 static void test_embedded_is_the_file(void **state)
 {
     (void)state;
-    char *t = slurp("lua/connections.lua");
+    char *t = th_slurp("lua/connections.lua");
     if (t == NULL)
         print_error("cannot read lua/connections.lua (run from the repository root)\n");
     assert_non_null(t);

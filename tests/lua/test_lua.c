@@ -82,34 +82,6 @@ static const char check_tail[] =
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, cap + 1);
-            if (nb == NULL) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        if (n == 0)
-            break;
-        len += n;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
 /* <text> up to its line starting "-- standalone" (what lua/embed.sh keeps). */
 static void cut_standalone(char *text)
 {
@@ -326,7 +298,7 @@ static int group_setup(void **state)
     for (int a = 0; a < N_ALGOS; a++) {
         char path[128];
         snprintf(path, sizeof(path), "lua/%s.lua", sl_algo_name((enum sl_algo)a));
-        char *text = slurp(path);
+        char *text = th_slurp(path);
         if (text == NULL) {
             print_error("cannot read %s (run from the repository root)\n", path);
             return -1;
@@ -423,7 +395,7 @@ static void test_embedded_is_the_files(void **state)
     for (size_t i = 0; i < 6; i++) {
         char path[64];
         snprintf(path, sizeof(path), "lua/%s.lua", order[i]);
-        char *t = slurp(path);
+        char *t = th_slurp(path);
         assert_non_null(t);
         if (i < 5)
             cut_standalone(t);
@@ -439,7 +411,7 @@ static void test_embedded_is_the_files(void **state)
     }
     assert_string_equal(all, sl_lua_scripts[SL_SCRIPT_DECIDE]);
     free(all);
-    char *hb = slurp("lua/heartbeat.lua");
+    char *hb = th_slurp("lua/heartbeat.lua");
     assert_non_null(hb);
     assert_string_equal(hb, sl_lua_scripts[SL_SCRIPT_HEARTBEAT]);
     free(hb);
