@@ -756,6 +756,8 @@ static void test_resp_bytes(void **state)
                 first_refusal_after = ok;
                 first_retry = retry_ms;
             }
+            free(r);
+            r = NULL;
             uint64_t now = th_now_ms();
             if (now + (uint64_t)retry_ms >= end)
                 break;
