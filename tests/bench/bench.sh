@@ -472,10 +472,11 @@ if [ "$strict_ok" = 1 ]; then
     for round in $(seq 1 "$ROUNDS"); do
         ceil=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$STRICT_STORE_PORT" -c "$CLIENTS" \
             -n "$N_STRICT" -P 16 --csv evalsha "$STRICT_SHA" 1 "$STRICT_KEY" -1 1 token_bucket \
-            1000000000 1000000 1000000000 1 0 2>/dev/null </dev/null | bench_rps)
+            1000000000 1000000 1000000000 1 0 0 2>/dev/null </dev/null | bench_rps)
         strict=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$STRICT_PORT" -c "$CLIENTS" \
             -n "$N_STRICT" -P 16 -t get --csv 2>/dev/null </dev/null | bench_rps)
         [ -n "$ceil" ] && echo -e "strict:ceiling\t$ceil" >> "$RAW"
+        [ -z "$ceil" ] && echo "strict: round $round: the store's EVALSHA run failed (decide.lua arguments?)" >> "$FAILS"
         [ -n "$strict" ] && echo -e "strict:sluice\t$strict" >> "$RAW"
         log "  round $round: store ceiling ${ceil:-?}, sluice strict ${strict:-?}"
         if ensure_target sluice; then
