@@ -68,6 +68,14 @@ struct bucket {
     struct bucket       *next;   /* hash chain */
     uint64_t             hash;   /* of the key */
     struct sl_algo_state st;     /* algorithm state */
+    /* A lease entry (key: '\0' + identity, see lease_entry) instead: */
+    uint64_t             lease;      /* tokens taken from the store, not spent yet */
+    uint64_t             deny_until; /* the store said no to <deny_cost> until then (us) */
+    uint64_t             deny_cost;
+    uint64_t             lean_until; /* a lease was refused: ask for the cost alone until then */
+    uint8_t              asking;     /* a store call that answers for it is in flight */
+    struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */
+    struct sl_limiter_req **wait_tail;
     uint16_t             len;    /* key length */
     char                 key[];  /* identity, or "c:<conn>" */
 };
@@ -95,12 +103,15 @@ struct limit {
     uint32_t       n_buckets;
     struct sl_tq   expiry;       /* buckets by last use */
     uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
+    uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
+    uint32_t       n_leases;     /* lease entries among the buckets */
     /* counters (exported) */
     uint64_t       allowed;      /* decisions that allowed */
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
     uint64_t       shadow_hits;  /* shadow limit: would have rejected */
     uint64_t       fallback;     /* decided without the store (on_failure) */
     uint64_t       delayed;      /* action = delay: decisions that made the request wait */
+    uint64_t       leased;       /* decisions made from this instance's lease, no store call */
     struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
     struct top     top[TOP_K];   /* busiest identities */
 };
@@ -126,6 +137,9 @@ struct sl_limiter_req {
     int                  idx[MAX_REQ_LIMITS];
     uint64_t             cost[MAX_REQ_LIMITS];
     uint8_t              remote[MAX_REQ_LIMITS]; /* decided by the store */
+    uint64_t             lease_ask[MAX_REQ_LIMITS]; /* tokens asked on top of the cost */
+    uint32_t             probe;    /* bits k: lease entries this store call answers for */
+    struct sl_limiter_req *next_wait; /* in a lease entry's waiters */
     char                 identity[SL_ID_MAX + 1];
 };
 
@@ -199,6 +213,29 @@ static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *l
     return -1;
 }
 
+/* Tokens limit <L> asks on top of a request's cost with [store] lease =
+ * <conf> (0 off, -1 auto, N): auto is 10 ms of the rate, at least 1; never
+ * more than half of what the bucket (or window) holds, so a lease never
+ * makes a request that fits look too big. Only rejecting request limits
+ * decided by the store lease: delay reserves a place in time, and shadow
+ * must see every request. */
+static uint64_t lease_size(const struct limit *L, int64_t conf)
+{
+    if (conf == 0 || L->metric != SL_METRIC_REQUESTS || L->action != SL_ACTION_REJECT ||
+        L->scope == SL_SCOPE_CONNECTION)
+        return 0;
+    uint64_t n = (uint64_t)conf;
+    if (conf < 0) {
+        unsigned __int128 r10 = (unsigned __int128)L->p.amount * 10000 / L->p.period_us;
+        n = r10 > UINT32_MAX ? UINT32_MAX : (uint64_t)r10;
+        if (n == 0)
+            n = 1;
+    }
+    uint64_t cap = L->p.algo == SL_ALGO_TOKEN_BUCKET || L->p.algo == SL_ALGO_GCRA ? L->p.burst
+                                                                                  : L->p.amount;
+    return n < cap / 2 ? n : cap / 2;
+}
+
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store)
 {
     struct sl_limiter *lim = calloc(1, sizeof(*lim));
@@ -214,8 +251,6 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
     lim->limits = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->limits));
     if (lim->key_prefix == NULL || lim->limits == NULL)
         goto fail;
-    if (conf->store.lease != 0)
-        sl_log_warn("lease is not implemented yet: every decision asks the store", "%s", "");
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
         struct limit *L = &lim->limits[lim->n++];
         L->name = strdup(c->name);
@@ -246,6 +281,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->ttl_ms = ttl / 1000 + 1;
         if (c->metric == SL_METRIC_CONNECTIONS)
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
+        L->lease_size = store != NULL ? lease_size(L, conf->store.lease) : 0;
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             L->tab == NULL || (c->n_commands && L->commands == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
@@ -378,6 +414,8 @@ static struct bucket *bucket_get(struct limit *L, const char *key, size_t len, u
     b->hash = h;
     b->len = (uint16_t)len;
     memcpy(b->key, key, len);
+    if (len > 0 && key[0] == '\0')
+        L->n_leases++;
     b->next = L->tab[h & L->tab_mask];
     L->tab[h & L->tab_mask] = b;
     L->n_buckets++;
@@ -395,6 +433,8 @@ static void bucket_drop(struct limit *L, struct bucket *b)
     *pp = b->next;
     sl_tq_remove(&b->tq);
     L->n_buckets--;
+    if (b->len > 0 && b->key[0] == '\0')
+        L->n_leases--;
     bucket_free(b);
 }
 
@@ -407,8 +447,13 @@ void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
         struct sl_tq_node *n;
-        while ((n = sl_tq_expired(&L->expiry, now_ms, L->ttl_ms)) != NULL)
-            bucket_drop(L, bucket_of_node(n));
+        while ((n = sl_tq_expired(&L->expiry, now_ms, L->ttl_ms)) != NULL) {
+            struct bucket *b = bucket_of_node(n);
+            if (b->asking || b->waiters != NULL)
+                sl_tq_touch(&L->expiry, &b->tq, now_ms); /* a lease entry in use */
+            else
+                bucket_drop(L, b);
+        }
     }
 }
 
@@ -635,6 +680,238 @@ static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
     }
 }
 
+/* ---- leases ([store] lease) ------------------------------------------------
+ *
+ * A limit that leases asks the store for lease_size tokens on top of a
+ * request's cost; the extra tokens are spent here by later requests of the
+ * same identity without a round trip. An instance never holds more than
+ * lease_size tokens per limit and identity beyond what it is asking for,
+ * so the fleet admits at most instances x lease_size more than the limit
+ * (tokens taken are tokens the store counted; they are only spent later).
+ * A lease take the store refuses is asked again for the cost alone (the
+ * bucket may hold less than cost + lease but enough for the cost), and for
+ * a second the limit asks for costs alone. A refusal of a cost is
+ * remembered until its retry time: requests of that cost or more are
+ * refused here until then without asking (the bucket refills at a known
+ * rate; other instances can only take from it). */
+
+#define LEASE_LEAN_US 1000000 /* after a refused lease: costs alone this long */
+#define KEY_MAX (64 + SL_ID_MAX + 80)
+
+static struct sl_str store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
+                               char *buf, size_t cap);
+static void on_store(void *data, int status, const int64_t *vals, int n, const char *err);
+
+/* The lease entry of <L> for <identity> (NULL when out of memory). */
+static struct bucket *lease_entry(struct limit *L, const char *identity, uint64_t now_us)
+{
+    char key[SL_ID_MAX + 2];
+    size_t n = strlen(identity);
+    if (n > SL_ID_MAX)
+        n = SL_ID_MAX;
+    key[0] = '\0';
+    memcpy(key + 1, identity, n);
+    return bucket_get(L, key, n + 1, now_us / 1000);
+}
+
+/* Decides <q> here when its store-backed limits all lease and either hold
+ * enough tokens or are known to refuse it. Else, when a store call that
+ * answers for one of its entries is in flight, <q> waits for it
+ * (*<wait_on> is that entry); else <q> makes the call, asking a lease on
+ * top of the cost for entries that are not lean. Returns 1 (decided, <v>),
+ * 2 (wait) or 0 (ask the store). */
+static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v,
+                     struct bucket **wait_on)
+{
+    struct bucket *e[MAX_REQ_LIMITS];
+    int covered = 1;
+    q->probe = 0;
+    for (int k = 0; k < q->n; k++) {
+        q->lease_ask[k] = 0;
+        if (!q->remote[k])
+            continue;
+        struct limit *L = &lim->limits[q->idx[k]];
+        if (L->lease_size == 0 || (e[k] = lease_entry(L, q->identity, q->now_us)) == NULL)
+            return 0; /* the store decides the whole request */
+        if (e[k]->lease < q->cost[k])
+            covered = 0;
+    }
+    for (int k = 0; k < q->n; k++) {
+        if (!q->remote[k] || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost)
+            continue;
+        struct limit *L = &lim->limits[q->idx[k]];
+        struct sl_algo_result res = { .retry_after_us = e[k]->deny_until - q->now_us };
+        memset(v, 0, sizeof(*v));
+        deny(v, L, q->identity, &res);
+        L->rejected++;
+        L->leased++;
+        return 1;
+    }
+    if (covered) {
+        memset(v, 0, sizeof(*v));
+        decide_local(lim, q, 0, 1, v); /* the in-process limits, peeked before: taken */
+        if (v->kind != SL_VERDICT_ALLOW)
+            return 1;
+        for (int k = 0; k < q->n; k++) {
+            if (!q->remote[k])
+                continue;
+            struct limit *L = &lim->limits[q->idx[k]];
+            e[k]->lease -= q->cost[k];
+            L->leased++;
+            allowed_after(L, v, 0);
+        }
+        return 1;
+    }
+    for (int k = 0; k < q->n; k++) {
+        if (q->remote[k] && e[k]->lease < q->cost[k] && e[k]->asking) {
+            *wait_on = e[k];
+            return 2;
+        }
+    }
+    for (int k = 0; k < q->n; k++) {
+        if (!q->remote[k] || e[k]->lease >= q->cost[k])
+            continue;
+        e[k]->asking = 1;
+        q->probe |= 1u << k;
+        if (e[k]->lean_until <= q->now_us)
+            q->lease_ask[k] = lim->limits[q->idx[k]].lease_size;
+    }
+    return 0;
+}
+
+static void lease_wait(struct bucket *e, struct sl_limiter_req *q)
+{
+    q->next_wait = NULL;
+    if (e->waiters == NULL)
+        e->wait_tail = &e->waiters;
+    *e->wait_tail = q;
+    e->wait_tail = &q->next_wait;
+}
+
+static int send_store(struct sl_limiter *lim, struct sl_limiter_req *q);
+static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v);
+static void lease_done(struct sl_limiter *lim, struct sl_limiter_req *q);
+
+/* Decides (again) a request that waited for a lease entry's answer; it
+ * holds a reference to <lim> until decided. */
+static void lease_redo(struct sl_limiter *lim, struct sl_limiter_req *w)
+{
+    struct sl_verdict v;
+    memset(&v, 0, sizeof(v));
+    if (w->cb != NULL && !sl_store_up(lim->store)) {
+        store_failed(lim, w, &v);
+        w->cb(w->data, &v);
+    } else if (w->cb != NULL) {
+        struct bucket *on = NULL;
+        int r = lease_try(lim, w, &v, &on);
+        if (r == 2) {
+            lease_wait(on, w);
+            return;
+        }
+        if (r == 0 && send_store(lim, w))
+            return;
+        if (r == 0) {
+            lease_done(lim, w);
+            store_failed(lim, w, &v);
+        }
+        w->cb(w->data, &v);
+    }
+    sl_pool_give(&req_pool, w);
+    sl_limiter_release(lim);
+}
+
+/* The store call of <q> is over (answered, failed or never sent): the
+ * entries it answered for take the next asker, and their waiters go on. */
+static void lease_done(struct sl_limiter *lim, struct sl_limiter_req *q)
+{
+    uint32_t probe = q->probe;
+    q->probe = 0;
+    for (int k = 0; k < q->n; k++) {
+        q->lease_ask[k] = 0;
+        if (!(probe & (1u << k)))
+            continue;
+        struct bucket *e = lease_entry(&lim->limits[q->idx[k]], q->identity, q->now_us);
+        if (e == NULL)
+            continue;
+        e->asking = 0;
+        struct sl_limiter_req *w = e->waiters;
+        e->waiters = NULL;
+        while (w != NULL) {
+            struct sl_limiter_req *next = w->next_wait;
+            lease_redo(lim, w);
+            w = next;
+        }
+    }
+}
+
+/* One script call for every store-backed limit of <q> (its cost, plus any
+ * lease asked). Returns 1 when sent: on_store gets the answer. */
+static int send_store(struct sl_limiter *lim, struct sl_limiter_req *q)
+{
+    char keybuf[MAX_REQ_LIMITS][KEY_MAX];
+    char numbuf[MAX_REQ_LIMITS][6][24];
+    struct sl_str keys[MAX_REQ_LIMITS], args[2 + 7 * MAX_REQ_LIMITS];
+    char nbuf[8];
+    int nk = 0, na = 0, nremote = 0;
+    for (int k = 0; k < q->n; k++)
+        nremote += q->remote[k];
+    args[na++] = (struct sl_str){ "-1", 2 };
+    args[na].p = nbuf;
+    args[na++].len = (size_t)snprintf(nbuf, sizeof(nbuf), "%d", nremote);
+    for (int k = 0; k < q->n; k++) {
+        if (!q->remote[k])
+            continue;
+        const struct limit *L = &lim->limits[q->idx[k]];
+        keys[nk] = store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
+        const char *an = sl_algo_name(L->p.algo);
+        args[na++] = (struct sl_str){ an, strlen(an) };
+        uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k] + q->lease_ask[k],
+                             L->action == SL_ACTION_SHADOW, L->p.max_wait_us };
+        for (int f = 0; f < 6; f++) {
+            args[na].p = numbuf[nk][f];
+            args[na++].len = (size_t)snprintf(numbuf[nk][f], 24, "%" PRIu64, nums[f]);
+        }
+        nk++;
+    }
+    return sl_store_eval(lim->store, SL_SCRIPT_DECIDE, nk, keys, na, args, on_store, q) != NULL;
+}
+
+/* The store answered <q>: grants become tokens here, refusals are
+ * remembered. A lease take refused is asked again for the cost alone
+ * (returns 1: on_store ends there, the entries stay asked for). */
+static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const int64_t *vals)
+{
+    int refused = 0, j = 1;
+    for (int k = 0; k < q->n; k++) {
+        if (!q->remote[k])
+            continue;
+        struct limit *L = &lim->limits[q->idx[k]];
+        const int64_t *r = vals + j;
+        j += 4;
+        if (L->lease_size == 0)
+            continue;
+        struct bucket *e = lease_entry(L, q->identity, q->now_us);
+        if (e == NULL)
+            continue;
+        if (q->lease_ask[k] > 0) {
+            if (vals[0] != 0) {
+                e->lease += q->lease_ask[k];
+            } else if (r[0] == 0) {
+                refused = 1; /* this limit said no to cost + lease */
+                e->lean_until = q->now_us + LEASE_LEAN_US;
+            }
+        } else if (r[0] == 0 && r[2] > 0) {
+            e->deny_until = q->now_us + (uint64_t)r[2];
+            e->deny_cost = q->cost[k];
+        }
+    }
+    if (!refused || q->cb == NULL)
+        return 0;
+    for (int k = 0; k < q->n; k++)
+        q->lease_ask[k] = 0;
+    return send_store(lim, q);
+}
+
 /* The store answered: {all_allowed, (allowed, remaining, retry, reset) x n}. */
 static void on_store(void *data, int status, const int64_t *vals, int n, const char *err)
 {
@@ -650,6 +927,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
                         1 + 4 * nremote, err ? err : "");
         store_failed(lim, q, &v);
+    } else if (lease_answer(lim, q, vals)) {
+        return; /* asked again, without the leases */
     } else {
         /* Local limits were peeked before asking; the store's verdict
          * comes first, then the local ones are taken if everything allows. */
@@ -697,6 +976,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
     }
     if (q->cb)
         q->cb(q->data, &v);
+    lease_done(lim, q);
     sl_pool_give(&req_pool, q);
     sl_limiter_release(lim);
 }
@@ -708,7 +988,6 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
 
 /* The store key of limit <L> for <id> ("*" for global scope), in <buf> of
  * <cap> bytes: <key_prefix>{<limit>:<identity>}, one hash tag per bucket. */
-#define KEY_MAX (64 + SL_ID_MAX + 80)
 static struct sl_str store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
                                char *buf, size_t cap)
 {
@@ -869,42 +1148,25 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         return 0;
     }
 
-    /* One script call for every store-backed limit of this request. */
-    char keybuf[MAX_REQ_LIMITS][KEY_MAX];
-    char numbuf[MAX_REQ_LIMITS][6][24];
-    struct sl_str keys[MAX_REQ_LIMITS], args[2 + 7 * MAX_REQ_LIMITS];
-    char nbuf[8];
-    int nk = 0, na = 0;
-    args[na++] = (struct sl_str){ "-1", 2 };
-    args[na].p = nbuf;
-    args[na++].len = (size_t)snprintf(nbuf, sizeof(nbuf), "%d", nremote);
-    for (int k = 0; k < q->n; k++) {
-        if (!q->remote[k])
-            continue;
-        const struct limit *L = &lim->limits[q->idx[k]];
-        keys[nk] = store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
-        const char *an = sl_algo_name(L->p.algo);
-        args[na++] = (struct sl_str){ an, strlen(an) };
-        uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k],
-                             L->action == SL_ACTION_SHADOW, L->p.max_wait_us };
-        for (int f = 0; f < 6; f++) {
-            args[na].p = numbuf[nk][f];
-            args[na++].len = (size_t)snprintf(numbuf[nk][f], 24, "%" PRIu64, nums[f]);
-        }
-        nk++;
-    }
+    struct bucket *wait_on = NULL;
+    int lr = lease_try(lim, q, v, &wait_on);
+    if (lr == 1)
+        return 0;
     struct sl_limiter_req *heap = sl_pool_take(&req_pool);
     if (heap == NULL) {
+        lease_done(lim, q);
+        memset(v, 0, sizeof(*v));
         store_failed(lim, q, v);
         return 0;
     }
     *heap = *q;
     heap->cb = cb;
     heap->data = data;
-    struct sl_store_req *sr = sl_store_eval(lim->store, SL_SCRIPT_DECIDE, nk, keys, na, args,
-                                            on_store, heap);
-    if (sr == NULL) {
+    if (lr == 2) {
+        lease_wait(wait_on, heap);
+    } else if (!send_store(lim, heap)) {
         sl_pool_give(&req_pool, heap);
+        lease_done(lim, q);
         store_failed(lim, q, v);
         return 0;
     }
@@ -981,7 +1243,14 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
                       "In-process buckets held per limit.");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].n_buckets);
+        sl_metrics_u64(m, "sluice_limit_local_buckets", labels,
+                       lim->limits[i].n_buckets - lim->limits[i].n_leases);
+    }
+    sl_metrics_family(m, "sluice_limit_leased_decisions_total", "counter",
+                      "Decisions made from this instance's lease ([store] lease), without a store call.");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].leased);
     }
 }
 
@@ -993,9 +1262,11 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
         fprintf(out,
                 "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
                 ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
-                ",\"max_delay_seen_ms\":%" PRIu64 ",\"local_buckets\":%u,\"busiest\":[",
+                ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
+                ",\"local_buckets\":%u,\"busiest\":[",
                 i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
-                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->n_buckets);
+                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
+                L->n_buckets - L->n_leases);
         /* Largest first; identities are printable and quote-free (hashed
          * otherwise by the identity module). */
         int done[TOP_K] = { 0 };

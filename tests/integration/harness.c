@@ -678,6 +678,28 @@ char *th_transcript(int port, const void *in, size_t inlen, size_t *outlen, int 
 
 /* ---- logs and Redis ----------------------------------------------------- */
 
+long th_redis_cmd_calls(int port, const char *cmd)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    if (c == NULL || c->err) {
+        if (c)
+            redisFree(c);
+        return -1;
+    }
+    long v = -1;
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        char key[64];
+        snprintf(key, sizeof(key), "cmdstat_%s:calls=", cmd);
+        char *s = strstr(r->str, key);
+        v = s ? strtol(s + strlen(key), NULL, 10) : 0;
+    }
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
 char *th_slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");

@@ -143,6 +143,10 @@ char *th_transcript(int port, const void *in, size_t inlen, size_t *outlen, int 
 /* The whole file <path>, malloc'd and NUL-terminated, or NULL. */
 char *th_slurp(const char *path);
 
+/* calls=N of `INFO commandstats` line cmdstat_<cmd> on the redis at <port>
+ * (0 when the command never ran), -1 when redis does not answer. */
+long th_redis_cmd_calls(int port, const char *cmd);
+
 /* How many times <needle> occurs in the file <path> (0 if unreadable). */
 int th_log_count(const char *path, const char *needle);
 

@@ -214,35 +214,11 @@ static void wait_store_up(int admin)
     assert_true(metric(admin, "sluice_store_up") == 1);
 }
 
-/* calls=N of `INFO commandstats` line cmdstat_<cmd> on the redis at <port>
- * (0 when the command never ran), -1 when redis does not answer. */
-static long cmdstat_calls(int port, const char *cmd)
-{
-    redisContext *c = redisConnect("127.0.0.1", port);
-    if (c == NULL || c->err) {
-        if (c)
-            redisFree(c);
-        return -1;
-    }
-    long v = -1;
-    redisReply *r = redisCommand(c, "INFO commandstats");
-    if (r != NULL && r->type == REDIS_REPLY_STRING) {
-        char key[64];
-        snprintf(key, sizeof(key), "cmdstat_%s:calls=", cmd);
-        char *s = strstr(r->str, key);
-        v = s ? strtol(s + strlen(key), NULL, 10) : 0;
-    }
-    if (r)
-        freeReplyObject(r);
-    redisFree(c);
-    return v;
-}
-
 /* Script calls the store has run: EVALSHA, plus EVAL should sluice ever
  * fall back to sending the body. */
 static long store_script_calls(int port)
 {
-    return cmdstat_calls(port, "evalsha") + cmdstat_calls(port, "eval");
+    return th_redis_cmd_calls(port, "evalsha") + th_redis_cmd_calls(port, "eval");
 }
 
 /* ---- 1. request delay ------------------------------------------------------ */
