@@ -1032,10 +1032,29 @@ static void process(struct sl_session *s)
             allowed(s, kind, replies);
             continue;
         }
-        to_upstream(s, b, from, to);
-        b->start = from = to;
-        if (enqueue(s, r, span, replies, kind) < 0)
-            return;
+        if (s->pend_n == 0) {
+            /* Nothing waits before it: when the verdict is in at once
+             * (url = local, a lease, a remembered refusal) and allows, the
+             * request joins the same write as the ones before it. */
+            if (enqueue(s, r, span, replies, kind) < 0)
+                return;
+            struct sl_pend *e = &s->pend[s->pend_head];
+            if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
+                !meters_owe(s)) {
+                s->pend_head = (s->pend_head + 1) % PEND_MAX;
+                s->pend_n = 0;
+                to += span;
+                allowed(s, kind, replies);
+                continue;
+            }
+            to_upstream(s, b, from, to);
+            b->start = from = to;
+        } else {
+            to_upstream(s, b, from, to);
+            b->start = from = to;
+            if (enqueue(s, r, span, replies, kind) < 0)
+                return;
+        }
         apply(s);
         if (s->state >= SL_SESS_FLUSHING)
             return;

@@ -432,7 +432,10 @@ stop sink
 STRICT_STORE_PORT=$(free_port)
 STRICT_PORT=$(free_port)
 STRICT_ADMIN=$(free_port)
+LEASE_PORT=$(free_port)
+LEASE_ADMIN=$(free_port)
 strict_ok=0
+lease_ok=0
 if [ "$HAVE_SLUICE" = 1 ]; then
     spawn store "$WORK/store.log" redis-server --port "$STRICT_STORE_PORT" --bind 127.0.0.1 \
         --save '' --appendonly no --daemonize no
@@ -443,6 +446,11 @@ if [ "$HAVE_SLUICE" = 1 ]; then
             "$STRICT_PORT" "$REDIS_PORT" >> "$WORK/strict.ini"
         printf '[limit always]\nlistener = s\nrate = 1000000000/s\nscope = global\n' >> "$WORK/strict.ini"
         spawn strict "$WORK/strict.log" "$SLUICE_BIN" -c "$WORK/strict.ini"
+        # the same limit with [store] lease = 1000: most decisions in process
+        sed -e "s/^admin = .*/admin = 127.0.0.1:$LEASE_ADMIN/" -e "s/^listen = .*/listen = 127.0.0.1:$LEASE_PORT/" \
+            -e 's/^timeout = 200ms$/timeout = 200ms\nlease = 1000/' "$WORK/strict.ini" > "$WORK/lease.ini"
+        spawn lease "$WORK/lease.log" "$SLUICE_BIN" -c "$WORK/lease.ini"
+        wait_ping "$LEASE_PORT" 50 "${PID_OF[lease]}" && lease_ok=1
         # the same text sluice embeds (lua/embed.sh): the algorithms, then decide.lua
         STRICT_SCRIPT=$(for a in token_bucket gcra sliding_window sliding_log fixed_window; do
             sed '/^-- standalone/,$d' "lua/$a.lua"; done; cat lua/decide.lua)
@@ -478,7 +486,13 @@ if [ "$strict_ok" = 1 ]; then
         [ -n "$ceil" ] && echo -e "strict:ceiling\t$ceil" >> "$RAW"
         [ -z "$ceil" ] && echo "strict: round $round: the store's EVALSHA run failed (decide.lua arguments?)" >> "$FAILS"
         [ -n "$strict" ] && echo -e "strict:sluice\t$strict" >> "$RAW"
-        log "  round $round: store ceiling ${ceil:-?}, sluice strict ${strict:-?}"
+        leased=""
+        if [ "$lease_ok" = 1 ]; then
+            leased=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$LEASE_PORT" -c "$CLIENTS" \
+                -n "$N_STRICT" -P 16 -t get --csv 2>/dev/null </dev/null | bench_rps)
+            [ -n "$leased" ] && echo -e "strict:lease\t$leased" >> "$RAW"
+        fi
+        log "  round $round: store ceiling ${ceil:-?}, sluice strict ${strict:-?}, lease 1000 ${leased:-?}"
         if ensure_target sluice; then
             plain=$(timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$SLUICE_RESP_PORT" -c "$CLIENTS" \
                 -n "$N_P1" -t get 2>/dev/null </dev/null | bench_lat)
@@ -498,7 +512,14 @@ if [ "$strict_ok" = 1 ]; then
     STRICT_CALLS=$(echo "$STRICT_METRICS" | awk '$1 == "sluice_store_requests_total" { print $2 }')
     STRICT_REQS=$(echo "$STRICT_METRICS" | awk '$1 ~ /^sluice_requests_total\{listener="s"\}/ { print $2 }')
     STRICT_ERRS=$(echo "$STRICT_METRICS" | awk '$1 == "sluice_store_errors_total" { print $2 }')
+    if [ "$lease_ok" = 1 ]; then
+        LEASE_METRICS=$(exec 3<>/dev/tcp/127.0.0.1/$LEASE_ADMIN &&
+            printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3)
+        LEASE_CALLS=$(echo "$LEASE_METRICS" | awk '$1 == "sluice_store_requests_total" { print $2 }')
+        LEASE_REQS=$(echo "$LEASE_METRICS" | awk '$1 ~ /^sluice_requests_total\{listener="s"\}/ { print $2 }')
+    fi
 fi
+stop lease
 stop strict
 stop store
 
@@ -637,6 +658,10 @@ ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
         ">=0.8x store ceiling: $(mark "$res")"
     calls=""; [ -n "${STRICT_CALLS:-}" ] && [ -n "${STRICT_REQS:-}" ] && calls=$(ratio "$STRICT_CALLS" "$STRICT_REQS")
     printf '%-30s %14s\n' "store calls per request" "${calls:-n/a} (${STRICT_CALLS:-?} calls, ${STRICT_REQS:-?} requests, ${STRICT_ERRS:-?} errors)"
+    l=$(median strict:lease); lc=""
+    [ -n "${LEASE_CALLS:-}" ] && [ -n "${LEASE_REQS:-}" ] && lc=$(awk -v a="$LEASE_CALLS" -v b="$LEASE_REQS" 'BEGIN { if (b > 0) printf "%.4f", a / b }')
+    printf '%-30s %14s %14s %8s  %s\n' "with [store] lease = 1000" "" "$(fmt "$l" 0)" "$(ratio "$l" "$st")" \
+        "x strict; store calls per request ${lc:-n/a} (${LEASE_CALLS:-?} calls, ${LEASE_REQS:-?} requests)"
     for q in p50 p99; do
         printf '%-30s %14s %14s %8s\n' "latency -P1 $q (ms): plain/strict" "$(fmt "$(median lat:$q:plain)" 3)" \
             "$(fmt "$(median lat:$q:strict)" 3)" "+$(fmt "$(median lat:$q:added)" 3)"
