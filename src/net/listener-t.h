@@ -65,6 +65,8 @@ struct sl_server {
     struct sl_admin    *admin;      /* admin endpoint, NULL when off */
     uint64_t            next_conn;  /* connection numbers */
     struct sl_waits     waits;      /* parked sessions, byte meters, the login queue */
+    uv_prepare_t        turn_pre;   /* end of a loop turn: sessions whose verdicts */
+    uv_check_t          turn_post;  /* landed move on (sl_session_turn_end) */
 };
 
 #endif

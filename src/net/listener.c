@@ -147,6 +147,18 @@ static struct sl_store *store_for(struct sl_server *srv, const struct sl_conf *c
     return sl_store_new(srv->loop, &c->store, id);
 }
 
+static void on_turn_pre(uv_prepare_t *h)
+{
+    (void)h;
+    sl_session_turn_end();
+}
+
+static void on_turn_post(uv_check_t *h)
+{
+    (void)h;
+    sl_session_turn_end();
+}
+
 void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf)
 {
     memset(srv, 0, sizeof(*srv));
@@ -158,6 +170,15 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     srv->grace.data = srv;
     sl_waits_init(&srv->waits, loop, NULL);
     sl_waits_default = &srv->waits;
+    /* Verdicts from the store land in the poll phase (check runs right
+     * after it) or with a timeout in the timer phase (prepare runs before
+     * the loop sleeps). Neither keeps the loop alive. */
+    uv_prepare_init(loop, &srv->turn_pre);
+    uv_prepare_start(&srv->turn_pre, on_turn_pre);
+    uv_unref((uv_handle_t *)&srv->turn_pre);
+    uv_check_init(loop, &srv->turn_post);
+    uv_check_start(&srv->turn_post, on_turn_post);
+    uv_unref((uv_handle_t *)&srv->turn_post);
 }
 
 int sl_server_start(struct sl_server *srv)
@@ -330,6 +351,13 @@ static void maybe_stopped(struct sl_server *srv)
         uv_close((uv_handle_t *)&srv->grace, NULL);
     sl_waits_close(&srv->waits);
     sl_waits_default = NULL;
+    uv_prepare_stop(&srv->turn_pre);
+    uv_check_stop(&srv->turn_post);
+    if (!uv_is_closing((uv_handle_t *)&srv->turn_pre))
+        uv_close((uv_handle_t *)&srv->turn_pre, NULL);
+    if (!uv_is_closing((uv_handle_t *)&srv->turn_post))
+        uv_close((uv_handle_t *)&srv->turn_post, NULL);
+    sl_session_turn_end();
 }
 
 void sl_server_drain(struct sl_server *srv)

@@ -114,6 +114,10 @@ static void framer_give(struct sl_resp *f)
  * takes one per batch. */
 static struct sl_pool ring_pool = SL_POOL_INIT(PEND_MAX * sizeof(struct sl_pend), 16);
 
+/* Sessions whose verdicts landed this loop turn (see resume_later). */
+static struct sl_session **resume_list;
+static uint32_t            resume_n, resume_cap;
+
 void sl_session_pool_drain(void)
 {
     while (framer_pooled > 0) {
@@ -122,6 +126,9 @@ void sl_session_pool_drain(void)
         free(f);
     }
     sl_pool_drain(&ring_pool);
+    free(resume_list);
+    resume_list = NULL;
+    resume_n = resume_cap = 0;
 }
 
 /* The session's framer goes back when nothing of a request is left in it. */
@@ -933,13 +940,49 @@ static void resume(struct sl_session *s)
     }
 }
 
+/* Sessions whose verdicts landed this loop turn. The store answers a
+ * pipelined batch in one read; moving on once per session at the end of
+ * the turn sends all of a session's allowed requests in one write instead
+ * of one write per verdict. */
+
+static void resume_later(struct sl_session *s)
+{
+    if (s->resume_due)
+        return;
+    if (resume_n == resume_cap) {
+        uint32_t cap = resume_cap ? resume_cap * 2 : 64;
+        struct sl_session **nl = realloc(resume_list, cap * sizeof(*nl));
+        if (nl == NULL) {
+            resume(s); /* no list: at once */
+            return;
+        }
+        resume_list = nl;
+        resume_cap = cap;
+    }
+    resume_list[resume_n++] = s;
+    s->resume_due = 1;
+}
+
+void sl_session_turn_end(void)
+{
+    /* resume() may land more verdicts (and add sessions): up to the end */
+    for (uint32_t i = 0; i < resume_n; i++) {
+        struct sl_session *s = resume_list[i];
+        if (s == NULL)
+            continue;
+        s->resume_due = 0;
+        resume(s);
+    }
+    resume_n = 0;
+}
+
 static void on_verdict(void *data, const struct sl_verdict *v)
 {
     struct sl_pend *e = data;
     struct sl_session *s = e->s;
     e->h = NULL;
     on_verdict_sync(e, v);
-    resume(s);
+    resume_later(s);
 }
 
 /* Asks the limiter about request <r> (complete, or the head of a big one)
@@ -1143,6 +1186,9 @@ static void session_free(struct sl_session *s)
         sl_pool_give(&ring_pool, s->pend);
     free(s->ident);
     free(s->auth_next);
+    for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
+        if (resume_list[i] == s)
+            resume_list[i] = NULL;
     struct sl_listener *l = s->l;
     free(s);
     sl_listener_session_gone(l);

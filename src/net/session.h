@@ -21,6 +21,10 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now);
 /* Frees the pooled framers (at exit, so leak checkers stay quiet). */
 void sl_session_pool_drain(void);
 
+/* The end of a loop turn: sessions whose verdicts came from the store in
+ * it forward what they now may, one write each for all of them. */
+void sl_session_turn_end(void);
+
 /* The session owning timeout-queue node <n>. */
 struct sl_session *sl_session_of(struct sl_tq_node *n);
 
