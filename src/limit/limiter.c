@@ -715,10 +715,10 @@ static struct bucket *lease_entry(struct limit *L, const char *identity, uint64_
 }
 
 /* Decides <q> here when its store-backed limits all lease and either hold
- * enough tokens or are known to refuse it. Else, when a store call that
- * answers for one of its entries is in flight, <q> waits for it
- * (*<wait_on> is that entry); else <q> makes the call, asking a lease on
- * top of the cost for entries that are not lean. Returns 1 (decided, <v>),
+ * enough tokens or are known to refuse it. Else, when a lease is being
+ * asked for one of its entries, <q> waits for the answer (*<wait_on> is
+ * that entry); else <q> makes the call, asking a lease on top of the cost
+ * for entries that are not lean (see below for lean ones). Returns 1 (decided, <v>),
  * 2 (wait) or 0 (ask the store). */
 static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v,
                      struct bucket **wait_on)
@@ -768,13 +768,24 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             return 2;
         }
     }
+    /* A lease is asked by one request at a time, and the others short of
+     * tokens wait for it. A lean entry asks costs alone, in parallel as
+     * without leases (waiting there would pass one request per round
+     * trip), except right after a remembered refusal ran out: then one
+     * request probes and the others wait for its answer, so a flood costs
+     * the store one call per retry time, not one per request. */
     for (int k = 0; k < q->n; k++) {
         if (!q->remote[k] || e[k]->lease >= q->cost[k])
             continue;
+        if (e[k]->lean_until > q->now_us) {
+            if (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us)
+                continue;
+            e[k]->deny_until = 0; /* the probe */
+        } else {
+            q->lease_ask[k] = lim->limits[q->idx[k]].lease_size;
+        }
         e[k]->asking = 1;
         q->probe |= 1u << k;
-        if (e[k]->lean_until <= q->now_us)
-            q->lease_ask[k] = lim->limits[q->idx[k]].lease_size;
     }
     return 0;
 }
