@@ -914,6 +914,11 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
         } else if (r[0] == 0 && r[2] > 0) {
             e->deny_until = q->now_us + (uint64_t)r[2];
             e->deny_cost = q->cost[k];
+        } else if (r[0] != 0 && r[1] <= 0 && e->lean_until > q->now_us) {
+            /* That emptied the bucket: the next ask probes alone (a
+             * refusal remembered as already over). */
+            e->deny_until = q->now_us > 0 ? q->now_us : 1;
+            e->deny_cost = q->cost[k];
         }
     }
     if (!refused || q->cb == NULL)
