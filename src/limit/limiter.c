@@ -72,7 +72,8 @@ struct bucket {
     uint64_t             lease;      /* tokens taken from the store, not spent yet */
     uint64_t             deny_until; /* the store said no to <deny_cost> until then (us) */
     uint64_t             deny_cost;
-    uint64_t             lean_until; /* a lease was refused: ask for the cost alone until then */
+    uint64_t             lean_until; /* a lease was refused: ask for small ones until then */
+    uint64_t             seen_left;  /* tokens the store said were left after our last take */
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */
     struct sl_limiter_req **wait_tail;
@@ -777,13 +778,18 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
     for (int k = 0; k < q->n; k++) {
         if (!q->remote[k] || e[k]->lease >= q->cost[k])
             continue;
+        uint64_t size = lim->limits[q->idx[k]].lease_size;
         if (e[k]->lean_until > q->now_us) {
-            if (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us)
+            /* lean: a lease of what the store last said was left beyond
+             * this request's cost */
+            uint64_t left = e[k]->seen_left > q->cost[k] ? e[k]->seen_left - q->cost[k] : 0;
+            size = left < size ? left : size;
+            if (size == 0 && (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us))
                 continue;
-            e[k]->deny_until = 0; /* the probe */
-        } else {
-            q->lease_ask[k] = lim->limits[q->idx[k]].lease_size;
+            if (size == 0)
+                e[k]->deny_until = 0; /* the probe */
         }
+        q->lease_ask[k] = size;
         e[k]->asking = 1;
         q->probe |= 1u << k;
     }
@@ -904,12 +910,15 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
         struct bucket *e = lease_entry(L, q->identity, q->now_us);
         if (e == NULL)
             continue;
+        if (r[0] != 0 && vals[0] != 0)
+            e->seen_left = r[1] > 0 ? (uint64_t)r[1] : 0;
         if (q->lease_ask[k] > 0) {
             if (vals[0] != 0) {
                 e->lease += q->lease_ask[k];
             } else if (r[0] == 0) {
                 refused = 1; /* this limit said no to cost + lease */
                 e->lean_until = q->now_us + LEASE_LEAN_US;
+                e->seen_left = 0;
             }
         } else if (r[0] == 0 && r[2] > 0) {
             e->deny_until = q->now_us + (uint64_t)r[2];
