@@ -893,18 +893,27 @@ static int send_store(struct sl_limiter *lim, struct sl_limiter_req *q)
     return sl_store_eval(lim->store, SL_SCRIPT_DECIDE, nk, keys, na, args, on_store, q) != NULL;
 }
 
+/* Limit <k>'s part of the store's answer {all_allowed, (allowed, remaining,
+ * retry_us, reset_us) per store-backed limit of <q>, in order}. */
+static const int64_t *answer_of(const struct sl_limiter_req *q, const int64_t *vals, int k)
+{
+    int j = 1;
+    for (int i = 0; i < k; i++)
+        j += 4 * q->remote[i];
+    return vals + j;
+}
+
 /* The store answered <q>: grants become tokens here, refusals are
  * remembered. A lease take refused is asked again for the cost alone
  * (returns 1: on_store ends there, the entries stay asked for). */
 static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const int64_t *vals)
 {
-    int refused = 0, j = 1;
+    int refused = 0;
     for (int k = 0; k < q->n; k++) {
         if (!q->remote[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
-        const int64_t *r = vals + j;
-        j += 4;
+        const int64_t *r = answer_of(q, vals, k);
         if (L->lease_size == 0)
             continue;
         struct bucket *e = lease_entry(L, q->identity, q->now_us);
@@ -958,13 +967,11 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
         /* Local limits were peeked before asking; the store's verdict
          * comes first, then the local ones are taken if everything allows. */
         int ok = vals[0] != 0;
-        int j = 1;
         for (int k = 0; k < q->n; k++) {
             if (!q->remote[k])
                 continue;
             struct limit *L = &lim->limits[q->idx[k]];
-            const int64_t *r = vals + j;
-            j += 4;
+            const int64_t *r = answer_of(q, vals, k);
             if (L->action == SL_ACTION_SHADOW) {
                 if (r[0] == 0)
                     shadow_denied(L, r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
@@ -981,14 +988,12 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
         if (ok) {
             decide_local(lim, q, 0, 1, &v);
             if (v.kind == SL_VERDICT_ALLOW) {
-                j = 1;
                 for (int k = 0; k < q->n; k++) {
-                    if (!q->remote[k])
-                        continue;
                     struct limit *L = &lim->limits[q->idx[k]];
-                    if (L->action != SL_ACTION_SHADOW)
-                        allowed_after(L, &v, vals[j + 2] > 0 ? (uint64_t)vals[j + 2] : 0);
-                    j += 4;
+                    if (!q->remote[k] || L->action == SL_ACTION_SHADOW)
+                        continue;
+                    int64_t wait = answer_of(q, vals, k)[2];
+                    allowed_after(L, &v, wait > 0 ? (uint64_t)wait : 0);
                 }
             }
         } else {

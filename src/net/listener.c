@@ -343,20 +343,14 @@ static void maybe_stopped(struct sl_server *srv)
     }
     sl_limiter_release(srv->limiter);
     srv->limiter = NULL;
-    uv_timer_stop(&srv->sweep);
-    uv_timer_stop(&srv->grace);
-    if (!uv_is_closing((uv_handle_t *)&srv->sweep))
-        uv_close((uv_handle_t *)&srv->sweep, NULL);
-    if (!uv_is_closing((uv_handle_t *)&srv->grace))
-        uv_close((uv_handle_t *)&srv->grace, NULL);
+    /* uv_close stops a timer, prepare or check handle as well */
+    uv_handle_t *own[] = { (uv_handle_t *)&srv->sweep, (uv_handle_t *)&srv->grace,
+                           (uv_handle_t *)&srv->turn_pre, (uv_handle_t *)&srv->turn_post };
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        if (!uv_is_closing(own[i]))
+            uv_close(own[i], NULL);
     sl_waits_close(&srv->waits);
     sl_waits_default = NULL;
-    uv_prepare_stop(&srv->turn_pre);
-    uv_check_stop(&srv->turn_post);
-    if (!uv_is_closing((uv_handle_t *)&srv->turn_pre))
-        uv_close((uv_handle_t *)&srv->turn_pre, NULL);
-    if (!uv_is_closing((uv_handle_t *)&srv->turn_post))
-        uv_close((uv_handle_t *)&srv->turn_post, NULL);
     sl_session_turn_end();
 }
 

@@ -147,6 +147,50 @@ static long hammer(int port, const char *key, int ms, long *throttled)
     return ok;
 }
 
+/* Two children hammer INCR <key> for <ms>, one through ports[0], one
+ * through ports[1], at once; each must see admissions. Returns the requests
+ * they sent in all (admitted + throttled); *<secs> is the window. */
+static long hammer_two(const int ports[2], const char *key, int ms, double *secs)
+{
+    pid_t kids[2];
+    int pipes[2][2];
+    uint64_t t0 = th_now_ms();
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pipe(pipes[i]), 0);
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            long thr = 0;
+            long n = hammer(ports[i], key, ms, &thr);
+            long both[2] = { n, thr };
+            _exit(write(pipes[i][1], both, sizeof(both)) == sizeof(both) && n > 0 ? 0 : 1);
+        }
+    }
+    long requests = 0;
+    for (int i = 0; i < 2; i++) {
+        int st;
+        long both[2] = { 0, 0 };
+        assert_int_equal(read(pipes[i][0], both, sizeof(both)), (ssize_t)sizeof(both));
+        close(pipes[i][0]);
+        close(pipes[i][1]);
+        waitpid(kids[i], &st, 0);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        requests += both[0] + both[1];
+    }
+    *secs = (double)(th_now_ms() - t0) / 1000.0;
+    return requests;
+}
+
+/* The counter <key> on the upstream: the INCRs that got through. */
+static long upstream_count(struct world *w, const char *key)
+{
+    redisContext *c = client(w->up.port);
+    redisReply *r = redisCommand(c, "GET %s", key);
+    long n = r->str ? strtol(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
 /* Two instances, one global limit of 200/s: together they admit
  * rate x time + burst, within 98%..100%. */
 static void test_two_instances_share_a_global_limit(void **state)
@@ -159,26 +203,9 @@ static void test_two_instances_share_a_global_limit(void **state)
     wait_store_up(w, 0);
     wait_store_up(w, 1);
     const int ms = 5000;
-    pid_t kids[2];
-    uint64_t t0 = th_now_ms();
-    for (int i = 0; i < 2; i++) {
-        kids[i] = fork();
-        if (kids[i] == 0) {
-            long n = hammer(w->port[i], "counter", ms, NULL);
-            _exit(n > 0 ? 0 : 1);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        int st;
-        waitpid(kids[i], &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    double secs = (double)(th_now_ms() - t0) / 1000.0;
-    redisContext *c = client(w->up.port);
-    redisReply *r = redisCommand(c, "GET counter");
-    long admitted = r->str ? strtol(r->str, NULL, 10) : 0;
-    freeReplyObject(r);
-    redisFree(c);
+    double secs;
+    hammer_two(w->port, "counter", ms, &secs);
+    long admitted = upstream_count(w, "counter");
     /* The children ran <ms> each; the window is at least that. */
     double ceiling = 200.0 * secs + 200.0;
     double expect = 200.0 * ms / 1000.0 + 200.0;
@@ -493,37 +520,10 @@ static void test_lease_two_instances(void **state)
     wait_store_up(w, 1);
     long calls0 = store_calls(w);
     const int ms = 3000;
-    pid_t kids[2];
-    int pipes[2][2];
-    uint64_t t0 = th_now_ms();
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(pipe(pipes[i]), 0);
-        kids[i] = fork();
-        if (kids[i] == 0) {
-            long thr = 0;
-            long n = hammer(w->port[i], "counter", ms, &thr);
-            long both[2] = { n, thr };
-            _exit(write(pipes[i][1], both, sizeof(both)) == sizeof(both) && n > 0 ? 0 : 1);
-        }
-    }
-    long requests = 0;
-    for (int i = 0; i < 2; i++) {
-        int st;
-        long both[2] = { 0, 0 };
-        assert_int_equal(read(pipes[i][0], both, sizeof(both)), (ssize_t)sizeof(both));
-        close(pipes[i][0]);
-        close(pipes[i][1]);
-        waitpid(kids[i], &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        requests += both[0] + both[1];
-    }
-    double secs = (double)(th_now_ms() - t0) / 1000.0;
+    double secs;
+    long requests = hammer_two(w->port, "counter", ms, &secs);
     long calls = store_calls(w) - calls0;
-    redisContext *c = client(w->up.port);
-    redisReply *r = redisCommand(c, "GET counter");
-    long admitted = r->str ? strtol(r->str, NULL, 10) : 0;
-    freeReplyObject(r);
-    redisFree(c);
+    long admitted = upstream_count(w, "counter");
     long leased = metric(w->admin[0], "sluice_limit_leased_decisions_total{limit=\"global\"}") +
                   metric(w->admin[1], "sluice_limit_leased_decisions_total{limit=\"global\"}");
     double ceiling = 500.0 * secs + 500.0;
@@ -639,25 +639,11 @@ static void test_lease_high_rate_keeps_up(void **state)
     wait_store_up(w, 0);
     long calls0 = store_calls(w);
     const int ms = 2000;
-    pid_t kids[2];
-    uint64_t t0 = th_now_ms();
-    for (int i = 0; i < 2; i++) {
-        kids[i] = fork();
-        if (kids[i] == 0)
-            _exit(hammer(w->port[0], "fast", ms, NULL) > 0 ? 0 : 1);
-    }
-    for (int i = 0; i < 2; i++) {
-        int st;
-        waitpid(kids[i], &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    double secs = (double)(th_now_ms() - t0) / 1000.0;
+    double secs;
+    const int one[2] = { w->port[0], w->port[0] }; /* two clients, one instance */
+    hammer_two(one, "fast", ms, &secs);
     long calls = store_calls(w) - calls0;
-    redisContext *c = client(w->up.port);
-    redisReply *r = redisCommand(c, "GET fast");
-    long admitted = r->str ? strtol(r->str, NULL, 10) : 0;
-    freeReplyObject(r);
-    redisFree(c);
+    long admitted = upstream_count(w, "fast");
     double expect = 20000.0 * ms / 1000.0 + 20000.0, ceiling = 20000.0 * secs + 20000.0;
     printf("lease auto (200), 20000/s for %.2f s: admitted %ld of %.0f (ceiling %.0f + 200), "
            "%ld store calls\n", secs, admitted, expect, ceiling, calls);
