@@ -20,11 +20,13 @@
 #include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/session.h"
+#include "net/workers.h"
 
 #define DEFAULT_CONF "/etc/sluice/sluice.ini"
 
 static const char *conf_path = DEFAULT_CONF;
 static int level_override = -1; /* -v LEVEL, kept across reloads */
+static int worker_count;         /* > 0 in a worker: how many there are */
 
 static void usage(FILE *f)
 {
@@ -69,6 +71,16 @@ static void apply_level(const struct sl_conf *c)
     sl_log_level = level_override >= 0 ? (enum sl_log_level)level_override : c->log_level;
 }
 
+/* A reload in the master: the workers load the file themselves. */
+static struct sl_conf *master_load(void)
+{
+    sl_log_info("reloading", "file=%s", conf_path);
+    struct sl_conf *c = load_logged(conf_path);
+    if (c != NULL)
+        apply_level(c);
+    return c;
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct sl_server *srv = h->data;
@@ -82,6 +94,8 @@ static void on_signal(uv_signal_t *h, int signum)
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             return;
         }
+        if (worker_count > 0)
+            sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             return;
@@ -90,8 +104,11 @@ static void on_signal(uv_signal_t *h, int signum)
         sl_log_info("reloaded", "file=%s", conf_path);
         return;
     }
-    case SIGTERM:
     case SIGINT:
+        if (worker_count > 0)
+            return; /* the master passes a stop on as SIGTERM */
+        /* fall through */
+    case SIGTERM:
         if (srv->draining) {
             sl_log_info("second stop signal: exiting now", "signal=%d", signum);
             sl_server_stop(srv);
@@ -157,17 +174,28 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    int worker_index = -1;
+    switch (sl_worker_from_env(&worker_index, &worker_count)) {
+    case -1: return 1;
+    case 1: snprintf(sl_log_tag, sizeof(sl_log_tag), "worker=%d", worker_index); break;
+    default: worker_count = 0; break;
+    }
     struct sl_conf *conf = load_logged(conf_path);
     if (conf == NULL)
         return 1;
     apply_level(conf);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
+    if (worker_count == 0 && conf->workers > 1)
+        return sl_master_run(conf, argv, master_load);
+    if (worker_count > 0)
+        sl_worker_share(conf, worker_count);
 
     uv_loop_t *loop = uv_default_loop();
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
-    if (sl_server_start(&srv) < 0) {
+    srv.worker = worker_count > 0;
+    if (sl_server_start(&srv) < 0 || (srv.worker && sl_worker_attach(&srv) < 0)) {
         sl_server_stop(&srv);
         uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
         sl_conf_free(srv.conf);
@@ -188,6 +216,7 @@ int main(int argc, char **argv)
 
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&sigs[i], NULL);
+    sl_worker_detach();
     uv_run(loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(loop);
     int rc = srv.exit_code;

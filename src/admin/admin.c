@@ -32,6 +32,7 @@
 
 enum conn_state {
     C_READ,     /* reading the request head */
+    C_WAIT,     /* the head is in; the answer is owed by cbs.defer */
     C_WRITE,    /* the response is being written; not reading */
     C_LINGER,   /* response written, FIN sent; discarding until EOF */
     C_CLOSING,  /* uv_close() called on both handles */
@@ -51,6 +52,7 @@ struct conn {
     size_t           searched;  /* head[line, searched) holds no '\n' */
     int              got_line;  /* a non-empty line (the request line) was seen */
     size_t           discarded; /* bytes read and dropped in C_LINGER */
+    struct sl_admin_req *req;   /* the deferred answer, in C_WAIT */
     struct conn     *prev;      /* in a->conns */
     struct conn     *next;
     char             head[HEAD_MAX + 1]; /* the request head (+ NUL); scratch in C_LINGER */
@@ -67,6 +69,13 @@ struct sl_admin {
     uint64_t            head_timeout_ms;
     int                 port;         /* bound port */
     char                addr[80];     /* as configured, for logs */
+};
+
+/* A deferred answer; outlives its connection when that closes first. */
+struct sl_admin_req {
+    struct conn       *c;         /* NULL once the connection has gone */
+    enum sl_admin_page page;
+    int                head_only;
 };
 
 /* ---- lifetime ----------------------------------------------------------- */
@@ -109,6 +118,10 @@ static void conn_close(struct conn *c)
     if (c->state == C_CLOSING)
         return;
     c->state = C_CLOSING;
+    if (c->req != NULL) {
+        c->req->c = NULL; /* the answer will be dropped */
+        c->req = NULL;
+    }
     uv_close((uv_handle_t *)&c->tcp, on_conn_handle_close);
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_close);
 }
@@ -229,64 +242,100 @@ static void respond_text(struct conn *c, int status, const char *text, int head_
 
 /* ---- the endpoints ------------------------------------------------------ */
 
-static void serve_metrics(struct conn *c, int head_only)
+static const char *const page_ctype[] = {
+    [SL_ADMIN_METRICS] = "text/plain; version=0.0.4; charset=utf-8",
+    [SL_ADMIN_STATS]   = "application/json",
+    [SL_ADMIN_READY]   = "text/plain",
+};
+
+static int render_metrics(const struct sl_admin_cbs *cbs, FILE *f)
 {
-    struct sl_admin *a = c->a;
-    char *body = NULL;
-    size_t blen = 0;
-    FILE *f = open_memstream(&body, &blen);
-    if (f == NULL) {
-        respond_text(c, 500, "internal server error\n", head_only);
-        return;
-    }
     struct sl_metrics *m = sl_metrics_open(f);
-    int failed = m == NULL;
-    if (m != NULL && a->cbs.metrics != NULL)
-        a->cbs.metrics(a->cbs.data, m);
+    if (m == NULL)
+        return -1;
+    if (cbs->metrics != NULL)
+        cbs->metrics(cbs->data, m);
     sl_metrics_close(m);
+    return 0;
+}
+
+int sl_admin_render(const struct sl_admin_cbs *cbs, enum sl_admin_page page, char **body,
+                    size_t *len)
+{
+    int status = 200;
+    *body = NULL;
+    *len = 0;
+    FILE *f = open_memstream(body, len);
+    if (f == NULL)
+        return 500;
+    int failed = 0;
+    if (page == SL_ADMIN_METRICS) {
+        failed = render_metrics(cbs, f) < 0;
+    } else if (page == SL_ADMIN_STATS) {
+        if (cbs->stats != NULL)
+            cbs->stats(cbs->data, f);
+        else
+            fputs("{}\n", f);
+    } else {
+        const char *why = NULL;
+        if (cbs->ready == NULL || cbs->ready(cbs->data, &why) == 1) {
+            fputs("ready\n", f);
+        } else {
+            status = 503;
+            fprintf(f, "not ready: %s\n", why != NULL ? why : "unknown");
+        }
+    }
     failed |= ferror(f) != 0;
     failed |= fclose(f) != 0;
-    if (failed)
+    if (failed) {
+        free(*body);
+        *body = NULL;
+        *len = 0;
+        return 500;
+    }
+    return status;
+}
+
+static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
+{
+    struct sl_admin *a = c->a;
+    if (a->cbs.defer != NULL) {
+        struct sl_admin_req *req = malloc(sizeof(*req));
+        if (req == NULL) {
+            respond_text(c, 500, "internal server error\n", head_only);
+            return;
+        }
+        req->c = c;
+        req->page = page;
+        req->head_only = head_only;
+        c->req = req;
+        c->state = C_WAIT;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        uv_timer_start(&c->timer, on_timer, WRITE_TIMEOUT_MS, 0);
+        a->cbs.defer(a->cbs.data, page, req);
+        return;
+    }
+    char *body;
+    size_t blen;
+    int status = sl_admin_render(&a->cbs, page, &body, &blen);
+    if (status == 500)
         respond_text(c, 500, "internal server error\n", head_only);
     else
-        respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, body, blen, head_only);
+        respond(c, status, page_ctype[page], NULL, body, blen, head_only);
     free(body);
 }
 
-static void serve_stats(struct conn *c, int head_only)
+void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, size_t len)
 {
-    struct sl_admin *a = c->a;
-    char *body = NULL;
-    size_t blen = 0;
-    FILE *f = open_memstream(&body, &blen);
-    if (f == NULL) {
-        respond_text(c, 500, "internal server error\n", head_only);
-        return;
+    struct conn *c = req->c;
+    if (c != NULL) {
+        c->req = NULL;
+        if (status == 500)
+            respond_text(c, 500, "internal server error\n", req->head_only);
+        else
+            respond(c, status, page_ctype[req->page], NULL, body, len, req->head_only);
     }
-    if (a->cbs.stats != NULL)
-        a->cbs.stats(a->cbs.data, f);
-    else
-        fputs("{}\n", f);
-    int failed = ferror(f) != 0;
-    failed |= fclose(f) != 0;
-    if (failed)
-        respond_text(c, 500, "internal server error\n", head_only);
-    else
-        respond(c, 200, "application/json", NULL, body, blen, head_only);
-    free(body);
-}
-
-static void serve_ready(struct conn *c, int head_only)
-{
-    struct sl_admin *a = c->a;
-    const char *why = NULL;
-    if (a->cbs.ready == NULL || a->cbs.ready(a->cbs.data, &why) == 1) {
-        respond_text(c, 200, "ready\n", head_only);
-        return;
-    }
-    char text[512];
-    snprintf(text, sizeof(text), "not ready: %s\n", why != NULL ? why : "unknown");
-    respond_text(c, 503, text, head_only);
+    free(req);
 }
 
 /* ---- the request -------------------------------------------------------- */
@@ -417,12 +466,10 @@ static void handle(struct conn *c, size_t end)
         respond_text(c, 405, "method not allowed\n", 0);
     else if (p == P_HEALTHZ)
         respond_text(c, 200, "ok\n", head_only);
-    else if (p == P_READYZ)
-        serve_ready(c, head_only);
-    else if (p == P_METRICS)
-        serve_metrics(c, head_only);
     else
-        serve_stats(c, head_only);
+        serve_page(c, p == P_READYZ ? SL_ADMIN_READY : p == P_METRICS ? SL_ADMIN_METRICS
+                                                                        : SL_ADMIN_STATS,
+                   head_only);
 }
 
 /* Looks at the lines completed by the latest read; returns the length of the

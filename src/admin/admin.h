@@ -24,12 +24,35 @@ typedef void sl_admin_stats_cb(void *data, FILE *out);
 /* Returns 1 when ready (for /readyz), else 0 and may set *why. */
 typedef int sl_admin_ready_cb(void *data, const char **why);
 
+/* The pages whose content comes from the callbacks. */
+enum sl_admin_page { SL_ADMIN_METRICS, SL_ADMIN_STATS, SL_ADMIN_READY };
+
+/* An answer owed to an admin client (see defer below); opaque. */
+struct sl_admin_req;
+
+/* Takes over a page request instead of the callbacks above: the answer is
+ * given later with sl_admin_answer(). The master of several workers uses it
+ * to gather their figures. */
+typedef void sl_admin_defer_cb(void *data, enum sl_admin_page page, struct sl_admin_req *req);
+
 struct sl_admin_cbs {
     sl_admin_metrics_cb *metrics;
     sl_admin_stats_cb   *stats;
     sl_admin_ready_cb   *ready;
     void                *data;
+    sl_admin_defer_cb   *defer;   /* NULL: answer at once from the callbacks */
 };
+
+/* Answers <req> (200 or 503) with <len> bytes of <body> (copied) and frees
+ * it. Every deferred request must be answered exactly once; when its client
+ * has gone meanwhile the answer is dropped. */
+void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, size_t len);
+
+/* Renders <page> from the callbacks of <cbs> into *body (malloc'd, *len
+ * bytes). Returns the HTTP status: 200, 503 (not ready) or 500 (no memory;
+ * *body is then NULL). */
+int sl_admin_render(const struct sl_admin_cbs *cbs, enum sl_admin_page page, char **body,
+                    size_t *len);
 
 /* Binds <addr> and serves. Returns NULL (and logs) on failure. */
 struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
@@ -54,6 +77,13 @@ void sl_admin_set_head_timeout(struct sl_admin *a, uint64_t ms);
  * errors are left in <out> for the caller (ferror). NULL when out of memory. */
 struct sl_metrics *sl_metrics_open(FILE *out);
 void sl_metrics_close(struct sl_metrics *m);
+
+/* Writes to <out> one document made of the <n> Prometheus texts (texts[i],
+ * lens[i] bytes; NULL: left out), one per worker: each family once, with the
+ * HELP and TYPE lines of its first appearance, then the samples of worker 0,
+ * 1, ... each with worker="<i>" as its first label. Returns 0, or -1 when out
+ * of memory (part of the document may have been written). */
+int sl_metrics_merge(FILE *out, const char *const *texts, const size_t *lens, int n);
 
 /* Formats <v> as a sample value into <out> (size <cap>, 32 is enough): the
  * shortest decimal that reads back exactly, "+Inf", "-Inf" or "NaN". Returns

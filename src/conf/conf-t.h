@@ -112,6 +112,8 @@ struct sl_conf {
     struct sl_addr        admin;       /* default 127.0.0.1:9121 */
     enum sl_log_level     log_level;   /* default info */
     uint64_t              shutdown_grace_us; /* default 10s */
+    int                   workers;     /* processes serving traffic; default 1 */
+    int                   workers_auto; /* workers = auto (one per online CPU) */
     struct sl_store_conf  store;
     struct sl_listener_conf *listeners; /* in file order */
     int                   n_listeners;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -38,6 +39,7 @@
 #define MAX_AMOUNT     (1ULL << 40)  /* rate amounts, bursts: times 1e6 still fits 64 bits */
 #define MAX_PERIOD     (365ULL * 86400 * 1000000) /* longest rate period: a year */
 #define MAX_LEASE      1000000       /* lease = N tokens per round trip */
+#define MAX_WORKERS    64            /* workers = N processes */
 #define MAX_IDENTITY   128           /* one match_identity entry, bytes */
 #define MAX_HEADER     64            /* header:NAME, bytes of NAME */
 #define MAX_CMD        31            /* command name, bytes (struct sl_cost.cmd) */
@@ -212,7 +214,7 @@ const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
                                              "client_ip", "header:NAME", "none", NULL };
 
-static kw_setter set_admin, set_log_level, set_url, set_password_file, set_lease,
+static kw_setter set_admin, set_log_level, set_workers, set_url, set_password_file, set_lease,
     set_identity, set_separator, set_rate, set_commands, set_cost;
 
 /* Table rows: key, (type,) struct, field, then bounds or names or setter. */
@@ -234,6 +236,7 @@ static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
     FUNC("log_level", set_log_level, 0),
     NUM("shutdown_grace", KW_DURATION, struct sl_conf, shutdown_grace_us, 0, DAY_US),
+    FUNC("workers", set_workers, 0),
 };
 
 static const struct keyword store_kw[] = {
@@ -716,6 +719,24 @@ static void set_lease(struct loader *ld, struct section *sec, const struct keywo
         st->lease = (int64_t)n;
     else
         bad(ld, kw, "off, auto or a number of tokens from 1 to 1000000", value);
+}
+
+/* workers = N | auto: auto is one per online CPU, at most MAX_WORKERS. */
+static void set_workers(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    uint64_t n;
+    c->workers_auto = 0;
+    if (strcmp(value, "auto") == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        c->workers = cpus < 1 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : (int)cpus;
+        c->workers_auto = 1;
+    } else if (parse_uint(value, MAX_WORKERS, &n) == 0 && n > 0) {
+        c->workers = (int)n;
+    } else {
+        bad(ld, kw, "auto or a number of processes from 1 to 64", value);
+    }
 }
 
 /* An HTTP header name: an RFC 9110 token. */
@@ -1506,6 +1527,12 @@ static void finish(struct loader *ld)
         if (ld->secs[i]->kind == SEC_LIMIT)
             check_limit(ld, ld->secs[i]);
     check_cycles(ld);
+    /* In-process limits would be counted by each worker alone. */
+    struct sl_conf *c = ld->conf;
+    if (c->workers > 1 && c->store.kind == SL_STORE_LOCAL && c->n_limits > 0 && ld->sluice != NULL)
+        err(ld, key_line(ld->sluice, "workers"),
+            "workers: %d processes need a shared store for their limits (url = redis://...); "
+            "with url = local each would count alone", c->workers);
 }
 
 /* ---- loading -------------------------------------------------------------- */
@@ -1526,6 +1553,7 @@ static struct sl_conf *conf_new(const char *file)
     (void)sl_parse_addr("127.0.0.1:9121", &c->admin);
     c->log_level = SL_LOG_INFO;
     c->shutdown_grace_us = 10 * S_US;
+    c->workers = 1;
     c->store.kind = SL_STORE_LOCAL;
     c->store.connect_timeout_us = 200000;
     c->store.timeout_us = 25000;

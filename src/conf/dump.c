@@ -134,6 +134,10 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     kv(out, "admin", c->has_admin ? c->admin.text : "");
     kv(out, "log_level", sl_log_level_name(c->log_level));
     kv_duration(out, "shutdown_grace", c->shutdown_grace_us);
+    if (c->workers_auto)
+        kv(out, "workers", "auto");
+    else
+        kv_u64(out, "workers", (uint64_t)c->workers);
 
     fprintf(out, "\n[store]\n");
     kv(out, "url", st->url);

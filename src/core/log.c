@@ -26,6 +26,8 @@ const char *sl_log_level_name(enum sl_log_level l)
     return (unsigned)l < 4 ? names[l] : "?";
 }
 
+char sl_log_tag[32];
+
 void sl_log(enum sl_log_level l, const char *msg, const char *fmt, ...)
 {
     if (l > sl_log_level)
@@ -42,6 +44,11 @@ void sl_log(enum sl_log_level l, const char *msg, const char *fmt, ...)
                      sl_log_quote(msg, strlen(msg), q, sizeof(q)));
     if (n < 0)
         return;
+    if (sl_log_tag[0] != '\0' && (size_t)n < sizeof(line) - 2) {
+        int t = snprintf(line + n, sizeof(line) - (size_t)n - 1, " %s", sl_log_tag);
+        if (t > 0)
+            n += t;
+    }
     if ((size_t)n < sizeof(line) - 2 && fmt[0] != '\0') {
         line[n++] = ' ';
         va_list ap;

@@ -18,6 +18,8 @@ enum sl_log_level {
 };
 
 extern enum sl_log_level sl_log_level;
+/* Added to every line after msg= when set, e.g. "worker=1" in a worker. */
+extern char sl_log_tag[32];
 
 /* Parses "error" | "warn" | "info" | "debug" into <out>; returns 0 or -1. */
 int sl_log_level_parse(const char *s, enum sl_log_level *out);

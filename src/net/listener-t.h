@@ -67,6 +67,8 @@ struct sl_server {
     struct sl_waits     waits;      /* parked sessions, byte meters, the login queue */
     uv_prepare_t        turn_pre;   /* end of a loop turn: sessions whose verdicts */
     uv_check_t          turn_post;  /* landed move on (sl_session_turn_end) */
+    uint8_t             worker;     /* one of several workers: listen sockets shared by
+                                       all (SO_REUSEPORT), the master serves admin */
 };
 
 #endif

@@ -6,9 +6,11 @@
  * listeners whose name, address and protocol did not change (so no connection
  * is refused during a reload), binds new ones and retires removed ones; a
  * retired listener is freed when its last session goes. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "admin/admin.h"
@@ -94,6 +96,30 @@ static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
     l->conf = &l->cf;
 }
 
+/* Makes the listening socket of <l>. A worker's has SO_REUSEPORT: every
+ * worker binds its own socket to the address and the kernel spreads new
+ * connections over them. A process started without workers does not set it,
+ * so it cannot silently share a port with another one. */
+static int reuseport_socket(struct sl_server *srv, struct sl_listener *l,
+                            const struct sl_listener_conf *lc)
+{
+    if (!srv->worker) {
+        uv_tcp_init(srv->loop, &l->handle);
+        return 0;
+    }
+    int rc = uv_tcp_init_ex(srv->loop, &l->handle, lc->listen.ss.ss_family);
+    if (rc < 0) {
+        uv_tcp_init(srv->loop, &l->handle); /* so that it can be closed like the others */
+        return rc;
+    }
+    uv_os_fd_t fd;
+    int one = 1;
+    if ((rc = uv_fileno((uv_handle_t *)&l->handle, &fd)) == 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
+        rc = uv_translate_sys_error(errno);
+    return rc;
+}
+
 /* Binds a new listener for <lc>; returns it, or NULL (logged). */
 static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listener_conf *lc)
 {
@@ -105,10 +131,11 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     l->srv = srv;
     set_conf(l, lc);
     l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
-    uv_tcp_init(srv->loop, &l->handle);
     l->handle.data = l;
     l->open = 1;
-    int rc = uv_tcp_bind(&l->handle, (const struct sockaddr *)&lc->listen.ss, 0);
+    int rc = reuseport_socket(srv, l, lc);
+    if (rc == 0)
+        rc = uv_tcp_bind(&l->handle, (const struct sockaddr *)&lc->listen.ss, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&l->handle, BACKLOG, on_connection);
     if (rc < 0) {
@@ -181,6 +208,15 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     uv_unref((uv_handle_t *)&srv->turn_post);
 }
 
+void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs)
+{
+    memset(cbs, 0, sizeof(*cbs));
+    cbs->metrics = sl_server_metrics;
+    cbs->stats = sl_server_stats;
+    cbs->ready = sl_server_ready;
+    cbs->data = srv;
+}
+
 int sl_server_start(struct sl_server *srv)
 {
     srv->store = store_for(srv, srv->conf);
@@ -189,8 +225,9 @@ int sl_server_start(struct sl_server *srv)
         sl_log_error("cannot set up the limits", "%s", "");
         return SL_ENOMEM;
     }
-    if (srv->conf->has_admin) {
-        struct sl_admin_cbs cbs = { sl_server_metrics, sl_server_stats, sl_server_ready, srv };
+    if (srv->conf->has_admin && !srv->worker) {
+        struct sl_admin_cbs cbs;
+        sl_server_admin_cbs(srv, &cbs);
         srv->admin = sl_admin_start(srv->loop, &srv->conf->admin, &cbs);
         if (srv->admin == NULL)
             return SL_ECONF;

@@ -25,6 +25,10 @@ void sl_server_drain(struct sl_server *srv);
 /* Closes every handle at once (second SIGTERM, or the grace ran out). */
 void sl_server_stop(struct sl_server *srv);
 
+/* The admin endpoint's callbacks that report on <srv>. */
+struct sl_admin_cbs;
+void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs);
+
 /* Called by a session when it is freed. */
 void sl_listener_session_gone(struct sl_listener *l);
 

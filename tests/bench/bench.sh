@@ -30,12 +30,16 @@ RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-120}
 NGINX_WORKERS=${BENCH_NGINX_WORKERS:-1}
 HAPROXY_NBTHREAD=${BENCH_HAPROXY_NBTHREAD:-}
 SLUICE_LIMIT=${BENCH_SLUICE_LIMIT:-0}
+SLUICE_WORKERS=${BENCH_SLUICE_WORKERS:-$(nproc)}
 STRICT=${BENCH_STRICT:-0}
 RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
 
 BENCH_BIN=build/bench
 N_STRICT=${BENCH_N_STRICT:-300000}
 TARGETS_RESP=(direct sluice haproxy nutcracker)
+# sluice with workers (one loop per process): a second sluice, measured in the
+# same rounds, reported in its own rows
+[ "$SLUICE_WORKERS" -gt 1 ] 2>/dev/null && TARGETS_RESP=(direct sluice sluicew haproxy nutcracker)
 TARGETS_TCP=(direct sluice nginx)
 NGINX_STREAM_SO=/usr/lib/nginx/modules/ngx_stream_module.so
 
@@ -191,9 +195,9 @@ SINK_PORT=$(head -n1 "$WORK/sink.out")
 SLUICE_RESP_PORT=$(free_port)
 SLUICE_TCP_PORT=$(free_port)
 SLUICE_RESTARTS=0
-write_sluice_conf() { # file resp_port [tcp_port]
+write_sluice_conf() { # file resp_port [tcp_port [workers]]
     {
-        printf '[sluice]\nadmin =\n\n[store]\nurl = local\n\n'
+        printf '[sluice]\nadmin =\nworkers = %s\n\n[store]\nurl = local\n\n' "${4:-1}"
         printf '[listener r]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = resp\nmax_connections = 20000\n\n' \
             "$2" "$REDIS_PORT"
         if [ -n "${3:-}" ]; then
@@ -232,6 +236,19 @@ ensure_sluice() { # restart sluice if it died (counts restarts)
 }
 if [ "$HAVE_SLUICE" = 1 ]; then
     ensure_sluice || log "warning: sluice failed to start; will retry each round"
+fi
+HAVE_SLUICEW=0
+SLUICEW_PORT=$(free_port)
+if [ "$HAVE_SLUICE" = 1 ] && [ "${#TARGETS_RESP[@]}" = 5 ]; then
+    write_sluice_conf "$WORK/sluicew.ini" "$SLUICEW_PORT" "" "$SLUICE_WORKERS"
+    spawn sluicew "$WORK/sluicew.log" "$SLUICE_BIN" -c "$WORK/sluicew.ini"
+    if wait_ping "$SLUICEW_PORT" 50 "${PID_OF[sluicew]}"; then
+        HAVE_SLUICEW=1
+    else
+        log "warning: sluice with $SLUICE_WORKERS workers did not start:"
+        tail -n 15 "$WORK/sluicew.log" >&2
+        stop sluicew
+    fi
 fi
 
 # --- HAProxy (mode tcp)
@@ -319,6 +336,7 @@ port_of() { # target kind -> port ("" = not available)
         direct:tcp) echo "$SINK_PORT" ;;
         sluice:resp) [ "$HAVE_SLUICE" = 1 ] && echo "$SLUICE_RESP_PORT" ;;
         sluice:tcp) [ "$HAVE_SLUICE" = 1 ] && echo "$SLUICE_TCP_PORT" ;;
+        sluicew:resp) [ "$HAVE_SLUICEW" = 1 ] && echo "$SLUICEW_PORT" ;;
         haproxy:resp) [ "$HAVE_HAPROXY" = 1 ] && echo "$HAPROXY_PORT" ;;
         nutcracker:resp) [ "$HAVE_NUTCRACKER" = 1 ] && echo "$NUT_PORT" ;;
         nginx:tcp) [ "$HAVE_NGINX" = 1 ] && echo "$NGINX_PORT" ;;
@@ -329,6 +347,7 @@ ensure_target() { # target: the process behind it is still up (sluice: restart)
     case "$1" in
         direct) alive redis ;;
         sluice) ensure_sluice ;;
+        sluicew) alive sluicew || { log "warning: sluice with workers died"; HAVE_SLUICEW=0; return 1; } ;;
         haproxy) alive haproxy || { log "warning: haproxy died"; HAVE_HAPROXY=0; return 1; } ;;
         nutcracker) alive nutcracker || { log "warning: nutcracker died"; HAVE_NUTCRACKER=0; return 1; } ;;
         nginx) alive nginx || { log "warning: nginx died"; HAVE_NGINX=0; return 1; } ;;
@@ -562,6 +581,7 @@ log "idle RSS: $IDLE_CONNS idle connections each (fresh proxy processes)"
 idle_rss direct "${PID_OF[redis]}" "$REDIS_PORT"
 
 stop sluice
+stop sluicew
 if [ "$HAVE_SLUICE" = 1 ]; then
     IDLE_SLUICE_PORT=$(free_port)
     write_sluice_conf "$WORK/sluice-idle.ini" "$IDLE_SLUICE_PORT"
@@ -649,6 +669,33 @@ ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
         "n/a" "" "$(ratio "$s" "$h")" "" "<=2048 B incl. upstream: $(mark "$res")"
 } > "$TABLE"
 
+if [ "$HAVE_SLUICEW" = 1 ] || [ "$(count resp:get:16:sluicew)" -gt 0 ]; then
+    W_FMT='%-30s %11s %11s %11s %11s %8s %8s %8s  %s\n'
+    {
+        echo
+        printf "$W_FMT" "sluice, workers = $SLUICE_WORKERS" direct sluice "sluice x$SLUICE_WORKERS" haproxy "w/dir" "w/hap" "w/sl" target
+        for p in 1 16; do
+            for cmd in get set; do
+                d=$(median "resp:$cmd:$p:direct"); s=$(median "resp:$cmd:$p:sluice")
+                w=$(median "resp:$cmd:$p:sluicew"); h=$(median "resp:$cmd:$p:haproxy")
+                rd=$(ratio "$w" "$d"); rh=$(ratio "$w" "$h")
+                if [ "$p" = 1 ]; then
+                    res=""; [ -n "$rd" ] && { ge "$rd" 0.70; res=$?; }
+                    tgt=">=0.70x direct: $(mark "$res")"
+                else
+                    res=""
+                    if [ -n "$rd" ] && [ -n "$rh" ]; then
+                        res=1; ge "$rd" 0.75 && ge "$rh" 1.10 && res=0
+                    fi
+                    tgt=">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
+                fi
+                printf "$W_FMT" "resp $cmd -P$p (req/s)" "$(fmt "$d" 0)" "$(fmt "$s" 0)" "$(fmt "$w" 0)" \
+                    "$(fmt "$h" 0)" "${rd:-n/a}" "${rh:-n/a}" "$(ratio "$w" "$s")" "$tgt"
+            done
+        done
+    } >> "$TABLE"
+fi
+
 {
     c=$(median strict:ceiling); st=$(median strict:sluice); r=$(ratio "$st" "$c")
     res=""; [ -n "$r" ] && { ge "$r" 0.80; res=$?; }
@@ -682,7 +729,7 @@ TARGETS_MET=$(grep -c 'PASS$' "$TABLE")
         "nutcracker multiplexes all clients onto one upstream connection"
     echo "haproxy: mode tcp, maxconn $HAPROXY_MAXCONN, nbthread ${HAPROXY_NBTHREAD:-default (one per CPU)}; nginx stream: worker_processes $NGINX_WORKERS;" \
         "sluice: no limits configured$([ "$SLUICE_LIMIT" = 1 ] && echo ' (BENCH_SLUICE_LIMIT=1: one non-binding limit)')"
-    echo "samples: $(for k in resp:get:1 resp:get:16; do for t in direct sluice haproxy nutcracker; do printf '%s/%s=%s ' "${k#resp:get:}" "$t" "$(count "$k:$t")"; done; done)tcp: $(for t in direct sluice nginx; do printf '%s=%s ' "$t" "$(count "tcp:$t")"; done)"
+    echo "samples: $(for k in resp:get:1 resp:get:16; do for t in "${TARGETS_RESP[@]}"; do printf '%s/%s=%s ' "${k#resp:get:}" "$t" "$(count "$k:$t")"; done; done)tcp: $(for t in direct sluice nginx; do printf '%s=%s ' "$t" "$(count "tcp:$t")"; done)"
     [ "$SLUICE_RESTARTS" -gt 0 ] && echo "WARNING: sluice died and was restarted $SLUICE_RESTARTS time(s) during the run"
     if [ -s "$FAILS" ]; then
         echo "failed runs (left out of the medians):"

@@ -831,3 +831,50 @@ int th_pair_stop(struct th_proc *redis, struct th_proc *sl)
     }
     return 0;
 }
+
+char *th_http_get(int port, const char *path)
+{
+    int fd = th_connect(port);
+    if (fd < 0)
+        return NULL;
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    th_write_all(fd, req, (size_t)n);
+    size_t cap = 1 << 20;
+    char *buf = malloc(cap + 1);
+    if (buf == NULL) {
+        close(fd);
+        return NULL;
+    }
+    int eof;
+    size_t got = th_read_until_eof(fd, buf, cap, 3000, &eof);
+    close(fd);
+    buf[got] = '\0';
+    char *body = strstr(buf, "\r\n\r\n");
+    if (body == NULL) {
+        free(buf);
+        return NULL;
+    }
+    memmove(buf, body + 4, strlen(body + 4) + 1);
+    return buf;
+}
+
+double th_metric(int port, const char *sample)
+{
+    char *body = th_http_get(port, "/metrics");
+    if (body == NULL)
+        return -1;
+    double v = -1;
+    size_t sl = strlen(sample);
+    for (char *line = body; line != NULL && *line != '\0';) {
+        if (strncmp(line, sample, sl) == 0 && line[sl] == ' ') {
+            v = strtod(line + sl + 1, NULL);
+            break;
+        }
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    free(body);
+    return v;
+}

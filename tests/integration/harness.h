@@ -68,6 +68,14 @@ const char *th_sluice_bin(void);
  * group) and reaps whatever is still running. It also runs at exit. */
 void th_kill_all(void);
 
+/* GET <path> from an admin endpoint on <port>: the malloc'd body (up to
+ * 1 MiB), or NULL. */
+char *th_http_get(int port, const char *path);
+
+/* The value of the /metrics sample whose name and labels are exactly
+ * <sample>, or -1 when there is none. */
+double th_metric(int port, const char *sample);
+
 /* Default deadline for one expected event (generous: sanitizer builds on a
  * busy 2-core machine). */
 #define TH_MS 8000

@@ -138,57 +138,11 @@ static void start_sluice(struct th_proc *p, int admin, int store_port, const cha
     assert_int_equal(th_sluice_start(p, ini, wait_port), 0);
 }
 
-/* GET <path> from the admin endpoint: the malloc'd body, or NULL. */
-static char *http_get(int port, const char *path)
-{
-    int fd = th_connect(port);
-    if (fd < 0)
-        return NULL;
-    char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
-    th_write_all(fd, req, (size_t)n);
-    size_t cap = 1 << 20;
-    char *buf = malloc(cap + 1);
-    int eof;
-    size_t got = th_read_until_eof(fd, buf, cap, 3000, &eof);
-    close(fd);
-    buf[got] = '\0';
-    char *body = strstr(buf, "\r\n\r\n");
-    if (body == NULL) {
-        free(buf);
-        return NULL;
-    }
-    memmove(buf, body + 4, strlen(body + 4) + 1);
-    return buf;
-}
-
-/* The value of the /metrics sample whose name and labels are exactly
- * <sample>, or -1 when there is none. */
-static double metric(int admin, const char *sample)
-{
-    char *body = http_get(admin, "/metrics");
-    if (body == NULL)
-        return -1;
-    double v = -1;
-    size_t sl = strlen(sample);
-    for (char *line = body; line != NULL && *line != '\0';) {
-        if (strncmp(line, sample, sl) == 0 && line[sl] == ' ') {
-            v = strtod(line + sl + 1, NULL);
-            break;
-        }
-        line = strchr(line, '\n');
-        if (line != NULL)
-            line++;
-    }
-    free(body);
-    return v;
-}
-
 /* The integer <field> of limit <limit> in /stats, or -1. A limit object
  * starts {"name":"X","algorithm": (listeners have no algorithm). */
 static long stats_field(int admin, const char *limit, const char *field)
 {
-    char *body = http_get(admin, "/stats");
+    char *body = th_http_get(admin, "/stats");
     if (body == NULL)
         return -1;
     char key[128];
@@ -209,9 +163,9 @@ static long stats_field(int admin, const char *limit, const char *field)
 static void wait_store_up(int admin)
 {
     uint64_t end = th_now_ms() + 5000;
-    while (th_now_ms() < end && metric(admin, "sluice_store_up") != 1)
+    while (th_now_ms() < end && th_metric(admin, "sluice_store_up") != 1)
         usleep(20000);
-    assert_true(metric(admin, "sluice_store_up") == 1);
+    assert_true(th_metric(admin, "sluice_store_up") == 1);
 }
 
 /* Script calls the store has run: EVALSHA, plus EVAL should sluice ever
@@ -393,7 +347,7 @@ static void test_request_delay(void **state)
      * sees it: sluice reserves at most PEND_MAX = 256 requests ahead, the
      * rest wait unread in the socket, so about 2.56 s.) */
     assert_true(seen > 0 && seen <= 30000);
-    assert_true(metric(admin, "sluice_limit_delayed_total{limit=\"rq_long\"}") >= 1000);
+    assert_true(th_metric(admin, "sluice_limit_delayed_total{limit=\"rq_long\"}") >= 1000);
     paced_free(&r);
 
     /* The same load with max_delay 20 ms: only what can be admitted within
@@ -414,9 +368,9 @@ static void test_request_delay(void **state)
     assert_true(adm_rate >= 98.0 && adm_rate <= 102.0 + 3.0 / 5.0);
     /* nothing was held past max_delay (1 ms of timer rounding) */
     assert_true(seen_short >= 1 && seen_short <= 21);
-    assert_true(metric(admin, "sluice_limit_decisions_total{limit=\"rq_short\",outcome=\"rejected\"}") ==
+    assert_true(th_metric(admin, "sluice_limit_decisions_total{limit=\"rq_short\",outcome=\"rejected\"}") ==
                 r.throttled);
-    assert_true(metric(admin, "sluice_limit_delayed_total{limit=\"rq_short\"}") > 0);
+    assert_true(th_metric(admin, "sluice_limit_delayed_total{limit=\"rq_short\"}") > 0);
     paced_free(&r);
 
     /* One write of 50 requests: each is reserved in order as it is read,
@@ -898,7 +852,7 @@ static void test_connections_reject(void **state)
     assert_true(freed[3] <= 4000);
     assert_int_equal(nb, 5);
     expect_refused(port[B]);
-    assert_true(metric(admin[B], "sluice_limit_decisions_total{limit=\"conns\",outcome=\"rejected\"}") >= 3);
+    assert_true(th_metric(admin[B], "sluice_limit_decisions_total{limit=\"conns\",outcome=\"rejected\"}") >= 3);
 
     for (int i = 0; i < nb; i++)
         close(b[i]);
@@ -963,11 +917,11 @@ static void test_connections_delay_queue(void **state)
            (unsigned long long)waited);
     assert_true(waited >= 2900 && waited <= 4500);
     /* the queued logins were counted as delayed (Q1, Q3 on A; Q2 on B) */
-    assert_true(metric(admin[A], "sluice_limit_delayed_total{limit=\"lq\"}") >= 2);
-    assert_true(metric(admin[B], "sluice_limit_delayed_total{limit=\"lq\"}") >= 1);
+    assert_true(th_metric(admin[A], "sluice_limit_delayed_total{limit=\"lq\"}") >= 2);
+    assert_true(th_metric(admin[B], "sluice_limit_delayed_total{limit=\"lq\"}") >= 1);
     /* Q4, refused on B once max_delay passed, is B's one rejection */
-    assert_true(metric(admin[B], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") == 1);
-    assert_true(metric(admin[A], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") <= 0);
+    assert_true(th_metric(admin[B], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") == 1);
+    assert_true(th_metric(admin[A], "sluice_limit_decisions_total{limit=\"lq\",outcome=\"rejected\"}") <= 0);
 
     close(q2);
     close(q3);
@@ -1014,8 +968,8 @@ static void test_store_round_trips(void **state)
     printf("store round trips: %.1f MiB in %.2f s (expected %.1f MiB: 3 s x 100 MiB/s + 10 MiB burst); "
            "%ld script calls = %.1f/s; store timeouts %.0f, fallback decisions %.0f\n",
            (double)f.bytes / MiB, secs, want / MiB, calls, (double)calls / secs,
-           metric(admin, "sluice_store_timeouts_total"),
-           metric(admin, "sluice_limit_fallback_decisions_total{limit=\"big\"}"));
+           th_metric(admin, "sluice_store_timeouts_total"),
+           th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"big\"}"));
     if (!((double)f.bytes >= 0.9 * want && (double)f.bytes <= 1.1 * want))
         print_timeline();
     assert_true((double)f.bytes >= 0.9 * want && (double)f.bytes <= 1.1 * want);
@@ -1062,7 +1016,7 @@ static void test_tcp_reject(void **state)
            f.closed ? "closed" : "still open after 3 s");
     assert_true(f.closed);
     assert_true((double)f.bytes >= 1.0 * MiB && (double)f.bytes <= 1.1 * MiB);
-    assert_true(metric(admin, "sluice_limit_decisions_total{limit=\"tbw\",outcome=\"rejected\"}") >= 1);
+    assert_true(th_metric(admin, "sluice_limit_decisions_total{limit=\"tbw\",outcome=\"rejected\"}") >= 1);
 
     /* max = 1: the second connection is accepted, then closed with nothing
      * sent; the first keeps streaming. */
@@ -1076,7 +1030,7 @@ static void test_tcp_reject(void **state)
     close(c2);
     assert_true(th_read_n(c1, buf, sizeof(buf), TH_MS) == sizeof(buf));
     close(c1);
-    assert_true(metric(admin, "sluice_limit_decisions_total{limit=\"tconn\",outcome=\"rejected\"}") == 1);
+    assert_true(th_metric(admin, "sluice_limit_decisions_total{limit=\"tconn\",outcome=\"rejected\"}") == 1);
 
     assert_int_equal(th_stop(&sl), 0);
     th_kill_server(stream);
@@ -1113,9 +1067,9 @@ static void test_shadow(void **state)
     run_flows(&f, 1, 2000);
     close_flows(&f, 1);
     long calls = store_script_calls(store.port) - before;
-    double shadow = metric(admin, "sluice_limit_decisions_total{limit=\"sbw\",outcome=\"shadow_rejected\"}");
-    double hist = metric(admin, "sluice_limit_delay_seconds_count{limit=\"sbw\"}");
-    double hsum = metric(admin, "sluice_limit_delay_seconds_sum{limit=\"sbw\"}");
+    double shadow = th_metric(admin, "sluice_limit_decisions_total{limit=\"sbw\",outcome=\"shadow_rejected\"}");
+    double hist = th_metric(admin, "sluice_limit_delay_seconds_count{limit=\"sbw\"}");
+    double hsum = th_metric(admin, "sluice_limit_delay_seconds_sum{limit=\"sbw\"}");
     printf("shadow bytes_out 1 MiB/s: %.1f MiB in 2 s; shadow_rejected %.0f, delay histogram count "
            "%.0f sum %.2f s; %ld store script calls\n",
            (double)f.bytes / MiB, shadow, hist, hsum, calls);
@@ -1127,10 +1081,10 @@ static void test_shadow(void **state)
     /* A shadow max = 1: the second connection works all the same. */
     int c1 = open_ok(rport);
     int c2 = open_ok(rport);
-    double cshadow = metric(admin, "sluice_limit_decisions_total{limit=\"sconn\",outcome=\"shadow_rejected\"}");
+    double cshadow = th_metric(admin, "sluice_limit_decisions_total{limit=\"sconn\",outcome=\"shadow_rejected\"}");
     printf("shadow connections max 1: two connections served, shadow_rejected %.0f\n", cshadow);
     assert_true(cshadow >= 1);
-    assert_true(metric(admin, "sluice_limit_decisions_total{limit=\"sconn\",outcome=\"rejected\"}") <= 0);
+    assert_true(th_metric(admin, "sluice_limit_decisions_total{limit=\"sconn\",outcome=\"rejected\"}") <= 0);
     close(c1);
     close(c2);
 

@@ -245,6 +245,51 @@ static void test_histogram_inf_equals_count(void **state)
     free(s.text);
 }
 
+/* Several workers' documents become one: each family once, every sample
+ * labelled with its worker, a missing worker left out. */
+static void test_merge(void **state)
+{
+    (void)state;
+    const char *w0 = "# HELP a_total A.\n# TYPE a_total counter\n"
+                     "a_total{listener=\"x\"} 1\na_total{listener=\"y\"} 2\n"
+                     "# HELP up Up.\n# TYPE up gauge\nup 1\n"
+                     "# HELP lat Latency.\n# TYPE lat histogram\n"
+                     "lat_bucket{le=\"+Inf\"} 3\nlat_sum 0.5\nlat_count 3\n";
+    const char *w2 = "# HELP a_total A.\n# TYPE a_total counter\n"
+                     "a_total{listener=\"x\"} 10\n"
+                     "# HELP only2 Only in worker 2.\n# TYPE only2 gauge\nonly2{} 7\n"
+                     "# HELP up Up.\n# TYPE up gauge\nup 0\n"
+                     "# HELP lat Latency.\n# TYPE lat histogram\n"
+                     "lat_bucket{le=\"+Inf\"} 4\nlat_sum 1\nlat_count 4\n";
+    const char *texts[3] = { w0, NULL, w2 };
+    size_t lens[3] = { strlen(w0), 0, strlen(w2) };
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    assert_non_null(f);
+    assert_int_equal(sl_metrics_merge(f, texts, lens, 3), 0);
+    assert_int_equal(fclose(f), 0);
+    const char *want =
+        "# HELP a_total A.\n# TYPE a_total counter\n"
+        "a_total{worker=\"0\",listener=\"x\"} 1\n"
+        "a_total{worker=\"0\",listener=\"y\"} 2\n"
+        "a_total{worker=\"2\",listener=\"x\"} 10\n"
+        "# HELP up Up.\n# TYPE up gauge\n"
+        "up{worker=\"0\"} 1\n"
+        "up{worker=\"2\"} 0\n"
+        "# HELP lat Latency.\n# TYPE lat histogram\n"
+        "lat_bucket{worker=\"0\",le=\"+Inf\"} 3\nlat_sum{worker=\"0\"} 0.5\n"
+        "lat_count{worker=\"0\"} 3\n"
+        "lat_bucket{worker=\"2\",le=\"+Inf\"} 4\nlat_sum{worker=\"2\"} 1\n"
+        "lat_count{worker=\"2\"} 4\n"
+        "# HELP only2 Only in worker 2.\n# TYPE only2 gauge\n"
+        "only2{worker=\"2\"} 7\n";
+    if (strcmp(out, want) != 0)
+        fprintf(stderr, "--- want\n%s--- got\n%s---\n", want, out);
+    assert_string_equal(out, want);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_histogram_without_labels),
         cmocka_unit_test(test_histogram_inf_equals_count),
+        cmocka_unit_test(test_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

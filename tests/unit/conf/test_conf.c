@@ -427,6 +427,45 @@ static void test_lease(void **state)
     }
 }
 
+static void test_workers(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok("[sluice]\n");
+    assert_int_equal(c->workers, 1);
+    sl_conf_free(c);
+    c = load_ok("[sluice]\nworkers = 64\n");
+    assert_int_equal(c->workers, 64);
+    assert_int_equal(c->workers_auto, 0);
+    sl_conf_free(c);
+    c = load_ok("[sluice]\nworkers = auto\n");
+    assert_true(c->workers >= 1 && c->workers <= 64);
+    assert_int_equal(c->workers_auto, 1);
+    sl_conf_free(c);
+    const char *bad[] = { "0", "65", "-1", "two", "Auto", "" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[64], want[160];
+        snprintf(text, sizeof(text), "[sluice]\nworkers = %s\n", bad[i]);
+        snprintf(want, sizeof(want), "t.ini:2: workers: expected auto or a number of processes "
+                 "from 1 to 64, got '%s'\n", bad[i]);
+        expect_errors(text, want);
+    }
+    /* Limits counted in process would be counted by each worker alone. */
+    const char *limit = "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\n"
+                        "[limit l]\nlistener = a\nrate = 10/s\n";
+    char text[512];
+    snprintf(text, sizeof(text), "[sluice]\nadmin =\nworkers = 2\n%s", limit);
+    expect_errors(text, "t.ini:3: workers: 2 processes need a shared store for their limits "
+                        "(url = redis://...); with url = local each would count alone\n");
+    snprintf(text, sizeof(text), "[sluice]\nadmin =\nworkers = 2\n[store]\n"
+             "url = redis://127.0.0.1:6390\n%s", limit);
+    c = load_ok(text);
+    assert_int_equal(c->workers, 2);
+    sl_conf_free(c);
+    snprintf(text, sizeof(text), "[sluice]\nadmin =\nworkers = 1\n%s", limit);
+    c = load_ok(text);
+    sl_conf_free(c);
+}
+
 static void test_cost_and_commands(void **state)
 {
     (void)state;
@@ -1046,6 +1085,8 @@ static void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
         addr_equal(&a->admin, &b->admin);
     assert_int_equal(a->log_level, b->log_level);
     assert_int_equal(a->shutdown_grace_us, b->shutdown_grace_us);
+    assert_int_equal(a->workers, b->workers);
+    assert_int_equal(a->workers_auto, b->workers_auto);
     str_equal(a->store.url, b->store.url);
     assert_int_equal(a->store.kind, b->store.kind);
     str_equal(a->store.user, b->store.user);
@@ -1265,6 +1306,7 @@ int main(void)
         cmocka_unit_test(test_documented_empty_forms),
         cmocka_unit_test(test_store_url),
         cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_workers),
         cmocka_unit_test(test_cost_and_commands),
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_key),
