@@ -4,7 +4,11 @@
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
  * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 is reserved for
- * reopening a log file (logs go to stderr, so it does nothing yet). */
+ * reopening a log file (logs go to stderr, so it does nothing yet).
+ *
+ * With workers = N > 1 this process is the master and runs the workers
+ * instead (net/workers.h); a worker (SLUICE_WORKER in its environment) runs
+ * the loop below like a single process. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +201,7 @@ int main(int argc, char **argv)
     srv.worker = worker_count > 0;
     if (sl_server_start(&srv) < 0 || (srv.worker && sl_worker_attach(&srv) < 0)) {
         sl_server_stop(&srv);
+        sl_worker_detach();
         uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
         sl_conf_free(srv.conf);
         return 1;
