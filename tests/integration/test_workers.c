@@ -4,7 +4,8 @@
  * are spread over both; the admin endpoint answers for both (every sample
  * labelled worker="i", each family once); a worker killed with SIGKILL is
  * started again while the other one keeps serving; SIGTERM drains both and
- * the master exits 0; a worker that cannot bind makes the master exit 1;
+ * the master exits 0; workers whose master was killed exit on their own; a
+ * worker that cannot bind makes the master exit 1;
  * max_connections is shared out; SIGHUP reaches every worker.
  *
  * One redis-server is shared; every test starts its own sluice. */
@@ -102,6 +103,21 @@ static int children(pid_t parent, pid_t *out, int cap)
     }
     closedir(d);
     return n;
+}
+
+/* 1 once <pid> has exited (no such process, or a zombie nobody reaped yet). */
+static int gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 1;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
 }
 
 /* PING on a new connection: 1 when +PONG came, 0 when refused or closed. */
@@ -247,6 +263,26 @@ static void test_stop_drains(void **state)
     unlink(sluice_p.conf);
 }
 
+static void test_master_killed(void **state)
+{
+    (void)state;
+    start(NULL);
+    pid_t kids[8];
+    assert_int_equal(children(sluice_p.pid, kids, 8), 2);
+    int st = th_signal_wait(&sluice_p, SIGKILL, TH_MS);
+    assert_true(WIFSIGNALED(st));
+    /* Their control pipe closed: the workers drain and exit on their own. */
+    uint64_t t0 = th_now_ms(), end = t0 + TH_MS;
+    while (!(gone(kids[0]) && gone(kids[1])) && th_now_ms() < end)
+        usleep(10000);
+    printf("# master killed: both workers gone after %llu ms\n",
+           (unsigned long long)(th_now_ms() - t0));
+    assert_true(gone(kids[0]) && gone(kids[1]));
+    assert_int_equal(th_log_count(sluice_p.log, "msg=\"the master has gone: draining\""), 2);
+    unlink(sluice_p.log);
+    unlink(sluice_p.conf);
+}
+
 static void test_bind_failure(void **state)
 {
     (void)state;
@@ -338,6 +374,7 @@ int main(void)
         cmocka_unit_test_teardown(test_spread_and_admin, stop_sluice),
         cmocka_unit_test_teardown(test_worker_restart, stop_sluice),
         cmocka_unit_test_teardown(test_stop_drains, stop_sluice),
+        cmocka_unit_test_teardown(test_master_killed, stop_sluice),
         cmocka_unit_test_teardown(test_bind_failure, stop_sluice),
         cmocka_unit_test_teardown(test_max_connections_shared, stop_sluice),
         cmocka_unit_test_teardown(test_reload_reaches_workers, stop_sluice),
