@@ -634,6 +634,19 @@ mark() { # condition result (0 met / 1 not met / empty: not measured) -> PASS/MI
     esac
 }
 
+resp_target() { # P ratio-to-direct ratio-to-haproxy -> the RESP target column
+    local res=""
+    if [ "$1" = 1 ]; then
+        [ -n "$2" ] && { ge "$2" 0.70; res=$?; }
+        echo ">=0.70x direct: $(mark "$res")"
+    else
+        if [ -n "$2" ] && [ -n "$3" ]; then
+            res=1; ge "$2" 0.75 && ge "$3" 1.10 && res=0
+        fi
+        echo ">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
+    fi
+}
+
 TABLE="$WORK/table.txt"
 ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
 {
@@ -643,16 +656,7 @@ ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
             d=$(median "resp:$cmd:$p:direct"); s=$(median "resp:$cmd:$p:sluice")
             h=$(median "resp:$cmd:$p:haproxy"); t=$(median "resp:$cmd:$p:nutcracker")
             rd=$(ratio "$s" "$d"); rh=$(ratio "$s" "$h")
-            if [ "$p" = 1 ]; then
-                res=""; [ -n "$rd" ] && { ge "$rd" 0.70; res=$?; }
-                tgt=">=0.70x direct: $(mark "$res")"
-            else
-                res=""
-                if [ -n "$rd" ] && [ -n "$rh" ]; then
-                    res=1; ge "$rd" 0.75 && ge "$rh" 1.10 && res=0
-                fi
-                tgt=">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
-            fi
+            tgt=$(resp_target "$p" "$rd" "$rh")
             printf "$ROW_FMT" "resp $cmd -P$p (req/s)" "$(fmt "$d" 0)" "$(fmt "$s" 0)" "$(fmt "$h" 0)" \
                 "$(fmt "$t" 0)" "n/a" "${rd:-n/a}" "${rh:-n/a}" "" "$tgt"
         done
@@ -679,16 +683,7 @@ if [ "$HAVE_SLUICEW" = 1 ] || [ "$(count resp:get:16:sluicew)" -gt 0 ]; then
                 d=$(median "resp:$cmd:$p:direct"); s=$(median "resp:$cmd:$p:sluice")
                 w=$(median "resp:$cmd:$p:sluicew"); h=$(median "resp:$cmd:$p:haproxy")
                 rd=$(ratio "$w" "$d"); rh=$(ratio "$w" "$h")
-                if [ "$p" = 1 ]; then
-                    res=""; [ -n "$rd" ] && { ge "$rd" 0.70; res=$?; }
-                    tgt=">=0.70x direct: $(mark "$res")"
-                else
-                    res=""
-                    if [ -n "$rd" ] && [ -n "$rh" ]; then
-                        res=1; ge "$rd" 0.75 && ge "$rh" 1.10 && res=0
-                    fi
-                    tgt=">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
-                fi
+                tgt=$(resp_target "$p" "$rd" "$rh")
                 printf "$W_FMT" "resp $cmd -P$p (req/s)" "$(fmt "$d" 0)" "$(fmt "$s" 0)" "$(fmt "$w" 0)" \
                     "$(fmt "$h" 0)" "${rd:-n/a}" "${rh:-n/a}" "$(ratio "$w" "$s")" "$tgt"
             done
