@@ -214,8 +214,8 @@ const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
                                              "client_ip", "header:NAME", "none", NULL };
 
-static kw_setter set_admin, set_log_level, set_workers, set_url, set_password_file, set_lease,
-    set_identity, set_separator, set_rate, set_commands, set_cost;
+static kw_setter set_admin, set_log_level, set_workers, set_limit_listener, set_url,
+    set_password_file, set_lease, set_identity, set_separator, set_rate, set_commands, set_cost;
 
 /* Table rows: key, (type,) struct, field, then bounds or names or setter. */
 #define NUM(k, t, st, f, lo, hi) \
@@ -263,7 +263,7 @@ static const struct keyword listener_kw[] = {
 };
 
 static const struct keyword limit_kw[] = {
-    STR("listener", struct sl_limit_conf, listener, MAX_NAME),
+    FUNC("listener", set_limit_listener, 0),
     ENUM("metric", struct sl_limit_conf, metric, sl_conf_metric_names),
     FUNC("rate", set_rate, 0),
     NUM("burst", KW_SIZE, struct sl_limit_conf, burst, 1, MAX_AMOUNT), /* 64KiB for bytes */
@@ -401,6 +401,21 @@ static void set_string(struct loader *ld, struct section *sec, const struct keyw
         return;
     free(*field);
     *field = copy;
+}
+
+/* A limit's listener is required: unlike other text keys, an empty value
+ * does not keep a default. */
+static void set_limit_listener(struct loader *ld, struct section *sec, const struct keyword *kw,
+                               const char *value)
+{
+    if (value[0] == '\0') {
+        bad(ld, kw, "a listener's name or *", value);
+        return;
+    }
+    const struct keyword as_string = { .name = kw->name, .type = KW_STRING,
+                                       .off = offsetof(struct sl_limit_conf, listener),
+                                       .max = MAX_NAME };
+    set_string(ld, sec, &as_string, value);
 }
 
 static void set_addr(struct loader *ld, struct section *sec, const struct keyword *kw,

@@ -13,8 +13,17 @@
 
 #define WRAP 100 /* wrap list values before this column */
 
+#define LINE_MAX_BYTES 198 /* what the loader accepts, line end not counted */
+
 static void kv(FILE *out, const char *key, const char *value)
 {
+    /* A value that loaded fitted on a line as "key=value" at least: keep
+     * the aligned form only where it fits too. */
+    size_t klen = strlen(key), vlen = strlen(value);
+    if ((klen < 15 ? 15 : klen) + 3 + vlen > LINE_MAX_BYTES) {
+        fprintf(out, "%s=%s\n", key, value);
+        return;
+    }
     /* "key = ;" would read back as an empty value plus a comment; "key =;"
      * does not, because inih only sees a ';' after a blank as a comment. */
     fprintf(out, "%-15s %s%s\n", key, value[0] == ';' ? "=" : "= ", value);

@@ -725,6 +725,9 @@ static void test_missing_required(void **state)
                   "t.ini:4: [limit x]: missing 'rate'\n");
     expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\n",
                   "t.ini:4: [limit c]: metric = connections needs 'max'\n");
+    /* An empty listener is no listener (found by fuzz_conf: -T crashed). */
+    expect_errors(L_A "[limit e]\nlistener =\nrate = 5/s\n",
+                  "t.ini:5: listener: expected a listener's name or *, got ''\n");
     expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\nmax = 5\nscope = connection\n",
                   "t.ini:8: scope: a connection limit counts connections per identity or globally, "
                   "not per connection\n");
@@ -1195,6 +1198,32 @@ static void round_trip(const char *text)
     sl_conf_free(b);
 }
 
+/* A value that only fits on its line without the aligned form's padding
+ * (found by fuzz_conf) is dumped as key=value and loads again. */
+static void test_dump_long_value(void **state)
+{
+    (void)state;
+    char text[256];
+    int o = snprintf(text, sizeof(text), "[store]\nurl=redis://");
+    while (o < 8 + 198 - (int)strlen("@localhost:7"))
+        text[o++] = 'u';
+    snprintf(text + o, sizeof(text) - (size_t)o, "@localhost:7\n");
+    struct sl_conf *a = load_ok(text);
+    char *d = dump(a);
+    char *errs = NULL;
+    struct sl_conf *b = load(d, &errs);
+    if (b == NULL)
+        print_error("dump does not load:\n%s\n%s", d, errs);
+    assert_string_equal(errs, "");
+    free(errs);
+    assert_non_null(b);
+    conf_equal(a, b);
+    assert_non_null(strstr(d, "\nurl=redis://uuu"));
+    free(d);
+    sl_conf_free(a);
+    sl_conf_free(b);
+}
+
 static void test_dump_round_trip(void **state)
 {
     (void)state;
@@ -1326,6 +1355,7 @@ int main(void)
         cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_password_file),
         cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_dump_long_value),
         cmocka_unit_test(test_shipped_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
