@@ -105,6 +105,7 @@ struct limit {
     struct sl_tq   expiry;       /* buckets by last use */
     uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
     uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
+    uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
     uint32_t       n_leases;     /* lease entries among the buckets */
     /* counters (exported) */
     uint64_t       allowed;      /* decisions that allowed */
@@ -237,6 +238,31 @@ static uint64_t lease_size(const struct limit *L, int64_t conf)
     return n < cap / 2 ? n : cap / 2;
 }
 
+#define LEASE_CHUNK_US 10000 /* at the limit: refill worth waiting for */
+
+/* At its limit, a leasing identity would cost one store call per admission
+ * (the bucket refills a token at a time). Instead, once the store has said
+ * the bucket is empty or holds less than this chunk, or refused a cost, the
+ * entry waits until the chunk (10 ms of the rate, at most the lease) is
+ * back and takes it in one call: about 100 calls a second per identity and
+ * instance, however high the rate. Only for algorithms that refill
+ * continuously; 0 or 1 means no waiting. */
+static uint64_t chunk_of(const struct limit *L)
+{
+    if (L->lease_size == 0 || (L->p.algo != SL_ALGO_TOKEN_BUCKET && L->p.algo != SL_ALGO_GCRA))
+        return 0;
+    unsigned __int128 n = (unsigned __int128)L->p.amount * LEASE_CHUNK_US / L->p.period_us;
+    return n > L->lease_size ? L->lease_size : (uint64_t)n;
+}
+
+/* How long limit <L> takes to refill <tokens>, rounded up (us). */
+static uint64_t refill_us(const struct limit *L, uint64_t tokens)
+{
+    unsigned __int128 us = ((unsigned __int128)tokens * L->p.period_us + L->p.amount - 1) /
+                           L->p.amount;
+    return us > UINT32_MAX ? UINT32_MAX : (uint64_t)us;
+}
+
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store)
 {
     struct sl_limiter *lim = calloc(1, sizeof(*lim));
@@ -283,6 +309,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         if (c->metric == SL_METRIC_CONNECTIONS)
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         L->lease_size = store != NULL ? lease_size(L, conf->store.lease) : 0;
+        L->chunk = chunk_of(L);
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             L->tab == NULL || (c->n_commands && L->commands == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
@@ -738,7 +765,8 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             covered = 0;
     }
     for (int k = 0; k < q->n; k++) {
-        if (!q->remote[k] || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost)
+        if (!q->remote[k] || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost ||
+            e[k]->lease >= q->cost[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
         struct sl_algo_result res = { .retry_after_us = e[k]->deny_until - q->now_us };
@@ -778,13 +806,18 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
     for (int k = 0; k < q->n; k++) {
         if (!q->remote[k] || e[k]->lease >= q->cost[k])
             continue;
-        uint64_t size = lim->limits[q->idx[k]].lease_size;
+        const struct limit *L = &lim->limits[q->idx[k]];
+        uint64_t size = L->lease_size;
         if (e[k]->lean_until > q->now_us) {
             /* lean: a lease of what the store last said was left beyond
-             * this request's cost */
+             * this request's cost (after waiting for a chunk: the chunk) */
             uint64_t left = e[k]->seen_left > q->cost[k] ? e[k]->seen_left - q->cost[k] : 0;
             size = left < size ? left : size;
-            if (size == 0 && (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us))
+            /* Nothing left to lease: costs alone, in parallel when the
+             * limit has no chunk; with one, a probe, so that a flood does
+             * not send the store a call per request. */
+            if (size == 0 && L->chunk <= q->cost[k] &&
+                (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us))
                 continue;
             if (size == 0)
                 e[k]->deny_until = 0; /* the probe */
@@ -906,7 +939,8 @@ static const int64_t *answer_of(const struct sl_limiter_req *q, const int64_t *v
 /* The store answered <q>: grants become tokens here, refusals are
  * remembered. A lease take refused is asked again for the cost alone
  * (returns 1: on_store ends there, the entries stay asked for). */
-static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const int64_t *vals)
+static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const int64_t *vals,
+                        uint64_t at_us)
 {
     int refused = 0;
     for (int k = 0; k < q->n; k++) {
@@ -930,13 +964,26 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
                 e->seen_left = 0;
             }
         } else if (r[0] == 0 && r[2] > 0) {
-            e->deny_until = q->now_us + (uint64_t)r[2];
+            /* Refused until the cost is back; with a chunk, until the chunk
+             * is, and then the chunk is asked for at once. */
+            uint64_t more = L->chunk > q->cost[k] ? refill_us(L, L->chunk - q->cost[k]) : 0;
+            e->deny_until = (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more;
             e->deny_cost = q->cost[k];
-        } else if (r[0] != 0 && r[1] <= 0 && e->lean_until > q->now_us) {
-            /* That emptied the bucket: the next ask probes alone (a
-             * refusal remembered as already over). */
-            e->deny_until = q->now_us > 0 ? q->now_us : 1;
+            if (more > 0)
+                e->seen_left = L->chunk;
+        }
+        if (r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
+            (r[1] <= 0 || (L->chunk > 1 && (uint64_t)r[1] < L->chunk))) {
+            /* That (nearly) emptied the bucket: the next ask probes alone,
+             * once a chunk is back (without a chunk: at once, a refusal
+             * remembered as already over). Meanwhile what is left stays
+             * in the store and counts towards the chunk. */
+            uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
+            uint64_t wait = L->chunk > 1 ? refill_us(L, L->chunk - left) : 0;
+            e->deny_until = wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1;
             e->deny_cost = q->cost[k];
+            if (L->chunk > q->cost[k])
+                e->seen_left = L->chunk;
         }
     }
     if (!refused || q->cb == NULL)
@@ -944,6 +991,15 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
     for (int k = 0; k < q->n; k++)
         q->lease_ask[k] = 0;
     return send_store(lim, q);
+}
+
+/* When the store's answer to <q> came (us, the clock of decisions): a
+ * chunk is counted from when the store emptied the bucket, not from when
+ * the request was made. */
+static uint64_t answer_time(const struct sl_limiter_req *q)
+{
+    uint64_t now = uv_hrtime() / 1000;
+    return now > q->now_us ? now : q->now_us;
 }
 
 /* The store answered: {all_allowed, (allowed, remaining, retry, reset) x n}. */
@@ -961,7 +1017,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
                         1 + 4 * nremote, err ? err : "");
         store_failed(lim, q, &v);
-    } else if (lease_answer(lim, q, vals)) {
+    } else if (lease_answer(lim, q, vals, answer_time(q))) {
         return; /* asked again, without the leases */
     } else {
         /* Local limits were peeked before asking; the store's verdict
