@@ -199,9 +199,8 @@ int main(int argc, char **argv)
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
     srv.worker = worker_count > 0;
-    if (sl_server_start(&srv) < 0 || (srv.worker && sl_worker_attach(&srv) < 0)) {
+    if (sl_server_start(&srv) < 0) {
         sl_server_stop(&srv);
-        sl_worker_detach();
         uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
         sl_conf_free(srv.conf);
         return 1;
@@ -214,6 +213,12 @@ int main(int argc, char **argv)
         sigs[i].data = &srv;
         uv_signal_start(&sigs[i], on_signal, signums[i]);
         uv_unref((uv_handle_t *)&sigs[i]); /* signals alone do not keep us running */
+    }
+    /* A worker says it is up once its signals are handled: the master then
+     * passes SIGHUP and SIGUSR1 on to it (their default would end it). */
+    if (srv.worker && sl_worker_attach(&srv) < 0) {
+        srv.exit_code = 1;
+        sl_server_stop(&srv);
     }
     sl_log_info("started", "version=%s pid=%d file=%s", SL_VERSION, (int)getpid(), conf_path);
 

@@ -227,10 +227,13 @@ struct master {
 
 static void spawn(struct worker *w);
 
+/* SIGTERM goes to every running worker (one still starting just ends);
+ * other signals only to those that said they are up: before that their
+ * default action would end the worker. */
 static void signal_workers(struct master *m, int sig)
 {
     for (int i = 0; i < m->n; i++)
-        if (m->w[i].running)
+        if (m->w[i].running && (m->w[i].ready || sig == SIGTERM))
             uv_process_kill(&m->w[i].proc, sig);
 }
 
@@ -607,8 +610,8 @@ static void on_worker_exit(uv_process_t *p, int64_t status, int sig)
     uv_close((uv_handle_t *)&w->chan, on_worker_handle_close);
     if (m->stopping) {
         sl_log_info("worker exited", "worker=%d status=%" PRId64 " signal=%d", w->idx, status, sig);
-        if (status != 0 || sig != 0)
-            m->exit_code = 1;
+        if (status != 0 || (sig != 0 && !(sig == SIGTERM && !was_ready)))
+            m->exit_code = 1; /* a worker still starting may die of the SIGTERM */
         return;
     }
     if (m->starting && !was_ready) {

@@ -17,7 +17,7 @@
  *
  *   type (1 byte) | status (2 bytes, little endian) | length (4 bytes, LE) | body
  *
- * where type 'R' (no body) says the worker is listening, and 'm' 's' 'r'
+ * where type 'R' (no body) says the worker listens and handles signals, and 'm' 's' 'r'
  * answer the questions in the order they were asked. */
 #ifndef SL_NET_WORKERS_H
 #define SL_NET_WORKERS_H
