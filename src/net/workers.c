@@ -10,7 +10,6 @@
  * A question to the workers (an admin page) is a round: one byte to every
  * READY worker, answered in order on each pipe; the round completes when every
  * worker asked has answered or died, or after ROUND_MS with what it has. */
-#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
