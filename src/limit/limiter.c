@@ -936,6 +936,16 @@ static const int64_t *answer_of(const struct sl_limiter_req *q, const int64_t *v
     return vals + j;
 }
 
+/* Costs of <cost> or more for entry <e> are refused here until <until>;
+ * with a chunk bigger than the cost, the ask after that is for the chunk. */
+static void hold(struct bucket *e, const struct limit *L, uint64_t until, uint64_t cost)
+{
+    e->deny_until = until;
+    e->deny_cost = cost;
+    if (L->chunk > cost)
+        e->seen_left = L->chunk;
+}
+
 /* The store answered <q>: grants become tokens here, refusals are
  * remembered. A lease take refused is asked again for the cost alone
  * (returns 1: on_store ends there, the entries stay asked for). */
@@ -967,10 +977,7 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
             /* Refused until the cost is back; with a chunk, until the chunk
              * is, and then the chunk is asked for at once. */
             uint64_t more = L->chunk > q->cost[k] ? refill_us(L, L->chunk - q->cost[k]) : 0;
-            e->deny_until = (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more;
-            e->deny_cost = q->cost[k];
-            if (more > 0)
-                e->seen_left = L->chunk;
+            hold(e, L, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more, q->cost[k]);
         }
         if (r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
             (r[1] <= 0 || (L->chunk > 1 && (uint64_t)r[1] < L->chunk))) {
@@ -980,10 +987,7 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
              * in the store and counts towards the chunk. */
             uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
             uint64_t wait = L->chunk > 1 ? refill_us(L, L->chunk - left) : 0;
-            e->deny_until = wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1;
-            e->deny_cost = q->cost[k];
-            if (L->chunk > q->cost[k])
-                e->seen_left = L->chunk;
+            hold(e, L, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1, q->cost[k]);
         }
     }
     if (!refused || q->cb == NULL)

@@ -73,7 +73,23 @@ static void start(const char *extra)
     assert_int_equal(th_metric(admin, "sluice_workers_ready"), 2);
 }
 
-/* The processes whose parent is <parent> (from /proc/N/stat). */
+/* State and parent of <pid> from /proc/PID/stat: 0, or -1 when it has no
+ * entry (gone and reaped). */
+static int proc_stat(long pid, char *state, int *ppid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *rp = strrchr(buf, ')'); /* the name may hold spaces */
+    return rp != NULL && sscanf(rp + 1, " %c %d", state, ppid) == 2 ? 0 : -1;
+}
+
+/* The live processes whose parent is <parent>. */
 static int children(pid_t parent, pid_t *out, int cap)
 {
     int n = 0;
@@ -82,22 +98,10 @@ static int children(pid_t parent, pid_t *out, int cap)
         return -1;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && n < cap) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end != '\0' || pid <= 0)
-            continue;
-        char path[64], buf[512];
-        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[len] = '\0';
-        char *rp = strrchr(buf, ')'); /* the name may hold spaces */
-        char state;
+        char *end, state;
         int ppid;
-        if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == parent &&
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && pid > 0 && proc_stat(pid, &state, &ppid) == 0 && ppid == parent &&
             state != 'Z')
             out[n++] = (pid_t)pid;
     }
@@ -108,16 +112,9 @@ static int children(pid_t parent, pid_t *out, int cap)
 /* 1 once <pid> has exited (no such process, or a zombie nobody reaped yet). */
 static int gone(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 1;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+    char state;
+    int ppid;
+    return proc_stat(pid, &state, &ppid) < 0 || state == 'Z';
 }
 
 /* PING on a new connection: 1 when +PONG came, 0 when refused or closed. */
