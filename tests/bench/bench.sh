@@ -36,10 +36,12 @@ RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
 
 BENCH_BIN=build/bench
 N_STRICT=${BENCH_N_STRICT:-300000}
-TARGETS_RESP=(direct sluice haproxy nutcracker)
+TARGETS_RESP=(direct sluice haproxy nutcracker relay)
 # sluice with workers (one loop per process): a second sluice, measured in the
 # same rounds, reported in its own rows
-[ "$SLUICE_WORKERS" -gt 1 ] 2>/dev/null && TARGETS_RESP=(direct sluice sluicew haproxy nutcracker)
+[ "$SLUICE_WORKERS" -gt 1 ] 2>/dev/null && TARGETS_RESP=(direct sluice sluicew haproxy nutcracker relay)
+# relay (tests/bench/relay.c): a 1:1 proxy that only reads and writes, in as
+# many processes as sluice has workers: the floor of any 1:1 proxy here
 TARGETS_TCP=(direct sluice nginx)
 NGINX_STREAM_SO=/usr/lib/nginx/modules/ngx_stream_module.so
 
@@ -162,7 +164,7 @@ have redis-cli || die "redis-cli is not installed (redis-tools)"
 have cc || die "a C compiler (cc) is needed for the helpers"
 
 mkdir -p "$BENCH_BIN"
-for h in pump idle; do
+for h in pump idle relay; do
     if [ ! -x "$BENCH_BIN/$h" ] || [ "tests/bench/$h.c" -nt "$BENCH_BIN/$h" ]; then
         cc -O2 -Wall -Wextra -o "$BENCH_BIN/$h" "tests/bench/$h.c" || die "cannot compile tests/bench/$h.c"
     fi
@@ -239,7 +241,7 @@ if [ "$HAVE_SLUICE" = 1 ]; then
 fi
 HAVE_SLUICEW=0
 SLUICEW_PORT=$(free_port)
-if [ "$HAVE_SLUICE" = 1 ] && [ "${#TARGETS_RESP[@]}" = 5 ]; then
+if [ "$HAVE_SLUICE" = 1 ] && [ "${#TARGETS_RESP[@]}" = 6 ]; then
     write_sluice_conf "$WORK/sluicew.ini" "$SLUICEW_PORT" "" "$SLUICE_WORKERS"
     spawn sluicew "$WORK/sluicew.log" "$SLUICE_BIN" -c "$WORK/sluicew.ini"
     if wait_ping "$SLUICEW_PORT" 50 "${PID_OF[sluicew]}"; then
@@ -250,6 +252,14 @@ if [ "$HAVE_SLUICE" = 1 ] && [ "${#TARGETS_RESP[@]}" = 5 ]; then
         stop sluicew
     fi
 fi
+
+# --- relay: read and write only, the floor
+RELAY_PORT=$(free_port)
+RELAY_PROCS=$SLUICE_WORKERS
+[ "$RELAY_PROCS" -ge 1 ] 2>/dev/null || RELAY_PROCS=1
+HAVE_RELAY=1
+spawn relay "$WORK/relay.log" "$BENCH_BIN/relay" "$RELAY_PORT" "$REDIS_PORT" "$RELAY_PROCS"
+wait_ping "$RELAY_PORT" 50 "${PID_OF[relay]}" || { log "warning: relay did not start"; tail -n 5 "$WORK/relay.log" >&2; stop relay; HAVE_RELAY=0; }
 
 # --- HAProxy (mode tcp)
 HAPROXY_PORT=$(free_port)
@@ -339,6 +349,7 @@ port_of() { # target kind -> port ("" = not available)
         sluicew:resp) [ "$HAVE_SLUICEW" = 1 ] && echo "$SLUICEW_PORT" ;;
         haproxy:resp) [ "$HAVE_HAPROXY" = 1 ] && echo "$HAPROXY_PORT" ;;
         nutcracker:resp) [ "$HAVE_NUTCRACKER" = 1 ] && echo "$NUT_PORT" ;;
+        relay:resp) [ "$HAVE_RELAY" = 1 ] && echo "$RELAY_PORT" ;;
         nginx:tcp) [ "$HAVE_NGINX" = 1 ] && echo "$NGINX_PORT" ;;
     esac
 }
@@ -351,6 +362,7 @@ ensure_target() { # target: the process behind it is still up (sluice: restart)
         haproxy) alive haproxy || { log "warning: haproxy died"; HAVE_HAPROXY=0; return 1; } ;;
         nutcracker) alive nutcracker || { log "warning: nutcracker died"; HAVE_NUTCRACKER=0; return 1; } ;;
         nginx) alive nginx || { log "warning: nginx died"; HAVE_NGINX=0; return 1; } ;;
+        relay) alive relay || { log "warning: relay died"; HAVE_RELAY=0; return 1; } ;;
     esac
 }
 
@@ -686,6 +698,25 @@ if [ "$HAVE_SLUICEW" = 1 ] || [ "$(count resp:get:16:sluicew)" -gt 0 ]; then
                 tgt=$(resp_target "$p" "$rd" "$rh")
                 printf "$W_FMT" "resp $cmd -P$p (req/s)" "$(fmt "$d" 0)" "$(fmt "$s" 0)" "$(fmt "$w" 0)" \
                     "$(fmt "$h" 0)" "${rd:-n/a}" "${rh:-n/a}" "$(ratio "$w" "$s")" "$tgt"
+            done
+        done
+    } >> "$TABLE"
+fi
+
+if [ "$(count resp:get:16:relay)" -gt 0 ]; then
+    # sluice as the operator would run it here: with workers when measured
+    sw=sluice; sname="sluice"
+    [ "$(count resp:get:16:sluicew)" -gt 0 ] && { sw=sluicew; sname="sluice x$SLUICE_WORKERS"; }
+    F_FMT='%-30s %11s %11s %11s %11s %8s %8s %8s\n'
+    {
+        echo
+        printf "$F_FMT" "1:1 floor: relay x$RELAY_PROCS" direct relay "$sname" haproxy "rel/dir" "sl/rel" "hap/rel"
+        for p in 1 16; do
+            for cmd in get set; do
+                d=$(median "resp:$cmd:$p:direct"); r=$(median "resp:$cmd:$p:relay")
+                w=$(median "resp:$cmd:$p:$sw"); h=$(median "resp:$cmd:$p:haproxy")
+                printf "$F_FMT" "resp $cmd -P$p (req/s)" "$(fmt "$d" 0)" "$(fmt "$r" 0)" "$(fmt "$w" 0)" \
+                    "$(fmt "$h" 0)" "$(ratio "$r" "$d")" "$(ratio "$w" "$r")" "$(ratio "$h" "$r")"
             done
         done
     } >> "$TABLE"
