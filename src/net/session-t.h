@@ -45,10 +45,11 @@ struct sl_pend {
     char                  *text;    /* rejection line (owned), when rejected */
     uint32_t               span;    /* bytes of the request in the client chunk */
     uint32_t               len;     /* bytes of <text> */
-    uint32_t               replies; /* replies the upstream would owe for it */
+    uint32_t               nchan;   /* SL_FX_(UN)SUB: channels named */
     uint64_t               due_us;  /* SL_PEND_DELAY: when it may go */
     uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
     uint8_t                kind;    /* SL_PK_* */
+    uint8_t                fx;      /* enum sl_fx: what it changes if it goes upstream */
 };
 enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
        SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */

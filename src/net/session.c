@@ -456,27 +456,79 @@ static int name_is(const struct sl_resp_req *r, unsigned i, const char *lit, uin
 }
 #define NAME_IS(r, i, lit) name_is((r), (i), (lit), (uint32_t)(sizeof(lit) - 1))
 
-/* How many replies the upstream owes for <r>, given the connection's reply
- * mode, and the mode changes <r> makes. */
-static uint32_t replies_for(struct sl_session *s, const struct sl_resp_req *r)
+/* What a request does to the connection's reply accounting, read off it
+ * when it is framed (the request's words are gone by the time it is
+ * decided) and applied by commit() only if it goes upstream: a request that
+ * sluice refuses changes nothing in Redis, so it must change nothing here. */
+enum sl_fx {
+    SL_FX_PLAIN = 0, /* one reply, in the connection's mode */
+    SL_FX_EMPTY,     /* `*0`: no reply, no change */
+    SL_FX_REPLY_OFF, SL_FX_REPLY_SKIP, SL_FX_REPLY_ON, /* CLIENT REPLY ... */
+    SL_FX_HELLO2, SL_FX_HELLO3, /* HELLO 2 | 3 (other HELLOs: PLAIN) */
+    SL_FX_MONITOR,
+    SL_FX_SUB,   /* (P|S)SUBSCRIBE: nchan channels named */
+    SL_FX_UNSUB, /* (P|S)UNSUBSCRIBE: nchan channels named, 0 = all */
+    SL_FX_RESET,
+};
+
+static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
 {
+    *nchan = r->argc > 0 ? r->argc - 1 : 0;
     if (r->argc == 0)
-        return 0;
+        return SL_FX_EMPTY;
     if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY") && r->argc == 3) {
-        if (NAME_IS(r, 2, "OFF")) {
-            s->reply_mode = SL_REPLY_OFF;
-            return 0;
-        }
-        if (NAME_IS(r, 2, "SKIP")) {
-            /* SKIP while OFF changes nothing in Redis either. */
-            if (s->reply_mode != SL_REPLY_OFF)
-                s->reply_mode = SL_REPLY_SKIP;
-            return 0;
-        }
-        if (NAME_IS(r, 2, "ON")) {
-            s->reply_mode = SL_REPLY_ON;
-            return 1;
-        }
+        if (NAME_IS(r, 2, "OFF"))
+            return SL_FX_REPLY_OFF;
+        if (NAME_IS(r, 2, "SKIP"))
+            return SL_FX_REPLY_SKIP;
+        if (NAME_IS(r, 2, "ON"))
+            return SL_FX_REPLY_ON;
+    }
+    if (NAME_IS(r, 0, "HELLO") && r->argc >= 2)
+        return NAME_IS(r, 1, "3") ? SL_FX_HELLO3 : NAME_IS(r, 1, "2") ? SL_FX_HELLO2 : SL_FX_PLAIN;
+    if (NAME_IS(r, 0, "MONITOR"))
+        return SL_FX_MONITOR;
+    if (NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") || NAME_IS(r, 0, "SSUBSCRIBE"))
+        return SL_FX_SUB;
+    if (NAME_IS(r, 0, "UNSUBSCRIBE") || NAME_IS(r, 0, "PUNSUBSCRIBE") ||
+        NAME_IS(r, 0, "SUNSUBSCRIBE"))
+        return SL_FX_UNSUB;
+    if (NAME_IS(r, 0, "RESET") && r->argc == 1)
+        return SL_FX_RESET;
+    return SL_FX_PLAIN;
+}
+
+/* A request of effect <fx> goes upstream: applies what it changes and
+ * returns how many replies the upstream owes for it. */
+static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
+{
+    switch (fx) {
+    case SL_FX_EMPTY:
+        return 0;
+    case SL_FX_REPLY_OFF:
+        s->reply_mode = SL_REPLY_OFF;
+        return 0;
+    case SL_FX_REPLY_SKIP:
+        /* SKIP while OFF changes nothing in Redis either. */
+        if (s->reply_mode != SL_REPLY_OFF)
+            s->reply_mode = SL_REPLY_SKIP;
+        return 0;
+    case SL_FX_REPLY_ON:
+        s->reply_mode = SL_REPLY_ON;
+        return 1;
+    case SL_FX_RESET: {
+        /* Redis puts the connection back as it was at the start (reply
+         * mode, protocol, pub/sub, MONITOR) and answers +RESET, even under
+         * CLIENT REPLY OFF; a SKIP still skips it. Pub/sub and MONITOR end
+         * when the +RESET comes back (at_reset()): what arrives before it
+         * is still theirs. */
+        uint32_t n = s->reply_mode == SL_REPLY_SKIP ? 0 : 1;
+        s->reply_mode = SL_REPLY_ON;
+        s->resp3 = 0;
+        return n;
+    }
+    default:
+        break;
     }
     if (s->reply_mode == SL_REPLY_OFF)
         return 0;
@@ -484,33 +536,48 @@ static uint32_t replies_for(struct sl_session *s, const struct sl_resp_req *r)
         s->reply_mode = SL_REPLY_ON;
         return 0;
     }
-    if (NAME_IS(r, 0, "HELLO") && r->argc >= 2)
-        s->resp3 = NAME_IS(r, 1, "3") ? 1 : NAME_IS(r, 1, "2") ? 0 : s->resp3;
+    if (fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3)
+        s->resp3 = fx == SL_FX_HELLO3;
     if (s->monitor)
         return 0; /* everything after MONITOR is its feed */
-    if (NAME_IS(r, 0, "MONITOR")) {
+    if (fx == SL_FX_MONITOR) {
         s->monitor = 1;
         s->passthru = 1;
         return 1; /* its +OK; the feed lines after it answer nothing */
     }
-    int sub = NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") || NAME_IS(r, 0, "SSUBSCRIBE");
-    int unsub = NAME_IS(r, 0, "UNSUBSCRIBE") || NAME_IS(r, 0, "PUNSUBSCRIBE") ||
-                NAME_IS(r, 0, "SUNSUBSCRIBE");
-    if (sub || unsub) {
+    if (fx == SL_FX_SUB || fx == SL_FX_UNSUB) {
         /* One confirmation per channel named (RESP3 sends them as pushes,
          * which answer nothing); messages come whenever they like. An
          * UNSUBSCRIBE of everything confirms each channel the connection
          * had: a count sluice does not know, so those confirmations are let
          * through without answering anything. */
-        uint32_t k = r->argc - 1;
-        if (sub)
+        if (fx == SL_FX_SUB)
             s->passthru = 1;
         if (s->resp3)
             return 0;
-        if (k == 0)
+        if (nchan == 0)
             return s->passthru ? 0 : 1; /* not subscribed: one reply, channel nil */
-        s->sub_owed += k;
-        return k;
+        s->sub_owed += nchan;
+        return nchan;
+    }
+    return 1;
+}
+
+/* A request sluice refuses: how many replies the client expects for it (the
+ * rejection goes in their place). Refused under CLIENT REPLY SKIP, it was
+ * the request whose reply the client asked Redis to skip, but Redis never
+ * sees it and would skip the next one instead: a PING takes its place
+ * upstream, and Redis skips the PING's reply. */
+static uint32_t refused(struct sl_session *s)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    if (s->reply_mode == SL_REPLY_OFF || s->monitor)
+        return 0;
+    if (s->reply_mode == SL_REPLY_SKIP) {
+        s->reply_mode = SL_REPLY_ON;
+        if (send_bytes(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
+            sl_session_close(s);
+        return 0;
     }
     return 1;
 }
@@ -547,11 +614,32 @@ static int pubsub_kind(const struct sl_session *s)
     return PS_OTHER;
 }
 
+/* The frame that just ended (first bytes in s->head) is RESET's answer:
+ * pub/sub and MONITOR are over. */
+static int at_reset(struct sl_session *s)
+{
+    if (s->head_len < 8 || memcmp(s->head, "+RESET\r\n", 8) != 0)
+        return 0;
+    s->passthru = 0;
+    s->monitor = 0;
+    s->sub_owed = 0; /* every confirmation owed came before it */
+    return 1;
+}
+
+/* Under MONITOR, the frame that just ended answers a request: MONITOR's
+ * (or QUIT's) +OK, or RESET's +RESET. Feed lines are "+<time> ...". */
+static int monitor_answer(struct sl_session *s)
+{
+    return at_reset(s) || (s->head_len >= 5 && memcmp(s->head, "+OK\r\n", 5) == 0);
+}
+
 /* A pub/sub frame ended at <end> in <b>: whether it answers a request (a
  * message never does, a confirmation only when one is owed); an
  * unsubscribe confirmation counting 0 channels ends pub/sub mode. */
 static int pubsub_pays(struct sl_session *s, const struct sl_buf *b, uint32_t end, int push)
 {
+    if (at_reset(s))
+        return 1;
     int kind = pubsub_kind(s);
     if (kind == PS_UNSUBSCRIBED && end >= 4 && memcmp(b->data + end - 4, ":0\r\n", 4) == 0)
         s->passthru = 0;
@@ -621,11 +709,12 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
         sl_session_close(s);
         return;
     }
+    /* Under CLIENT REPLY OFF or SKIP, Redis does not answer the DISCARD
+     * and the client expects nothing. */
+    if (replies == 0)
+        return;
     owe(s, 1);
-    if (replies > 0)
-        queue_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
-    else
-        queue_local(s, abort_msg, 0, SL_SEG_SWALLOW); /* CLIENT REPLY OFF: swallow, say nothing */
+    queue_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
 }
 
 static void process(struct sl_session *s);
@@ -869,26 +958,31 @@ static void apply(struct sl_session *s)
                 /* Its replies are owed once it is whole: a request cut short
                  * by a protocol error gets none. */
                 s->head_state = 1;
-                s->head_replies = e.replies;
+                s->head_replies = commit(s, e.fx, e.nchan);
             } else if (e.kind == SL_PK_TAIL) {
                 s->head_state = 0;
                 allowed(s, SL_PK_PLAIN, s->head_replies);
                 s->head_replies = 0;
             } else {
-                allowed(s, e.kind, e.replies);
+                allowed(s, e.kind, commit(s, e.fx, e.nchan));
             }
             continue;
         }
         to_upstream(s, b, from, to);
         from = to = to + e.span; /* the request's bytes never leave */
         if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
-            exec_abort(s, e.replies);
+            exec_abort(s, commit(s, e.fx, e.nchan)); /* DISCARD goes in its place */
         } else if (e.kind == SL_PK_TAIL) {
             s->head_state = 0;
         } else {
             if (e.kind == SL_PK_HEAD)
                 s->head_state = 2;
-            rejected(s, e.text, e.len, e.replies); /* takes the text */
+            uint32_t replies = refused(s);
+            if (s->state >= SL_SESS_CLOSED) {
+                free(e.text);
+                return;
+            }
+            rejected(s, e.text, e.len, replies); /* takes the text */
             e.text = NULL;
         }
         free(e.text);
@@ -988,7 +1082,7 @@ static void on_verdict(void *data, const struct sl_verdict *v)
 /* Asks the limiter about request <r> (complete, or the head of a big one)
  * and queues it in order. Returns 0, or -1 when the ring is full. */
 static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t span,
-                   uint32_t replies, int kind)
+                   uint8_t fx, uint32_t nchan, int kind)
 {
     if (s->pend == NULL) {
         s->pend = sl_pool_take(&ring_pool);
@@ -1003,7 +1097,8 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     memset(e, 0, sizeof(*e));
     e->s = s;
     e->span = span;
-    e->replies = replies;
+    e->fx = fx;
+    e->nchan = nchan;
     e->kind = (uint8_t)kind;
     s->pend_n++;
     if (kind == SL_PK_TAIL || (!s->l->limited && !meters_owe(s)) ||
@@ -1059,7 +1154,7 @@ static void process(struct sl_session *s)
             }
             to_upstream(s, b, from, to);
             b->start = from = to;
-            enqueue(s, r, span, 0, SL_PK_TAIL);
+            enqueue(s, r, span, SL_FX_EMPTY, 0, SL_PK_TAIL);
             apply(s);
             from = to = b->start;
             continue;
@@ -1068,18 +1163,19 @@ static void process(struct sl_session *s)
             s->l->stats.requests++;
         int kind = pend_kind(r);
         observe(s, r, kind);
-        uint32_t replies = replies_for(s, r);
+        uint32_t nchan;
+        uint8_t fx = classify(r, &nchan);
         if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty) &&
             !meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
-            allowed(s, kind, replies);
+            allowed(s, kind, commit(s, fx, nchan));
             continue;
         }
         if (s->pend_n == 0) {
             /* Nothing waits before it: when the verdict is in at once
              * (url = local, a lease, a remembered refusal) and allows, the
              * request joins the same write as the ones before it. */
-            if (enqueue(s, r, span, replies, kind) < 0)
+            if (enqueue(s, r, span, fx, nchan, kind) < 0)
                 return;
             struct sl_pend *e = &s->pend[s->pend_head];
             if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
@@ -1087,7 +1183,7 @@ static void process(struct sl_session *s)
                 s->pend_head = (s->pend_head + 1) % PEND_MAX;
                 s->pend_n = 0;
                 to += span;
-                allowed(s, kind, replies);
+                allowed(s, kind, commit(s, fx, nchan));
                 continue;
             }
             to_upstream(s, b, from, to);
@@ -1095,7 +1191,7 @@ static void process(struct sl_session *s)
         } else {
             to_upstream(s, b, from, to);
             b->start = from = to;
-            if (enqueue(s, r, span, replies, kind) < 0)
+            if (enqueue(s, r, span, fx, nchan, kind) < 0)
                 return;
         }
         apply(s);
@@ -1137,8 +1233,9 @@ static void process(struct sl_session *s)
     } else if (held >= SL_STREAM_AT) {
         struct sl_resp_req *head = &s->framer->req;
         observe(s, head, pend_kind(head));
-        uint32_t replies = replies_for(s, head);
-        if (enqueue(s, head, held, replies, SL_PK_HEAD) < 0)
+        uint32_t nchan;
+        uint8_t fx = classify(head, &nchan);
+        if (enqueue(s, head, held, fx, nchan, SL_PK_HEAD) < 0)
             return;
         apply(s);
         if (s->pend_n > 0)
@@ -1399,7 +1496,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
         int classify = s->passthru && !s->monitor;
-        if (classify && s->head_len < sizeof(s->head)) {
+        if (s->passthru && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)
                 take = (uint32_t)n;
@@ -1412,8 +1509,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         int push = (f & SL_REPLY_PUSH) != 0;
         if (classify)
             push = !pubsub_pays(s, b, off, push);
-        else if (s->monitor && s->tail_n == 0 && s->seg_n == 0)
-            push = 1; /* a feed line */
+        else if (s->monitor)
+            push = !monitor_answer(s); /* else a feed line */
         if (s->swallow && !push) {
             b->start = off; /* the swallowed reply never reaches the client */
             s->swallow = 0;

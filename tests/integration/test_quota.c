@@ -451,6 +451,99 @@ static void test_rejection_inside_multi(void **state)
     world_free(w);
 }
 
+/* The next reply on <c> starts with <prefix> (a rejection's retry time
+ * varies). */
+static void reply_starts(struct th_conn *c, const char *prefix)
+{
+    char *r = th_conn_reply(c, TH_MS);
+    if (r == NULL)
+        fail_msg("no reply, expected %s...", prefix);
+    if (strncmp(r, prefix, strlen(prefix)) != 0)
+        fail_msg("reply %s, expected %s...", r, prefix);
+    free(r);
+}
+
+#define THROTTLED "-THROTTLED limit 'l' exceeded"
+#define THROTTLED_C "-THROTTLED limit 'c' exceeded"
+
+/* A refused request changes nothing of the connection's state, in Redis or
+ * in sluice's count of the replies owed:
+ *   - the request a CLIENT REPLY SKIP was meant for, refused, still takes
+ *     the skip (Redis would skip the next one otherwise);
+ *   - under CLIENT REPLY OFF, an EXEC doomed by a refusal answers nothing;
+ *   - RESET answers even under OFF, and puts replies back on;
+ *   - a refused CLIENT REPLY OFF leaves replies on: the next refusal is
+ *     answered;
+ *   - a refused SUBSCRIBE leaves the connection out of pub/sub, so it idles
+ *     out like any other. */
+static void test_refused_requests_change_no_state(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL,
+                 "idle_timeout = 1s\n"
+                 "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO PING SUBSCRIBE\n"
+                 "[limit c]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = CLIENT\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+
+    assert_int_equal(th_conn_send(&c, "ECHO a\r\n"), 0); /* l: the one token */
+    reply_starts(&c, "$1\r\na\r\n");
+
+    /* SKIP (c: 1 left), PING refused and skipped, GET answered, ECHO refused */
+    assert_int_equal(th_conn_send(&c, "CLIENT REPLY SKIP\r\nPING\r\nGET k\r\nECHO b\r\n"), 0);
+    reply_starts(&c, "$-1\r\n");
+    reply_starts(&c, THROTTLED);
+
+    /* OFF (c: 0 left); MULTI, ECHO refused: EXEC aborts, silently; RESET */
+    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nMULTI\r\nECHO d\r\nEXEC\r\n"
+                                      "RESET\r\nGET k\r\n"), 0);
+    reply_starts(&c, "+RESET\r\n");
+    reply_starts(&c, "$-1\r\n");
+
+    /* OFF refused: replies stay on */
+    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nECHO c\r\nGET k\r\n"), 0);
+    reply_starts(&c, THROTTLED_C);
+    reply_starts(&c, THROTTLED);
+    reply_starts(&c, "$-1\r\n");
+
+    /* SUBSCRIBE refused: not in pub/sub (GET works, the idle timeout holds) */
+    assert_int_equal(th_conn_send(&c, "SUBSCRIBE ch\r\nGET k\r\n"), 0);
+    reply_starts(&c, THROTTLED);
+    reply_starts(&c, "$-1\r\n");
+    assert_true(th_wait_eof(c.fd, 4000));
+    th_conn_close(&c);
+    /* the upstream saw neither the refused PING's place taken by another
+     * PING nor anything of the aborted transaction run */
+    assert_int_equal(th_redis_cmd_calls(w->up.port, "echo"), 1);
+    world_free(w);
+}
+
+/* RESET ends pub/sub when its +RESET comes back: a refusal after it waits
+ * for the +RESET, and the connection idles out afterwards. */
+static void test_reset_ends_pubsub(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL,
+                 "idle_timeout = 1s\n"
+                 "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    assert_int_equal(th_conn_send(&c, "ECHO a\r\n"), 0); /* the one token */
+    reply_starts(&c, "$1\r\na\r\n");
+    assert_int_equal(th_conn_send(&c, "SUBSCRIBE ch\r\nRESET\r\nECHO b\r\nGET k\r\n"), 0);
+    reply_starts(&c, "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
+    reply_starts(&c, "+RESET\r\n");
+    reply_starts(&c, THROTTLED);
+    reply_starts(&c, "$-1\r\n");
+    assert_true(th_wait_eof(c.fd, 4000));
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* A client that pipelines into a limit and hangs up before the verdicts
  * come back: rejections meet a dead socket in the middle of being applied.
  * sluice must carry on (under make check, ASan watches the memory). */
@@ -664,6 +757,8 @@ int main(void)
         cmocka_unit_test(test_per_user_limit_shadow_and_metrics),
         cmocka_unit_test(test_rejection_consumes_no_other_limit),
         cmocka_unit_test(test_rejection_inside_multi),
+        cmocka_unit_test(test_refused_requests_change_no_state),
+        cmocka_unit_test(test_reset_ends_pubsub),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
