@@ -537,12 +537,15 @@ static int identity_matches(const struct limit *L, const char *id)
 
 /* Commands that are never limited: refusing them would leave a connection
  * in a state the client cannot reason about (an open MULTI, a half-done
- * handshake). */
+ * handshake, replies it no longer expects or waits for in vain). */
 static int exempt(const struct sl_resp_req *r)
 {
     static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO" };
     if (r == NULL || r->ncap == 0 || r->arglen[0] > 8)
         return 0;
+    if (r->ncap > 1 && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
+        cmd_cmp(r->argv[1], r->arglen[1], "REPLY") == 0)
+        return 1;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (cmd_cmp(r->argv[0], r->arglen[0], names[i]) == 0)
             return 1;

@@ -55,6 +55,7 @@ enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
        SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */
 enum { SL_PK_PLAIN = 0, SL_PK_MULTI, SL_PK_EXEC, SL_PK_DISCARD, SL_PK_RESET,
        SL_PK_AUTH,   /* AUTH or HELLO with AUTH: identity changes on its success */
+       SL_PK_STATE,  /* CLIENT REPLY: never refused, by a byte meter either */
        SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
        SL_PK_TAIL }; /* the rest of such a request: follows its head's verdict */
 
@@ -75,6 +76,9 @@ struct sl_reply_seg {
 #define SL_SEG_OWNED 1 /* free(text) after use */
 #define SL_SEG_CLOSE 2 /* close the session once this reply is sent */
 #define SL_SEG_SWALLOW 4 /* the last of the <n> upstream replies is dropped: <text> replaces it */
+#define SL_SEG_UNSUB 8   /* no text: an unsubscribe-all of kind <len> (0 channels, 1 patterns,
+                            2 shard channels) whose confirmations are counted at its turn */
+#define SL_SEG_MARK 16   /* no text: <n> such confirmations, then nothing is sent */
 
 
 struct sl_session {
@@ -92,7 +96,10 @@ struct sl_session {
     uint8_t             resp3;      /* HELLO 3 was sent: pub/sub frames are pushes */
     uint8_t             head_len;   /* bytes in <head> */
     uint32_t            sub_owed;   /* (un)subscribe confirmations owed (RESP2) */
-    char                head[24];   /* first bytes of the reply in progress (RESP2 pub/sub) */
+    char                head[24];   /* first bytes of the reply in progress (pub/sub, MONITOR) */
+    char                tail[24];   /* last bytes of the reply in progress (pub/sub) */
+    uint8_t             tail_len;   /* bytes in <tail> */
+    uint32_t            subs[3];    /* channels, patterns, shard channels (confirmed) */
     uint8_t             reply_mode; /* enum sl_reply_mode */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */

@@ -385,8 +385,20 @@ static void emit_ready_locals(struct sl_session *s)
         struct sl_reply_seg *g = &s->segs[s->seg_head];
         if (g->n > 0 || !sl_reply_idle(&s->scan))
             return;
+        if (g->flags & SL_SEG_UNSUB) {
+            /* Every confirmation before it has come: the connection's
+             * count is known, and is how many this one brings (at least
+             * one: "unsubscribe", nil, count when there was none). */
+            uint32_t k = s->subs[g->len] > 0 ? s->subs[g->len] : 1;
+            g->flags = SL_SEG_MARK;
+            g->len = 0;
+            g->n = k;
+            s->inflight += k;
+            s->sub_owed += k; /* told apart even if pub/sub ended meanwhile */
+            continue;
+        }
         uint8_t flags = g->flags;
-        int rc = send_bytes(s, (uv_stream_t *)&s->client, NULL, g->text, g->len);
+        int rc = g->len > 0 ? send_bytes(s, (uv_stream_t *)&s->client, NULL, g->text, g->len) : 0;
         if (flags & SL_SEG_OWNED)
             free(g->text);
         s->seg_head = (s->seg_head + 1) % s->seg_cap;
@@ -426,7 +438,10 @@ static int reply_ended(struct sl_session *s)
         if (g->n == 0)
             return 1; /* unsolicited (pub/sub): locals waited for the boundary */
         g->n--;
-        paid_one(s);
+        if (g->flags & SL_SEG_MARK)
+            paid(s); /* an unsubscribe-all's: not in owed_total */
+        else
+            paid_one(s);
         return g->n == 0;
     }
     if (s->tail_n > 0) {
@@ -467,7 +482,7 @@ enum sl_fx {
     SL_FX_HELLO2, SL_FX_HELLO3, /* HELLO 2 | 3 (other HELLOs: PLAIN) */
     SL_FX_MONITOR,
     SL_FX_SUB,   /* (P|S)SUBSCRIBE: nchan channels named */
-    SL_FX_UNSUB, /* (P|S)UNSUBSCRIBE: nchan channels named, 0 = all */
+    SL_FX_UNSUB, SL_FX_PUNSUB, SL_FX_SUNSUB, /* nchan channels named, 0 = all */
     SL_FX_RESET,
 };
 
@@ -490,9 +505,12 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
         return SL_FX_MONITOR;
     if (NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") || NAME_IS(r, 0, "SSUBSCRIBE"))
         return SL_FX_SUB;
-    if (NAME_IS(r, 0, "UNSUBSCRIBE") || NAME_IS(r, 0, "PUNSUBSCRIBE") ||
-        NAME_IS(r, 0, "SUNSUBSCRIBE"))
+    if (NAME_IS(r, 0, "UNSUBSCRIBE"))
         return SL_FX_UNSUB;
+    if (NAME_IS(r, 0, "PUNSUBSCRIBE"))
+        return SL_FX_PUNSUB;
+    if (NAME_IS(r, 0, "SUNSUBSCRIBE"))
+        return SL_FX_SUNSUB;
     if (NAME_IS(r, 0, "RESET") && r->argc == 1)
         return SL_FX_RESET;
     return SL_FX_PLAIN;
@@ -545,20 +563,32 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
         s->passthru = 1;
         return 1; /* its +OK; the feed lines after it answer nothing */
     }
-    if (fx == SL_FX_SUB || fx == SL_FX_UNSUB) {
-        /* One confirmation per channel named (RESP3 sends them as pushes,
-         * which answer nothing); messages come whenever they like. An
-         * UNSUBSCRIBE of everything confirms each channel the connection
-         * had: a count sluice does not know, so those confirmations are let
-         * through without answering anything. */
-        if (fx == SL_FX_SUB)
-            s->passthru = 1;
-        if (s->resp3)
-            return 0;
-        if (nchan == 0)
-            return s->passthru ? 0 : 1; /* not subscribed: one reply, channel nil */
+    if (fx == SL_FX_SUB) {
+        /* One confirmation per channel named (under RESP3 a push, which
+         * answers it all the same); messages come whenever they like. */
+        s->passthru = 1;
         s->sub_owed += nchan;
         return nchan;
+    }
+    if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB) {
+        if (!s->passthru) {
+            /* Not subscribed: plain replies, one per channel named or one
+             * with a nil channel; under RESP3 pushes, which are not told
+             * apart outside pub/sub and so answer nothing here. */
+            if (s->resp3)
+                return 0;
+            return nchan > 0 ? nchan : 1;
+        }
+        if (nchan > 0) {
+            s->sub_owed += nchan;
+            return nchan;
+        }
+        /* Of everything: one confirmation per channel (pattern, shard
+         * channel) the connection has when Redis runs it, which sluice
+         * knows only once every confirmation before it has come: a marker
+         * in the reply queue counts them then (emit_ready_locals). */
+        queue_local(s, NULL, (uint32_t)(fx - SL_FX_UNSUB), SL_SEG_UNSUB);
+        return 0;
     }
     return 1;
 }
@@ -587,7 +617,7 @@ enum { PS_OTHER = 0, PS_MESSAGE, PS_SUBSCRIBED, PS_UNSUBSCRIBED };
 /* In pub/sub mode, what the frame that just ended is, from its first bytes
  * in s->head: "*N\r\n" (or ">N\r\n") "$L\r\n" then its kind, 22 bytes
  * at most. */
-static int pubsub_kind(const struct sl_session *s)
+static int pubsub_kind(const struct sl_session *s, int *which)
 {
     static const char *const msgs[] = { "message", "pmessage", "smessage" };
     static const char *const subs[] = { "subscribe", "psubscribe", "ssubscribe" };
@@ -607,8 +637,10 @@ static int pubsub_kind(const struct sl_session *s)
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < 3; i++) {
             size_t n = strlen(lists[k][i]);
-            if (room > n && strncasecmp(name, lists[k][i], n) == 0 && name[n] == '\r')
+            if (room > n && strncasecmp(name, lists[k][i], n) == 0 && name[n] == '\r') {
+                *which = i;
                 return PS_MESSAGE + k;
+            }
         }
     }
     return PS_OTHER;
@@ -623,6 +655,7 @@ static int at_reset(struct sl_session *s)
     s->passthru = 0;
     s->monitor = 0;
     s->sub_owed = 0; /* every confirmation owed came before it */
+    memset(s->subs, 0, sizeof(s->subs));
     return 1;
 }
 
@@ -633,24 +666,67 @@ static int monitor_answer(struct sl_session *s)
     return at_reset(s) || (s->head_len >= 5 && memcmp(s->head, "+OK\r\n", 5) == 0);
 }
 
-/* A pub/sub frame ended at <end> in <b>: whether it answers a request (a
- * message never does, a confirmation only when one is owed); an
- * unsubscribe confirmation counting 0 channels ends pub/sub mode. */
-static int pubsub_pays(struct sl_session *s, const struct sl_buf *b, uint32_t end, int push)
+/* Keeps the last bytes of the frame in progress (pub/sub): a confirmation
+ * ends with the connection's subscription count. */
+static void keep_tail(struct sl_session *s, const char *p, uint32_t n)
+{
+    const uint32_t cap = (uint32_t)sizeof(s->tail);
+    if (n >= cap) {
+        memcpy(s->tail, p + n - cap, cap);
+        s->tail_len = (uint8_t)cap;
+        return;
+    }
+    if (s->tail_len + n > cap) {
+        uint32_t drop = s->tail_len + n - cap;
+        memmove(s->tail, s->tail + drop, s->tail_len - drop);
+        s->tail_len = (uint8_t)(s->tail_len - drop);
+    }
+    memcpy(s->tail + s->tail_len, p, n);
+    s->tail_len = (uint8_t)(s->tail_len + n);
+}
+
+/* The count a confirmation ends with (":N\r\n"), or -1. */
+static long frame_count(const struct sl_session *s)
+{
+    int i = (int)s->tail_len - 3;
+    long v = 0, mul = 1;
+    if (i < 1 || s->tail[s->tail_len - 2] != '\r')
+        return -1;
+    for (; i >= 0 && s->tail[i] >= '0' && s->tail[i] <= '9' && mul <= 1000000000L; i--) {
+        v += (s->tail[i] - '0') * mul;
+        mul *= 10;
+    }
+    return i >= 0 && s->tail[i] == ':' && mul > 1 ? v : -1;
+}
+
+/* A pub/sub frame ended: whether it answers a request. A message never
+ * does; a confirmation does when one is owed (every one is: by channels
+ * named, or by an unsubscribe-all's count) and tells how many channels,
+ * patterns and shard channels the connection has (Redis counts the first
+ * two together); when none is left, pub/sub is over. */
+static int pubsub_pays(struct sl_session *s, int push)
 {
     if (at_reset(s))
         return 1;
-    int kind = pubsub_kind(s);
-    if (kind == PS_UNSUBSCRIBED && end >= 4 && memcmp(b->data + end - 4, ":0\r\n", 4) == 0)
-        s->passthru = 0;
-    if (push || kind == PS_MESSAGE)
-        return 0;
-    if (kind == PS_OTHER)
+    int which = 0;
+    int kind = pubsub_kind(s, &which);
+    if (kind == PS_SUBSCRIBED || kind == PS_UNSUBSCRIBED) {
+        long n = frame_count(s);
+        if (n >= 0) {
+            uint32_t v = (uint32_t)n;
+            if (which == 2)
+                s->subs[2] = v;
+            else
+                s->subs[which] = v > s->subs[!which] ? v - s->subs[!which] : 0;
+        }
+        if (kind == PS_UNSUBSCRIBED && s->subs[0] + s->subs[1] + s->subs[2] == 0)
+            s->passthru = 0;
+        if (s->sub_owed == 0)
+            return 0;
+        s->sub_owed--;
         return 1;
-    if (s->sub_owed == 0)
-        return 0;
-    s->sub_owed--;
-    return 1;
+    }
+    return !push && kind == PS_OTHER;
 }
 
 /* ---- verdicts, in request order ------------------------------------------- */
@@ -662,6 +738,9 @@ static int pend_kind(const struct sl_resp_req *r)
     if (NAME_IS(r, 0, "DISCARD")) return SL_PK_DISCARD;
     if (NAME_IS(r, 0, "RESET"))   return SL_PK_RESET;
     if (NAME_IS(r, 0, "AUTH") || NAME_IS(r, 0, "HELLO")) return SL_PK_AUTH;
+    /* the client expects no answer to OFF and SKIP and would take a
+     * refusal for the next command's; a refused ON would leave it waiting */
+    if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY")) return SL_PK_STATE;
     return SL_PK_PLAIN;
 }
 
@@ -1483,6 +1562,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         if (sl_reply_idle(&s->scan)) {
             s->reply_first = (uint8_t)b->data[off];
             s->head_len = 0;
+            s->tail_len = 0;
         }
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
@@ -1495,20 +1575,23 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
-        int classify = s->passthru && !s->monitor;
-        if (s->passthru && s->head_len < sizeof(s->head)) {
+        /* confirmations owed are told apart even once pub/sub is over */
+        int classify = (s->passthru || s->sub_owed > 0) && !s->monitor;
+        if ((classify || s->monitor) && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)
                 take = (uint32_t)n;
             memcpy(s->head + s->head_len, b->data + off, take);
             s->head_len = (uint8_t)(s->head_len + take);
         }
+        if (classify)
+            keep_tail(s, b->data + off, (uint32_t)n);
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;
         int push = (f & SL_REPLY_PUSH) != 0;
         if (classify)
-            push = !pubsub_pays(s, b, off, push);
+            push = !pubsub_pays(s, push);
         else if (s->monitor)
             push = !monitor_answer(s); /* else a feed line */
         if (s->swallow && !push) {

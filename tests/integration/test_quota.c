@@ -472,8 +472,8 @@ static void reply_starts(struct th_conn *c, const char *prefix)
  *     the skip (Redis would skip the next one otherwise);
  *   - under CLIENT REPLY OFF, an EXEC doomed by a refusal answers nothing;
  *   - RESET answers even under OFF, and puts replies back on;
- *   - a refused CLIENT REPLY OFF leaves replies on: the next refusal is
- *     answered;
+ *   - CLIENT REPLY itself is never refused (the client would take the
+ *     refusal for another command's reply), even when its limit is spent;
  *   - a refused SUBSCRIBE leaves the connection out of pub/sub, so it idles
  *     out like any other. */
 static void test_refused_requests_change_no_state(void **state)
@@ -483,7 +483,7 @@ static void test_refused_requests_change_no_state(void **state)
     start_sluice(w, 0, NULL,
                  "idle_timeout = 1s\n"
                  "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO PING SUBSCRIBE\n"
-                 "[limit c]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = CLIENT\n");
+                 "[limit c]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = CLIENT\n");
     wait_store_up(w, 0);
     struct th_conn c;
     assert_int_equal(th_conn_open(&c, w->port[0]), 0);
@@ -491,21 +491,24 @@ static void test_refused_requests_change_no_state(void **state)
     assert_int_equal(th_conn_send(&c, "ECHO a\r\n"), 0); /* l: the one token */
     reply_starts(&c, "$1\r\na\r\n");
 
-    /* SKIP (c: 1 left), PING refused and skipped, GET answered, ECHO refused */
+    /* SKIP, PING refused and skipped, GET answered, ECHO refused */
     assert_int_equal(th_conn_send(&c, "CLIENT REPLY SKIP\r\nPING\r\nGET k\r\nECHO b\r\n"), 0);
     reply_starts(&c, "$-1\r\n");
     reply_starts(&c, THROTTLED);
 
-    /* OFF (c: 0 left); MULTI, ECHO refused: EXEC aborts, silently; RESET */
+    /* OFF; MULTI, ECHO refused: EXEC aborts, silently; RESET */
     assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nMULTI\r\nECHO d\r\nEXEC\r\n"
                                       "RESET\r\nGET k\r\n"), 0);
     reply_starts(&c, "+RESET\r\n");
     reply_starts(&c, "$-1\r\n");
 
-    /* OFF refused: replies stay on */
-    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nECHO c\r\nGET k\r\n"), 0);
+    /* c spent; CLIENT REPLY still goes: OFF, a silent refusal, ON */
+    assert_int_equal(th_conn_send(&c, "CLIENT SETNAME x\r\nCLIENT SETNAME y\r\n"), 0);
+    reply_starts(&c, "+OK\r\n");
     reply_starts(&c, THROTTLED_C);
-    reply_starts(&c, THROTTLED);
+    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nCLIENT SETNAME z\r\n"
+                                      "CLIENT REPLY ON\r\nGET k\r\n"), 0);
+    reply_starts(&c, "+OK\r\n");
     reply_starts(&c, "$-1\r\n");
 
     /* SUBSCRIBE refused: not in pub/sub (GET works, the idle timeout holds) */
@@ -517,6 +520,56 @@ static void test_refused_requests_change_no_state(void **state)
     /* the upstream saw neither the refused PING's place taken by another
      * PING nor anything of the aborted transaction run */
     assert_int_equal(th_redis_cmd_calls(w->up.port, "echo"), 1);
+    world_free(w);
+}
+
+/* Sends <in> and checks the replies, in order: each of <want> is a prefix
+ * of the next reply (NULL ends the list). */
+static void transcript(struct th_conn *c, const char *in, const char *const *want)
+{
+    assert_int_equal(th_conn_send(c, in), 0);
+    for (; *want != NULL; want++)
+        reply_starts(c, *want);
+}
+
+/* An UNSUBSCRIBE of everything brings one confirmation per channel the
+ * connection has then, a count sluice learns from the confirmations before
+ * it: a refusal after it waits for all of them, under RESP2 and RESP3
+ * (pushes), also when pub/sub ended before its turn. */
+static void test_refusal_after_unsubscribe_all(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL, "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    /* the token, then one refusal from the store: later ones are at once */
+    transcript(&c, "ECHO a\r\nECHO b\r\n", (const char *[]){ "$1\r\na\r\n", THROTTLED, NULL });
+
+    transcript(&c, "SUBSCRIBE c1 c2\r\nPSUBSCRIBE p*\r\nUNSUBSCRIBE\r\nECHO x\r\n"
+                   "PUNSUBSCRIBE\r\nECHO y\r\nGET k\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "*3\r\n$9\r\nsubscribe\r\n$2\r\nc2\r\n:2\r\n",
+                                 "*3\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n:3\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n",
+                                 THROTTLED, "*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n",
+                                 THROTTLED, "$-1\r\n", NULL });
+    /* pub/sub over before the unsubscribe-all's turn: one nil confirmation */
+    transcript(&c, "SUBSCRIBE c1\r\nUNSUBSCRIBE c1\r\nUNSUBSCRIBE\r\nECHO z\r\nGET k\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n", THROTTLED, "$-1\r\n",
+                                 NULL });
+    /* RESP3: confirmations are pushes, and still come first */
+    assert_int_equal(th_conn_send(&c, "HELLO 3\r\n"), 0);
+    free(th_conn_reply(&c, TH_MS));
+    transcript(&c, "SUBSCRIBE c1\r\nECHO x\r\nUNSUBSCRIBE\r\nECHO y\r\n"
+                   "SUBSCRIBE c1\r\nUNSUBSCRIBE c1\r\nUNSUBSCRIBE\r\nECHO z\r\nGET k\r\n",
+               (const char *[]){ ">3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n", THROTTLED,
+                                 ">3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n", THROTTLED,
+                                 ">3\r\n$9\r\nsubscribe\r\n", ">3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
+                                 ">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n", THROTTLED, "_\r\n", NULL });
+    th_conn_close(&c);
     world_free(w);
 }
 
@@ -759,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_rejection_inside_multi),
         cmocka_unit_test(test_refused_requests_change_no_state),
         cmocka_unit_test(test_reset_ends_pubsub),
+        cmocka_unit_test(test_refusal_after_unsubscribe_all),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),

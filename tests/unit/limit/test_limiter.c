@@ -210,6 +210,11 @@ static void test_exempt_and_other_listener(void **state)
     /* transaction and handshake commands are never refused */
     assert_true(allow(f, 1, 0, "MULTI", NULL));
     assert_true(allow(f, 1, 0, "EXEC", NULL));
+    /* nor CLIENT REPLY, which has no answer to refuse with; other CLIENT
+     * subcommands are limited */
+    assert_true(allow(f, 1, 0, "CLIENT REPLY OFF", NULL));
+    assert_true(allow(f, 1, 0, "client reply on", NULL));
+    assert_false(allow(f, 1, 0, "CLIENT GETNAME", NULL));
     assert_true(allow(f, 1, 0, "AUTH u p", NULL));
     assert_true(sl_limiter_active(f->lim, "r"));
     assert_false(sl_limiter_active(f->lim, "other"));
