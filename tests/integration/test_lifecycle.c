@@ -527,6 +527,20 @@ static void test_cli(void **state)
     assert_string_equal(out, want); /* the errors, nothing dumped */
     free(out);
 
+    /* protocol = http loads, with a warning that it is relayed as tcp. */
+    char *hpath = write_file("[sluice]\nadmin =\n[store]\nurl = local\n[listener api]\n"
+                             "listen = 127.0.0.1:1\nupstream = 127.0.0.1:2\nprotocol = http\n");
+    snprintf(args, sizeof(args), "-t -c %s", hpath);
+    assert_int_equal(run_cli(args, &out), 0);
+    snprintf(want, sizeof(want),
+             "%s:5: warning: listener api: protocol = http is relayed as tcp in this version: "
+             "request limits and header identities on it are not enforced\nconfiguration OK\n",
+             hpath);
+    assert_string_equal(out, want);
+    free(out);
+    unlink(hpath);
+    free(hpath);
+
     /* A missing file. */
     assert_int_equal(run_cli("-t -c /nonexistent/sluice.ini", &out), 1);
     assert_non_null(strstr(out, "/nonexistent/sluice.ini:0: cannot open"));
