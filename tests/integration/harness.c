@@ -49,7 +49,7 @@ int th_free_port(void)
         }
         close(fd);
         int port = ntohs(a.sin_port), dup = 0;
-        for (int i = 0; i < nused; i++)
+        for (int i = 0; i < nused && i < 64; i++) /* the last 64 given */
             dup |= used[i] == port;
         if (dup)
             continue;
