@@ -520,6 +520,12 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
  * returns how many replies the upstream owes for it. */
 static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
 {
+    /* Inside MULTI a command is queued: one +QUEUED, its effects at EXEC.
+     * CLIENT REPLY and MONITOR then change nothing (Redis refuses MONITOR
+     * there); HELLO and SUBSCRIBE are taken to apply (below). */
+    if (s->in_multi && (fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP ||
+                        fx == SL_FX_REPLY_ON || fx == SL_FX_MONITOR))
+        fx = SL_FX_PLAIN;
     switch (fx) {
     case SL_FX_EMPTY:
         return 0;
@@ -548,21 +554,27 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     default:
         break;
     }
-    if (s->reply_mode == SL_REPLY_OFF)
-        return 0;
-    if (s->reply_mode == SL_REPLY_SKIP) {
+    /* OFF and SKIP silence the reply, not what the command does. */
+    int quiet = s->reply_mode != SL_REPLY_ON;
+    if (s->reply_mode == SL_REPLY_SKIP)
         s->reply_mode = SL_REPLY_ON;
-        return 0;
-    }
     if (fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3)
         s->resp3 = fx == SL_FX_HELLO3;
-    if (s->monitor)
-        return 0; /* everything after MONITOR is its feed */
+    if (s->in_multi) {
+        if (fx == SL_FX_SUB)
+            s->passthru = 1; /* subscribed once EXEC runs it */
+        return quiet ? 0 : 1;
+    }
     if (fx == SL_FX_MONITOR) {
+        /* Its +OK (none when already monitoring); commands after it are
+         * answered as before, between feed lines that answer nothing. */
+        int again = s->monitor;
         s->monitor = 1;
         s->passthru = 1;
-        return 1; /* its +OK; the feed lines after it answer nothing */
+        return quiet || again ? 0 : 1;
     }
+    /* (Un)subscribe confirmations come under OFF and SKIP too (Redis sends
+     * them as it sends messages); a SKIP is used up all the same. */
     if (fx == SL_FX_SUB) {
         /* One confirmation per channel named (under RESP3 a push, which
          * answers it all the same); messages come whenever they like. */
@@ -590,7 +602,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
         queue_local(s, NULL, (uint32_t)(fx - SL_FX_UNSUB), SL_SEG_UNSUB);
         return 0;
     }
-    return 1;
+    return quiet ? 0 : 1;
 }
 
 /* A request sluice refuses: how many replies the client expects for it (the
@@ -601,7 +613,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
 static uint32_t refused(struct sl_session *s)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    if (s->reply_mode == SL_REPLY_OFF || s->monitor)
+    if (s->reply_mode == SL_REPLY_OFF)
         return 0;
     if (s->reply_mode == SL_REPLY_SKIP) {
         s->reply_mode = SL_REPLY_ON;
@@ -659,11 +671,39 @@ static int at_reset(struct sl_session *s)
     return 1;
 }
 
-/* Under MONITOR, the frame that just ended answers a request: MONITOR's
- * (or QUIT's) +OK, or RESET's +RESET. Feed lines are "+<time> ...". */
-static int monitor_answer(struct sl_session *s)
+/* Under MONITOR, the frame that just ended is a feed line, which answers
+ * nothing: "+<seconds>.<micros> [" (commands are still answered). */
+static int feed_line(const struct sl_session *s)
 {
-    return at_reset(s) || (s->head_len >= 5 && memcmp(s->head, "+OK\r\n", 5) == 0);
+    const char *h = s->head, *end = s->head + s->head_len;
+    if (h == end || *h++ != '+')
+        return 0;
+    const char *d = h;
+    while (h < end && *h >= '0' && *h <= '9')
+        h++;
+    if (h == d || h == end || *h++ != '.')
+        return 0;
+    d = h;
+    while (h < end && *h >= '0' && *h <= '9')
+        h++;
+    return h > d && end - h >= 2 && h[0] == ' ' && h[1] == '[';
+}
+
+/* A reply that is not a confirmation came: every unsubscribe-all ahead of
+ * it in the reply queue has had all its confirmations (Redis sends them
+ * before it answers the next command), whatever count was expected (a
+ * count gone stale, an error instead). Returns 1 if one was cut short. */
+static int settle_marks(struct sl_session *s)
+{
+    if (s->seg_n == 0)
+        return 0;
+    struct sl_reply_seg *g = &s->segs[s->seg_head];
+    if (!(g->flags & SL_SEG_MARK) || g->n == 0)
+        return 0;
+    s->inflight -= g->n;
+    s->sub_owed = s->sub_owed > g->n ? s->sub_owed - g->n : 0;
+    g->n = 0;
+    return 1;
 }
 
 /* Keeps the last bytes of the frame in progress (pub/sub): a confirmation
@@ -704,13 +744,14 @@ static long frame_count(const struct sl_session *s)
  * named, or by an unsubscribe-all's count) and tells how many channels,
  * patterns and shard channels the connection has (Redis counts the first
  * two together); when none is left, pub/sub is over. */
-static int pubsub_pays(struct sl_session *s, int push)
+static int pubsub_pays(struct sl_session *s, int push, int *confirm)
 {
     if (at_reset(s))
         return 1;
     int which = 0;
     int kind = pubsub_kind(s, &which);
-    if (kind == PS_SUBSCRIBED || kind == PS_UNSUBSCRIBED) {
+    *confirm = kind == PS_SUBSCRIBED || kind == PS_UNSUBSCRIBED;
+    if (*confirm) {
         long n = frame_count(s);
         if (n >= 0) {
             uint32_t v = (uint32_t)n;
@@ -1549,6 +1590,7 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 {
     uint32_t off = b->start;
+    uint32_t fstart = UINT32_MAX; /* where the frame in progress began, if in <b> */
     while (off < b->end) {
         /* At a boundary, the next reply may be one to drop (EXECABORT). */
         if (!s->swallow && s->seg_n > 0 && sl_reply_idle(&s->scan)) {
@@ -1563,6 +1605,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             s->reply_first = (uint8_t)b->data[off];
             s->head_len = 0;
             s->tail_len = 0;
+            fstart = off;
         }
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
@@ -1576,8 +1619,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
         /* confirmations owed are told apart even once pub/sub is over */
-        int classify = (s->passthru || s->sub_owed > 0) && !s->monitor;
-        if ((classify || s->monitor) && s->head_len < sizeof(s->head)) {
+        int classify = s->passthru || s->sub_owed > 0; /* MONITOR sets passthru too */
+        if (classify && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)
                 take = (uint32_t)n;
@@ -1589,11 +1632,21 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;
-        int push = (f & SL_REPLY_PUSH) != 0;
-        if (classify)
-            push = !pubsub_pays(s, push);
-        else if (s->monitor)
-            push = !monitor_answer(s); /* else a feed line */
+        int push = (f & SL_REPLY_PUSH) != 0, confirm = 0;
+        if (s->monitor && feed_line(s))
+            push = 1;
+        else if (classify)
+            push = !pubsub_pays(s, push, &confirm);
+        if (!push && !confirm && settle_marks(s)) {
+            /* an unsubscribe-all was owed more confirmations than came:
+             * what waited for them goes out before this reply */
+            uint32_t at = fstart != UINT32_MAX && fstart >= b->start ? fstart : off;
+            to_client(s, b, b->start, at);
+            b->start = at;
+            emit_ready_locals(s);
+            if (s->state >= SL_SESS_FLUSHING)
+                return;
+        }
         if (s->swallow && !push) {
             b->start = off; /* the swallowed reply never reaches the client */
             s->swallow = 0;

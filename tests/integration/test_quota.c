@@ -573,6 +573,36 @@ static void test_refusal_after_unsubscribe_all(void **state)
     world_free(w);
 }
 
+/* Under MONITOR Redis still answers the client's commands, between feed
+ * lines: a refusal is answered in its place among those answers. */
+static void test_refusal_under_monitor(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL, "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    transcript(&c, "ECHO a\r\nECHO b\r\n", (const char *[]){ "$1\r\na\r\n", THROTTLED, NULL });
+    assert_int_equal(th_conn_send(&c, "MONITOR\r\nPING\r\nECHO x\r\nPING\r\nRESET\r\nECHO y\r\n"), 0);
+    const char *want[] = { "+OK\r\n", "+PONG\r\n", THROTTLED, "+PONG\r\n", "+RESET\r\n", THROTTLED };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]);) {
+        char *r = th_conn_reply(&c, TH_MS);
+        if (r == NULL)
+            fail_msg("no reply, expected %s", want[i]);
+        if (r[0] == '+' && r[1] >= '0' && r[1] <= '9') { /* a feed line */
+            free(r);
+            continue;
+        }
+        if (strncmp(r, want[i], strlen(want[i])) != 0)
+            fail_msg("reply %s, expected %s...", r, want[i]);
+        free(r);
+        i++;
+    }
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* RESET ends pub/sub when its +RESET comes back: a refusal after it waits
  * for the +RESET, and the connection idles out afterwards. */
 static void test_reset_ends_pubsub(void **state)
@@ -813,6 +843,7 @@ int main(void)
         cmocka_unit_test(test_refused_requests_change_no_state),
         cmocka_unit_test(test_reset_ends_pubsub),
         cmocka_unit_test(test_refusal_after_unsubscribe_all),
+        cmocka_unit_test(test_refusal_under_monitor),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
