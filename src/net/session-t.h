@@ -59,6 +59,9 @@ enum { SL_PK_PLAIN = 0, SL_PK_MULTI, SL_PK_EXEC, SL_PK_DISCARD, SL_PK_RESET,
        SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
        SL_PK_TAIL }; /* the rest of such a request: follows its head's verdict */
 
+/* Whether Redis will have the connection subscribed, from what was sent. */
+enum { SL_PRED_NO = 0, SL_PRED_YES, SL_PRED_UNKNOWN };
+
 /* Reply modes a client chooses with CLIENT REPLY. */
 enum sl_reply_mode { SL_REPLY_ON = 0, SL_REPLY_OFF, SL_REPLY_SKIP };
 
@@ -100,6 +103,8 @@ struct sl_session {
     char                tail[24];   /* last bytes of the reply in progress (pub/sub) */
     uint8_t             tail_len;   /* bytes in <tail> */
     uint32_t            subs[3];    /* channels, patterns, shard channels (confirmed) */
+    uint8_t             pred_sub;   /* after what was sent: SL_PRED_* subscribed (RESP2 context) */
+    uint32_t            resets_owed;/* RESETs sent whose +RESET has not come */
     uint8_t             reply_mode; /* enum sl_reply_mode */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */

@@ -516,6 +516,20 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
     return SL_FX_PLAIN;
 }
 
+/* Whether Redis will have the connection subscribed when it runs the
+ * request being committed. Exact when no confirmation is outstanding (the
+ * counts they carried are all in); with some outstanding, certain only if
+ * the last change sent was a subscribe. Otherwise taken as not. */
+static int subscribed(const struct sl_session *s)
+{
+    int pending = s->sub_owed > 0 || s->resets_owed > 0;
+    for (uint32_t i = 0; i < s->seg_n && !pending; i++)
+        pending = (s->segs[(s->seg_head + i) % s->seg_cap].flags & (SL_SEG_UNSUB | SL_SEG_MARK)) != 0;
+    if (!pending)
+        return s->passthru && s->subs[0] + s->subs[1] + s->subs[2] > 0;
+    return s->pred_sub == SL_PRED_YES;
+}
+
 /* A request of effect <fx> goes upstream: applies what it changes and
  * returns how many replies the upstream owes for it. */
 static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
@@ -523,8 +537,13 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     /* Inside MULTI a command is queued: one +QUEUED, its effects at EXEC.
      * CLIENT REPLY and MONITOR then change nothing (Redis refuses MONITOR
      * there); HELLO and SUBSCRIBE are taken to apply (below). */
-    if (s->in_multi && (fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP ||
-                        fx == SL_FX_REPLY_ON || fx == SL_FX_MONITOR))
+    int changes_mode = fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP || fx == SL_FX_REPLY_ON ||
+                       fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3;
+    if (s->in_multi && changes_mode && fx != SL_FX_HELLO2 && fx != SL_FX_HELLO3)
+        fx = SL_FX_PLAIN;
+    /* Subscribed under RESP2, Redis answers anything but (un)subscribe,
+     * PING, QUIT and RESET with an error, and the command does nothing. */
+    else if (changes_mode && !s->in_multi && !s->resp3 && subscribed(s))
         fx = SL_FX_PLAIN;
     switch (fx) {
     case SL_FX_EMPTY:
@@ -549,6 +568,8 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
         uint32_t n = s->reply_mode == SL_REPLY_SKIP ? 0 : 1;
         s->reply_mode = SL_REPLY_ON;
         s->resp3 = 0;
+        s->pred_sub = SL_PRED_NO;
+        s->resets_owed += n; /* a skipped +RESET never comes */
         return n;
     }
     default:
@@ -580,25 +601,22 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
          * answers it all the same); messages come whenever they like. */
         s->passthru = 1;
         s->sub_owed += nchan;
+        s->pred_sub = SL_PRED_YES;
         return nchan;
     }
     if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB) {
-        if (!s->passthru) {
-            /* Not subscribed: plain replies, one per channel named or one
-             * with a nil channel; under RESP3 pushes, which are not told
-             * apart outside pub/sub and so answer nothing here. */
-            if (s->resp3)
-                return 0;
-            return nchan > 0 ? nchan : 1;
-        }
+        /* Confirmations, subscribed or not (then one per channel named, or
+         * one with a nil channel); told apart as long as any is owed. */
+        s->pred_sub = SL_PRED_UNKNOWN;
         if (nchan > 0) {
             s->sub_owed += nchan;
             return nchan;
         }
         /* Of everything: one confirmation per channel (pattern, shard
-         * channel) the connection has when Redis runs it, which sluice
-         * knows only once every confirmation before it has come: a marker
-         * in the reply queue counts them then (emit_ready_locals). */
+         * channel) the connection has when Redis runs it, or one when it
+         * has none, which sluice knows only once every confirmation before
+         * it has come: a marker in the reply queue counts them then
+         * (emit_ready_locals). */
         queue_local(s, NULL, (uint32_t)(fx - SL_FX_UNSUB), SL_SEG_UNSUB);
         return 0;
     }
@@ -668,6 +686,8 @@ static int at_reset(struct sl_session *s)
     s->monitor = 0;
     s->sub_owed = 0; /* every confirmation owed came before it */
     memset(s->subs, 0, sizeof(s->subs));
+    if (s->resets_owed > 0)
+        s->resets_owed--;
     return 1;
 }
 
@@ -760,12 +780,14 @@ static int pubsub_pays(struct sl_session *s, int push, int *confirm)
             else
                 s->subs[which] = v > s->subs[!which] ? v - s->subs[!which] : 0;
         }
-        if (kind == PS_UNSUBSCRIBED && s->subs[0] + s->subs[1] + s->subs[2] == 0)
+        int pays = s->sub_owed > 0;
+        if (pays)
+            s->sub_owed--;
+        /* none left, and no (un)subscribe sent since is still to be confirmed */
+        if (kind == PS_UNSUBSCRIBED && s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 &&
+            !s->monitor)
             s->passthru = 0;
-        if (s->sub_owed == 0)
-            return 0;
-        s->sub_owed--;
-        return 1;
+        return pays;
     }
     return !push && kind == PS_OTHER;
 }
@@ -1619,7 +1641,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
         /* confirmations owed are told apart even once pub/sub is over */
-        int classify = s->passthru || s->sub_owed > 0; /* MONITOR sets passthru too */
+        int classify = s->passthru || s->sub_owed > 0 || s->monitor;
         if (classify && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)

@@ -535,7 +535,8 @@ static void transcript(struct th_conn *c, const char *in, const char *const *wan
 /* An UNSUBSCRIBE of everything brings one confirmation per channel the
  * connection has then, a count sluice learns from the confirmations before
  * it: a refusal after it waits for all of them, under RESP2 and RESP3
- * (pushes), also when pub/sub ended before its turn. */
+ * (pushes), also when pub/sub ended before its turn. Subscribed under
+ * RESP2, a CLIENT REPLY is Redis's error, not a mode change. */
 static void test_refusal_after_unsubscribe_all(void **state)
 {
     (void)state;
@@ -560,6 +561,12 @@ static void test_refusal_after_unsubscribe_all(void **state)
                (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
                                  "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n", THROTTLED, "$-1\r\n",
                                  NULL });
+    /* subscribed under RESP2, CLIENT REPLY is an error in Redis and changes
+     * nothing: the refusal after it is answered */
+    transcript(&c, "SUBSCRIBE c9\r\nCLIENT REPLY OFF\r\nECHO x\r\nPING\r\nUNSUBSCRIBE\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nc9\r\n:1\r\n", "-ERR Can't execute",
+                                 THROTTLED, "*2\r\n$4\r\npong\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc9\r\n:0\r\n", NULL });
     /* RESP3: confirmations are pushes, and still come first */
     assert_int_equal(th_conn_send(&c, "HELLO 3\r\n"), 0);
     free(th_conn_reply(&c, TH_MS));
@@ -569,6 +576,53 @@ static void test_refusal_after_unsubscribe_all(void **state)
                                  ">3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n", THROTTLED,
                                  ">3\r\n$9\r\nsubscribe\r\n", ">3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
                                  ">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n", THROTTLED, "_\r\n", NULL });
+    th_conn_close(&c);
+    world_free(w);
+}
+
+/* Sends <in> and checks the replies in order as transcript() does, feed
+ * lines (MONITOR) left out. */
+static void transcript_nofeed(struct th_conn *c, const char *in, const char *const *want)
+{
+    assert_int_equal(th_conn_send(c, in), 0);
+    while (*want != NULL) {
+        char *r = th_conn_reply(c, TH_MS);
+        if (r == NULL)
+            fail_msg("no reply, expected %s", *want);
+        if (r[0] == '+' && r[1] >= '0' && r[1] <= '9') { /* a feed line */
+            free(r);
+            continue;
+        }
+        if (strncmp(r, *want, strlen(*want)) != 0)
+            fail_msg("reply %s, expected %s...", r, *want);
+        free(r);
+        want++;
+    }
+}
+
+/* Sequences a random walk over pub/sub, MONITOR, RESET, HELLO and CLIENT
+ * REPLY once got wrong: the refusal at the end comes in its place. */
+static void test_pubsub_state_sequences(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL, "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = ECHO\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    transcript(&c, "ECHO a\r\nECHO b\r\n", (const char *[]){ "$1\r\na\r\n", THROTTLED, NULL });
+    /* an unsubscribe while not subscribed is a confirmation too */
+    transcript(&c, "UNSUBSCRIBE\r\nHELLO 3\r\nSUBSCRIBE c1\r\nECHO x\r\nRESET\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n", "%7\r\n",
+                                 ">3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n", THROTTLED, "+RESET\r\n",
+                                 THROTTLED, NULL });
+    /* after RESET the connection is not subscribed: CLIENT REPLY OFF holds */
+    transcript(&c, "PSUBSCRIBE p*\r\nRESET\r\nCLIENT REPLY OFF\r\nECHO x\r\nCLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$10\r\npsubscribe\r\n", "+RESET\r\n", "+OK\r\n", THROTTLED, NULL });
+    /* MONITOR stays on when an unsubscribe finds nothing */
+    transcript_nofeed(&c, "MONITOR\r\nPUNSUBSCRIBE\r\nPING\r\nECHO x\r\nRESET\r\n",
+                      (const char *[]){ "+OK\r\n", "*3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n",
+                                        "+PONG\r\n", THROTTLED, "+RESET\r\n", NULL });
     th_conn_close(&c);
     world_free(w);
 }
@@ -844,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_reset_ends_pubsub),
         cmocka_unit_test(test_refusal_after_unsubscribe_all),
         cmocka_unit_test(test_refusal_under_monitor),
+        cmocka_unit_test(test_pubsub_state_sequences),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
