@@ -103,7 +103,8 @@ struct sl_session {
     char                tail[24];   /* last bytes of the reply in progress (pub/sub) */
     uint8_t             tail_len;   /* bytes in <tail> */
     uint32_t            subs[3];    /* channels, patterns, shard channels (confirmed) */
-    uint8_t             pred_sub;   /* after what was sent: SL_PRED_* subscribed (RESP2 context) */
+    uint8_t             pred_sub[3];/* after what was sent: SL_PRED_* subscribed to channels,
+                                       patterns, shard channels */
     uint32_t            resets_owed;/* RESETs sent whose +RESET has not come */
     uint8_t             reply_mode; /* enum sl_reply_mode */
     uint8_t             cl_eof;     /* the client sent EOF */

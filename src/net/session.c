@@ -481,7 +481,7 @@ enum sl_fx {
     SL_FX_REPLY_OFF, SL_FX_REPLY_SKIP, SL_FX_REPLY_ON, /* CLIENT REPLY ... */
     SL_FX_HELLO2, SL_FX_HELLO3, /* HELLO 2 | 3 (other HELLOs: PLAIN) */
     SL_FX_MONITOR,
-    SL_FX_SUB,   /* (P|S)SUBSCRIBE: nchan channels named */
+    SL_FX_SUB, SL_FX_PSUB, SL_FX_SSUB, /* nchan channels named */
     SL_FX_UNSUB, SL_FX_PUNSUB, SL_FX_SUNSUB, /* nchan channels named, 0 = all */
     SL_FX_RESET,
 };
@@ -503,8 +503,12 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
         return NAME_IS(r, 1, "3") ? SL_FX_HELLO3 : NAME_IS(r, 1, "2") ? SL_FX_HELLO2 : SL_FX_PLAIN;
     if (NAME_IS(r, 0, "MONITOR"))
         return SL_FX_MONITOR;
-    if (NAME_IS(r, 0, "SUBSCRIBE") || NAME_IS(r, 0, "PSUBSCRIBE") || NAME_IS(r, 0, "SSUBSCRIBE"))
+    if (NAME_IS(r, 0, "SUBSCRIBE"))
         return SL_FX_SUB;
+    if (NAME_IS(r, 0, "PSUBSCRIBE"))
+        return SL_FX_PSUB;
+    if (NAME_IS(r, 0, "SSUBSCRIBE"))
+        return SL_FX_SSUB;
     if (NAME_IS(r, 0, "UNSUBSCRIBE"))
         return SL_FX_UNSUB;
     if (NAME_IS(r, 0, "PUNSUBSCRIBE"))
@@ -527,7 +531,9 @@ static int subscribed(const struct sl_session *s)
         pending = (s->segs[(s->seg_head + i) % s->seg_cap].flags & (SL_SEG_UNSUB | SL_SEG_MARK)) != 0;
     if (!pending)
         return s->passthru && s->subs[0] + s->subs[1] + s->subs[2] > 0;
-    return s->pred_sub == SL_PRED_YES;
+    /* some kind surely has one; else taken as not */
+    return s->pred_sub[0] == SL_PRED_YES || s->pred_sub[1] == SL_PRED_YES ||
+           s->pred_sub[2] == SL_PRED_YES;
 }
 
 /* A request of effect <fx> goes upstream: applies what it changes and
@@ -568,7 +574,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
         uint32_t n = s->reply_mode == SL_REPLY_SKIP ? 0 : 1;
         s->reply_mode = SL_REPLY_ON;
         s->resp3 = 0;
-        s->pred_sub = SL_PRED_NO;
+        memset(s->pred_sub, SL_PRED_NO, sizeof(s->pred_sub));
         s->resets_owed += n; /* a skipped +RESET never comes */
         return n;
     }
@@ -582,7 +588,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     if (fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3)
         s->resp3 = fx == SL_FX_HELLO3;
     if (s->in_multi) {
-        if (fx == SL_FX_SUB)
+        if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB)
             s->passthru = 1; /* subscribed once EXEC runs it */
         return quiet ? 0 : 1;
     }
@@ -596,18 +602,18 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     }
     /* (Un)subscribe confirmations come under OFF and SKIP too (Redis sends
      * them as it sends messages); a SKIP is used up all the same. */
-    if (fx == SL_FX_SUB) {
+    if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB) {
         /* One confirmation per channel named (under RESP3 a push, which
          * answers it all the same); messages come whenever they like. */
         s->passthru = 1;
         s->sub_owed += nchan;
-        s->pred_sub = SL_PRED_YES;
+        s->pred_sub[fx - SL_FX_SUB] = SL_PRED_YES;
         return nchan;
     }
     if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB) {
         /* Confirmations, subscribed or not (then one per channel named, or
          * one with a nil channel); told apart as long as any is owed. */
-        s->pred_sub = SL_PRED_UNKNOWN;
+        s->pred_sub[fx - SL_FX_UNSUB] = nchan > 0 ? SL_PRED_UNKNOWN : SL_PRED_NO;
         if (nchan > 0) {
             s->sub_owed += nchan;
             return nchan;
@@ -811,7 +817,8 @@ static int pend_kind(const struct sl_resp_req *r)
 static void allowed(struct sl_session *s, int kind, uint32_t replies)
 {
     if (kind == SL_PK_MULTI) {
-        s->in_multi = 1;
+        /* subscribed under RESP2, Redis refuses MULTI */
+        s->in_multi = s->resp3 || !subscribed(s);
         s->multi_dirty = 0;
     } else if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
         s->in_multi = 0;

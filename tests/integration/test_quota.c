@@ -619,6 +619,16 @@ static void test_pubsub_state_sequences(void **state)
     /* after RESET the connection is not subscribed: CLIENT REPLY OFF holds */
     transcript(&c, "PSUBSCRIBE p*\r\nRESET\r\nCLIENT REPLY OFF\r\nECHO x\r\nCLIENT REPLY ON\r\nECHO y\r\n",
                (const char *[]){ "*3\r\n$10\r\npsubscribe\r\n", "+RESET\r\n", "+OK\r\n", THROTTLED, NULL });
+    /* subscribed under RESP2: MULTI is refused by Redis, not begun */
+    transcript(&c, "SSUBSCRIBE s1\r\nMULTI\r\nECHO x\r\nSUNSUBSCRIBE\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$10\r\nssubscribe\r\n", "-ERR Can't execute 'multi'", THROTTLED,
+                                 "*3\r\n$12\r\nsunsubscribe\r\n$2\r\ns1\r\n:0\r\n", THROTTLED, NULL });
+    /* a shard subscription outlives an UNSUBSCRIBE of channels: CLIENT
+     * REPLY ON is still Redis's error (silent under OFF) */
+    transcript(&c, "CLIENT REPLY OFF\r\nSSUBSCRIBE s1\r\nUNSUBSCRIBE c1\r\nCLIENT REPLY ON\r\n"
+                   "ECHO x\r\nSUNSUBSCRIBE\r\nCLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$10\r\nssubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
+                                 "*3\r\n$12\r\nsunsubscribe\r\n", "+OK\r\n", THROTTLED, NULL });
     /* MONITOR stays on when an unsubscribe finds nothing */
     transcript_nofeed(&c, "MONITOR\r\nPUNSUBSCRIBE\r\nPING\r\nECHO x\r\nRESET\r\n",
                       (const char *[]){ "+OK\r\n", "*3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n",
