@@ -105,7 +105,10 @@ struct sl_session {
     uint32_t            subs[3];    /* channels, patterns, shard channels (confirmed) */
     uint8_t             pred_sub[3];/* after what was sent: SL_PRED_* subscribed to channels,
                                        patterns, shard channels */
-    uint32_t            resets_owed;/* RESETs sent whose +RESET has not come */
+    uint32_t            resets_sent;/* RESETs sent (answered), and +RESETs seen */
+    uint32_t            resets_seen;
+    uint32_t            mon_at;     /* the last MONITOR was sent after this many RESETs */
+    uint8_t             mon_sent;   /* ... if any was */
     uint8_t             reply_mode; /* enum sl_reply_mode */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */

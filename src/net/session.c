@@ -526,7 +526,7 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
  * the last change sent was a subscribe. Otherwise taken as not. */
 static int subscribed(const struct sl_session *s)
 {
-    int pending = s->sub_owed > 0 || s->resets_owed > 0;
+    int pending = s->sub_owed > 0 || s->resets_sent != s->resets_seen;
     for (uint32_t i = 0; i < s->seg_n && !pending; i++)
         pending = (s->segs[(s->seg_head + i) % s->seg_cap].flags & (SL_SEG_UNSUB | SL_SEG_MARK)) != 0;
     if (!pending)
@@ -575,7 +575,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
         s->reply_mode = SL_REPLY_ON;
         s->resp3 = 0;
         memset(s->pred_sub, SL_PRED_NO, sizeof(s->pred_sub));
-        s->resets_owed += n; /* a skipped +RESET never comes */
+        s->resets_sent += n; /* a skipped +RESET never comes */
         return n;
     }
     default:
@@ -595,7 +595,9 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     if (fx == SL_FX_MONITOR) {
         /* Its +OK (none when already monitoring); commands after it are
          * answered as before, between feed lines that answer nothing. */
-        int again = s->monitor;
+        int again = s->mon_sent && s->mon_at == s->resets_sent; /* no RESET since */
+        s->mon_sent = 1;
+        s->mon_at = s->resets_sent;
         s->monitor = 1;
         s->passthru = 1;
         return quiet || again ? 0 : 1;
@@ -688,12 +690,13 @@ static int at_reset(struct sl_session *s)
 {
     if (s->head_len < 8 || memcmp(s->head, "+RESET\r\n", 8) != 0)
         return 0;
-    s->passthru = 0;
-    s->monitor = 0;
-    s->sub_owed = 0; /* every confirmation owed came before it */
+    /* What was sent after that RESET (and already counted) still holds:
+     * a MONITOR, (un)subscribes whose confirmations are owed. */
+    if (s->resets_seen != s->resets_sent)
+        s->resets_seen++;
+    s->monitor = s->mon_sent && s->mon_at >= s->resets_seen; /* a MONITOR sent after it */
+    s->passthru = s->monitor || s->sub_owed > 0;
     memset(s->subs, 0, sizeof(s->subs));
-    if (s->resets_owed > 0)
-        s->resets_owed--;
     return 1;
 }
 

@@ -629,6 +629,14 @@ static void test_pubsub_state_sequences(void **state)
                    "ECHO x\r\nSUNSUBSCRIBE\r\nCLIENT REPLY ON\r\nECHO y\r\n",
                (const char *[]){ "*3\r\n$10\r\nssubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n",
                                  "*3\r\n$12\r\nsunsubscribe\r\n", "+OK\r\n", THROTTLED, NULL });
+    /* what is sent after a RESET outlives its +RESET */
+    transcript(&c, "RESET\r\nSUBSCRIBE c1 c2\r\nUNSUBSCRIBE\r\nECHO x\r\n",
+               (const char *[]){ "+RESET\r\n", "*3\r\n$9\r\nsubscribe\r\n", "*3\r\n$9\r\nsubscribe\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n",
+                                 THROTTLED, NULL });
+    transcript_nofeed(&c, "RESET\r\nMONITOR\r\nPING\r\nRESET\r\nMONITOR\r\nECHO x\r\nRESET\r\n",
+                      (const char *[]){ "+RESET\r\n", "+OK\r\n", "+PONG\r\n", "+RESET\r\n", "+OK\r\n",
+                                        THROTTLED, "+RESET\r\n", NULL });
     /* MONITOR stays on when an unsubscribe finds nothing */
     transcript_nofeed(&c, "MONITOR\r\nPUNSUBSCRIBE\r\nPING\r\nECHO x\r\nRESET\r\n",
                       (const char *[]){ "+OK\r\n", "*3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n",
