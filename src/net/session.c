@@ -501,20 +501,17 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
     }
     if (NAME_IS(r, 0, "HELLO") && r->argc >= 2)
         return NAME_IS(r, 1, "3") ? SL_FX_HELLO3 : NAME_IS(r, 1, "2") ? SL_FX_HELLO2 : SL_FX_PLAIN;
-    if (NAME_IS(r, 0, "MONITOR"))
-        return SL_FX_MONITOR;
-    if (NAME_IS(r, 0, "SUBSCRIBE"))
-        return SL_FX_SUB;
-    if (NAME_IS(r, 0, "PSUBSCRIBE"))
-        return SL_FX_PSUB;
-    if (NAME_IS(r, 0, "SSUBSCRIBE"))
-        return SL_FX_SSUB;
-    if (NAME_IS(r, 0, "UNSUBSCRIBE"))
-        return SL_FX_UNSUB;
-    if (NAME_IS(r, 0, "PUNSUBSCRIBE"))
-        return SL_FX_PUNSUB;
-    if (NAME_IS(r, 0, "SUNSUBSCRIBE"))
-        return SL_FX_SUNSUB;
+#define FX(name, fx) { name, sizeof(name) - 1, fx }
+    static const struct { const char *name; uint32_t len; uint8_t fx; } one[] = {
+        FX("MONITOR", SL_FX_MONITOR),     FX("SUBSCRIBE", SL_FX_SUB),
+        FX("PSUBSCRIBE", SL_FX_PSUB),     FX("SSUBSCRIBE", SL_FX_SSUB),
+        FX("UNSUBSCRIBE", SL_FX_UNSUB),   FX("PUNSUBSCRIBE", SL_FX_PUNSUB),
+        FX("SUNSUBSCRIBE", SL_FX_SUNSUB),
+    };
+#undef FX
+    for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+        if (name_is(r, 0, one[i].name, one[i].len))
+            return one[i].fx;
     if (NAME_IS(r, 0, "RESET") && r->argc == 1)
         return SL_FX_RESET;
     return SL_FX_PLAIN;

@@ -463,6 +463,15 @@ static void reply_starts(struct th_conn *c, const char *prefix)
     free(r);
 }
 
+/* Sends <in> and checks the replies, in order: each of <want> is a prefix
+ * of the next reply (NULL ends the list). */
+static void transcript(struct th_conn *c, const char *in, const char *const *want)
+{
+    assert_int_equal(th_conn_send(c, in), 0);
+    for (; *want != NULL; want++)
+        reply_starts(c, *want);
+}
+
 #define THROTTLED "-THROTTLED limit 'l' exceeded"
 #define THROTTLED_C "-THROTTLED limit 'c' exceeded"
 
@@ -488,48 +497,26 @@ static void test_refused_requests_change_no_state(void **state)
     struct th_conn c;
     assert_int_equal(th_conn_open(&c, w->port[0]), 0);
 
-    assert_int_equal(th_conn_send(&c, "ECHO a\r\n"), 0); /* l: the one token */
-    reply_starts(&c, "$1\r\na\r\n");
-
+    /* l: the one token */
+    transcript(&c, "ECHO a\r\n", (const char *[]){ "$1\r\na\r\n", NULL });
     /* SKIP, PING refused and skipped, GET answered, ECHO refused */
-    assert_int_equal(th_conn_send(&c, "CLIENT REPLY SKIP\r\nPING\r\nGET k\r\nECHO b\r\n"), 0);
-    reply_starts(&c, "$-1\r\n");
-    reply_starts(&c, THROTTLED);
-
+    transcript(&c, "CLIENT REPLY SKIP\r\nPING\r\nGET k\r\nECHO b\r\n",
+               (const char *[]){ "$-1\r\n", THROTTLED, NULL });
     /* OFF; MULTI, ECHO refused: EXEC aborts, silently; RESET */
-    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nMULTI\r\nECHO d\r\nEXEC\r\n"
-                                      "RESET\r\nGET k\r\n"), 0);
-    reply_starts(&c, "+RESET\r\n");
-    reply_starts(&c, "$-1\r\n");
-
+    transcript(&c, "CLIENT REPLY OFF\r\nMULTI\r\nECHO d\r\nEXEC\r\nRESET\r\nGET k\r\n",
+               (const char *[]){ "+RESET\r\n", "$-1\r\n", NULL });
     /* c spent; CLIENT REPLY still goes: OFF, a silent refusal, ON */
-    assert_int_equal(th_conn_send(&c, "CLIENT SETNAME x\r\nCLIENT SETNAME y\r\n"), 0);
-    reply_starts(&c, "+OK\r\n");
-    reply_starts(&c, THROTTLED_C);
-    assert_int_equal(th_conn_send(&c, "CLIENT REPLY OFF\r\nCLIENT SETNAME z\r\n"
-                                      "CLIENT REPLY ON\r\nGET k\r\n"), 0);
-    reply_starts(&c, "+OK\r\n");
-    reply_starts(&c, "$-1\r\n");
-
+    transcript(&c, "CLIENT SETNAME x\r\nCLIENT SETNAME y\r\n", (const char *[]){ "+OK\r\n", THROTTLED_C, NULL });
+    transcript(&c, "CLIENT REPLY OFF\r\nCLIENT SETNAME z\r\nCLIENT REPLY ON\r\nGET k\r\n",
+               (const char *[]){ "+OK\r\n", "$-1\r\n", NULL });
     /* SUBSCRIBE refused: not in pub/sub (GET works, the idle timeout holds) */
-    assert_int_equal(th_conn_send(&c, "SUBSCRIBE ch\r\nGET k\r\n"), 0);
-    reply_starts(&c, THROTTLED);
-    reply_starts(&c, "$-1\r\n");
+    transcript(&c, "SUBSCRIBE ch\r\nGET k\r\n", (const char *[]){ THROTTLED, "$-1\r\n", NULL });
     assert_true(th_wait_eof(c.fd, 4000));
     th_conn_close(&c);
-    /* the upstream saw neither the refused PING's place taken by another
-     * PING nor anything of the aborted transaction run */
+    /* only the first ECHO reached Redis: refused ones, and the one inside
+     * the aborted transaction, never ran */
     assert_int_equal(th_redis_cmd_calls(w->up.port, "echo"), 1);
     world_free(w);
-}
-
-/* Sends <in> and checks the replies, in order: each of <want> is a prefix
- * of the next reply (NULL ends the list). */
-static void transcript(struct th_conn *c, const char *in, const char *const *want)
-{
-    assert_int_equal(th_conn_send(c, in), 0);
-    for (; *want != NULL; want++)
-        reply_starts(c, *want);
 }
 
 /* An UNSUBSCRIBE of everything brings one confirmation per channel the
@@ -687,13 +674,10 @@ static void test_reset_ends_pubsub(void **state)
     wait_store_up(w, 0);
     struct th_conn c;
     assert_int_equal(th_conn_open(&c, w->port[0]), 0);
-    assert_int_equal(th_conn_send(&c, "ECHO a\r\n"), 0); /* the one token */
-    reply_starts(&c, "$1\r\na\r\n");
-    assert_int_equal(th_conn_send(&c, "SUBSCRIBE ch\r\nRESET\r\nECHO b\r\nGET k\r\n"), 0);
-    reply_starts(&c, "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
-    reply_starts(&c, "+RESET\r\n");
-    reply_starts(&c, THROTTLED);
-    reply_starts(&c, "$-1\r\n");
+    transcript(&c, "ECHO a\r\n", (const char *[]){ "$1\r\na\r\n", NULL }); /* the one token */
+    transcript(&c, "SUBSCRIBE ch\r\nRESET\r\nECHO b\r\nGET k\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n", "+RESET\r\n", THROTTLED,
+                                 "$-1\r\n", NULL });
     assert_true(th_wait_eof(c.fd, 4000));
     th_conn_close(&c);
     world_free(w);
