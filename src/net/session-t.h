@@ -98,7 +98,7 @@ struct sl_session {
     uint8_t             monitor;    /* MONITOR: every later reply is a feed line */
     uint8_t             resp3;      /* HELLO 3 was sent: pub/sub frames are pushes */
     uint8_t             head_len;   /* bytes in <head> */
-    uint32_t            sub_owed;   /* (un)subscribe confirmations owed (RESP2) */
+    uint32_t            sub_owed;   /* (un)subscribe confirmations owed (RESP3: pushes) */
     char                head[24];   /* first bytes of the reply in progress (pub/sub, MONITOR) */
     char                tail[24];   /* last bytes of the reply in progress (pub/sub) */
     uint8_t             tail_len;   /* bytes in <tail> */

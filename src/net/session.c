@@ -1648,7 +1648,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
         /* confirmations owed are told apart even once pub/sub is over */
-        int classify = s->passthru || s->sub_owed > 0 || s->monitor;
+        int classify = s->passthru || s->sub_owed > 0; /* MONITOR keeps passthru set */
         if (classify && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)
