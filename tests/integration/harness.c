@@ -128,6 +128,33 @@ static void track(pid_t pid)
     }
 }
 
+/* Files the harness wrote (configurations, logs): th_finish() removes them
+ * when every test passed, and keeps them for a look when one failed. */
+#define MAX_FILES 256
+static char *files[MAX_FILES];
+static int nfiles;
+
+void th_track_file(const char *path)
+{
+    for (int i = 0; i < nfiles; i++)
+        if (strcmp(files[i], path) == 0)
+            return;
+    if (nfiles < MAX_FILES)
+        files[nfiles++] = strdup(path);
+}
+
+int th_finish(int failed)
+{
+    th_kill_all();
+    if (failed == 0 && getenv("TH_KEEP_LOGS") == NULL)
+        for (int i = 0; i < nfiles; i++)
+            unlink(files[i]);
+    for (int i = 0; i < nfiles; i++)
+        free(files[i]);
+    nfiles = 0;
+    return failed;
+}
+
 void th_kill_all(void)
 {
     for (int i = 0; i < MAX_TRACKED; i++) {
@@ -167,6 +194,7 @@ int th_redis_start(struct th_proc *p, ...)
     char port[16];
     snprintf(port, sizeof(port), "%d", p->port);
     snprintf(p->log, sizeof(p->log), "/tmp/sluice-test-redis-%d.log", p->port);
+    th_track_file(p->log);
     char *argv[64] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                        "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no" };
     int n = 13;
@@ -208,6 +236,8 @@ int th_sluice_start(struct th_proc *p, const char *ini, int wait)
     static int seq;
     snprintf(p->conf, sizeof(p->conf), "/tmp/sluice-test-%d-%d.ini", (int)getpid(), ++seq);
     snprintf(p->log, sizeof(p->log), "/tmp/sluice-test-%d-%d.log", (int)getpid(), seq);
+    th_track_file(p->conf);
+    th_track_file(p->log);
     FILE *f = fopen(p->conf, "w");
     if (f == NULL)
         return -1;

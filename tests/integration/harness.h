@@ -35,6 +35,12 @@ int th_sluice_start(struct th_proc *p, const char *ini, int wait_port);
  * configuration files are removed (unless TH_KEEP_LOGS is set). */
 int th_stop(struct th_proc *p);
 
+/* Remembers a file a test wrote; th_finish(failed) kills what is left and,
+ * when no test failed (and TH_KEEP_LOGS is unset), removes those files.
+ * A test program ends with `return th_finish(cmocka_run_group_tests(...))`. */
+void th_track_file(const char *path);
+int th_finish(int failed);
+
 /* Sends <sig> and waits up to <ms> for the process to exit; returns its
  * waitpid status or -1 if it is still running. */
 int th_signal_wait(struct th_proc *p, int sig, int ms);

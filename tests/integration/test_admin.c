@@ -1082,5 +1082,5 @@ int main(void)
         T(test_bind_failure),
         T(test_no_callbacks),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -306,5 +306,5 @@ int main(void)
         cmocka_unit_test_teardown(test_flood_set_get, check_alive),
         cmocka_unit_test_teardown(test_big_replies_without_reading, check_alive),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -465,6 +465,7 @@ static char *write_file(const char *text)
     char *path = malloc(128);
     assert_non_null(path);
     snprintf(path, 128, "/tmp/sluice-test-cli-%d-%d.ini", (int)getpid(), ++seq);
+    th_track_file(path);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -576,5 +577,5 @@ int main(void)
         cmocka_unit_test_teardown(test_sighup_listeners_added_removed, stop_sluice),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

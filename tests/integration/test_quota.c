@@ -899,5 +899,5 @@ int main(void)
         cmocka_unit_test(test_lease_waiters_and_store_stall),
         cmocka_unit_test(test_lease_high_rate_keeps_up),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -917,5 +917,5 @@ int main(void)
         cmocka_unit_test_teardown(test_malformed_inside_big_request, check_alive),
         cmocka_unit_test_teardown(test_malformed_after_big_replies, check_alive),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -1111,5 +1111,5 @@ int main(void)
         cmocka_unit_test(test_request_delay),
         cmocka_unit_test(test_bandwidth),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -222,6 +222,7 @@ static char log_path[128];
 static void capture_stderr(void)
 {
     snprintf(log_path, sizeof(log_path), "/tmp/sluice-test-store-%d.log", (int)getpid());
+    th_track_file(log_path);
     int fd = open(log_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
     assert_true(fd >= 0);
     fflush(stderr);
@@ -868,5 +869,5 @@ int main(void)
         cmocka_unit_test(test_close_paths),
         cmocka_unit_test(test_cancel),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

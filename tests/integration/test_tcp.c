@@ -319,5 +319,5 @@ int main(void)
         cmocka_unit_test_teardown(test_tcp_max_connections, check_alive),
         cmocka_unit_test_teardown(test_tcp_idle_timeout, check_alive),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

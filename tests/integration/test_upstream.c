@@ -217,5 +217,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_upstream_sends_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upstream_killed, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -376,5 +376,5 @@ int main(void)
         cmocka_unit_test_teardown(test_max_connections_shared, stop_sluice),
         cmocka_unit_test_teardown(test_reload_reaches_workers, stop_sluice),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
