@@ -220,13 +220,10 @@ int main(int argc, char **argv)
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
     srv.worker = worker_count > 0;
-    if (sl_server_start(&srv) < 0) {
-        sl_server_stop(&srv);
-        uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
-        sl_conf_free(srv.conf);
-        return 1;
-    }
 
+    /* Signals are ours before the first listener accepts: a SIGTERM sent as
+     * soon as the port answers drains instead of killing the process. One
+     * that comes before the loop runs is taken on its first turn. */
     static const int signums[] = { SIGHUP, SIGTERM, SIGINT, SIGUSR1 };
     uv_signal_t sigs[4];
     for (int i = 0; i < 4; i++) {
@@ -234,6 +231,14 @@ int main(int argc, char **argv)
         sigs[i].data = &srv;
         uv_signal_start(&sigs[i], on_signal, signums[i]);
         uv_unref((uv_handle_t *)&sigs[i]); /* signals alone do not keep us running */
+    }
+    if (sl_server_start(&srv) < 0) {
+        sl_server_stop(&srv);
+        for (int i = 0; i < 4; i++)
+            uv_close((uv_handle_t *)&sigs[i], NULL);
+        uv_run(loop, UV_RUN_DEFAULT); /* let the closed handles go */
+        sl_conf_free(srv.conf);
+        return 1;
     }
     /* A worker says it is up once its signals are handled: the master then
      * passes SIGHUP and SIGUSR1 on to it (their default would end it). */

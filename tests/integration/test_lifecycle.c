@@ -184,6 +184,22 @@ static void test_sigterm_idle_process(void **state)
     assert_true(th_now_ms() - t0 < 3000);
 }
 
+/* A SIGTERM sent the moment the port answers (as a supervisor may) drains
+ * and exits 0: the signals are handled before the first listener accepts.
+ * Several rounds, as the window it guards is short. */
+static void test_sigterm_as_soon_as_listening(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 20; round++) {
+        start("10s", "");
+        int st = th_signal_wait(&sluice_p, SIGTERM, 3000);
+        assert_true(st != -1);
+        if (!WIFEXITED(st))
+            fail_msg("round %d: killed by signal %d, not drained", round, WTERMSIG(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
 /* A client blocked for ever keeps the drain going; a second SIGTERM ends it
  * at once. */
 static void test_second_sigterm(void **state)
@@ -567,6 +583,7 @@ int main(void)
         cmocka_unit_test_teardown(test_sigterm_drain, stop_sluice),
         cmocka_unit_test_teardown(test_sigterm_drain_pipeline, stop_sluice),
         cmocka_unit_test_teardown(test_sigterm_idle_process, stop_sluice),
+        cmocka_unit_test_teardown(test_sigterm_as_soon_as_listening, stop_sluice),
         cmocka_unit_test_teardown(test_second_sigterm, stop_sluice),
         cmocka_unit_test_teardown(test_shutdown_grace, stop_sluice),
         cmocka_unit_test_teardown(test_drain_tcp_runs_on, stop_sluice),
