@@ -119,6 +119,7 @@ struct sl_session {
     uint8_t             multi_dirty;/* ... and a command inside it was rejected: EXEC aborts */
     uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             meter_hold; /* the ring's head waits for a byte meter's take */
+    uint8_t             sub_hold;   /* ... for confirmations that say if still subscribed */
     uint8_t             resume_due; /* verdicts landed: in the turn's resume list */
     uint64_t            id;         /* connection number (connection-scoped limits) */
     struct sl_ident_state *ident;   /* who the client is (resp) */

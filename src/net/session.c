@@ -521,16 +521,47 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
  * request being committed. Exact when no confirmation is outstanding (the
  * counts they carried are all in); with some outstanding, certain only if
  * the last change sent was a subscribe. Otherwise taken as not. */
-static int subscribed(const struct sl_session *s)
+static int sub_pending(const struct sl_session *s)
 {
     int pending = s->sub_owed > 0 || s->resets_sent != s->resets_seen;
     for (uint32_t i = 0; i < s->seg_n && !pending; i++)
         pending = (s->segs[(s->seg_head + i) % s->seg_cap].flags & (SL_SEG_UNSUB | SL_SEG_MARK)) != 0;
-    if (!pending)
+    return pending;
+}
+
+static int subscribed(const struct sl_session *s)
+{
+    if (!sub_pending(s))
         return s->passthru && s->subs[0] + s->subs[1] + s->subs[2] > 0;
     /* some kind surely has one; else taken as not */
     return s->pred_sub[0] == SL_PRED_YES || s->pred_sub[1] == SL_PRED_YES ||
            s->pred_sub[2] == SL_PRED_YES;
+}
+
+/* Whether subscribed() would be a guess: an unsubscribe of named channels
+ * is still to be confirmed and no subscribe since makes it certain. */
+static int sub_unsure(const struct sl_session *s)
+{
+    int yes = 0, unknown = 0;
+    for (int k = 0; k < 3; k++) {
+        yes |= s->pred_sub[k] == SL_PRED_YES;
+        unknown |= s->pred_sub[k] == SL_PRED_UNKNOWN;
+    }
+    return unknown && !yes && sub_pending(s);
+}
+
+/* A request of effect <fx> and kind <kind> whose meaning depends on whether
+ * the connection is subscribed (under RESP2, outside MULTI, Redis refuses
+ * it while subscribed), sent when that is not yet known: it waits for the
+ * confirmations that tell (upstream_resp() lets it go). Only where a
+ * refusal may follow: a listener without limits has no reply of its own
+ * to place. */
+static int sub_wait(const struct sl_session *s, uint8_t fx, int kind)
+{
+    int depends = kind == SL_PK_MULTI || fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP ||
+                  fx == SL_FX_REPLY_ON || fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 ||
+                  fx == SL_FX_HELLO3;
+    return depends && !s->in_multi && !s->resp3 && sub_unsure(s);
 }
 
 /* A request of effect <fx> goes upstream: applies what it changes and
@@ -1079,6 +1110,11 @@ static void apply(struct sl_session *s)
             }
             e.state = SL_PEND_ALLOW;
         }
+        if (e.state == SL_PEND_ALLOW && sub_wait(s, e.fx, e.kind)) {
+            s->pend[s->pend_head].state = SL_PEND_ALLOW; /* a delay is served */
+            s->sub_hold = 1;
+            break;
+        }
         if (e.state == SL_PEND_ALLOW && e.kind == SL_PK_PLAIN && meters_owe(s)) {
             /* A reject byte limit is in debt: the request waits for the
              * take at the store, or is refused. */
@@ -1328,7 +1364,7 @@ static void process(struct sl_session *s)
                 return;
             struct sl_pend *e = &s->pend[s->pend_head];
             if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
-                !meters_owe(s)) {
+                !meters_owe(s) && !sub_wait(s, fx, kind)) {
                 s->pend_head = (s->pend_head + 1) % PEND_MAX;
                 s->pend_n = 0;
                 to += span;
@@ -1694,6 +1730,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         b->start = b->end;
     to_client(s, b, b->start, b->end);
     b->start = b->end;
+    if (s->sub_hold && !sub_unsure(s)) {
+        /* the confirmations told: the request waiting for them moves */
+        s->sub_hold = 0;
+        resume_later(s);
+    }
 }
 
 static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)

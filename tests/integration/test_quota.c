@@ -636,6 +636,53 @@ static void test_pubsub_state_sequences(void **state)
     world_free(w);
 }
 
+/* After an UNSUBSCRIBE of named channels, whether the connection is still
+ * subscribed is known only from its confirmations: a CLIENT REPLY, HELLO,
+ * MULTI or MONITOR sent right behind it waits for them (subscribed under
+ * RESP2 Redis refuses those and nothing changes), so the refusals after
+ * them come in their place. */
+static void test_named_unsubscribe_then_mode_change(void **state)
+{
+    (void)state;
+    struct th_conn c;
+    struct world *w = echo_limited(&c);
+    /* still subscribed to c2: CLIENT REPLY OFF is Redis's error, the
+     * refusal of ECHO x is not silenced */
+    transcript(&c, "SUBSCRIBE c1 c2\r\nUNSUBSCRIBE c1\r\nCLIENT REPLY OFF\r\nECHO x\r\n"
+                   "UNSUBSCRIBE\r\nCLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "*3\r\n$9\r\nsubscribe\r\n$2\r\nc2\r\n:2\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "-ERR Can't execute 'client|reply'", THROTTLED,
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc2\r\n:0\r\n", "+OK\r\n",
+                                 THROTTLED, NULL });
+    /* no longer subscribed: CLIENT REPLY OFF holds, the refusal is silent */
+    transcript(&c, "SUBSCRIBE c1\r\nUNSUBSCRIBE c1\r\nCLIENT REPLY OFF\r\nECHO x\r\n"
+                   "CLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n", "+OK\r\n",
+                                 THROTTLED, NULL });
+    /* HELLO 3 refused by Redis while subscribed: replies stay RESP2 */
+    transcript(&c, "PSUBSCRIBE p*\r\nSUBSCRIBE c1\r\nUNSUBSCRIBE c1\r\nHELLO 3\r\nECHO x\r\n"
+                   "PUNSUBSCRIBE\r\nECHO y\r\nPING\r\n",
+               (const char *[]){ "*3\r\n$10\r\npsubscribe\r\n", "*3\r\n$9\r\nsubscribe\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "-ERR Can't execute 'hello'", THROTTLED,
+                                 "*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n", THROTTLED,
+                                 "+PONG\r\n", NULL });
+    /* MULTI refused by Redis while subscribed: no transaction to doom, the
+     * EXEC is Redis's own error */
+    transcript(&c, "SUBSCRIBE c1 c2\r\nUNSUBSCRIBE c1\r\nMULTI\r\nECHO x\r\nUNSUBSCRIBE\r\n"
+                   "EXEC\r\nECHO y\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n", "*3\r\n$9\r\nsubscribe\r\n",
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "-ERR Can't execute 'multi'", THROTTLED,
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc2\r\n:0\r\n",
+                                 "-ERR EXEC without MULTI", THROTTLED, NULL });
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* Under MONITOR Redis still answers the client's commands, between feed
  * lines: a refusal is answered in its place among those answers. */
 static void test_refusal_under_monitor(void **state)
@@ -889,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_refusal_after_unsubscribe_all),
         cmocka_unit_test(test_refusal_under_monitor),
         cmocka_unit_test(test_pubsub_state_sequences),
+        cmocka_unit_test(test_named_unsubscribe_then_mode_change),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
