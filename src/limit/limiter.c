@@ -537,11 +537,14 @@ static int identity_matches(const struct limit *L, const char *id)
 
 /* Commands that are never limited: refusing them would leave a connection
  * in a state the client cannot reason about (an open MULTI, a half-done
- * handshake, replies it no longer expects or waits for in vain). */
+ * handshake, replies it no longer expects or waits for in vain: an
+ * unsubscribe is answered by one confirmation per channel, which a single
+ * refusal cannot stand for). Leaving pub/sub only lightens the upstream. */
 static int exempt(const struct sl_resp_req *r)
 {
-    static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO" };
-    if (r == NULL || r->ncap == 0 || r->arglen[0] > 8)
+    static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO",
+                                         "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE" };
+    if (r == NULL || r->ncap == 0 || r->arglen[0] > 12)
         return 0;
     if (r->ncap > 1 && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
         cmd_cmp(r->argv[1], r->arglen[1], "REPLY") == 0)

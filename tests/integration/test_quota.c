@@ -683,6 +683,25 @@ static void test_named_unsubscribe_then_mode_change(void **state)
     world_free(w);
 }
 
+/* A client over its limit can still leave pub/sub: the unsubscribe is
+ * answered by its confirmations, one per channel, not by a refusal. */
+static void test_unsubscribe_never_refused(void **state)
+{
+    (void)state;
+    struct th_conn c;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL, "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\n");
+    wait_store_up(w, 0);
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    transcript(&c, "SUBSCRIBE c1 c2\r\nPSUBSCRIBE p*\r\nUNSUBSCRIBE\r\nPUNSUBSCRIBE\r\nECHO x\r\n",
+               (const char *[]){ "*3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n",
+                                 "*3\r\n$9\r\nsubscribe\r\n$2\r\nc2\r\n:2\r\n", THROTTLED,
+                                 "*3\r\n$11\r\nunsubscribe\r\n", "*3\r\n$11\r\nunsubscribe\r\n",
+                                 "*3\r\n$12\r\npunsubscribe\r\n$-1\r\n:0\r\n", THROTTLED, NULL });
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* Under MONITOR Redis still answers the client's commands, between feed
  * lines: a refusal is answered in its place among those answers. */
 static void test_refusal_under_monitor(void **state)
@@ -937,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_refusal_under_monitor),
         cmocka_unit_test(test_pubsub_state_sequences),
         cmocka_unit_test(test_named_unsubscribe_then_mode_change),
+        cmocka_unit_test(test_unsubscribe_never_refused),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),

@@ -215,6 +215,13 @@ static void test_exempt_and_other_listener(void **state)
     assert_true(allow(f, 1, 0, "CLIENT REPLY OFF", NULL));
     assert_true(allow(f, 1, 0, "client reply on", NULL));
     assert_false(allow(f, 1, 0, "CLIENT GETNAME", NULL));
+    /* nor leaving pub/sub: one refusal cannot stand for the confirmations
+     * the client waits for; subscribing is limited */
+    assert_true(allow(f, 1, 0, "UNSUBSCRIBE", NULL));
+    assert_true(allow(f, 1, 0, "punsubscribe p*", NULL));
+    assert_true(allow(f, 1, 0, "SUNSUBSCRIBE s1 s2", NULL));
+    assert_false(allow(f, 1, 0, "SUBSCRIBE c1", NULL));
+    assert_false(allow(f, 1, 0, "UNSUBSCRIBEX", NULL));
     assert_true(allow(f, 1, 0, "AUTH u p", NULL));
     assert_true(sl_limiter_active(f->lim, "r"));
     assert_false(sl_limiter_active(f->lim, "other"));
