@@ -117,6 +117,11 @@ struct sl_session {
     uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
     uint8_t             in_multi;   /* a MULTI was sent and no EXEC/DISCARD yet */
     uint8_t             multi_dirty;/* ... and a command inside it was rejected: EXEC aborts */
+    uint8_t             multi_subs; /* ... bit k: a subscribe of kind k is queued in it;
+                                       bit 3+k: an unsubscribe of all of kind k */
+    uint8_t             sub_by_exec;/* bit k: subscribed by an EXEC (its confirmations are
+                                       inside the EXEC's reply): until a count is seen */
+    uint32_t            sub_exec_at;/* ... by an EXEC sent after this many RESETs */
     uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             meter_hold; /* the ring's head waits for a byte meter's take */
     uint8_t             sub_hold;   /* ... for confirmations that say if still subscribed */

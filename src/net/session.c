@@ -532,7 +532,7 @@ static int sub_pending(const struct sl_session *s)
 static int subscribed(const struct sl_session *s)
 {
     if (!sub_pending(s))
-        return s->passthru && s->subs[0] + s->subs[1] + s->subs[2] > 0;
+        return s->passthru && (s->subs[0] + s->subs[1] + s->subs[2] > 0 || s->sub_by_exec);
     /* some kind surely has one; else taken as not */
     return s->pred_sub[0] == SL_PRED_YES || s->pred_sub[1] == SL_PRED_YES ||
            s->pred_sub[2] == SL_PRED_YES;
@@ -616,8 +616,12 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     if (fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3)
         s->resp3 = fx == SL_FX_HELLO3;
     if (s->in_multi) {
+        /* applied when the EXEC goes out (multi_exec()) */
         if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB)
-            s->passthru = 1; /* subscribed once EXEC runs it */
+            s->multi_subs |= (uint8_t)(1u << (fx - SL_FX_SUB));
+        else if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB && nchan == 0) /* undoes one before */
+            s->multi_subs = (uint8_t)((s->multi_subs & ~(1u << (fx - SL_FX_UNSUB))) |
+                                      (8u << (fx - SL_FX_UNSUB)));
         return quiet ? 0 : 1;
     }
     if (fx == SL_FX_MONITOR) {
@@ -723,7 +727,9 @@ static int at_reset(struct sl_session *s)
     if (s->resets_seen != s->resets_sent)
         s->resets_seen++;
     s->monitor = s->mon_sent && s->mon_at >= s->resets_seen; /* a MONITOR sent after it */
-    s->passthru = s->monitor || s->sub_owed > 0;
+    if (s->sub_exec_at < s->resets_seen)
+        s->sub_by_exec = 0; /* else an EXEC sent after it subscribed */
+    s->passthru = s->monitor || s->sub_owed > 0 || s->sub_by_exec;
     memset(s->subs, 0, sizeof(s->subs));
     return 1;
 }
@@ -811,18 +817,27 @@ static int pubsub_pays(struct sl_session *s, int push, int *confirm)
     if (*confirm) {
         long n = frame_count(s);
         if (n >= 0) {
+            /* a count covers what an EXEC subscribed to as well */
             uint32_t v = (uint32_t)n;
-            if (which == 2)
+            if (which == 2) {
                 s->subs[2] = v;
-            else
+                s->sub_by_exec &= (uint8_t)~4u;
+            } else {
                 s->subs[which] = v > s->subs[!which] ? v - s->subs[!which] : 0;
+                if (s->sub_by_exec & 3u) {
+                    /* channels and patterns are counted together */
+                    s->subs[which] = v;
+                    s->subs[!which] = 0;
+                    s->sub_by_exec &= (uint8_t)~3u;
+                }
+            }
         }
         int pays = s->sub_owed > 0;
         if (pays)
             s->sub_owed--;
         /* none left, and no (un)subscribe sent since is still to be confirmed */
         if (kind == PS_UNSUBSCRIBED && s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 &&
-            !s->monitor)
+            !s->monitor && !s->sub_by_exec)
             s->passthru = 0;
         return pays;
     }
@@ -844,6 +859,33 @@ static int pend_kind(const struct sl_resp_req *r)
     return SL_PK_PLAIN;
 }
 
+/* An EXEC goes out: the (un)subscribes queued in its transaction take
+ * effect. Their confirmations come inside the EXEC's reply, where sluice
+ * does not read the counts: a subscribe leaves the connection subscribed
+ * until a later confirmation's count or RESET says otherwise; an
+ * unsubscribe of all of a kind ends that kind. (An EXEC that WATCH makes
+ * fail runs none of them; sluice takes it as run.) */
+static void multi_exec(struct sl_session *s)
+{
+    for (int k = 0; k < 3; k++) {
+        if (s->multi_subs & (8u << k)) {
+            s->pred_sub[k] = SL_PRED_NO;
+            s->subs[k] = 0;
+            s->sub_by_exec &= (uint8_t)~(1u << k);
+        }
+        if (s->multi_subs & (1u << k)) {
+            s->pred_sub[k] = SL_PRED_YES;
+            s->sub_by_exec |= (uint8_t)(1u << k);
+            s->sub_exec_at = s->resets_sent;
+            s->passthru = 1;
+        }
+    }
+    if (!s->sub_by_exec && s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 &&
+        !s->monitor && (s->multi_subs & 0x38))
+        s->passthru = 0;
+    s->multi_subs = 0;
+}
+
 /* Bookkeeping for a request that goes upstream. */
 static void allowed(struct sl_session *s, int kind, uint32_t replies)
 {
@@ -851,7 +893,11 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
         /* subscribed under RESP2, Redis refuses MULTI */
         s->in_multi = s->resp3 || !subscribed(s);
         s->multi_dirty = 0;
+        s->multi_subs = 0;
     } else if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
+        if (kind == SL_PK_EXEC && s->in_multi)
+            multi_exec(s);
+        s->multi_subs = 0;
         s->in_multi = 0;
     } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
         if (replies == 1)
@@ -884,6 +930,7 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
     static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
     s->in_multi = 0;
     s->multi_dirty = 0;
+    s->multi_subs = 0;
     s->l->stats.rejected++;
     if (send_bytes(s, (uv_stream_t *)&s->upstream, NULL, discard, sizeof(discard) - 1) < 0) {
         sl_session_close(s);

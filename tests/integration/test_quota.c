@@ -683,6 +683,28 @@ static void test_named_unsubscribe_then_mode_change(void **state)
     world_free(w);
 }
 
+/* SUBSCRIBE queued in MULTI subscribes when EXEC runs (its confirmation
+ * comes inside EXEC's reply): CLIENT REPLY after it is Redis's error, not a
+ * mode change; an UNSUBSCRIBE of all queued after it undoes it. */
+static void test_subscribe_inside_multi(void **state)
+{
+    (void)state;
+    struct th_conn c;
+    struct world *w = echo_limited(&c);
+    transcript(&c, "MULTI\r\nSUBSCRIBE c1\r\nEXEC\r\nCLIENT REPLY OFF\r\nECHO x\r\nUNSUBSCRIBE\r\n"
+                   "CLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "+OK\r\n", "+QUEUED\r\n", "*1\r\n*3\r\n$9\r\nsubscribe\r\n",
+                                 "-ERR Can't execute 'client|reply'", THROTTLED,
+                                 "*3\r\n$11\r\nunsubscribe\r\n$2\r\nc1\r\n:0\r\n", "+OK\r\n",
+                                 THROTTLED, NULL });
+    transcript(&c, "MULTI\r\nSUBSCRIBE c1\r\nUNSUBSCRIBE\r\nEXEC\r\nCLIENT REPLY OFF\r\nECHO x\r\n"
+                   "CLIENT REPLY ON\r\nECHO y\r\n",
+               (const char *[]){ "+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", "*2\r\n", "+OK\r\n",
+                                 THROTTLED, NULL });
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* A client over its limit can still leave pub/sub: the unsubscribe is
  * answered by its confirmations, one per channel, not by a refusal. */
 static void test_unsubscribe_never_refused(void **state)
@@ -957,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_pubsub_state_sequences),
         cmocka_unit_test(test_named_unsubscribe_then_mode_change),
         cmocka_unit_test(test_unsubscribe_never_refused),
+        cmocka_unit_test(test_subscribe_inside_multi),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
