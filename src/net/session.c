@@ -517,10 +517,7 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
     return SL_FX_PLAIN;
 }
 
-/* Whether Redis will have the connection subscribed when it runs the
- * request being committed. Exact when no confirmation is outstanding (the
- * counts they carried are all in); with some outstanding, certain only if
- * the last change sent was a subscribe. Otherwise taken as not. */
+/* Whether an (un)subscribe or RESET sent is still to be answered. */
 static int sub_pending(const struct sl_session *s)
 {
     int pending = s->sub_owed > 0 || s->resets_sent != s->resets_seen;
@@ -529,6 +526,12 @@ static int sub_pending(const struct sl_session *s)
     return pending;
 }
 
+/* Whether Redis will have the connection subscribed when it runs the
+ * request being committed. Exact when no confirmation is outstanding (the
+ * counts they carried are all in); with some outstanding, certain if the
+ * last change sent of some kind was a subscribe, or if each kind's last
+ * was an unsubscribe of all. Else (sub_unsure()) taken as not: on a
+ * listener with limits the requests that depend on it wait (sub_wait()). */
 static int subscribed(const struct sl_session *s)
 {
     if (!sub_pending(s))
