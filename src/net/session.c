@@ -517,6 +517,26 @@ static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
     return SL_FX_PLAIN;
 }
 
+/* multi_subs: a subscribe, an unsubscribe of all of kind k queued in MULTI */
+#define MULTI_SUB(k)    (1u << (k))
+#define MULTI_UNSUB(k)  (8u << (k))
+#define MULTI_UNSUB_ALL (MULTI_UNSUB(0) | MULTI_UNSUB(1) | MULTI_UNSUB(2))
+
+/* Effects that change the connection's mode (reply mode, protocol,
+ * MONITOR): under RESP2 Redis refuses them while subscribed. */
+static int mode_fx(uint8_t fx)
+{
+    return fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP || fx == SL_FX_REPLY_ON ||
+           fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3;
+}
+
+/* No subscription left and none to be confirmed: pub/sub is over. */
+static int pubsub_over(const struct sl_session *s)
+{
+    return s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 && !s->monitor &&
+           !s->sub_by_exec;
+}
+
 /* Whether an (un)subscribe or RESET sent is still to be answered. */
 static int sub_pending(const struct sl_session *s)
 {
@@ -561,10 +581,7 @@ static int sub_unsure(const struct sl_session *s)
  * to place. */
 static int sub_wait(const struct sl_session *s, uint8_t fx, int kind)
 {
-    int depends = kind == SL_PK_MULTI || fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP ||
-                  fx == SL_FX_REPLY_ON || fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 ||
-                  fx == SL_FX_HELLO3;
-    return depends && !s->in_multi && !s->resp3 && sub_unsure(s);
+    return (kind == SL_PK_MULTI || mode_fx(fx)) && !s->in_multi && !s->resp3 && sub_unsure(s);
 }
 
 /* A request of effect <fx> goes upstream: applies what it changes and
@@ -574,8 +591,7 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     /* Inside MULTI a command is queued: one +QUEUED, its effects at EXEC.
      * CLIENT REPLY and MONITOR then change nothing (Redis refuses MONITOR
      * there); HELLO and SUBSCRIBE are taken to apply (below). */
-    int changes_mode = fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP || fx == SL_FX_REPLY_ON ||
-                       fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3;
+    int changes_mode = mode_fx(fx);
     if (s->in_multi && changes_mode && fx != SL_FX_HELLO2 && fx != SL_FX_HELLO3)
         fx = SL_FX_PLAIN;
     /* Subscribed under RESP2, Redis answers anything but (un)subscribe,
@@ -621,10 +637,10 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
     if (s->in_multi) {
         /* applied when the EXEC goes out (multi_exec()) */
         if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB)
-            s->multi_subs |= (uint8_t)(1u << (fx - SL_FX_SUB));
+            s->multi_subs |= (uint8_t)MULTI_SUB(fx - SL_FX_SUB);
         else if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB && nchan == 0) /* undoes one before */
-            s->multi_subs = (uint8_t)((s->multi_subs & ~(1u << (fx - SL_FX_UNSUB))) |
-                                      (8u << (fx - SL_FX_UNSUB)));
+            s->multi_subs = (uint8_t)((s->multi_subs & ~MULTI_SUB(fx - SL_FX_UNSUB)) |
+                                      MULTI_UNSUB(fx - SL_FX_UNSUB));
         return quiet ? 0 : 1;
     }
     if (fx == SL_FX_MONITOR) {
@@ -821,26 +837,24 @@ static int pubsub_pays(struct sl_session *s, int push, int *confirm)
         long n = frame_count(s);
         if (n >= 0) {
             /* a count covers what an EXEC subscribed to as well */
+            /* channels and patterns are counted together */
             uint32_t v = (uint32_t)n;
             if (which == 2) {
                 s->subs[2] = v;
                 s->sub_by_exec &= (uint8_t)~4u;
+            } else if (s->sub_by_exec & 3u) {
+                s->subs[which] = v; /* how they split is not known */
+                s->subs[!which] = 0;
+                s->sub_by_exec &= (uint8_t)~3u;
             } else {
                 s->subs[which] = v > s->subs[!which] ? v - s->subs[!which] : 0;
-                if (s->sub_by_exec & 3u) {
-                    /* channels and patterns are counted together */
-                    s->subs[which] = v;
-                    s->subs[!which] = 0;
-                    s->sub_by_exec &= (uint8_t)~3u;
-                }
             }
         }
         int pays = s->sub_owed > 0;
         if (pays)
             s->sub_owed--;
         /* none left, and no (un)subscribe sent since is still to be confirmed */
-        if (kind == PS_UNSUBSCRIBED && s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 &&
-            !s->monitor && !s->sub_by_exec)
+        if (kind == PS_UNSUBSCRIBED && pubsub_over(s))
             s->passthru = 0;
         return pays;
     }
@@ -871,20 +885,19 @@ static int pend_kind(const struct sl_resp_req *r)
 static void multi_exec(struct sl_session *s)
 {
     for (int k = 0; k < 3; k++) {
-        if (s->multi_subs & (8u << k)) {
+        if (s->multi_subs & MULTI_UNSUB(k)) {
             s->pred_sub[k] = SL_PRED_NO;
             s->subs[k] = 0;
             s->sub_by_exec &= (uint8_t)~(1u << k);
         }
-        if (s->multi_subs & (1u << k)) {
+        if (s->multi_subs & MULTI_SUB(k)) {
             s->pred_sub[k] = SL_PRED_YES;
             s->sub_by_exec |= (uint8_t)(1u << k);
             s->sub_exec_at = s->resets_sent;
             s->passthru = 1;
         }
     }
-    if (!s->sub_by_exec && s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 &&
-        !s->monitor && (s->multi_subs & 0x38))
+    if ((s->multi_subs & MULTI_UNSUB_ALL) && pubsub_over(s))
         s->passthru = 0;
     s->multi_subs = 0;
 }
