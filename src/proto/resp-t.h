@@ -10,8 +10,6 @@
 #define SL_RESP_CAPTURE_ARGS 8             /* arguments whose text is kept */
 #define SL_RESP_CAPTURE_LEN  64            /* bytes kept of each captured argument */
 
-struct redisReader; /* hiredis */
-
 /* What the framer saw of one complete request. */
 struct sl_resp_req {
     uint64_t size;        /* bytes of this request on the wire, CRLFs included */
@@ -27,11 +25,17 @@ struct sl_resp_req {
 
 /* Framer state for one client connection. */
 struct sl_resp {
-    struct redisReader *reader;   /* hiredis reader, object functions build nothing */
+    char    *in;                  /* bytes fed and not consumed yet: in[pos, len) (owned) */
+    uint32_t pos, len, cap;
+    uint8_t  phase;               /* where the parse stands (resp.c) */
+    uint32_t idx;                 /* argument being read */
+    uint32_t want;                /* bytes of it to capture: min(length, SL_RESP_CAPTURE_LEN) */
+    uint32_t got;                 /* bytes of it captured so far */
+    uint32_t len_full;            /* its length, for arglen */
+    uint64_t left;                /* bytes of its payload (CRLF included) still to come */
     uint64_t max_bulk;            /* cap on one bulk's length (max_request) */
     uint64_t max_request;         /* cap on one request's total size */
-    uint64_t cur_size;            /* bytes of the request in progress seen so far */
-    size_t   cur_base;            /* reader->pos when the current parse call began (cur_size bytes of the request lie before it) */
+    uint64_t cur_size;            /* bytes of the request in progress consumed so far */
     struct sl_resp_req req;       /* the request in progress / just completed */
     char     err[128];            /* "Protocol error: ..." after SL_EPROTO */
 };

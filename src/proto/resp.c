@@ -1,50 +1,34 @@
 /* sluice — RESP request framer.
  *
- * hiredis's redisReader does the multibulk parsing, with object functions
- * that build nothing: each returns a dummy non-NULL pointer (NULL would mean
- * "out of memory" to hiredis) and only copies into st->req what the limiter
- * needs - argc from the top-level createArray, the first bytes of the first
- * SL_RESP_CAPTURE_ARGS bulks by task->idx. The framer wraps the reader in
- * three ways:
+ * A small state machine over the client's bytes. Multibulk requests are read
+ * item by item; only what the limiter needs is kept of a request: argc, the
+ * first SL_RESP_CAPTURE_LEN bytes of the first SL_RESP_CAPTURE_ARGS
+ * arguments and their full lengths, and how much of the request has passed.
+ * A bulk's payload is never held: its bytes are counted (and the first ones
+ * captured) as they pass, so a 500 MB SET costs the framer what a GET does.
  *
- *   reader buffer: consumed | *2\r\n$3\r\nGET\r\n$1\r\nk\r\n | PING\r\n | *3\r\n$3\r\nS
- *                             ^ pos                            ^          ^
- *              '*': count line checked here,      not '*': inline,   partial request:
- *              then hiredis parses the request    split and skipped  pending, waits
- *              (its items checked as it goes)     here               for more bytes
+ *   input: consumed | *3\r\n$3\r\nSET\r\n$1\r\nk\r\n$9000000\r\n...... | (next read)
+ *                     ^ BOUNDARY   ^ ITEM: one header line,  ^ PAYLOAD: counted down,
+ *                       count line   checked whole, then       captured while idx < 8,
+ *                       checked      its payload               never buffered
  *
- *  1. At a request boundary the framer looks at the next byte itself. Not
- *     '*' means an inline command, which hiredis cannot parse: the framer
- *     splits the line as Redis's sdssplitargs() does and moves reader->pos
- *     past it. '*' means a multibulk request: the framer checks its count
- *     line and only then lets hiredis at it (`*0`, `*-1` are skipped here as
- *     empty requests, like Redis does).
- *  2. Every item inside a request is checked before hiredis parses it: the
- *     type byte must be '$', the length a Redis-valid number within max_bulk,
- *     the request within max_request, a line without CRLF within
- *     SL_RESP_MAX_LINE. hiredis parses items one after another inside one
- *     redisReaderGetReply(), so the check of item i+1 runs in the callback
- *     that completes item i (hiredis has not moved past item i yet, so item
- *     i+1 starts at its payload + 2), and the check of the item it stops in
- *     runs before the next call. A failed check in a callback returns NULL,
- *     which stops hiredis at once. hiredis thus never sees anything it would
- *     reject with its own words, nor a length it would wait for.
- *  3. Sizes are counted in bytes consumed (reader->pos advances) rather than
- *     buffer offsets, because redisReaderGetReply() drops the consumed prefix
- *     of its buffer (sdsrange, pos back to 0) once pos >= 1024. The unconsumed
- *     tail len - pos is the invariant: consumed = tail before - tail after.
+ * What is buffered (st->in) is bounded: the bytes of the last feed not yet
+ * consumed, and a header or inline line that is not complete yet (at most
+ * SL_RESP_MAX_LINE, the cap after which it is an error). A feed that lands
+ * inside a payload with nothing else pending is counted off without a copy.
  *
- * hiredis 0.14 facts this relies on (read.h shows the fields; checked against
- * Debian's 0.14.1): processItem consumes the type byte first; a bulk whose
- * payload is incomplete leaves pos just after its '$'; createArray runs after
- * pos moved past the count line; createString runs before pos moves past the
- * bulk; the buffer is trimmed only at the end of redisReaderGetReply().
+ * Every line is checked before it is believed: the type byte must be '$',
+ * the length a Redis-valid number within max_bulk, the request within
+ * max_request. The error texts are Redis's own.
+ *
+ * hiredis's reader did this job until bulks had to stream: it keeps an
+ * incomplete bulk whole in its buffer, so a client part-way through a big
+ * SET held that many bytes of memory. Store replies still use hiredis.
  */
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include <hiredis/read.h>
 
 #include "core/err.h"
 #include "proto/resp.h"
@@ -52,8 +36,15 @@
 /* max_request when sl_resp_init() is given 0: Redis's proto-max-bulk-len. */
 #define DEFAULT_MAX_REQUEST (512ull * 1024 * 1024)
 
-/* hiredis drops its consumed prefix once pos reaches this (read.c). */
-#define HIREDIS_TRIM_AT 1024
+/* An empty input buffer bigger than this is given back rather than kept. */
+#define KEEP_CAP (2 * SL_RESP_MAX_LINE)
+
+/* Where the parse stands (st->phase). */
+enum {
+    P_BOUNDARY = 0, /* between requests */
+    P_ITEM,         /* before argument <idx>'s length line */
+    P_PAYLOAD,      /* inside argument <idx>'s payload: <left> bytes to come */
+};
 
 /* Results of reading a length line. */
 enum {
@@ -166,156 +157,68 @@ static inline size_t quick_len(const char *p, size_t avail, uint64_t *n)
     return i;
 }
 
-/* Checks the bulk length line whose digits start at <p> (the '$' is just
- * before), <avail> bytes there, <off> bytes into the request. Returns 0 when
- * it is fine or not complete yet, -1 on error. */
-static int check_bulk(struct sl_resp *st, const char *p, size_t avail, uint64_t off)
+/* Reads the length line whose digits start at <p>, <avail> bytes there.
+ * Returns 1 with the value in <*n> and the digits' length in <*dl>, 0 when the
+ * line is not complete, or -1 after fail() with <too_big> or <invalid>. */
+static int read_len(struct sl_resp *st, const char *p, size_t avail, long long *n, size_t *dl,
+                    const char *too_big, const char *invalid)
 {
-    uint64_t n;
-    size_t i = quick_len(p, avail, &n);
+    uint64_t q;
+    size_t i = quick_len(p, avail, &q);
 
-    if (i == 0) {
-        long line = len_line(p, avail);
-        long long v;
-        if (line == LINE_MORE)
-            return 0;
-        if (line == LINE_LONG)
-            return fail(st, "Protocol error: too big bulk count string");
-        if (line == LINE_BAD || !parse_ll(p, (size_t)line, &v) || v < 0)
-            return fail(st, "Protocol error: invalid bulk length");
-        i = (size_t)line;
-        n = (uint64_t)v;
+    if (i != 0) {
+        *n = (long long)q;
+        *dl = i;
+        return 1;
     }
-    if (n > st->max_bulk)
-        return fail(st, "Protocol error: invalid bulk length");
-    /* The whole request must fit max_request: what is before, the rest of
-     * this line, the payload and its CRLF. */
-    uint64_t end = off + i + 4;
-    if (end > st->max_request || n > st->max_request - end)
-        return fail(st, "Protocol error: invalid bulk length");
-    return 0;
-}
-
-/* Checks the item starting at <p> (its type byte), <avail> bytes there,
- * <off> bytes into the request. Returns 0 or -1. */
-static int check_item(struct sl_resp *st, const char *p, size_t avail, uint64_t off)
-{
-    if (avail == 0)
+    long line = len_line(p, avail);
+    if (line == LINE_MORE)
         return 0;
-    if (p[0] != '$')
-        return fail_type(st, p[0]);
-    return check_bulk(st, p + 1, avail - 1, off + 1);
+    if (line == LINE_LONG)
+        return fail(st, too_big);
+    if (line == LINE_BAD || !parse_ll(p, (size_t)line, n))
+        return fail(st, invalid);
+    *dl = (size_t)line;
+    return 1;
 }
 
-/* Where the parse stands relative to the current request: the request offset
- * of pointer <p> into the reader's buffer, valid during a GetReply call (the
- * buffer is trimmed only at its end). */
-static uint64_t req_off(const struct sl_resp *st, const char *p)
+/* Starts a request: what the last one captured must not leak into this one
+ * (a big request is decided on its head, before it is complete). */
+static void req_reset(struct sl_resp_req *q)
 {
-    return st->cur_size + (uint64_t)(p - (st->reader->buf + st->cur_base));
-}
-
-/* ---- hiredis object functions ------------------------------------------- */
-
-static void *on_string(const redisReadTask *t, char *s, size_t n)
-{
-    struct sl_resp *st = t->privdata;
-    redisReader *r = st->reader;
-
-    /* Only bulks inside a request get here: items are checked beforehand and
-     * hiredis never reads a top-level type byte other than '*'. */
-    if (t->parent == NULL || t->type != REDIS_REPLY_STRING) {
-        fail_type(st, t->type == REDIS_REPLY_STATUS ? '+' : t->type == REDIS_REPLY_ERROR ? '-' : '$');
-        return NULL;
+    q->argc = 0;
+    q->ncap = 0;
+    q->is_inline = 0;
+    for (unsigned i = 0; i < SL_RESP_CAPTURE_ARGS; i++) {
+        q->arglen[i] = 0;
+        q->argv[i][0] = '\0';
     }
-    if (t->idx < SL_RESP_CAPTURE_ARGS) {
-        size_t k = n < SL_RESP_CAPTURE_LEN ? n : SL_RESP_CAPTURE_LEN;
-        memcpy(st->req.argv[t->idx], s, k);
-        st->req.argv[t->idx][k] = '\0';
-        st->req.arglen[t->idx] = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* <n> payload bytes at <p> of argument <idx> pass: the first ones are
+ * captured, the rest only counted. */
+static void payload(struct sl_resp *st, const char *p, uint64_t n)
+{
+    if (st->idx < SL_RESP_CAPTURE_ARGS && st->got < st->want) {
+        uint64_t k = st->want - st->got;
+        if (k > n)
+            k = n;
+        memcpy(st->req.argv[st->idx] + st->got, p, (size_t)k);
+        st->got += (uint32_t)k;
     }
-    if (t->idx + 1 < t->parent->elements) {
-        /* hiredis goes on with the next item in this same call: check it now.
-         * The payload's CRLF is not checked, by hiredis or by Redis. */
-        const char *next = s + n + 2;
-        if (check_item(st, next, (size_t)(r->buf + r->len - next), req_off(st, next)) < 0)
-            return NULL;
+    st->left -= n;
+    st->cur_size += n;
+}
+
+/* Argument <idx> has all its payload: it counts as captured. */
+static void arg_done(struct sl_resp *st)
+{
+    if (st->idx < SL_RESP_CAPTURE_ARGS) {
+        st->req.argv[st->idx][st->want] = '\0';
+        st->req.arglen[st->idx] = st->len_full;
+        st->req.ncap = (uint8_t)(st->idx + 1);
     }
-    return st; /* any non-NULL pointer: nothing is built */
-}
-
-static void *on_array(const redisReadTask *t, int elements)
-{
-    struct sl_resp *st = t->privdata;
-    redisReader *r = st->reader;
-
-    if (t->parent != NULL) {
-        fail_type(st, '*');
-        return NULL;
-    }
-    st->req.argc = elements > 0 ? (uint32_t)elements : 0;
-    st->req.ncap = st->req.argc < SL_RESP_CAPTURE_ARGS ? (uint8_t)st->req.argc
-                                                       : SL_RESP_CAPTURE_ARGS;
-    st->req.is_inline = 0;
-    /* hiredis already moved pos past the count line: the first item is next. */
-    const char *next = r->buf + r->pos;
-    if (elements > 0 && check_item(st, next, r->len - r->pos, req_off(st, next)) < 0)
-        return NULL;
-    return st;
-}
-
-static void *on_integer(const redisReadTask *t, long long v)
-{
-    (void)v;
-    fail_type(t->privdata, ':'); /* unreachable: items are checked first */
-    return NULL;
-}
-
-static void *on_nil(const redisReadTask *t)
-{
-    struct sl_resp *st = t->privdata;
-    /* Unreachable too: `$-1` fails the length check, `*-1` is skipped. */
-    if (t->type == REDIS_REPLY_ARRAY && t->parent != NULL)
-        fail_type(st, '*');
-    else
-        fail(st, "Protocol error: invalid bulk length");
-    return NULL;
-}
-
-static void on_free(void *obj)
-{
-    (void)obj; /* nothing was built */
-}
-
-static redisReplyObjectFunctions resp_fn = {
-    .createString  = on_string,
-    .createArray   = on_array,
-    .createInteger = on_integer,
-    .createNil     = on_nil,
-    .freeObject    = on_free,
-};
-
-/* ---- framing ------------------------------------------------------------- */
-
-/* hiredis is between requests: nothing of one is consumed. After a GetReply
- * that found no byte to read, ridx is 0 with no type yet. */
-static int at_boundary(const redisReader *r)
-{
-    return r->ridx < 0 || (r->ridx == 0 && r->rstack[0].type < 0);
-}
-
-/* Drops the consumed prefix of the reader's buffer. hiredis does that only
- * inside redisReaderGetReply(), which inline and empty requests (consumed
- * here) never reach, so a stream of them would grow the buffer without end.
- * Call at a boundary only. Setting len to pos hides the unconsumed tail, so
- * GetReply reads no type byte; its trim then recomputes len from the sds
- * string, which still holds the tail. */
-static void trim(redisReader *r)
-{
-    if (r->pos < HIREDIS_TRIM_AT)
-        return;
-    r->len = r->pos;
-    redisReaderGetReply(r, NULL);
+    st->idx++;
 }
 
 static int hexval(char c)
@@ -424,12 +327,10 @@ static int split_inline(struct sl_resp_req *q, const char *p, const char *end)
     return 0;
 }
 
-/* Frames the inline command at reader->pos. Returns 1 (framed, pos moved
- * past it), 0 (line not complete) or -1. */
-static int frame_inline(struct sl_resp *st, redisReader *r)
+/* Frames the inline command at <p>, <avail> bytes there. Returns 1 (framed,
+ * st->req.size bytes), 0 (line not complete) or -1. */
+static int frame_inline(struct sl_resp *st, const char *p, size_t avail)
 {
-    const char *p = r->buf + r->pos;
-    size_t avail = r->len - r->pos;
     size_t scan = avail < SL_RESP_MAX_LINE + 1 ? avail : SL_RESP_MAX_LINE + 1;
     const char *nl = memchr(p, '\n', scan);
 
@@ -448,40 +349,48 @@ static int frame_inline(struct sl_resp *st, redisReader *r)
     const char *end = nl;
     if (end > p && end[-1] == '\r')
         end--;
+    req_reset(&st->req);
     if (split_inline(&st->req, p, end) < 0)
         return fail(st, "Protocol error: unbalanced quotes in request");
     st->req.is_inline = 1;
     st->req.size = size;
-    r->pos += size;
     return 1;
 }
 
-/* At a boundary with '*' at reader->pos: checks the count line. Returns 1
- * with <*count> and <*hlen> (the line's bytes, CRLF included), 0 when the
- * line is not complete, -1 on error. */
-static int check_count(struct sl_resp *st, const redisReader *r, long long *count, size_t *hlen)
+/* Makes room for <n> more bytes in the input buffer. Returns 0 or -1. */
+static int room(struct sl_resp *st, size_t n)
 {
-    const char *p = r->buf + r->pos + 1;
-    size_t avail = r->len - r->pos - 1;
-    uint64_t n;
-    size_t i = quick_len(p, avail, &n);
-
-    if (i == 0) {
-        long line = len_line(p, avail);
-        if (line == LINE_MORE)
-            return 0;
-        if (line == LINE_LONG)
-            return fail(st, "Protocol error: too big mbulk count string");
-        if (line == LINE_BAD || !parse_ll(p, (size_t)line, count))
-            return fail(st, "Protocol error: invalid multibulk length");
-        i = (size_t)line;
-    } else {
-        *count = (long long)n;
+    size_t tail = st->len - st->pos;
+    if (st->pos > 0) {
+        memmove(st->in, st->in + st->pos, tail);
+        st->pos = 0;
+        st->len = tail;
     }
-    if (*count > SL_RESP_MAX_ARGS)
-        return fail(st, "Protocol error: invalid multibulk length");
-    *hlen = i + 3;
-    return 1;
+    if (tail + n <= st->cap)
+        return 0;
+    if (tail + n > UINT32_MAX)
+        return -1;
+    size_t cap = st->cap ? st->cap : 4096;
+    while (cap < tail + n)
+        cap *= 2;
+    char *in = realloc(st->in, cap);
+    if (in == NULL)
+        return -1;
+    st->in = in;
+    st->cap = (uint32_t)cap;
+    return 0;
+}
+
+/* Nothing is left to read in the buffer: start it over, and give a big one
+ * back so a burst does not pin memory. */
+static void drained(struct sl_resp *st)
+{
+    st->pos = st->len = 0;
+    if (st->cap > KEEP_CAP) {
+        free(st->in);
+        st->in = NULL;
+        st->cap = 0;
+    }
 }
 
 int sl_resp_init(struct sl_resp *st, uint64_t max_request)
@@ -489,138 +398,161 @@ int sl_resp_init(struct sl_resp *st, uint64_t max_request)
     memset(st, 0, sizeof(*st));
     st->max_request = max_request != 0 ? max_request : DEFAULT_MAX_REQUEST;
     st->max_bulk = st->max_request;
-    st->reader = redisReaderCreateWithFunctions(&resp_fn);
-    if (st->reader == NULL)
-        return SL_ENOMEM;
-    /* Copied into every read task: the object functions find the state there. */
-    st->reader->privdata = st;
     return 0;
 }
 
 int sl_resp_reuse(struct sl_resp *st, uint64_t max_request)
 {
-    struct redisReader *r = st->reader;
-    if (r == NULL || st->err[0] != '\0' || !sl_resp_idle(st) || r->ridx != -1) {
+    char *in = st->in;
+    uint32_t cap = st->cap;
+    if (st->err[0] != '\0' || !sl_resp_idle(st) || cap > KEEP_CAP) {
         sl_resp_free(st);
         return sl_resp_init(st, max_request);
     }
-    /* An idle reader holds nothing of the last stream: keep it (and its
-     * buffer, which hiredis itself drops at the next feed if it grew big). */
-    memset(st, 0, sizeof(*st));
-    st->reader = r;
-    st->max_request = max_request != 0 ? max_request : DEFAULT_MAX_REQUEST;
-    st->max_bulk = st->max_request;
-    r->privdata = st;
+    /* An idle framer holds nothing of the last stream: keep its buffer. */
+    sl_resp_init(st, max_request);
+    st->in = in;
+    st->cap = cap;
     return 0;
 }
 
 void sl_resp_free(struct sl_resp *st)
 {
-    if (st->reader != NULL)
-        redisReaderFree(st->reader);
-    st->reader = NULL;
+    free(st->in);
+    st->in = NULL;
+    st->cap = st->len = st->pos = 0;
 }
 
 int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len)
 {
-    if (st->err[0] != '\0' || st->reader == NULL)
+    if (st->err[0] != '\0')
         return SL_EPROTO;
-    if (redisReaderFeed(st->reader, buf, len) != REDIS_OK) {
-        /* Only a failed allocation gets here; hiredis dropped its buffer. */
+    if (st->phase == P_PAYLOAD && st->pos == st->len) {
+        /* Inside a payload with nothing else pending: count it off here. */
+        uint64_t k = st->left < len ? st->left : len;
+        payload(st, buf, k);
+        buf += k;
+        len -= (size_t)k;
+    }
+    if (len == 0)
+        return 0;
+    if (room(st, len) < 0) {
         fail(st, "out of memory");
         return SL_ENOMEM;
     }
+    memcpy(st->in + st->len, buf, len);
+    st->len += (uint32_t)len;
     return 0;
 }
 
 int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out)
 {
-    redisReader *r = st->reader;
-    void *reply;
-
-    if (st->err[0] != '\0' || r == NULL)
-        return SL_EPROTO;
-
-    if (at_boundary(r)) {
-        if (r->pos == r->len) {
-            trim(r);
-            return 0;
-        }
-        if (r->buf[r->pos] != '*') {
-            int rc = frame_inline(st, r);
-            if (rc < 0)
-                return SL_EPROTO;
-            if (rc == 0) {
-                trim(r);
-                return 0;
-            }
-            *out = &st->req;
-            return 1;
-        }
-        long long count;
-        size_t hlen;
-        int rc = check_count(st, r, &count, &hlen);
-        if (rc < 0)
-            return SL_EPROTO;
-        if (rc == 0) {
-            /* hiredis is not called before the count line is whole: a
-             * request never starts inside it, and its checks stay ours. */
-            trim(r);
-            return 0;
-        }
-        if (count <= 0) {
-            /* Redis ignores `*0` and `*-N` without a reply; hiredis would
-             * refuse `*-2`. Skip them here. */
-            r->pos += hlen;
-            st->req.size = hlen;
-            st->req.argc = 0;
-            st->req.ncap = 0;
-            st->req.is_inline = 0;
-            *out = &st->req;
-            return 1;
-        }
-    } else {
-        /* Inside a request: check the item hiredis stopped in (or is about
-         * to start) before it reads on. */
-        const redisReadTask *t = &r->rstack[r->ridx];
-        const char *p = r->buf + r->pos;
-        int rc;
-        if (r->ridx != 1)
-            rc = fail(st, "Protocol error: invalid multibulk length"); /* never: see check_count */
-        else if (t->type < 0)
-            rc = check_item(st, p, r->len - r->pos, st->cur_size);
-        else if (t->type == REDIS_REPLY_STRING)
-            rc = check_bulk(st, p, r->len - r->pos, st->cur_size);
-        else
-            rc = fail_type(st, t->type == REDIS_REPLY_ARRAY ? '*' : '+'); /* never */
-        if (rc < 0)
-            return SL_EPROTO;
-    }
-
-    size_t tail = r->len - r->pos;
-    st->cur_base = r->pos;
-    int hrc = redisReaderGetReply(r, &reply);
     if (st->err[0] != '\0')
         return SL_EPROTO;
-    if (hrc != REDIS_OK) {
-        /* Not reachable with the checks above; keep hiredis's words. */
-        fail(st, r->errstr[0] ? r->errstr : "Protocol error");
-        return SL_EPROTO;
+    for (;;) {
+        const char *p = st->in + st->pos;
+        size_t avail = st->len - st->pos;
+        long long n;
+        size_t dl;
+        int rc;
+
+        switch (st->phase) {
+        case P_BOUNDARY:
+            if (avail == 0) {
+                drained(st);
+                return 0;
+            }
+            if (p[0] != '*') {
+                rc = frame_inline(st, p, avail);
+                if (rc < 0)
+                    return SL_EPROTO;
+                if (rc == 0)
+                    return 0;
+                st->pos += (uint32_t)st->req.size;
+                *out = &st->req;
+                return 1;
+            }
+            rc = read_len(st, p + 1, avail - 1, &n, &dl, "Protocol error: too big mbulk count string",
+                          "Protocol error: invalid multibulk length");
+            if (rc < 0)
+                return SL_EPROTO;
+            if (rc == 0)
+                return 0;
+            if (n > SL_RESP_MAX_ARGS) {
+                fail(st, "Protocol error: invalid multibulk length");
+                return SL_EPROTO;
+            }
+            req_reset(&st->req);
+            st->pos += (uint32_t)(dl + 3);
+            st->cur_size = dl + 3;
+            if (n <= 0) {
+                /* Redis ignores `*0` and `*-N` without a reply. */
+                st->req.size = st->cur_size;
+                st->cur_size = 0;
+                *out = &st->req;
+                return 1;
+            }
+            st->req.argc = (uint32_t)n;
+            st->idx = 0;
+            st->phase = P_ITEM;
+            continue;
+
+        case P_ITEM:
+            if (avail == 0)
+                return 0;
+            if (p[0] != '$') {
+                fail_type(st, p[0]);
+                return SL_EPROTO;
+            }
+            rc = read_len(st, p + 1, avail - 1, &n, &dl, "Protocol error: too big bulk count string",
+                          "Protocol error: invalid bulk length");
+            if (rc < 0)
+                return SL_EPROTO;
+            if (rc == 0)
+                return 0;
+            /* The whole request must fit max_request: what is before, this
+             * line, the payload and its CRLF. */
+            uint64_t end = st->cur_size + dl + 5;
+            if (n < 0 || (uint64_t)n > st->max_bulk || end > st->max_request ||
+                (uint64_t)n > st->max_request - end) {
+                fail(st, "Protocol error: invalid bulk length");
+                return SL_EPROTO;
+            }
+            st->pos += (uint32_t)(dl + 3);
+            st->cur_size += dl + 3;
+            st->left = (uint64_t)n + 2; /* its CRLF is not checked, by Redis either */
+            st->len_full = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+            st->want = n < SL_RESP_CAPTURE_LEN ? (uint32_t)n : SL_RESP_CAPTURE_LEN;
+            st->got = 0;
+            st->phase = P_PAYLOAD;
+            continue;
+
+        case P_PAYLOAD: {
+            uint64_t k = st->left < avail ? st->left : avail;
+            payload(st, p, k);
+            st->pos += (uint32_t)k;
+            if (st->left > 0) {
+                drained(st);
+                return 0;
+            }
+            arg_done(st);
+            if (st->idx < st->req.argc) {
+                st->phase = P_ITEM;
+                continue;
+            }
+            st->phase = P_BOUNDARY;
+            st->req.size = st->cur_size;
+            st->cur_size = 0;
+            *out = &st->req;
+            return 1;
+        }
+        }
     }
-    st->cur_size += tail - (r->len - r->pos);
-    if (reply == NULL)
-        return 0;
-    st->req.size = st->cur_size;
-    st->cur_size = 0;
-    *out = &st->req;
-    return 1;
 }
 
 size_t sl_resp_pending(const struct sl_resp *st)
 {
-    if (st->reader == NULL)
-        return 0;
-    return (size_t)st->cur_size + (st->reader->len - st->reader->pos);
+    return (size_t)st->cur_size + (st->len - st->pos);
 }
 
 int sl_resp_idle(const struct sl_resp *st)

@@ -1,19 +1,21 @@
 /* sluice — RESP request framer.
  *
  * Finds request boundaries in a client's byte stream and names what each
- * request is, using hiredis's redisReader as a parser that builds nothing.
- * Pure: no I/O, no clock, no allocation per request.
+ * request is. Pure: no I/O, no clock, no allocation per request; a bulk's
+ * payload is counted as it passes, never held.
  *
- *   sl_resp_feed(st, buf, len);             // hiredis copies <buf>
+ *   sl_resp_feed(st, buf, len);             // copies what it cannot consume
  *   while ((rc = sl_resp_next(st, &req)) == 1)
  *       ... req->size bytes form one request, in the order fed ...
  *   if (rc < 0) reply "-ERR <st->err>" and close
  *
  * Multibulk requests (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) and inline commands
  * (`PING\r\n`, words split by blanks, "quoted" and 'quoted' words as Redis
- * does) are both framed. Before hiredis buffers anything large, the framer
+ * does) are both framed. Before anything large is buffered, the framer
  * caps: the argument count (SL_RESP_MAX_ARGS), a bulk length (max_bulk), the
- * whole request (max_request) and a line without CRLF (SL_RESP_MAX_LINE). The
+ * whole request (max_request) and a line without CRLF (SL_RESP_MAX_LINE).
+ * While a request is incomplete, st->req holds its head: argc as announced,
+ * and ncap arguments captured so far (never anything of an earlier request). The
  * errors and their texts are Redis's own:
  *   "Protocol error: invalid multibulk length"
  *   "Protocol error: invalid bulk length"
@@ -28,18 +30,19 @@
 
 #include "proto/resp-t.h"
 
-/* Prepares <st>. Allocates the hiredis reader; returns 0 or SL_ENOMEM. */
+/* Prepares <st>; returns 0. */
 int sl_resp_init(struct sl_resp *st, uint64_t max_request);
 
 /* Makes an idle framer (sl_resp_idle) ready for a new stream with a new
- * <max_request>, keeping its hiredis reader; anything else is re-initialised
+ * <max_request>, keeping its input buffer; anything else is re-initialised
  * from scratch. Returns 0 or SL_ENOMEM. */
 int sl_resp_reuse(struct sl_resp *st, uint64_t max_request);
 
-/* Releases the reader. <st> may be sl_resp_init()ed again. */
+/* Releases the input buffer. <st> may be sl_resp_init()ed again. */
 void sl_resp_free(struct sl_resp *st);
 
-/* Appends <len> bytes of <buf> (copied) to the input. Returns 0, SL_ENOMEM or
+/* Appends <len> bytes of <buf> to the input (payload bytes are counted off,
+ * the rest is copied). Returns 0, SL_ENOMEM or
  * SL_EPROTO (already dead). */
 int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len);
 
