@@ -1378,6 +1378,16 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     return 0;
 }
 
+/* Bytes of the requests waiting in the ring: they lie at the start of the
+ * client chunk, in order. */
+static uint32_t pend_bytes(const struct sl_session *s)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->pend_n; i++)
+        n += s->pend[(s->pend_head + i) % PEND_MAX].span;
+    return n;
+}
+
 /* Takes every complete request the framer holds, in order: allowed ones
  * with nothing waiting before them go out in one write, the rest wait in
  * the ring for their verdicts. */
@@ -1452,8 +1462,14 @@ static void process(struct sl_session *s)
     if (s->state >= SL_SESS_FLUSHING)
         return;
     if (rc < 0) {
-        protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
-        b->start = b->end; /* the rest is garbage: never forwarded */
+        /* The rest is garbage, never forwarded; the requests before it
+         * that wait in the ring still go upstream and are answered first.
+         * The error waits for the ring to empty: resume() runs this again,
+         * and the dead framer fails again. */
+        set_pause(s, 0, SL_PAUSE_DONE, 1);
+        b->end = b->start + pend_bytes(s);
+        if (s->pend_n == 0)
+            protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
         return;
     }
     if (s->pend_n > 0) {

@@ -807,6 +807,46 @@ static void test_client_gone_while_verdicts_pending(void **state)
 }
 
 
+/* A malformed frame behind requests that wait for the store's verdict:
+ * every request before it goes upstream and is answered, then the error,
+ * then the close (it crashed sluice, and dropped the requests before it).
+ * Sent with and without a half-close behind it. */
+static void test_malformed_behind_pending_verdicts(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL, "[limit l]\nlistener = r\nrate = 1000/s\n");
+    wait_store_up(w, 0);
+    static const char bad1[] = "BLPOP nolist 1\r\nSET k v\r\n*1\r\n$x\r\n";
+    static const char want1[] = "*-1\r\n+OK\r\n-ERR Protocol error: invalid bulk length\r\n";
+    static const char bad2[] = "SET dropme v\r\n*1\r\n$x\r\n";
+    static const char want2[] = "+OK\r\n-ERR Protocol error: invalid bulk length\r\n";
+    for (int round = 0; round < 2; round++) {
+        size_t n;
+        int eof;
+        char *out = th_transcript(w->port[0], bad1, sizeof(bad1) - 1, &n, 4000, &eof);
+        assert_non_null(out);
+        assert_true(eof);
+        assert_int_equal(n, sizeof(want1) - 1);
+        assert_memory_equal(out, want1, n);
+        free(out);
+        int fd = th_connect(w->port[0]);
+        assert_true(fd >= 0);
+        assert_int_equal(th_write_all(fd, bad2, sizeof(bad2) - 1), 0);
+        if (round == 1)
+            shutdown(fd, SHUT_WR);
+        assert_int_equal(th_expect_close(fd, want2, sizeof(want2) - 1, 4000), 0);
+        close(fd);
+        redisContext *u = client(w->up.port);
+        redisReply *r = redisCommand(u, "GETDEL dropme");
+        assert_string_equal(r->str, "v");
+        freeReplyObject(r);
+        redisFree(u);
+    }
+    assert_int_equal(th_alive_or_report(&w->sl[0]), 0);
+    world_free(w);
+}
+
 /* Script calls the quota store has run so far. */
 static long store_calls(struct world *w)
 {
@@ -981,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_unsubscribe_never_refused),
         cmocka_unit_test(test_subscribe_inside_multi),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
+        cmocka_unit_test(test_malformed_behind_pending_verdicts),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
         cmocka_unit_test(test_store_failure_local),
