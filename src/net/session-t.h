@@ -130,6 +130,14 @@ struct sl_session {
     struct sl_ident_state *ident;   /* who the client is (resp) */
     struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
     uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
+    struct sl_reply_pick *auth_pick;/* ... an EXEC's reply, judged by element <auth_elem> */
+    uint32_t            auth_elem;  /* ... the AUTH's place among the commands queued */
+    uint8_t             auth_in_multi; /* ... the AUTH was queued in MULTI: judged at EXEC */
+    uint8_t             auth_exec_framed; /* ... and an EXEC behind it is framed, not sent */
+    uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
+                                       by resp_user: what follows is charged to its user) */
+    uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
+    uint32_t            multi_queued; /* commands queued in the MULTI sent (EXEC's elements) */
     uint64_t            owed_total; /* upstream replies owed since the start */
     uint64_t            paid_total; /* upstream replies received against them */
     uint8_t             reply_first;/* first byte of the upstream reply in progress */

@@ -415,6 +415,51 @@ static void emit_ready_locals(struct sl_session *s)
     }
 }
 
+static void resume_later(struct sl_session *s);
+
+/* The listener's limits are told apart by AUTH user: what follows an AUTH
+ * is charged to whoever its answer makes the client. */
+static int auth_matters(const struct sl_session *s)
+{
+    const struct sl_listener_conf *lc = s->l->conf;
+    if (!s->l->limited)
+        return 0;
+    for (int i = 0; i < lc->n_identity; i++)
+        if (lc->identity[i] == SL_ID_RESP_USER)
+            return 1;
+    return 0;
+}
+
+/* Framing is held behind an AUTH whose answer is still to come: sent, or
+ * waiting in the ring to be sent. Queued in a transaction, the answer is in
+ * EXEC's reply: the MULTI's commands go on until an EXEC is framed. */
+static int auth_waits(const struct sl_session *s)
+{
+    return s->auth_hold && s->auth_next != NULL &&
+           (s->auth_seq != 0 || !s->auth_in_multi || s->auth_exec_framed);
+}
+
+/* The AUTH candidate is settled or void: forget it, and let framing go on. */
+static void auth_drop(struct sl_session *s)
+{
+    free(s->auth_next);
+    s->auth_next = NULL;
+    free(s->auth_pick);
+    s->auth_pick = NULL;
+    s->auth_seq = 0;
+    s->auth_in_multi = 0;
+    s->auth_exec_framed = 0;
+}
+
+/* Framing was held and need not be any more: go on at the end of the turn. */
+static void auth_wake(struct sl_session *s)
+{
+    if (s->auth_hold && !auth_waits(s)) {
+        s->auth_hold = 0;
+        resume_later(s);
+    }
+}
+
 /* One non-push upstream reply has ended. Returns 1 when local replies are
  * now due (the caller flushes the upstream bytes before them). */
 /* A reply paid what was owed: if it answers a pending AUTH and is not an
@@ -423,10 +468,13 @@ static void paid_one(struct sl_session *s)
 {
     s->paid_total++;
     if (s->auth_next != NULL && s->paid_total == s->auth_seq) {
-        if (s->reply_first != '-' && s->reply_first != '!')
+        /* Inside a transaction the AUTH's own element of EXEC's reply
+         * says; +QUEUED said nothing. */
+        uint8_t first = s->auth_pick != NULL ? s->auth_pick->found : s->reply_first;
+        if (first != 0 && first != '-' && first != '!')
             *s->ident = *s->auth_next;
-        free(s->auth_next);
-        s->auth_next = NULL;
+        auth_drop(s);
+        auth_wake(s);
     }
     paid(s);
 }
@@ -910,19 +958,38 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
         s->in_multi = s->resp3 || !subscribed(s);
         s->multi_dirty = 0;
         s->multi_subs = 0;
+        s->multi_queued = 0;
     } else if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
         if (kind == SL_PK_EXEC && s->in_multi)
             multi_exec(s);
+        if (s->auth_in_multi && s->auth_next != NULL) {
+            /* An AUTH queued in the transaction counts by its element of
+             * EXEC's reply; DISCARD and RESET drop it unrun. */
+            if (kind == SL_PK_EXEC && s->in_multi && replies == 1 &&
+                (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL) {
+                s->auth_seq = s->owed_total + 1;
+                s->auth_exec_framed = 0;
+            } else {
+                auth_drop(s);
+            }
+        }
         s->multi_subs = 0;
         s->in_multi = 0;
     } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
-        if (replies == 1)
+        if (s->in_multi) {
+            s->auth_in_multi = 1; /* +QUEUED says nothing */
+            s->auth_elem = s->multi_queued;
+        } else if (replies == 1) {
             s->auth_seq = s->owed_total + 1;
-        else
-            free(s->auth_next), s->auth_next = NULL; /* no reply to judge by */
+        } else {
+            auth_drop(s); /* no reply to judge by */
+        }
     }
+    if (s->in_multi && kind != SL_PK_MULTI && replies > 0)
+        s->multi_queued++;
     if (replies > 0)
         owe(s, replies);
+    auth_wake(s);
 }
 
 /* A rejected request: its reply is the rejection, in its place. Inside a
@@ -947,6 +1014,10 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
     s->in_multi = 0;
     s->multi_dirty = 0;
     s->multi_subs = 0;
+    if (s->auth_in_multi && s->auth_next != NULL) {
+        auth_drop(s); /* the transaction never runs */
+        auth_wake(s);
+    }
     s->l->stats.rejected++;
     if (send_bytes(s, (uv_stream_t *)&s->upstream, NULL, discard, sizeof(discard) - 1) < 0) {
         sl_session_close(s);
@@ -1158,6 +1229,8 @@ static void park_until(struct sl_session *s, uint64_t due_us)
  * in; their bytes are at the start of the client chunk. */
 static void apply(struct sl_session *s)
 {
+    if (s->pend_n == 0)
+        return;
     struct sl_buf *b = s->cin;
     uint32_t from = b->start, to = b->start;
     while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
@@ -1273,7 +1346,7 @@ static void resume(struct sl_session *s)
         /* Requests framed but not yet taken, or a big one in progress. */
         process(s);
         if (s->state < SL_SESS_CLOSED) {
-            if (s->pend_n == 0)
+            if (s->pend_n == 0 && !auth_waits(s))
                 set_pause(s, 0, SL_PAUSE_DECIDE, 0);
             rx_release(&s->cin);
             framer_release_if_idle(s);
@@ -1394,10 +1467,12 @@ static uint32_t pend_bytes(const struct sl_session *s)
 static void process(struct sl_session *s)
 {
     struct sl_buf *b = s->cin;
+    if (b == NULL)
+        return; /* every byte read has been framed and sent on */
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING &&
+    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !auth_waits(s) &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
         uint32_t span = (uint32_t)(r->size - s->req_fwd);
         s->req_fwd = 0;
@@ -1421,6 +1496,12 @@ static void process(struct sl_session *s)
             s->l->stats.requests++;
         int kind = pend_kind(r);
         observe(s, r, kind);
+        if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
+            /* what follows waits for the answer that says who it is */
+            s->auth_hold = 1;
+            if (kind == SL_PK_EXEC)
+                s->auth_exec_framed = 1;
+        }
         uint32_t nchan;
         uint8_t fx = classify(r, &nchan);
         if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty) &&
@@ -1472,7 +1553,7 @@ static void process(struct sl_session *s)
             protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
         return;
     }
-    if (s->pend_n > 0) {
+    if (s->pend_n > 0 || auth_waits(s)) {
         set_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return;
     }
@@ -1547,6 +1628,7 @@ static void session_free(struct sl_session *s)
         sl_pool_give(&ring_pool, s->pend);
     free(s->ident);
     free(s->auth_next);
+    free(s->auth_pick);
     for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
         if (resume_list[i] == s)
             resume_list[i] = NULL;
@@ -1750,6 +1832,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             s->head_len = 0;
             s->tail_len = 0;
             fstart = off;
+            /* EXEC's reply, which says if the AUTH queued before it ran */
+            s->pick_on = s->auth_pick != NULL && s->paid_total + 1 == s->auth_seq &&
+                         s->reply_first != '>';
+            if (s->pick_on)
+                sl_reply_pick_init(s->auth_pick, s->auth_elem);
         }
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
@@ -1773,6 +1860,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         if (classify)
             keep_tail(s, b->data + off, (uint32_t)n);
+        if (s->pick_on)
+            sl_reply_pick_feed(s->auth_pick, b->data + off, (size_t)n);
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;

@@ -41,4 +41,14 @@ struct sl_reply_scan {
     uint8_t   cr;         /* (private) a line's last byte seen so far was '\r' */
 };
 
+/* Finds the type byte of one element of a top-level aggregate reply (which
+ * command of a transaction EXEC's reply says failed). */
+struct sl_reply_pick {
+    struct sl_reply_scan sub; /* scans the elements as if each were a reply */
+    uint32_t k;               /* the element wanted (0-based) */
+    uint32_t seen;            /* elements passed so far */
+    uint8_t  stage;           /* (private) where the pick stands (resp_reply.c) */
+    uint8_t  found;           /* element k's type byte; 0 while unknown or when there is none */
+};
+
 #endif

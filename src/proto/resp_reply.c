@@ -381,3 +381,54 @@ fail:
     s->state = S_DEAD;
     return SL_EPROTO;
 }
+
+/* ---- picking one element ------------------------------------------------- */
+
+enum { PK_TOP = 0, PK_COUNT, PK_LINE, PK_ELEMS, PK_DONE };
+
+void sl_reply_pick_init(struct sl_reply_pick *p, uint32_t k)
+{
+    memset(p, 0, sizeof(*p));
+    p->k = k;
+}
+
+void sl_reply_pick_feed(struct sl_reply_pick *p, const char *buf, size_t len)
+{
+    const char *end = buf + len;
+
+    while (buf < end && p->stage != PK_DONE) {
+        if (p->stage == PK_TOP) {
+            /* Only an array (RESP2 and RESP3 alike for EXEC) has elements. */
+            p->stage = *buf == '*' ? PK_COUNT : PK_DONE;
+            buf++;
+        } else if (p->stage == PK_COUNT) {
+            /* `*-1` holds no element; `*0` ends before element k appears.
+             * The count is not needed otherwise: the elements end where
+             * the sub-scanner says. */
+            p->stage = *buf == '-' ? PK_DONE : PK_LINE;
+        } else if (p->stage == PK_LINE) {
+            const char *lf = memchr(buf, '\n', (size_t)(end - buf));
+            if (lf == NULL)
+                return;
+            buf = lf + 1;
+            p->stage = PK_ELEMS;
+        } else {
+            if (sl_reply_idle(&p->sub) && p->seen == p->k) {
+                p->found = (uint8_t)*buf;
+                p->stage = PK_DONE;
+                break;
+            }
+            unsigned f = 0;
+            long n = sl_reply_scan(&p->sub, buf, (size_t)(end - buf), &f);
+            if (n < 0) {
+                p->stage = PK_DONE;
+                break;
+            }
+            buf += n;
+            if (f & SL_REPLY_DONE)
+                p->seen++;
+        }
+    }
+    if (p->stage == PK_DONE)
+        sl_reply_release(&p->sub);
+}

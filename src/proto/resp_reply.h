@@ -42,4 +42,13 @@ void sl_reply_release(struct sl_reply_scan *s);
 /* Nonzero when the scanner is between replies. */
 int sl_reply_idle(const struct sl_reply_scan *s);
 
+/* Prepares <p> to find element <k> of the reply whose bytes will be fed. */
+void sl_reply_pick_init(struct sl_reply_pick *p, uint32_t k);
+
+/* Feeds the next <len> bytes of that one reply (from its first byte on, in
+ * order, split anywhere). Sets p->found to element k's type byte once it is
+ * seen; a reply that is not an aggregate of more than k elements (`-ERR`,
+ * `*-1`, `_`, `*0`) leaves it 0. Bytes that are not RESP leave it 0 too. */
+void sl_reply_pick_feed(struct sl_reply_pick *p, const char *buf, size_t len);
+
 #endif

@@ -847,6 +847,106 @@ static void test_malformed_behind_pending_verdicts(void **state)
     world_free(w);
 }
 
+/* Replies to <n> pipelined commands on <c> that are rejections. */
+static int count_throttled(struct th_conn *c, int n, const char *who)
+{
+    int thr = 0;
+    for (int i = 0; i < n; i++) {
+        char *r = th_conn_reply(c, TH_MS);
+        assert_non_null(r);
+        if (strncmp(r, "-THROTTLED", 10) == 0) {
+            if (who != NULL && strstr(r, who) == NULL)
+                fail_msg("rejection %s does not name %s", r, who);
+            thr++;
+        }
+        free(r);
+    }
+    return thr;
+}
+
+/* An identity from AUTH counts only once Redis accepted that AUTH: its own
+ * +OK, or its element in EXEC's reply (+QUEUED says nothing). A failed or
+ * discarded AUTH inside MULTI spends nothing of alice's. */
+static void test_auth_inside_multi(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    acl_users(w);
+    start_sluice(w, 0, NULL, "[limit u]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = SET\n");
+    wait_store_up(w, 0);
+    static const char *const probes[] = {
+        "MULTI\r\nAUTH alice WRONG\r\nDISCARD\r\n",
+        "MULTI\r\nAUTH alice WRONG\r\nEXEC\r\n",
+        "MULTI\r\nPING\r\nHELLO 2 AUTH alice WRONG\r\nEXEC\r\n",
+        "MULTI\r\nAUTH alice pw\r\nDISCARD\r\n",
+    };
+    static const int replies[] = { 3, 3, 4, 3 };
+    for (int i = 0; i < 4; i++) {
+        struct th_conn c;
+        assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+        assert_int_equal(th_conn_send(&c, probes[i]), 0);
+        for (int k = 0; k < replies[i]; k++)
+            free(th_conn_reply(&c, TH_MS));
+        /* still not alice: her SETs are not spent by this connection */
+        assert_int_equal(th_conn_send(&c, "SET a 1\r\n"), 0);
+        char *r = th_conn_reply(&c, TH_MS);
+        assert_non_null(r);
+        assert_null(strstr(r, "alice"));
+        free(r);
+        th_conn_close(&c);
+    }
+    /* alice has all three */
+    struct th_conn a;
+    assert_int_equal(th_conn_open(&a, w->port[0]), 0);
+    assert_int_equal(th_conn_send(&a, "AUTH alice pw\r\n"), 0);
+    reply_starts(&a, "+OK");
+    assert_int_equal(th_conn_send(&a, "SET a 1\r\nSET a 2\r\nSET a 3\r\n"), 0);
+    assert_int_equal(count_throttled(&a, 3, NULL), 0);
+    th_conn_close(&a);
+    /* an AUTH that runs inside EXEC does make the client alice */
+    assert_int_equal(th_conn_open(&a, w->port[0]), 0);
+    assert_int_equal(th_conn_send(&a, "MULTI\r\nPING\r\nAUTH alice pw\r\nEXEC\r\nSET a 4\r\n"), 0);
+    for (int k = 0; k < 4; k++)
+        free(th_conn_reply(&a, TH_MS));
+    assert_int_equal(count_throttled(&a, 1, "alice"), 1);
+    th_conn_close(&a);
+    world_free(w);
+}
+
+/* Requests pipelined right behind an AUTH are charged to the user it makes
+ * the client, not to who it was: five connections cannot get 25 writes
+ * through as alice against her 5. */
+static void test_pipelined_behind_auth(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    acl_users(w);
+    start_sluice(w, 0, NULL, "[limit u]\nlistener = r\nrate = 1/d\nburst = 5\ncommands = SET\n");
+    wait_store_up(w, 0);
+    char in[1024];
+    size_t n = (size_t)snprintf(in, sizeof(in), "AUTH alice pw\r\n");
+    for (int i = 0; i < 5; i++)
+        n += (size_t)snprintf(in + n, sizeof(in) - n, "SET k%d v\r\n", i);
+    int thr = 0;
+    for (int c = 0; c < 5; c++) {
+        struct th_conn k;
+        assert_int_equal(th_conn_open(&k, w->port[0]), 0);
+        assert_int_equal(th_conn_send(&k, in), 0);
+        reply_starts(&k, "+OK");
+        thr += count_throttled(&k, 5, "alice");
+        th_conn_close(&k);
+    }
+    assert_int_equal(thr, 20);
+    /* HELLO AUTH likewise */
+    struct th_conn k;
+    assert_int_equal(th_conn_open(&k, w->port[0]), 0);
+    assert_int_equal(th_conn_send(&k, "HELLO 2 AUTH alice pw\r\nSET k v\r\n"), 0);
+    free(th_conn_reply(&k, TH_MS));
+    assert_int_equal(count_throttled(&k, 1, "alice"), 1);
+    th_conn_close(&k);
+    world_free(w);
+}
+
 /* Script calls the quota store has run so far. */
 static long store_calls(struct world *w)
 {
@@ -1022,6 +1122,8 @@ int main(void)
         cmocka_unit_test(test_subscribe_inside_multi),
         cmocka_unit_test(test_client_gone_while_verdicts_pending),
         cmocka_unit_test(test_malformed_behind_pending_verdicts),
+        cmocka_unit_test(test_auth_inside_multi),
+        cmocka_unit_test(test_pipelined_behind_auth),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
         cmocka_unit_test(test_store_failure_local),

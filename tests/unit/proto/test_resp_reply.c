@@ -908,6 +908,36 @@ static void test_one_reply_per_call(void **state)
     assert_int_equal(f, SL_REPLY_DONE | SL_REPLY_PUSH);
 }
 
+/* Element k of one reply, fed whole and byte by byte: both must agree. */
+static int pick(const char *reply, uint32_t k)
+{
+    struct sl_reply_pick p, q;
+    size_t n = strlen(reply);
+    sl_reply_pick_init(&p, k);
+    sl_reply_pick_feed(&p, reply, n);
+    sl_reply_pick_init(&q, k);
+    for (size_t i = 0; i < n; i++)
+        sl_reply_pick_feed(&q, reply + i, 1);
+    assert_int_equal(p.found, q.found);
+    return p.found;
+}
+
+static void test_pick_element(void **state)
+{
+    (void)state;
+    static const char exec[] = "*4\r\n+OK\r\n-WRONGPASS no\r\n$3\r\nabc\r\n*2\r\n:1\r\n-E\r\n";
+    assert_int_equal(pick(exec, 0), '+');
+    assert_int_equal(pick(exec, 1), '-');
+    assert_int_equal(pick(exec, 2), '$');
+    assert_int_equal(pick(exec, 3), '*');
+    assert_int_equal(pick(exec, 4), 0);
+    assert_int_equal(pick("*2\r\n%1\r\n+a\r\n-E x\r\n+OK\r\n", 1), '+');
+    assert_int_equal(pick("*-1\r\n", 0), 0);
+    assert_int_equal(pick("*0\r\n", 0), 0);
+    assert_int_equal(pick("_\r\n", 0), 0);
+    assert_int_equal(pick("-EXECABORT Transaction discarded\r\n", 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_10000),
         cmocka_unit_test(test_idle),
         cmocka_unit_test(test_one_reply_per_call),
+        cmocka_unit_test(test_pick_element),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
