@@ -299,12 +299,73 @@ static void test_big_replies_without_reading(void **state)
     free(v);
 }
 
+/* ---- 10d. big bulks stream ------------------------------------------------------ */
+
+#define BIG_N    4
+#define BIG_BULK (50u * 1000 * 1000)
+
+/* Four connections each part-way through a 50 MB SET, then finishing it:
+ * sluice holds a read of each, never the bulk (it held them whole, and
+ * kept the last one's buffer after the close). */
+static void test_big_bulks_stream(void **state)
+{
+    (void)state;
+    struct rss_watch w = { warm_baseline(), 0, 0 };
+    w.max = w.base;
+    static char chunk[65536];
+    memset(chunk, 'v', sizeof(chunk));
+    int fd[BIG_N];
+    size_t sent[BIG_N];
+    for (int i = 0; i < BIG_N; i++) {
+        char head[96];
+        int hn = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$4\r\nbig%d\r\n$%u\r\n", i, BIG_BULK);
+        fd[i] = th_connect(sport);
+        assert_true(fd[i] >= 0);
+        assert_int_equal(th_write_all(fd[i], head, (size_t)hn), 0);
+        sent[i] = 0;
+    }
+    /* all four part-way (90%), interleaved */
+    for (size_t at = 0; at < BIG_BULK / 10 * 9; at += sizeof(chunk)) {
+        for (int i = 0; i < BIG_N; i++) {
+            size_t k = sizeof(chunk);
+            assert_int_equal(th_write_all(fd[i], chunk, k), 0);
+            sent[i] += k;
+        }
+        rss_sample(&w);
+    }
+    long mid = th_rss_kb(sluice_p.pid);
+    if (mid > w.max)
+        w.max = mid;
+    for (int i = 0; i < BIG_N; i++) {
+        while (sent[i] < BIG_BULK) {
+            size_t k = BIG_BULK - sent[i] < sizeof(chunk) ? BIG_BULK - sent[i] : sizeof(chunk);
+            assert_int_equal(th_write_all(fd[i], chunk, k), 0);
+            sent[i] += k;
+        }
+        assert_int_equal(th_write_all(fd[i], "\r\n", 2), 0);
+        assert_int_equal(th_expect(fd[i], "+OK\r\n", 5, 30000), 0);
+        close(fd[i]);
+    }
+    redisContext *c = redisConnect("127.0.0.1", sport);
+    redisReply *r = redisCommand(c, "STRLEN big3");
+    assert_int_equal(r->integer, BIG_BULK);
+    freeReplyObject(r);
+    r = redisCommand(c, "DEL big0 big1 big2 big3");
+    freeReplyObject(r);
+    redisFree(c);
+    long after = th_rss_kb(sluice_p.pid);
+    print_message("rss: base %ld KiB, peak %ld KiB, after %ld KiB\n", w.base, w.max, after);
+    assert_true(w.max - w.base < RSS_BOUND_KB);
+    assert_true(after - w.base < 8 * 1024);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_flood_set, check_alive),
         cmocka_unit_test_teardown(test_flood_set_get, check_alive),
         cmocka_unit_test_teardown(test_big_replies_without_reading, check_alive),
+        cmocka_unit_test_teardown(test_big_bulks_stream, check_alive),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
