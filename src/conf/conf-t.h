@@ -58,6 +58,8 @@ struct sl_listener_conf {
     uint64_t       max_connections;    /* default 10000 */
     uint64_t       idle_timeout_us;    /* default 300s; 0 = never */
     uint64_t       connect_timeout_us; /* upstream connect, default 2s */
+    uint64_t       header_timeout_us;  /* a request's head must be whole within this; default 10s; 0 = never */
+    uint64_t       max_replies_owed;   /* replies owed before the client is not read; default 8192 */
     uint64_t       max_request;        /* bytes, default 512mb */
     struct sl_listener_conf *next;
 };

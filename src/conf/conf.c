@@ -259,6 +259,8 @@ static const struct keyword listener_kw[] = {
     NUM("max_connections", KW_U64, struct sl_listener_conf, max_connections, 1, UINT32_MAX),
     NUM("idle_timeout", KW_DURATION, struct sl_listener_conf, idle_timeout_us, 0, 365 * DAY_US),
     NUM("connect_timeout", KW_DURATION, struct sl_listener_conf, connect_timeout_us, 1000, HOUR_US),
+    NUM("header_timeout", KW_DURATION, struct sl_listener_conf, header_timeout_us, 0, HOUR_US),
+    NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
 };
 
@@ -1030,6 +1032,8 @@ static struct sl_listener_conf *new_listener(struct loader *ld, const char *name
     l->max_connections = 10000;
     l->idle_timeout_us = 300 * S_US;
     l->connect_timeout_us = 2 * S_US;
+    l->header_timeout_us = 10 * S_US;
+    l->max_replies_owed = 8192;
     l->max_request = 512ULL * 1000 * 1000;
     *ld->ltail = l;
     ld->ltail = &l->next;

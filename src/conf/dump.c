@@ -88,6 +88,8 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv_u64(out, "max_connections", l->max_connections);
     kv_duration(out, "idle_timeout", l->idle_timeout_us);
     kv_duration(out, "connect_timeout", l->connect_timeout_us);
+    kv_duration(out, "header_timeout", l->header_timeout_us);
+    kv_u64(out, "max_replies_owed", l->max_replies_owed);
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
 }

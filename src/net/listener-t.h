@@ -16,6 +16,7 @@ struct sl_listener_stats {
     uint64_t conns_refused;    /* over max_connections, closed at once */
     uint64_t upstream_failed;  /* upstream connect failed or timed out */
     uint64_t idle_closed;      /* closed by idle_timeout */
+    uint64_t header_timeouts;  /* closed by header_timeout: a request's head came too slowly */
     uint64_t protocol_errors;  /* malformed client input */
     uint64_t requests;         /* resp requests framed (argc > 0) */
     uint64_t rejected;         /* requests answered by a rejection instead */
@@ -46,6 +47,7 @@ struct sl_listener {
     struct sl_tq             active;     /* relaying sessions, least recently active first */
     struct sl_tq             lingering;  /* closing sessions draining the client's input */
     struct sl_tq             gated;      /* sessions waiting for a connection limit's place */
+    struct sl_tq             heading;    /* sessions part-way through a request's head, by its start */
     struct sl_listener_stats stats;      /* counters */
     struct sl_listener      *next;       /* in srv->listeners */
 };

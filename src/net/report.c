@@ -29,6 +29,8 @@ static const struct lmetric lmetrics[] = {
       offsetof(struct sl_listener_stats, upstream_failed) },
     { "sluice_idle_closed_total", "counter", "Connections closed by idle_timeout.",
       offsetof(struct sl_listener_stats, idle_closed) },
+    { "sluice_header_timeouts_total", "counter", "Connections closed by header_timeout (a request's head came too slowly).",
+      offsetof(struct sl_listener_stats, header_timeouts) },
     { "sluice_protocol_errors_total", "counter", "Connections closed for malformed input.",
       offsetof(struct sl_listener_stats, protocol_errors) },
     { "sluice_requests_total", "counter", "Requests framed (resp).",

@@ -89,6 +89,7 @@ struct sl_session {
     uv_tcp_t            upstream;   /* our own connection upstream; data = this */
     struct sl_listener *l;          /* owner (counters, configuration) */
     struct sl_tq_node   tq;         /* place in l->connecting / active / lingering */
+    struct sl_tq_node   hq;         /* place in l->heading while a request's head comes */
     uint8_t             state;      /* enum sl_sess_state */
     uint8_t             cl_pause;   /* enum sl_pause bits for reading the client */
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */

@@ -17,7 +17,7 @@
  *
  * Backpressure: when one side's write queue passes HIGH_WATER, the other side
  * stops being read; below LOW_WATER it is read again. Requests awaiting
- * replies are capped too (MAX_INFLIGHT), so a client that pipelines without
+ * replies are capped too (max_replies_owed), so a client that pipelines without
  * reading replies stalls on TCP, not in our memory.
  *
  * Replies: the scanner finds reply ends; each non-push reply pays one owed
@@ -50,7 +50,6 @@
 #define LOW_WATER    (SL_BUF_SIZE)
 #define MIN_READ     (8 * 1024)      /* smaller room than this: take a fresh chunk */
 #define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
-#define MAX_INFLIGHT 8192            /* owed replies before the client is paused */
 #define LINGER_MS    2000            /* how long a lingering close waits for EOF */
 #define PEND_MAX     256             /* requests in order behind an undecided one */
 
@@ -326,14 +325,15 @@ static void owe(struct sl_session *s, uint32_t n)
     s->owed_total += n;
     s->tail_n += n;
     s->inflight += n;
-    if (s->inflight >= MAX_INFLIGHT)
+    if (s->inflight >= s->l->conf->max_replies_owed)
         set_pause(s, 0, SL_PAUSE_INFLIGHT, 1);
 }
 
 static void paid(struct sl_session *s)
 {
     s->inflight--;
-    if (s->inflight == MAX_INFLIGHT / 2)
+    /* read again once half are delivered (a reload may have moved the cap) */
+    if ((s->cl_pause & SL_PAUSE_INFLIGHT) && s->inflight <= s->l->conf->max_replies_owed / 2)
         set_pause(s, 0, SL_PAUSE_INFLIGHT, 0);
 }
 
@@ -1033,6 +1033,7 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
 
 static void process(struct sl_session *s);
 static void resume(struct sl_session *s);
+static void head_clock(struct sl_session *s);
 static void on_verdict_sync(struct sl_pend *e, const struct sl_verdict *v);
 static uint64_t waits_now(void);
 static struct sl_ident_state *ident(struct sl_session *s);
@@ -1348,6 +1349,7 @@ static void resume(struct sl_session *s)
         if (s->state < SL_SESS_CLOSED) {
             if (s->pend_n == 0 && !auth_waits(s))
                 set_pause(s, 0, SL_PAUSE_DECIDE, 0);
+            head_clock(s);
             rx_release(&s->cin);
             framer_release_if_idle(s);
             drain_check(s);
@@ -1451,6 +1453,23 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
     return 0;
 }
 
+/* header_timeout: the clock runs while sluice waits for the client to
+ * finish a request's head (the part that decides it), from when that
+ * request began. Not while requests wait on sluice (verdicts, an AUTH's
+ * answer, a full pipeline), nor once a big request was decided at its head
+ * and its body streams. A slow sender that dribbles a byte at a time keeps
+ * idle_timeout from expiring, but not this. */
+static void head_clock(struct sl_session *s)
+{
+    int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
+                  !auth_waits(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
+                  s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
+    if (!waiting)
+        sl_tq_remove(&s->hq);
+    else if (s->hq.q == NULL)
+        sl_tq_touch(&s->l->heading, &s->hq, now_ms(s));
+}
+
 /* Bytes of the requests waiting in the ring: they lie at the start of the
  * client chunk, in order. */
 static uint32_t pend_bytes(const struct sl_session *s)
@@ -1474,6 +1493,7 @@ static void process(struct sl_session *s)
     uint32_t from = b->start, to = b->start;
     while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !auth_waits(s) &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
+        sl_tq_remove(&s->hq); /* the next request's head has its own time */
         uint32_t span = (uint32_t)(r->size - s->req_fwd);
         s->req_fwd = 0;
         if (s->head_state != 0) {
@@ -1605,6 +1625,8 @@ static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
         return;
     }
     process(s);
+    if (s->state < SL_SESS_FLUSHING)
+        head_clock(s);
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -1656,6 +1678,7 @@ void sl_session_close(struct sl_session *s)
         return;
     s->state = SL_SESS_CLOSED;
     sl_tq_remove(&s->tq);
+    sl_tq_remove(&s->hq);
     s->l->stats.conns_active--;
     /* Verdicts still on their way must not land: the entries go away with
      * the session. Everything else stays valid until the last close
@@ -2141,6 +2164,17 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     }
     while ((n = sl_tq_expired(&l->lingering, now, LINGER_MS)) != NULL)
         sl_session_close(sl_session_of(n));
+
+    uint64_t ht = l->conf->header_timeout_us / 1000;
+    while ((n = sl_tq_expired(&l->heading, now, ht ? ht : 1)) != NULL) {
+        struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, hq));
+        sl_tq_remove(n);
+        if (ht == 0)
+            continue; /* turned off by a reload */
+        l->stats.header_timeouts++;
+        sl_log_debug("header timeout", "listener=%s", l->name);
+        sl_session_close(s);
+    }
 
     uint64_t idle = l->conf->idle_timeout_us / 1000;
     if (idle > 0) {
