@@ -63,6 +63,7 @@ struct wreq {
 static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void emit_ready_locals(struct sl_session *s);
+static void resume_later(struct sl_session *s);
 static void finish(struct sl_session *s);
 
 struct sl_session *sl_session_of(struct sl_tq_node *n)
@@ -332,9 +333,13 @@ static void owe(struct sl_session *s, uint32_t n)
 static void paid(struct sl_session *s)
 {
     s->inflight--;
-    /* read again once half are delivered (a reload may have moved the cap) */
-    if ((s->cl_pause & SL_PAUSE_INFLIGHT) && s->inflight <= s->l->conf->max_replies_owed / 2)
+    /* Read again once half are delivered (a reload may have moved the
+     * cap), and frame what was read and held meanwhile. */
+    if ((s->cl_pause & SL_PAUSE_INFLIGHT) && s->inflight <= s->l->conf->max_replies_owed / 2) {
         set_pause(s, 0, SL_PAUSE_INFLIGHT, 0);
+        if (s->cin != NULL)
+            resume_later(s);
+    }
 }
 
 /* Draining: once every reply owed has been sent on, the session is done.
@@ -415,8 +420,6 @@ static void emit_ready_locals(struct sl_session *s)
     }
 }
 
-static void resume_later(struct sl_session *s);
-
 /* The listener's limits are told apart by AUTH user: what follows an AUTH
  * is charged to whoever its answer makes the client. */
 static int auth_matters(const struct sl_session *s)
@@ -449,6 +452,14 @@ static void auth_drop(struct sl_session *s)
     s->auth_seq = 0;
     s->auth_in_multi = 0;
     s->auth_exec_framed = 0;
+}
+
+/* Requests already read wait unframed: behind an AUTH's answer, or while
+ * the client owes reading max_replies_owed replies (a read holds thousands
+ * of small requests: framing them all would send them all upstream). */
+static int frame_held(const struct sl_session *s)
+{
+    return auth_waits(s) || s->inflight >= s->l->conf->max_replies_owed;
 }
 
 /* Framing was held and need not be any more: go on at the end of the turn. */
@@ -1347,7 +1358,7 @@ static void resume(struct sl_session *s)
         /* Requests framed but not yet taken, or a big one in progress. */
         process(s);
         if (s->state < SL_SESS_CLOSED) {
-            if (s->pend_n == 0 && !auth_waits(s))
+            if (s->pend_n == 0 && !frame_held(s))
                 set_pause(s, 0, SL_PAUSE_DECIDE, 0);
             head_clock(s);
             rx_release(&s->cin);
@@ -1462,7 +1473,7 @@ static int enqueue(struct sl_session *s, const struct sl_resp_req *r, uint32_t s
 static void head_clock(struct sl_session *s)
 {
     int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
-                  !auth_waits(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
+                  !frame_held(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
                   s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
     if (!waiting)
         sl_tq_remove(&s->hq);
@@ -1491,7 +1502,7 @@ static void process(struct sl_session *s)
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !auth_waits(s) &&
+    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
         sl_tq_remove(&s->hq); /* the next request's head has its own time */
         uint32_t span = (uint32_t)(r->size - s->req_fwd);
@@ -1573,7 +1584,7 @@ static void process(struct sl_session *s)
             protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
         return;
     }
-    if (s->pend_n > 0 || auth_waits(s)) {
+    if (s->pend_n > 0 || frame_held(s)) {
         set_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return;
     }

@@ -1,8 +1,10 @@
-/* sluice integration tests — header_timeout: slow senders cannot hold slots.
+/* sluice integration tests — slow senders and readers.
  *
  * Clients that dribble a request a byte at a time keep idle_timeout from
  * expiring; header_timeout bounds the time from a request's first byte to
- * its head being whole. Real redis-server and sluice on loopback. */
+ * its head being whole. A client that never reads gets at most
+ * max_replies_owed requests run upstream. Real redis-server and sluice on
+ * loopback. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,7 +35,8 @@ static int group_setup(void **state)
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = local\n"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "idle_timeout = 300s\nheader_timeout = 1s\nmax_connections = %d\n",
+             "idle_timeout = 300s\nheader_timeout = 1s\nmax_connections = %d\n"
+             "max_replies_owed = 16\n",
              aport, sport, redis_p.port, SLOTS + 1);
     return th_sluice_start(&sluice_p, ini, sport);
 }
@@ -105,12 +108,51 @@ static void test_slow_but_in_time(void **state)
     close(c);
 }
 
+/* A pipeline of 2000 GETs of a 100 kB value in one write, not read: once
+ * the replies fill the sockets, Redis runs no more than max_replies_owed
+ * more of them until the client reads (every request of a read went
+ * upstream before, and Redis held the replies: 200 MB here), then all are
+ * answered in order. */
+static void test_replies_owed_cap(void **state)
+{
+    (void)state;
+    enum { N = 2000, VAL = 100000 };
+    char *set = malloc(VAL + 64);
+    int hn = snprintf(set, 64, "*3\r\n$3\r\nSET\r\n$4\r\nowed\r\n$%d\r\n", VAL);
+    memset(set + hn, 'v', VAL);
+    memcpy(set + hn + VAL, "\r\n", 2);
+    int c = th_connect(sport);
+    assert_true(c >= 0);
+    assert_int_equal(th_write_all(c, set, (size_t)hn + VAL + 2), 0);
+    assert_int_equal(th_expect(c, "+OK\r\n", 5, TH_MS), 0);
+    static char pipe[N * 16];
+    size_t n = 0;
+    for (int i = 0; i < N; i++)
+        n += (size_t)snprintf(pipe + n, sizeof(pipe) - n, "GET owed\r\n");
+    long before = th_redis_cmd_calls(redis_p.port, "get");
+    assert_int_equal(th_write_all(c, pipe, n), 0);
+    usleep(500000);
+    long ran = th_redis_cmd_calls(redis_p.port, "get") - before;
+    print_message("GETs run before the client read: %ld of %d\n", ran, N);
+    /* 16 owed, plus what the socket buffers took (a few MB) */
+    assert_true(ran >= 16 && ran < 200);
+    char head[16];
+    int rl = snprintf(head, sizeof(head), "$%d\r\n", VAL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(th_expect(c, head, (size_t)rl, TH_MS), 0);
+        assert_int_equal(th_expect(c, set + hn, VAL + 2, TH_MS), 0);
+    }
+    close(c);
+    free(set);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* writes to a closed dribbler fail, not kill */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dribblers_are_closed),
         cmocka_unit_test(test_slow_but_in_time),
+        cmocka_unit_test(test_replies_owed_cap),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
