@@ -487,19 +487,38 @@ void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
 
 /* ---- matching ----------------------------------------------------------------- */
 
+/* Compares a command name as sent, <len> bytes at <name> in any case (it
+ * may hold any byte, a NUL too: only <len> says where it ends), with the
+ * NUL-terminated upper-case <upper>. The order is strcmp()'s of the name
+ * upper-cased, the order the configured names are sorted in (folding to
+ * lower case, as strncasecmp() does, puts '_' before the letters and makes
+ * the binary search miss GEORADIUS_RO among GEORADIUSBYMEMBER ...). Reads
+ * at most min(<len>, strlen(<upper>)) bytes of <name>. */
 static int cmd_cmp(const char *name, size_t len, const char *upper)
 {
-    int c = strncasecmp(name, upper, len);
-    if (c != 0)
-        return c;
-    return upper[len] == '\0' ? 0 : -1;
+    size_t ulen = strlen(upper);
+    size_t n = len < ulen ? len : ulen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char a = (unsigned char)name[i], b = (unsigned char)upper[i];
+        if (a >= 'a' && a <= 'z')
+            a = (unsigned char)(a - ('a' - 'A'));
+        if (a != b)
+            return a < b ? -1 : 1;
+    }
+    return len < ulen ? -1 : len > ulen;
+}
+
+/* Argument <i> of <r> was captured whole (its text is all in argv[i]). */
+static int arg_whole(const struct sl_resp_req *r, unsigned i)
+{
+    return i < r->ncap && i < r->argc && r->arglen[i] <= SL_RESP_CAPTURE_LEN;
 }
 
 static int command_matches(const struct limit *L, const struct sl_resp_req *r)
 {
     if (L->n_commands == 0)
         return 1;
-    if (r == NULL || r->ncap == 0 || r->arglen[0] > SL_RESP_CAPTURE_LEN)
+    if (r == NULL || !arg_whole(r, 0))
         return 0;
     size_t len = r->arglen[0];
     int lo = 0, hi = L->n_commands - 1;
@@ -518,7 +537,7 @@ static int command_matches(const struct limit *L, const struct sl_resp_req *r)
 
 static uint64_t cost_of(const struct limit *L, const struct sl_resp_req *r)
 {
-    if (r != NULL && r->ncap > 0 && r->arglen[0] <= SL_RESP_CAPTURE_LEN)
+    if (r != NULL && arg_whole(r, 0))
         for (int i = 0; i < L->n_costs; i++)
             if (cmd_cmp(r->argv[0], r->arglen[0], L->costs[i].cmd) == 0)
                 return L->costs[i].cost;
@@ -544,9 +563,9 @@ static int exempt(const struct sl_resp_req *r)
 {
     static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO",
                                          "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE" };
-    if (r == NULL || r->ncap == 0 || r->arglen[0] > 12)
+    if (r == NULL || !arg_whole(r, 0) || r->arglen[0] > 12)
         return 0;
-    if (r->ncap > 1 && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
+    if (arg_whole(r, 1) && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
         cmd_cmp(r->argv[1], r->arglen[1], "REPLY") == 0)
         return 1;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

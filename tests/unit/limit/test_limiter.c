@@ -245,6 +245,97 @@ static void test_cost_over_burst_never(void **state)
 }
 
 
+/* Decides the raw RESP bytes <wire> (one request, <len> bytes). */
+static int allow_raw(struct fix *f, uint64_t ms, const char *wire, size_t len, struct sl_verdict *out)
+{
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    struct sl_resp_req *r;
+    assert_int_equal(sl_resp_feed(&f->fr, wire, len), 0);
+    assert_int_equal(sl_resp_next(&f->fr, &r), 1);
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, r, ms * 1000, &v,
+                                      NULL, NULL, &h), 0);
+    if (out)
+        *out = v;
+    return v.kind == SL_VERDICT_ALLOW;
+}
+
+/* A command name is its arglen bytes, whatever they hold: "SET\0" is not
+ * SET (Redis answers it "unknown command"), and comparing it must not read
+ * past the configured name (ASan: heap-buffer-overflow in the old cmd_cmp,
+ * which went on to read byte 4 of the 4-byte "SET"). Names and costs alike. */
+static void test_command_name_with_nul(void **state)
+{
+    (void)state;
+    static const char set_nul[] = "*1\r\n$4\r\nSET\0\r\n";
+    static const char set_nul_k[] = "*2\r\n$4\r\nSET\0\r\n$1\r\nk\r\n";
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = SET\n");
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL));
+    assert_true(allow_raw(f, 0, set_nul_k, sizeof(set_nul_k) - 1, NULL));
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL));
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_false(allow(f, 1, 0, "set k v", NULL));
+    teardown_fix(f);
+
+    f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 5\ncost = SET=5 *=1\n");
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL)); /* costs 1: 4 left */
+    assert_true(allow(f, 1, 0, "GET k", NULL));                        /* 3 left */
+    assert_false(allow(f, 1, 0, "SET k v", NULL));                     /* 5 > 3 */
+    teardown_fix(f);
+}
+
+/* Configured names are sorted by strcmp() (upper case: 'B' < '_'); the
+ * lookup must compare in the same order, or it misses names with '_'. */
+static void test_command_names_with_underscore(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit g]\nlistener = r\nrate = 1/d\nburst = 1\n"
+                               "commands = GEORADIUSBYMEMBER GEORADIUS_RO\n");
+    assert_true(allow(f, 1, 0, "georadius_ro k 0 0 1 km", NULL));
+    assert_false(allow(f, 1, 0, "GEORADIUS_RO k 0 0 1 km", NULL));
+    assert_false(allow(f, 1, 0, "GEORADIUSBYMEMBER k m 1 km", NULL));
+    assert_true(allow(f, 1, 0, "GEORADIUS k 0 0 1 km", NULL));
+    teardown_fix(f);
+
+    f = setup_with("[limit g]\nlistener = r\nrate = 1/d\nburst = 9\n"
+                   "cost = GEORADIUSBYMEMBER=2 GEORADIUS_RO=9 *=1\n");
+    assert_true(allow(f, 1, 0, "GEORADIUS_RO k 0 0 1 km", NULL)); /* 9 of 9 */
+    assert_false(allow(f, 1, 0, "GET k", NULL));
+    teardown_fix(f);
+}
+
+/* exempt() looks at argument 1 only when the request has one: a request
+ * record whose capture count runs ahead of its arguments (a head decided
+ * before its arguments are read) must not be taken for CLIENT REPLY. */
+static void test_exempt_checks_argc(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit none]\nlistener = r\nrate = 1/d\nburst = 1\n");
+    struct sl_resp_req r;
+    memset(&r, 0, sizeof(r));
+    r.argc = 1;
+    r.ncap = 2; /* argument 1 is left over from an earlier request */
+    strcpy(r.argv[0], "CLIENT");
+    r.arglen[0] = 6;
+    strcpy(r.argv[1], "REPLY");
+    r.arglen[1] = 5;
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT); /* counted: not exempt */
+    /* an argument longer than the capture is not compared on its cut bytes */
+    r.argc = 2;
+    r.arglen[1] = 5 + SL_RESP_CAPTURE_LEN;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT);
+    teardown_fix(f);
+}
+
 /* action = delay: each request reserves its place; the verdict allows
  * after the wait; past max_delay it rejects, reserving nothing. A reject
  * limit that denies beats a delay, and a delay limit reserves nothing then. */
@@ -310,6 +401,9 @@ int main(void)
         cmocka_unit_test(test_shadow_changes_nothing),
         cmocka_unit_test(test_exempt_and_other_listener),
         cmocka_unit_test(test_cost_over_burst_never),
+        cmocka_unit_test(test_command_name_with_nul),
+        cmocka_unit_test(test_command_names_with_underscore),
+        cmocka_unit_test(test_exempt_checks_argc),
         cmocka_unit_test(test_delay_reserves_in_order),
         cmocka_unit_test(test_meter_plan),
     };
