@@ -1437,6 +1437,42 @@ static uint64_t one_second(const struct sl_rate *r)
     return b ? b : 1;
 }
 
+/* A request that costs more than a limit can ever hold is refused forever
+ * (docs/algorithms.md: "never"), which is a mistake in the file, not a
+ * limit: every cost must fit. The buckets (token_bucket, gcra, and delay,
+ * shaped as gcra) hold <burst>; the windows ignore burst and hold the
+ * rate's amount. */
+static void check_costs(struct loader *ld, const struct sl_limit_conf *m, int cost_line,
+                        int per_command)
+{
+    int bucket = m->algorithm == SL_ALGO_TOKEN_BUCKET || m->algorithm == SL_ALGO_GCRA;
+    uint64_t cap = bucket ? m->burst : m->rate.amount;
+    char what[96];
+    if (bucket)
+        snprintf(what, sizeof(what), "the burst (%llu)", (unsigned long long)cap);
+    else
+        snprintf(what, sizeof(what), "the %llu a window of %s holds (the rate's amount)",
+                 (unsigned long long)cap, sl_conf_algo_names[m->algorithm]);
+    const char *raise = bucket ? "burst" : "rate";
+    int first = -1, more = 0;
+    for (int i = 0; per_command && i < m->n_costs; i++) {
+        if (m->costs[i].cost <= cap)
+            continue;
+        if (first < 0)
+            first = i;
+        else
+            more++;
+    }
+    if (first >= 0) /* one line per limit, however many entries are too big */
+        err(ld, cost_line, "cost: %s=%llu is more than %s, so %s could never pass%s; raise %s "
+            "or lower the cost", m->costs[first].cmd, (unsigned long long)m->costs[first].cost,
+            what, m->costs[first].cmd, more ? " (nor could the other commands whose cost is "
+            "above it)" : "", raise);
+    if (m->default_cost > cap)
+        err(ld, cost_line, "cost: %llu is more than %s, so no request could pass; raise %s or "
+            "lower the cost", (unsigned long long)m->default_cost, what, raise);
+}
+
 static void check_limit(struct loader *ld, struct section *sec)
 {
     struct sl_limit_conf *m = sec->obj;
@@ -1500,6 +1536,9 @@ static void check_limit(struct loader *ld, struct section *sec)
             }
         }
     }
+
+    if (cost_line && m->metric == SL_METRIC_REQUESTS && m->rate.amount != 0)
+        check_costs(ld, m, cost_line, !(m->lc != NULL && m->lc->protocol != SL_PROTO_RESP));
 
     int replaces_line = key_line(sec, "replaces");
     if (m->replaces != NULL) {
