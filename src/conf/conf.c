@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -28,6 +29,7 @@
 #include "conf/conf.h"
 #include "conf/names.h"
 #include "conf/units.h"
+#include "proto/resp_acl.h"
 
 #define MAX_FILE       (1024 * 1024) /* a configuration file larger than this is an error */
 #define MAX_NAME       49            /* inih keeps 49 bytes of section and key names */
@@ -874,6 +876,28 @@ static int command_word(struct loader *ld, struct section *sec, const struct key
     if (strcmp(w, "*") == 0) {
         sec->commands_star = 1;
         return 0;
+    }
+    if (w[0] == '@') {
+        /* A Redis ACL category, kept as Redis writes it ("@write"). */
+        int bit = sl_resp_acl_category(w + 1, strlen(w + 1));
+        if (bit < 0) {
+            char all[400];
+            size_t o = 0;
+            for (int i = 0; i < SL_RESP_ACL_CATEGORIES && o < sizeof(all); i++)
+                o += (size_t)snprintf(all + o, sizeof(all) - o, " @%s", sl_resp_acl_category_name(i));
+            err(ld, ld->line, "commands: unknown category '%s'%s (Redis 7's are:%s)", w,
+                strcasecmp(w, "@all") == 0 ? "; '*' means every command" : "", all);
+            return -1;
+        }
+        char cat[MAX_CMD + 2];
+        snprintf(cat, sizeof(cat), "@%s", sl_resp_acl_category_name(bit));
+        if (listed(m->commands, m->n_commands, cat))
+            return 0;
+        if (m->n_commands >= MAX_LIST) {
+            err(ld, ld->line, "commands: more than %d entries", MAX_LIST);
+            return -1;
+        }
+        return push(ld, &m->commands, &m->n_commands, cat);
     }
     if (strlen(w) > MAX_CMD || !command_ok(w)) {
         err(ld, ld->line, "commands: expected command names like GET SET, or *, got '%s'", w);

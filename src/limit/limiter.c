@@ -25,6 +25,7 @@
 #include "identity/identity.h"
 #include "limit/algo.h"
 #include "limit/limiter.h"
+#include "proto/resp_acl.h"
 #include "store/store.h"
 
 #include <uv.h>
@@ -91,8 +92,11 @@ struct limit {
     struct sl_algo_params p;     /* the algorithm's parameters (max_wait_us: delay) */
     uint64_t       max_delay_us; /* action = delay: longest wait */
     uint64_t       max;          /* metric = connections: max = N */
-    char         **commands;     /* upper case, sorted; n_commands 0 = every command */
+    char         **commands;     /* upper case, sorted; none of these three: every command */
     int            n_commands;
+    uint32_t       cats;         /* commands = @category ...: bits of sl_resp_acl_of() */
+    char         **subcmds;      /* commands = CONTAINER|SUB ...: upper case */
+    int            n_subcmds;
     struct sl_cost *costs;       /* per-command costs */
     int            n_costs;
     uint64_t       default_cost;
@@ -125,6 +129,7 @@ struct sl_limiter {
     char             *key_prefix; /* store keys start with it */
     struct limit     *limits;
     int               n;
+    uint8_t           any_cats;   /* some limit names @categories in `commands` */
     uint64_t          lease_ms;   /* connection leases live this long unrenewed */
 };
 
@@ -204,6 +209,41 @@ static void limit_params(const struct sl_limit_conf *c, struct sl_algo_params *p
             p->algo = SL_ALGO_GCRA;
         p->max_wait_us = c->max_delay_us > 0 ? c->max_delay_us : 1;
     }
+}
+
+/* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted
+ * for the binary search), CONTAINER|SUB names, and @categories (bits).
+ * Returns 0, or -1 when out of memory. */
+static int copy_commands(struct limit *L, const struct sl_limit_conf *c)
+{
+    if (c->n_commands > 0) {
+        L->commands = calloc((size_t)c->n_commands, sizeof(char *));
+        L->subcmds = calloc((size_t)c->n_commands, sizeof(char *));
+        if (L->commands == NULL || L->subcmds == NULL)
+            return -1;
+    }
+    for (int i = 0; i < c->n_commands; i++) {
+        const char *w = c->commands[i];
+        if (w[0] == '@') {
+            int bit = sl_resp_acl_category(w + 1, strlen(w + 1));
+            if (bit >= 0) /* the loader refused the others */
+                L->cats |= 1u << bit;
+            continue;
+        }
+        char *d = strdup(w);
+        if (d == NULL)
+            return -1;
+        for (char *p = d; *p; p++)
+            if (*p >= 'a' && *p <= 'z')
+                *p = (char)(*p - 32);
+        if (strchr(d, '|') != NULL)
+            L->subcmds[L->n_subcmds++] = d;
+        else
+            L->commands[L->n_commands++] = d;
+    }
+    if (L->n_commands > 0)
+        qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+    return 0;
 }
 
 static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *lc)
@@ -288,10 +328,9 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         limit_params(c, &L->p);
         L->max_delay_us = c->max_delay_us;
         L->max = c->max;
-        L->n_commands = c->n_commands;
-        L->commands = copy_strs(c->commands, c->n_commands, 1);
-        if (L->commands)
-            qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+        if (copy_commands(L, c) != 0)
+            goto fail;
+        lim->any_cats |= L->cats != 0;
         L->n_costs = c->n_costs;
         if (c->n_costs > 0) {
             L->costs = malloc((size_t)c->n_costs * sizeof(*L->costs));
@@ -311,7 +350,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->lease_size = store != NULL ? lease_size(L, conf->store.lease) : 0;
         L->chunk = chunk_of(L);
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
-            L->tab == NULL || (c->n_commands && L->commands == NULL) ||
+            L->tab == NULL ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
     }
@@ -345,6 +384,7 @@ static void limiter_free(struct sl_limiter *lim)
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
+        free_strs(L->subcmds, L->n_subcmds);
         free(L->costs);
         free_strs(L->match, L->n_match);
     }
@@ -514,12 +554,35 @@ static int arg_whole(const struct sl_resp_req *r, unsigned i)
     return i < r->ncap && i < r->argc && r->arglen[i] <= SL_RESP_CAPTURE_LEN;
 }
 
-static int command_matches(const struct limit *L, const struct sl_resp_req *r)
+/* Whether CONTAINER|SUB <name> names request <r>'s command and subcommand. */
+static int subcommand_is(const struct sl_resp_req *r, const char *name)
 {
-    if (L->n_commands == 0)
+    const char *bar = strchr(name, '|');
+    char head[64];
+    size_t hl = (size_t)(bar - name);
+    if (hl >= sizeof(head) || !arg_whole(r, 1))
+        return 0;
+    memcpy(head, name, hl);
+    head[hl] = '\0';
+    return cmd_cmp(r->argv[0], r->arglen[0], head) == 0 &&
+           cmd_cmp(r->argv[1], r->arglen[1], bar + 1) == 0;
+}
+
+/* Whether <L>'s `commands` take request <r>, whose categories are <cats>
+ * (sl_resp_acl_of(), asked once per request when some limit has any):
+ * its name exactly (any case), its CONTAINER|SUB, or one of its
+ * categories. */
+static int command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats)
+{
+    if (L->n_commands == 0 && L->n_subcmds == 0 && L->cats == 0)
+        return 1;
+    if (L->cats & cats)
         return 1;
     if (r == NULL || !arg_whole(r, 0))
         return 0;
+    for (int i = 0; i < L->n_subcmds; i++)
+        if (subcommand_is(r, L->subcmds[i]))
+            return 1;
     size_t len = r->arglen[0];
     int lo = 0, hi = L->n_commands - 1;
     while (lo <= hi) {
@@ -1126,10 +1189,12 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     memset(v, 0, sizeof(*v));
     if (exempt(r))
         return 0;
+    uint32_t cats = lim->any_cats ? sl_resp_acl_of(r) : 0;
     /* Candidates by listener and command: no identity work before this. */
     int cand[MAX_REQ_LIMITS], nc = 0;
     for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++)
-        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) && command_matches(&lim->limits[i], r))
+        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
+            command_matches(&lim->limits[i], r, cats))
             cand[nc++] = i;
     if (nc == 0)
         return 0;

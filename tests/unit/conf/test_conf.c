@@ -1289,6 +1289,39 @@ static void test_dump_round_trip(void **state)
     sl_conf_free(c);
 }
 
+/* commands = @category: Redis 7's ACL categories, kept as Redis writes
+ * them (lower case) and printed back so by -T; an unknown one is an error. */
+#define CATS "@keyspace @read @write @set @sortedset @list @hash @string @bitmap " \
+             "@hyperloglog @geo @stream @pubsub @admin @fast @slow @blocking @dangerous " \
+             "@connection @transaction @scripting"
+static void test_command_categories(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok(L_A "[limit x]\nlistener = a\nrate = 1/s\n"
+                                "commands = @WRITE get @write @Admin\n");
+    assert_int_equal(c->limits->n_commands, 3);
+    assert_string_equal(c->limits->commands[0], "@write");
+    assert_string_equal(c->limits->commands[1], "GET");
+    assert_string_equal(c->limits->commands[2], "@admin");
+    char *d = dump(c);
+    assert_non_null(strstr(d, "commands        = @write GET @admin\n"));
+    free(d);
+    sl_conf_free(c);
+    round_trip(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @read @sortedset\n");
+
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = GET @writes\n",
+                  "t.ini:7: commands: unknown category '@writes' (Redis 7's are: " CATS ")\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @all\n",
+                  "t.ini:7: commands: unknown category '@all'; '*' means every command (Redis 7's "
+                  "are: " CATS ")\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @\n",
+                  "t.ini:7: commands: unknown category '@' (Redis 7's are: " CATS ")\n");
+    expect_errors("[listener t]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\n"
+                  "protocol = tcp\n[limit x]\nlistener = t\nmetric = bytes_in\nrate = 1/s\n"
+                  "commands = @write\n",
+                  "t.ini:9: commands: only for resp listeners ([listener t] is tcp)\n");
+}
+
 /* ---- shipped files -------------------------------------------------------- */
 
 static void load_file_ok(const char *path)
@@ -1365,6 +1398,7 @@ int main(void)
         cmocka_unit_test(test_workers),
         cmocka_unit_test(test_cost_and_commands),
         cmocka_unit_test(test_cost_above_capacity),
+        cmocka_unit_test(test_command_categories),
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),

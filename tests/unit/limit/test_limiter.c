@@ -350,6 +350,42 @@ static void test_exempt_checks_argc(void **state)
     teardown_fix(f);
 }
 
+/* commands = @category: Redis 7's categories, for a container those of its
+ * subcommand; CONTAINER|SUB names one subcommand; plain names match the
+ * name exactly (any case), every subcommand of a container included. */
+static void test_command_categories(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = @write\n");
+    assert_true(allow(f, 1, 0, "INCRBY k 1", NULL));
+    for (int i = 0; i < 5; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL)); /* @read */
+    assert_true(allow(f, 1, 0, "hset h f v", NULL));
+    assert_false(allow(f, 1, 0, "INCR k", NULL));
+    assert_true(allow(f, 1, 0, "PING", NULL));
+    assert_true(allow(f, 1, 0, "MYMODULE.SET k v", NULL)); /* not Redis 7's: no category */
+    assert_true(allow(f, 1, 0, "MULTI", NULL));            /* never limited */
+    teardown_fix(f);
+
+    f = setup_with("[limit a]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = @admin GET\n"
+                   "[limit s]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = client|setname\n");
+    assert_true(allow(f, 1, 0, "CONFIG HELP", NULL)); /* @slow only */
+    assert_true(allow(f, 1, 0, "CONFIG SET maxmemory 0", NULL));
+    assert_false(allow(f, 1, 0, "config get x", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT SETNAME x", NULL));
+    assert_false(allow(f, 1, 0, "client setname y", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT GETNAME", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT", NULL));
+    assert_false(allow(f, 1, 0, "GET k", NULL)); /* a's name, with its category */
+    teardown_fix(f);
+
+    f = setup_with("[limit c]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = CONFIG\n");
+    assert_true(allow(f, 1, 0, "CONFIG HELP", NULL));
+    assert_false(allow(f, 1, 0, "CONFIG SET a b", NULL));
+    assert_true(allow(f, 1, 0, "CONFIGX", NULL));
+    teardown_fix(f);
+}
+
 /* action = delay: each request reserves its place; the verdict allows
  * after the wait; past max_delay it rejects, reserving nothing. A reject
  * limit that denies beats a delay, and a delay limit reserves nothing then. */
@@ -418,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_command_name_with_nul),
         cmocka_unit_test(test_command_names_with_underscore),
         cmocka_unit_test(test_exempt_checks_argc),
+        cmocka_unit_test(test_command_categories),
         cmocka_unit_test(test_delay_reserves_in_order),
         cmocka_unit_test(test_meter_plan),
     };
