@@ -579,8 +579,9 @@ static int check_listener_caps(const struct sl_conf *conf, const struct sl_liste
             sl_resp_acl_entry(i, &kinds[n_kinds].cmd, &kinds[n_kinds].sub, &kinds[n_kinds].cats);
             n_kinds++;
         }
+        size_t nw = 0;
         for (int i = 0; i < n; i++) {
-            for (int j = 0; j < lims[i]->n_commands; j++) {
+            for (int j = 0; j < lims[i]->n_commands; j++, nw++) {
                 const char *w = lims[i]->commands[j], *bar = strchr(w, '|');
                 if (w[0] == '@')
                     continue;
@@ -588,16 +589,15 @@ static int check_listener_caps(const struct sl_conf *conf, const struct sl_liste
                 struct sl_resp_req r;
                 memset(&r, 0, sizeof(r));
                 size_t hl = bar ? (size_t)(bar - w) : strlen(w);
-                snprintf(words[n_kinds][0], sizeof(words[0][0]), "%.*s", (int)hl, w);
-                snprintf(words[n_kinds][1], sizeof(words[0][1]), "%s", bar ? bar + 1 : "");
+                snprintf(words[nw][0], sizeof(words[0][0]), "%.*s", (int)hl, w);
+                snprintf(words[nw][1], sizeof(words[0][1]), "%s", bar ? bar + 1 : "");
                 r.argc = r.ncap = bar ? 2 : 1;
                 for (unsigned a = 0; a < r.ncap; a++) {
-                    r.arglen[a] = (uint32_t)strlen(words[n_kinds][a]);
-                    memcpy(r.argv[a], words[n_kinds][a], r.arglen[a] + 1);
+                    r.arglen[a] = (uint32_t)strlen(words[nw][a]);
+                    memcpy(r.argv[a], words[nw][a], r.arglen[a] + 1);
                 }
-                kinds[n_kinds] = (struct req_kind){ words[n_kinds][0], bar ? words[n_kinds][1] : NULL,
-                                                    sl_resp_acl_of(&r) };
-                n_kinds++;
+                kinds[n_kinds++] = (struct req_kind){ words[nw][0], bar ? words[nw][1] : NULL,
+                                                      sl_resp_acl_of(&r) };
             }
         }
     }
