@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -28,6 +29,7 @@
 #include "conf/conf.h"
 #include "conf/names.h"
 #include "conf/units.h"
+#include "proto/resp_acl.h"
 
 #define MAX_FILE       (1024 * 1024) /* a configuration file larger than this is an error */
 #define MAX_NAME       49            /* inih keeps 49 bytes of section and key names */
@@ -877,6 +879,28 @@ static int command_word(struct loader *ld, struct section *sec, const struct key
         sec->commands_star = 1;
         return 0;
     }
+    if (w[0] == '@') {
+        /* A Redis ACL category, kept as Redis writes it ("@write"). */
+        int bit = sl_resp_acl_category(w + 1, strlen(w + 1));
+        if (bit < 0) {
+            char all[400];
+            size_t o = 0;
+            for (int i = 0; i < SL_RESP_ACL_CATEGORIES && o < sizeof(all); i++)
+                o += (size_t)snprintf(all + o, sizeof(all) - o, " @%s", sl_resp_acl_category_name(i));
+            err(ld, ld->line, "commands: unknown category '%s'%s (Redis 7's are:%s)", w,
+                strcasecmp(w, "@all") == 0 ? "; '*' means every command" : "", all);
+            return -1;
+        }
+        char cat[MAX_CMD + 2];
+        snprintf(cat, sizeof(cat), "@%s", sl_resp_acl_category_name(bit));
+        if (listed(m->commands, m->n_commands, cat))
+            return 0;
+        if (m->n_commands >= MAX_LIST) {
+            err(ld, ld->line, "commands: more than %d entries", MAX_LIST);
+            return -1;
+        }
+        return push(ld, &m->commands, &m->n_commands, cat);
+    }
     if (strlen(w) > MAX_CMD || !command_ok(w)) {
         err(ld, ld->line, "commands: expected command names like GET SET, or *, got '%s'", w);
         return -1;
@@ -1441,6 +1465,42 @@ static uint64_t one_second(const struct sl_rate *r)
     return b ? b : 1;
 }
 
+/* A request that costs more than a limit can ever hold is refused forever
+ * (docs/algorithms.md: "never"), which is a mistake in the file, not a
+ * limit: every cost must fit. The buckets (token_bucket, gcra, and delay,
+ * shaped as gcra) hold <burst>; the windows ignore burst and hold the
+ * rate's amount. */
+static void check_costs(struct loader *ld, const struct sl_limit_conf *m, int cost_line,
+                        int per_command)
+{
+    int bucket = m->algorithm == SL_ALGO_TOKEN_BUCKET || m->algorithm == SL_ALGO_GCRA;
+    uint64_t cap = bucket ? m->burst : m->rate.amount;
+    char what[96];
+    if (bucket)
+        snprintf(what, sizeof(what), "the burst (%llu)", (unsigned long long)cap);
+    else
+        snprintf(what, sizeof(what), "the %llu a window of %s holds (the rate's amount)",
+                 (unsigned long long)cap, sl_conf_algo_names[m->algorithm]);
+    const char *raise = bucket ? "burst" : "rate";
+    int first = -1, more = 0;
+    for (int i = 0; per_command && i < m->n_costs; i++) {
+        if (m->costs[i].cost <= cap)
+            continue;
+        if (first < 0)
+            first = i;
+        else
+            more++;
+    }
+    if (first >= 0) /* one line per limit, however many entries are too big */
+        err(ld, cost_line, "cost: %s=%llu is more than %s, so %s could never pass%s; raise %s "
+            "or lower the cost", m->costs[first].cmd, (unsigned long long)m->costs[first].cost,
+            what, m->costs[first].cmd, more ? " (nor could the other commands whose cost is "
+            "above it)" : "", raise);
+    if (m->default_cost > cap)
+        err(ld, cost_line, "cost: %llu is more than %s, so no request could pass; raise %s or "
+            "lower the cost", (unsigned long long)m->default_cost, what, raise);
+}
+
 static void check_limit(struct loader *ld, struct section *sec)
 {
     struct sl_limit_conf *m = sec->obj;
@@ -1504,6 +1564,9 @@ static void check_limit(struct loader *ld, struct section *sec)
             }
         }
     }
+
+    if (cost_line && m->metric == SL_METRIC_REQUESTS && m->rate.amount != 0)
+        check_costs(ld, m, cost_line, !(m->lc != NULL && m->lc->protocol != SL_PROTO_RESP));
 
     int replaces_line = key_line(sec, "replaces");
     if (m->replaces != NULL) {

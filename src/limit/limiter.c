@@ -25,11 +25,13 @@
 #include "identity/identity.h"
 #include "limit/algo.h"
 #include "limit/limiter.h"
+#include "proto/resp_acl.h"
 #include "store/store.h"
 
 #include <uv.h>
 
-#define MAX_REQ_LIMITS 16 /* limits one request can meet */
+#define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
+#define MAX_CONN_LIMITS 8 /* connection limits one connection can meet: checked at load */
 #define TOP_K          10 /* busiest identities kept per limit, for /stats */
 
 /* A "space saving" counter: the K identities seen most, approximately
@@ -91,8 +93,11 @@ struct limit {
     struct sl_algo_params p;     /* the algorithm's parameters (max_wait_us: delay) */
     uint64_t       max_delay_us; /* action = delay: longest wait */
     uint64_t       max;          /* metric = connections: max = N */
-    char         **commands;     /* upper case, sorted; n_commands 0 = every command */
+    char         **commands;     /* upper case, sorted; none of these three: every command */
     int            n_commands;
+    uint32_t       cats;         /* commands = @category ...: bits of sl_resp_acl_of() */
+    char         **subcmds;      /* commands = CONTAINER|SUB ...: upper case */
+    int            n_subcmds;
     struct sl_cost *costs;       /* per-command costs */
     int            n_costs;
     uint64_t       default_cost;
@@ -125,6 +130,9 @@ struct sl_limiter {
     char             *key_prefix; /* store keys start with it */
     struct limit     *limits;
     int               n;
+    uint8_t           any_cats;   /* some limit names @categories in `commands` */
+    int              *cand;       /* scratch: candidate limits of one decision (n) */
+    uint8_t          *keep;       /* scratch: which of them apply to its identity (n) */
     uint64_t          lease_ms;   /* connection leases live this long unrenewed */
 };
 
@@ -151,6 +159,27 @@ static struct sl_pool req_pool = SL_POOL_INIT(sizeof(struct sl_limiter_req), 256
 void sl_limiter_pool_drain(void)
 {
     sl_pool_drain(&req_pool);
+}
+
+/* Work a limit could not count: allowed without being counted, because
+ * memory ran out (a bucket, a connection's record) or because it met more
+ * limits than a decision holds (sl_limiter_validate() refuses files where
+ * that can happen). Counted per process, for /metrics, and logged at most
+ * once a second per reason. */
+enum { UNCOUNTED_NO_MEMORY, UNCOUNTED_TOO_MANY, UNCOUNTED_REASONS };
+static const char *const uncounted_names[UNCOUNTED_REASONS] = { "no_memory", "too_many_limits" };
+static uint64_t uncounted_n[UNCOUNTED_REASONS];
+static uint64_t uncounted_logged_ns[UNCOUNTED_REASONS];
+
+static void uncounted(int why, const char *what)
+{
+    uncounted_n[why]++;
+    uint64_t now = uv_hrtime();
+    if (uncounted_logged_ns[why] != 0 && now - uncounted_logged_ns[why] < 1000000000u)
+        return;
+    uncounted_logged_ns[why] = now;
+    sl_log_warn("limits: allowed without counting", "what=%s reason=%s total=%" PRIu64, what,
+                uncounted_names[why], uncounted_n[why]);
 }
 
 /* ---- building --------------------------------------------------------------- */
@@ -204,6 +233,41 @@ static void limit_params(const struct sl_limit_conf *c, struct sl_algo_params *p
             p->algo = SL_ALGO_GCRA;
         p->max_wait_us = c->max_delay_us > 0 ? c->max_delay_us : 1;
     }
+}
+
+/* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted
+ * for the binary search), CONTAINER|SUB names, and @categories (bits).
+ * Returns 0, or -1 when out of memory. */
+static int copy_commands(struct limit *L, const struct sl_limit_conf *c)
+{
+    if (c->n_commands > 0) {
+        L->commands = calloc((size_t)c->n_commands, sizeof(char *));
+        L->subcmds = calloc((size_t)c->n_commands, sizeof(char *));
+        if (L->commands == NULL || L->subcmds == NULL)
+            return -1;
+    }
+    for (int i = 0; i < c->n_commands; i++) {
+        const char *w = c->commands[i];
+        if (w[0] == '@') {
+            int bit = sl_resp_acl_category(w + 1, strlen(w + 1));
+            if (bit >= 0) /* the loader refused the others */
+                L->cats |= 1u << bit;
+            continue;
+        }
+        char *d = strdup(w);
+        if (d == NULL)
+            return -1;
+        for (char *p = d; *p; p++)
+            if (*p >= 'a' && *p <= 'z')
+                *p = (char)(*p - 32);
+        if (strchr(d, '|') != NULL)
+            L->subcmds[L->n_subcmds++] = d;
+        else
+            L->commands[L->n_commands++] = d;
+    }
+    if (L->n_commands > 0)
+        qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+    return 0;
 }
 
 static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *lc)
@@ -276,7 +340,9 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
     if (lim->lease_ms == 0)
         lim->lease_ms = 10000;
     lim->limits = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->limits));
-    if (lim->key_prefix == NULL || lim->limits == NULL)
+    lim->cand = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->cand));
+    lim->keep = calloc((size_t)(conf->n_limits ? conf->n_limits : 1), sizeof(*lim->keep));
+    if (lim->key_prefix == NULL || lim->limits == NULL || lim->cand == NULL || lim->keep == NULL)
         goto fail;
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
         struct limit *L = &lim->limits[lim->n++];
@@ -288,10 +354,9 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         limit_params(c, &L->p);
         L->max_delay_us = c->max_delay_us;
         L->max = c->max;
-        L->n_commands = c->n_commands;
-        L->commands = copy_strs(c->commands, c->n_commands, 1);
-        if (L->commands)
-            qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+        if (copy_commands(L, c) != 0)
+            goto fail;
+        lim->any_cats |= L->cats != 0;
         L->n_costs = c->n_costs;
         if (c->n_costs > 0) {
             L->costs = malloc((size_t)c->n_costs * sizeof(*L->costs));
@@ -311,7 +376,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->lease_size = store != NULL ? lease_size(L, conf->store.lease) : 0;
         L->chunk = chunk_of(L);
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
-            L->tab == NULL || (c->n_commands && L->commands == NULL) ||
+            L->tab == NULL ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
     }
@@ -345,10 +410,13 @@ static void limiter_free(struct sl_limiter *lim)
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
+        free_strs(L->subcmds, L->n_subcmds);
         free(L->costs);
         free_strs(L->match, L->n_match);
     }
     free(lim->limits);
+    free(lim->cand);
+    free(lim->keep);
     free(lim->key_prefix);
     free(lim);
 }
@@ -371,9 +439,229 @@ int sl_limiter_active(const struct sl_limiter *lim, const char *listener)
     return 0;
 }
 
+/* ---- how many limits one decision can meet ------------------------------------
+ *
+ * A decision holds at most MAX_REQ_LIMITS limits (requests, byte takes) or
+ * MAX_CONN_LIMITS (connections). Rather than skip the rest at run time, a
+ * file where one request or connection can meet more is refused: per
+ * listener and metric, for every kind of request (every command and
+ * subcommand of Redis 7's table, and every name a limit lists), the limits
+ * it can meet are those whose listener and commands take it; of them, the
+ * ones with match_identity count only for the identities they name, so the
+ * worst identity meets the others plus the most that name one identity
+ * (`replaces` is ignored: at most this many). */
+
+/* One kind of request: a command, its subcommand (or NULL), its categories. */
+struct req_kind {
+    const char *cmd;
+    const char *sub;
+    uint32_t    cats;
+};
+
+/* Whether the `commands` of <c> take requests of kind <k> (as
+ * command_matches() does at run time). */
+static int conf_takes(const struct sl_limit_conf *c, const struct req_kind *k)
+{
+    if (c->n_commands == 0)
+        return 1;
+    for (int i = 0; i < c->n_commands; i++) {
+        const char *w = c->commands[i], *bar = strchr(w, '|');
+        if (w[0] == '@') {
+            int b = sl_resp_acl_category(w + 1, strlen(w + 1));
+            if (b >= 0 && (k->cats >> b & 1))
+                return 1;
+        } else if (bar == NULL) {
+            if (strcasecmp(w, k->cmd) == 0)
+                return 1;
+        } else if (k->sub != NULL && strlen(k->cmd) == (size_t)(bar - w) &&
+                   strncasecmp(w, k->cmd, (size_t)(bar - w)) == 0 &&
+                   strcasecmp(bar + 1, k->sub) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A (match_identity name, limit) pair, sorted by name. */
+struct named {
+    const char *name;
+    int         limit;
+};
+
+static int cmp_named(const void *a, const void *b)
+{
+    const struct named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c != 0 ? c : x->limit - y->limit;
+}
+
+/* The most limits of <lims> (n, with <in> set for those that take the
+ * request) one identity meets; *<worst> is set to the name of the identity
+ * that meets them (NULL: everyone alike). */
+static int most_met(const struct sl_limit_conf *const *lims, int n, const uint8_t *in,
+                    const struct named *names, size_t n_names, const char **worst)
+{
+    int base = 0, best = 0;
+    for (int i = 0; i < n; i++)
+        base += in[i] && lims[i]->n_match_identity == 0;
+    *worst = NULL;
+    for (size_t j = 0; j < n_names;) {
+        size_t e = j;
+        int count = 0;
+        for (; e < n_names && strcmp(names[e].name, names[j].name) == 0; e++)
+            count += in[names[e].limit] && (e == j || names[e].limit != names[e - 1].limit);
+        if (count > best) {
+            best = count;
+            *worst = names[j].name;
+        }
+        j = e;
+    }
+    return base + best;
+}
+
+/* Checks listener <l> for <metric>: writes an error and returns 1 when one
+ * request (byte take, connection) can meet more limits than a decision
+ * holds. */
+static int check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
+                               enum sl_metric metric, FILE *errf)
+{
+    int cap = metric == SL_METRIC_CONNECTIONS ? MAX_CONN_LIMITS : MAX_REQ_LIMITS;
+    int n = 0, bad = 0;
+    size_t n_names = 0, n_kinds = 0;
+    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next)
+        if (c->metric == metric && (strcmp(c->listener, "*") == 0 || strcmp(c->listener, l->name) == 0))
+            n++;
+    if (n <= cap)
+        return 0; /* the common case: nothing to count */
+
+    const struct sl_limit_conf **lims = calloc((size_t)n, sizeof(*lims));
+    uint8_t *in = calloc((size_t)n, 1);
+    struct named *names = NULL;
+    struct req_kind *kinds = NULL;
+    if (lims == NULL || in == NULL)
+        goto oom;
+    n = 0;
+    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
+        if (c->metric != metric || (strcmp(c->listener, "*") != 0 && strcmp(c->listener, l->name) != 0))
+            continue;
+        lims[n++] = c;
+        n_names += (size_t)c->n_match_identity;
+        n_kinds += (size_t)c->n_commands;
+    }
+    names = calloc(n_names ? n_names : 1, sizeof(*names));
+    if (names == NULL)
+        goto oom;
+    n_names = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < lims[i]->n_match_identity; j++)
+            names[n_names++] = (struct named){ lims[i]->match_identity[j], i };
+    qsort(names, n_names, sizeof(*names), cmp_named);
+
+    /* The kinds of request: one for bytes and connections; for requests
+     * every entry of Redis 7's table and every name a limit lists. */
+    const char *cmd, *sub;
+    uint32_t cats;
+    size_t n_table = 0;
+    if (metric == SL_METRIC_REQUESTS)
+        while (sl_resp_acl_entry(n_table, &cmd, &sub, &cats) == 0)
+            n_table++;
+    kinds = calloc(n_table + n_kinds + 1, sizeof(*kinds));
+    char (*words)[2][SL_RESP_CAPTURE_LEN + 1] = calloc(n_kinds + 1, sizeof(*words));
+    if (kinds == NULL || words == NULL) {
+        free(words);
+        goto oom;
+    }
+    n_kinds = 0;
+    if (metric != SL_METRIC_REQUESTS) {
+        kinds[n_kinds++] = (struct req_kind){ "", NULL, 0 };
+    } else {
+        for (size_t i = 0; i < n_table; i++) {
+            sl_resp_acl_entry(i, &kinds[n_kinds].cmd, &kinds[n_kinds].sub, &kinds[n_kinds].cats);
+            n_kinds++;
+        }
+        size_t nw = 0;
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j < lims[i]->n_commands; j++, nw++) {
+                const char *w = lims[i]->commands[j], *bar = strchr(w, '|');
+                if (w[0] == '@')
+                    continue;
+                /* a listed name, as a request: its categories from the table */
+                struct sl_resp_req r;
+                memset(&r, 0, sizeof(r));
+                size_t hl = bar ? (size_t)(bar - w) : strlen(w);
+                snprintf(words[nw][0], sizeof(words[0][0]), "%.*s", (int)hl, w);
+                snprintf(words[nw][1], sizeof(words[0][1]), "%s", bar ? bar + 1 : "");
+                r.argc = r.ncap = bar ? 2 : 1;
+                for (unsigned a = 0; a < r.ncap; a++) {
+                    r.arglen[a] = (uint32_t)strlen(words[nw][a]);
+                    memcpy(r.argv[a], words[nw][a], r.arglen[a] + 1);
+                }
+                kinds[n_kinds++] = (struct req_kind){ words[nw][0], bar ? words[nw][1] : NULL,
+                                                      sl_resp_acl_of(&r) };
+            }
+        }
+    }
+    for (size_t k = 0; k < n_kinds && !bad; k++) {
+        for (int i = 0; i < n; i++)
+            in[i] = metric != SL_METRIC_REQUESTS || conf_takes(lims[i], &kinds[k]);
+        const char *worst;
+        int met = most_met(lims, n, in, names, n_names, &worst);
+        if (met <= cap)
+            continue;
+        /* Name the limit that goes over: the (cap + 1)-th in file order. */
+        int seen = 0;
+        const struct sl_limit_conf *over = NULL;
+        for (int i = 0; i < n && over == NULL; i++) {
+            int counts = in[i] && (lims[i]->n_match_identity == 0 || worst != NULL);
+            if (counts && lims[i]->n_match_identity > 0) {
+                counts = 0;
+                for (int j = 0; j < lims[i]->n_match_identity; j++)
+                    counts |= strcmp(lims[i]->match_identity[j], worst) == 0;
+            }
+            if (counts && ++seen > cap)
+                over = lims[i];
+        }
+        char what[160];
+        if (metric == SL_METRIC_CONNECTIONS)
+            snprintf(what, sizeof(what), "a connection");
+        else if (metric != SL_METRIC_REQUESTS)
+            snprintf(what, sizeof(what), "a %s take",
+                     metric == SL_METRIC_BYTES_IN ? "bytes_in" : "bytes_out");
+        else
+            snprintf(what, sizeof(what), "a request '%s%s%s'", kinds[k].cmd, kinds[k].sub ? " " : "",
+                     kinds[k].sub ? kinds[k].sub : "");
+        char who[SL_ID_MAX + 40] = "";
+        if (worst != NULL)
+            snprintf(who, sizeof(who), " of identity '%s'", worst);
+        fprintf(errf, "%s:%d: limit '%s': %s%s on listener '%s' would meet %d limits; one %s "
+                "meets at most %d (narrow their listener, commands or match_identity)\n",
+                conf->file ? conf->file : "-", over ? over->line : 0, over ? over->name : "?",
+                what, who, l->name, met, metric == SL_METRIC_CONNECTIONS ? "connection" : "decision",
+                cap);
+        bad = 1;
+    }
+    free(words);
+    free(kinds);
+    free(names);
+    free(in);
+    free(lims);
+    return bad;
+oom:
+    free(kinds);
+    free(names);
+    free(in);
+    free(lims);
+    fprintf(errf, "%s:0: out of memory checking listener '%s'\n", conf->file ? conf->file : "-",
+            l->name);
+    return 1;
+}
+
 int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
 {
     int bad = 0;
+    for (const struct sl_listener_conf *l = conf->listeners; l != NULL; l = l->next)
+        for (int m = SL_METRIC_REQUESTS; m <= SL_METRIC_CONNECTIONS; m++)
+            bad += check_listener_caps(conf, l, (enum sl_metric)m, errf);
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
         if (c->metric == SL_METRIC_CONNECTIONS)
             continue;
@@ -487,20 +775,62 @@ void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
 
 /* ---- matching ----------------------------------------------------------------- */
 
+/* Compares a command name as sent, <len> bytes at <name> in any case (it
+ * may hold any byte, a NUL too: only <len> says where it ends), with the
+ * NUL-terminated upper-case <upper>. The order is strcmp()'s of the name
+ * upper-cased, the order the configured names are sorted in (folding to
+ * lower case, as strncasecmp() does, puts '_' before the letters and makes
+ * the binary search miss GEORADIUS_RO among GEORADIUSBYMEMBER ...). Reads
+ * at most min(<len>, strlen(<upper>)) bytes of <name>. */
 static int cmd_cmp(const char *name, size_t len, const char *upper)
 {
-    int c = strncasecmp(name, upper, len);
-    if (c != 0)
-        return c;
-    return upper[len] == '\0' ? 0 : -1;
+    size_t ulen = strlen(upper);
+    size_t n = len < ulen ? len : ulen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char a = (unsigned char)name[i], b = (unsigned char)upper[i];
+        if (a >= 'a' && a <= 'z')
+            a = (unsigned char)(a - ('a' - 'A'));
+        if (a != b)
+            return a < b ? -1 : 1;
+    }
+    return len < ulen ? -1 : len > ulen;
 }
 
-static int command_matches(const struct limit *L, const struct sl_resp_req *r)
+/* Argument <i> of <r> was captured whole (its text is all in argv[i]). */
+static int arg_whole(const struct sl_resp_req *r, unsigned i)
 {
-    if (L->n_commands == 0)
-        return 1;
-    if (r == NULL || r->ncap == 0 || r->arglen[0] > SL_RESP_CAPTURE_LEN)
+    return i < r->ncap && i < r->argc && r->arglen[i] <= SL_RESP_CAPTURE_LEN;
+}
+
+/* Whether CONTAINER|SUB <name> names request <r>'s command and subcommand. */
+static int subcommand_is(const struct sl_resp_req *r, const char *name)
+{
+    const char *bar = strchr(name, '|');
+    char head[64];
+    size_t hl = (size_t)(bar - name);
+    if (hl >= sizeof(head) || !arg_whole(r, 1))
         return 0;
+    memcpy(head, name, hl);
+    head[hl] = '\0';
+    return cmd_cmp(r->argv[0], r->arglen[0], head) == 0 &&
+           cmd_cmp(r->argv[1], r->arglen[1], bar + 1) == 0;
+}
+
+/* Whether <L>'s `commands` take request <r>, whose categories are <cats>
+ * (sl_resp_acl_of(), asked once per request when some limit has any):
+ * its name exactly (any case), its CONTAINER|SUB, or one of its
+ * categories. */
+static int command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats)
+{
+    if (L->n_commands == 0 && L->n_subcmds == 0 && L->cats == 0)
+        return 1;
+    if (L->cats & cats)
+        return 1;
+    if (r == NULL || !arg_whole(r, 0))
+        return 0;
+    for (int i = 0; i < L->n_subcmds; i++)
+        if (subcommand_is(r, L->subcmds[i]))
+            return 1;
     size_t len = r->arglen[0];
     int lo = 0, hi = L->n_commands - 1;
     while (lo <= hi) {
@@ -518,7 +848,7 @@ static int command_matches(const struct limit *L, const struct sl_resp_req *r)
 
 static uint64_t cost_of(const struct limit *L, const struct sl_resp_req *r)
 {
-    if (r != NULL && r->ncap > 0 && r->arglen[0] <= SL_RESP_CAPTURE_LEN)
+    if (r != NULL && arg_whole(r, 0))
         for (int i = 0; i < L->n_costs; i++)
             if (cmd_cmp(r->argv[0], r->arglen[0], L->costs[i].cmd) == 0)
                 return L->costs[i].cost;
@@ -544,9 +874,9 @@ static int exempt(const struct sl_resp_req *r)
 {
     static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO",
                                          "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE" };
-    if (r == NULL || r->ncap == 0 || r->arglen[0] > 12)
+    if (r == NULL || !arg_whole(r, 0) || r->arglen[0] > 12)
         return 0;
-    if (r->ncap > 1 && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
+    if (arg_whole(r, 1) && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
         cmd_cmp(r->argv[1], r->arglen[1], "REPLY") == 0)
         return 1;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -632,6 +962,8 @@ static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
     size_t len = local_key(L, q, key, sizeof(key));
     struct bucket *b = bucket_get(L, key, len, q->now_us / 1000);
     if (b == NULL) {
+        if (commit)
+            uncounted(UNCOUNTED_NO_MEMORY, "request");
         res->allowed = 1; /* out of memory: do not punish the client */
         return 1;
     }
@@ -1107,10 +1439,13 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     memset(v, 0, sizeof(*v));
     if (exempt(r))
         return 0;
-    /* Candidates by listener and command: no identity work before this. */
-    int cand[MAX_REQ_LIMITS], nc = 0;
-    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++)
-        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) && command_matches(&lim->limits[i], r))
+    uint32_t cats = lim->any_cats ? sl_resp_acl_of(r) : 0;
+    /* Candidates by listener and command: no identity work before this.
+     * All of them: tiers and match_identity thin them out afterwards. */
+    int *cand = lim->cand, nc = 0;
+    for (int i = 0; i < lim->n; i++)
+        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
+            command_matches(&lim->limits[i], r, cats))
             cand[nc++] = i;
     if (nc == 0)
         return 0;
@@ -1123,8 +1458,8 @@ int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                     void *data, struct sl_limiter_req **req)
 {
     memset(v, 0, sizeof(*v));
-    int cand[MAX_REQ_LIMITS], nc = 0;
-    for (int i = 0; i < lim->n && nc < MAX_REQ_LIMITS; i++)
+    int *cand = lim->cand, nc = 0;
+    for (int i = 0; i < lim->n; i++)
         if (applies(&lim->limits[i], lc, (int)metric))
             cand[nc++] = i;
     if (nc == 0)
@@ -1195,7 +1530,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     sl_identity_of(lc, ident, r, q->identity);
 
     /* match_identity, then tiers: a matching limit replacing X removes X. */
-    uint8_t keep[MAX_REQ_LIMITS];
+    uint8_t *keep = lim->keep;
     for (int c = 0; c < nc; c++)
         keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], q->identity);
     for (int c = 0; c < nc; c++) {
@@ -1210,6 +1545,10 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     for (int c = 0; c < nc; c++) {
         if (!keep[c])
             continue;
+        if (q->n == MAX_REQ_LIMITS) { /* sl_limiter_validate() refuses such files */
+            uncounted(UNCOUNTED_TOO_MANY, "request");
+            break;
+        }
         const struct limit *L = &lim->limits[cand[c]];
         int k = q->n++;
         q->idx[k] = cand[c];
@@ -1342,6 +1681,13 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
         sl_metrics_u64(m, "sluice_limit_local_buckets", labels,
                        lim->limits[i].n_buckets - lim->limits[i].n_leases);
     }
+    sl_metrics_family(m, "sluice_limit_uncounted_total", "counter",
+                      "Requests, byte takes and connections allowed without being counted by "
+                      "every limit they meet (reason: no_memory, too_many_limits).");
+    for (int w = 0; w < UNCOUNTED_REASONS; w++) {
+        const char *labels[] = { "reason", uncounted_names[w], NULL };
+        sl_metrics_u64(m, "sluice_limit_uncounted_total", labels, uncounted_n[w]);
+    }
     sl_metrics_family(m, "sluice_limit_leased_decisions_total", "counter",
                       "Decisions made from this instance's lease ([store] lease), without a store call.");
     for (int i = 0; i < lim->n; i++) {
@@ -1392,8 +1738,6 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
  * while the store is down: max / live instances). Queued leases (action =
  * delay) wait in arrival order: in the store's queue, and in process in
  * <queued> below. */
-#define MAX_CONN_LIMITS 8
-
 struct sl_lease {
     struct sl_lease   *prev, *next;   /* in held_leases (store) or queued (in process) */
     struct sl_lease  **list;          /* which of those, or NULL */
@@ -1458,17 +1802,19 @@ struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_c
 {
     if (lim == NULL)
         return NULL;
-    int cand[MAX_CONN_LIMITS], nc = 0;
-    for (int i = 0; i < lim->n && nc < MAX_CONN_LIMITS; i++)
+    int *cand = lim->cand, nc = 0;
+    for (int i = 0; i < lim->n; i++)
         if (applies(&lim->limits[i], lc, SL_METRIC_CONNECTIONS))
             cand[nc++] = i;
     if (nc == 0)
         return NULL;
     struct sl_lease *ls = calloc(1, sizeof(*ls));
-    if (ls == NULL)
-        return NULL; /* out of memory: the connection is not counted */
+    if (ls == NULL) {
+        uncounted(UNCOUNTED_NO_MEMORY, "connection"); /* let it in, but say so */
+        return NULL;
+    }
     sl_identity_of(lc, ident, NULL, ls->identity);
-    uint8_t keep[MAX_CONN_LIMITS];
+    uint8_t *keep = lim->keep;
     for (int c = 0; c < nc; c++)
         keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], ls->identity);
     for (int c = 0; c < nc; c++) {
@@ -1478,9 +1824,15 @@ struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_c
                 if (cand[d] == x)
                     keep[d] = 0;
     }
-    for (int c = 0; c < nc; c++)
-        if (keep[c])
-            ls->idx[ls->n++] = cand[c];
+    for (int c = 0; c < nc; c++) {
+        if (!keep[c])
+            continue;
+        if (ls->n == MAX_CONN_LIMITS) { /* sl_limiter_validate() refuses such files */
+            uncounted(UNCOUNTED_TOO_MANY, "connection");
+            break;
+        }
+        ls->idx[ls->n++] = cand[c];
+    }
     if (ls->n == 0) {
         free(ls);
         return NULL;
@@ -1570,8 +1922,11 @@ static void lease_local(struct sl_lease *ls, uint64_t share, int fallback, uint6
         if (fallback)
             L->fallback++;
         struct bucket *b = lease_bucket(ls, k, now_us);
-        if (b == NULL)
+        if (b == NULL) {
+            if (ok)
+                uncounted(UNCOUNTED_NO_MEMORY, "connection");
             continue;
+        }
         uint64_t max = L->max / share ? L->max / share : 1;
         if (L->action == SL_ACTION_SHADOW) {
             if (!ok)

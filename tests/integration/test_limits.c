@@ -6,7 +6,8 @@
  *   i  idle_timeout = 1s
  *   u  upstream = a free port where nothing listens
  *   c  upstream = a socket that listens with a full backlog and never
- *      accepts (connects hang), connect_timeout = 500ms */
+ *      accepts (connects hang), connect_timeout = 500ms
+ *   w  a request limit on `commands = @write` (2 a day per client) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +26,7 @@
 #include "integration/harness.h"
 
 static struct th_proc redis_p, sluice_p;
-static int mport, iport, uport, cport;
+static int mport, iport, uport, cport, wport;
 static int hole_fd = -1, fillers[3] = { -1, -1, -1 };
 
 /* A listening socket with backlog 0 whose queue is filled by a connection
@@ -62,6 +63,7 @@ static int group_setup(void **state)
     iport = th_free_port();
     uport = th_free_port();
     cport = th_free_port();
+    wport = th_free_port();
     int nothing = th_free_port();
     int hole = blackhole();
     if (hole < 0)
@@ -73,8 +75,11 @@ static int group_setup(void **state)
              "[listener i]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidle_timeout = 1s\n"
              "[listener u]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nconnect_timeout = 2s\n"
              "[listener c]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "connect_timeout = 500ms\n",
-             mport, redis_p.port, iport, redis_p.port, uport, nothing, cport, hole);
+             "connect_timeout = 500ms\n"
+             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "[limit writes]\nlistener = w\nrate = 1/d\nburst = 2\ncommands = @write\n",
+             mport, redis_p.port, iport, redis_p.port, uport, nothing, cport, hole, wport,
+             redis_p.port);
     if (th_sluice_start(&sluice_p, ini, uport) < 0) {
         th_stop(&redis_p);
         return -1;
@@ -348,6 +353,36 @@ static void test_upstream_connect_timeout(void **state)
     assert_true(th_log_count(sluice_p.log, "listener=c") >= 1);
 }
 
+/* ---- commands = @write -------------------------------------------------- */
+
+/* A limit on @write takes INCRBY (what redis-py's incr() sends), which the
+ * operator never listed, and leaves GET alone: categories come from Redis
+ * 7's command table. */
+static void test_write_category(void **state)
+{
+    (void)state;
+    int fd = th_connect(wport);
+    assert_true(fd >= 0);
+    SEND(fd, "DEL sl:cat\r\n");
+    EXPECT(fd, ":0\r\n");
+    SEND(fd, "INCRBY sl:cat 5\r\n");
+    EXPECT(fd, ":5\r\n");
+    SEND(fd, "INCRBY sl:cat 5\r\n");
+    EXPECT(fd, "-THROTTLED limit 'writes' exceeded for '127.0.0.1', retry in ");
+    char rest[64] = { 0 };
+    size_t n = 0;
+    while (n < sizeof(rest) - 1 && th_read_n(fd, rest + n, 1, TH_MS) == 1 && rest[n] != '\n')
+        n++;
+    assert_true(n > 0 && rest[n] == '\n');
+    for (int i = 0; i < 5; i++) { /* GET is @read: never limited here */
+        SEND(fd, "GET sl:cat\r\n");
+        EXPECT(fd, "$1\r\n5\r\n");
+    }
+    SEND(fd, "SET sl:cat 7\r\n"); /* @write too */
+    EXPECT(fd, "-THROTTLED limit 'writes'");
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,6 +393,7 @@ int main(void)
         cmocka_unit_test_teardown(test_idle_after_unsubscribe, check_alive),
         cmocka_unit_test_teardown(test_upstream_unavailable, check_alive),
         cmocka_unit_test_teardown(test_upstream_connect_timeout, check_alive),
+        cmocka_unit_test_teardown(test_write_category, check_alive),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

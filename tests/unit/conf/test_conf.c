@@ -469,7 +469,7 @@ static void test_workers(void **state)
 static void test_cost_and_commands(void **state)
 {
     (void)state;
-    struct sl_conf *c = load_ok(L_A "[limit x]\nlistener = a\nrate = 1/s\ncost = 5\n"
+    struct sl_conf *c = load_ok(L_A "[limit x]\nlistener = a\nrate = 5/s\ncost = 5\n"
                                 "commands = get Client|SetName get\n");
     const struct sl_limit_conf *m = c->limits;
     assert_int_equal(m->default_cost, 5);
@@ -486,7 +486,7 @@ static void test_cost_and_commands(void **state)
 
     expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncost = KEYS=1 keys=2\n",
                   "t.ini:7: cost: KEYS is given twice\n");
-    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncost = 2 *=3\n",
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 5/s\ncost = 2 *=3\n",
                   "t.ini:7: cost: the default cost is given twice ('*=3')\n");
     expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncost = KEYS=x\n",
                   "t.ini:7: cost: expected a number or COMMAND=N entries like KEYS=100 *=1, "
@@ -505,6 +505,37 @@ static void test_cost_and_commands(void **state)
                   "t.ini:7: commands: '*' means every command; do not list names with it\n");
     expect_errors(L_A "[limit x]\nlistener = a\nmetric = bytes_in\nrate = 1/s\ncost = 2\n",
                   "t.ini:8: cost: only for metric = requests\n");
+}
+
+/* A cost above what the limit holds could never pass: an error, at the
+ * cost line. The buckets hold burst (default: a second of the rate); the
+ * windows hold the rate's amount and ignore burst. */
+static void test_cost_above_capacity(void **state)
+{
+    (void)state;
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1000/m\ncommands = KEYS SCAN\n"
+                  "cost = KEYS=100 SCAN=10 *=1\n",
+                  "t.ini:8: cost: KEYS=100 is more than the burst (17), so KEYS could never pass; "
+                  "raise burst or lower the cost\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 10/s\nburst = 3\nalgorithm = gcra\n"
+                  "cost = A=4 B=3\n  C=9 *=5\n",
+                  "t.ini:9: cost: A=4 is more than the burst (3), so A could never pass (nor could "
+                  "the other commands whose cost is above it); raise burst or lower the cost\n"
+                  "t.ini:9: cost: 5 is more than the burst (3), so no request could pass; raise "
+                  "burst or lower the cost\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 10/s\nburst = 3\naction = delay\ncost = 4\n",
+                  "t.ini:9: cost: 4 is more than the burst (3), so no request could pass; raise "
+                  "burst or lower the cost\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 5/m\nburst = 100\n"
+                  "algorithm = sliding_window\ncost = KEYS=6\n",
+                  "t.ini:9: cost: KEYS=6 is more than the 5 a window of sliding_window holds (the "
+                  "rate's amount), so KEYS could never pass; raise rate or lower the cost\n");
+    /* at the capacity it fits */
+    struct sl_conf *c = load_ok(L_A "[limit x]\nlistener = a\nrate = 1000/m\nburst = 100\n"
+                                "cost = KEYS=100 *=100\n"
+                                "[limit y]\nlistener = a\nrate = 5/m\nburst = 1\n"
+                                "algorithm = fixed_window\ncost = KEYS=5 *=0\n");
+    sl_conf_free(c);
 }
 
 static void test_unknown_section(void **state)
@@ -648,7 +679,7 @@ static void test_continuation(void **state)
                                 "\tclient_ip ; from the address\n"
                                 "\n"
                                 "  ; a comment line between continuation lines\n"
-                                "[limit x]\nlistener = a\nrate = 1/s\n"
+                                "[limit x]\nlistener = a\nrate = 1/s\nburst = 3\n"
                                 "match_identity = a\n  b c\n   d\n"
                                 "cost = GET=2\n SET=3\n");
     assert_int_equal(c->listeners->n_identity, 2);
@@ -751,7 +782,7 @@ static void test_protocol_rules(void **state)
     expect_errors(text, "t.ini:8: commands: only for resp listeners ([listener w] is http)\n"
                         "t.ini:9: cost: only for resp listeners ([listener w] is http)\n");
     /* A bare cost is fine anywhere requests are counted. */
-    snprintf(text, sizeof(text), "%s[limit x]\nlistener = w\nrate = 1/s\ncost = 2\n", web);
+    snprintf(text, sizeof(text), "%s[limit x]\nlistener = w\nrate = 2/s\ncost = 2\n", web);
     sl_conf_free(load_ok(text));
     /* listener = * takes in the http listener. */
     snprintf(text, sizeof(text), L_A "%s[limit x]\nlistener = *\nrate = 1/s\ncommands = GET\n", web);
@@ -1230,7 +1261,8 @@ static void test_dump_round_trip(void **state)
 
     /* Long lists wrap on continuation lines. */
     char text[16384];
-    int o = snprintf(text, sizeof(text), L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = C0");
+    int o = snprintf(text, sizeof(text), L_A "[limit x]\nlistener = a\nrate = 1/s\nburst = 200\n"
+                     "commands = C0");
     for (int i = 1; i < 300; i++)
         o += snprintf(text + o, sizeof(text) - (size_t)o, "%sCMD%d", i % 10 ? " " : "\n  ", i);
     o += snprintf(text + o, sizeof(text) - (size_t)o, "\ncost = *=7");
@@ -1255,6 +1287,39 @@ static void test_dump_round_trip(void **state)
     assert_non_null(strstr(d, "lease           = 64\n"));
     free(d);
     sl_conf_free(c);
+}
+
+/* commands = @category: Redis 7's ACL categories, kept as Redis writes
+ * them (lower case) and printed back so by -T; an unknown one is an error. */
+#define CATS "@keyspace @read @write @set @sortedset @list @hash @string @bitmap " \
+             "@hyperloglog @geo @stream @pubsub @admin @fast @slow @blocking @dangerous " \
+             "@connection @transaction @scripting"
+static void test_command_categories(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok(L_A "[limit x]\nlistener = a\nrate = 1/s\n"
+                                "commands = @WRITE get @write @Admin\n");
+    assert_int_equal(c->limits->n_commands, 3);
+    assert_string_equal(c->limits->commands[0], "@write");
+    assert_string_equal(c->limits->commands[1], "GET");
+    assert_string_equal(c->limits->commands[2], "@admin");
+    char *d = dump(c);
+    assert_non_null(strstr(d, "commands        = @write GET @admin\n"));
+    free(d);
+    sl_conf_free(c);
+    round_trip(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @read @sortedset\n");
+
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = GET @writes\n",
+                  "t.ini:7: commands: unknown category '@writes' (Redis 7's are: " CATS ")\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @all\n",
+                  "t.ini:7: commands: unknown category '@all'; '*' means every command (Redis 7's "
+                  "are: " CATS ")\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\ncommands = @\n",
+                  "t.ini:7: commands: unknown category '@' (Redis 7's are: " CATS ")\n");
+    expect_errors("[listener t]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\n"
+                  "protocol = tcp\n[limit x]\nlistener = t\nmetric = bytes_in\nrate = 1/s\n"
+                  "commands = @write\n",
+                  "t.ini:9: commands: only for resp listeners ([listener t] is tcp)\n");
 }
 
 /* ---- shipped files -------------------------------------------------------- */
@@ -1332,6 +1397,8 @@ int main(void)
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_workers),
         cmocka_unit_test(test_cost_and_commands),
+        cmocka_unit_test(test_cost_above_capacity),
+        cmocka_unit_test(test_command_categories),
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),

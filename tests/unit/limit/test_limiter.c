@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin/admin.h"
 #include "conf/conf.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
@@ -30,7 +31,7 @@ struct fix {
 
 static struct fix *setup_with(const char *limits)
 {
-    static char text[4096];
+    static char text[16384];
     snprintf(text, sizeof(text), "%s%s", base_conf, limits);
     struct fix *f = calloc(1, sizeof(*f));
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
@@ -228,10 +229,24 @@ static void test_exempt_and_other_listener(void **state)
     teardown_fix(f);
 }
 
+/* A cost above the burst is a configuration error, but a request can still
+ * cost more than a bucket holds at run time (on_failure = local divides the
+ * burst by the live instances): it is told it can never pass. The limiter
+ * is built here from a configuration changed after it was checked. */
 static void test_cost_over_burst_never(void **state)
 {
     (void)state;
-    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 10/s\nburst = 3\ncost = KEYS=100\n");
+    static char text[4096];
+    snprintf(text, sizeof(text), "%s[limit w]\nlistener = r\nrate = 10/s\nburst = 3\n"
+             "cost = KEYS=3\n", base_conf);
+    struct fix *f = calloc(1, sizeof(*f));
+    f->conf = sl_conf_load_string(text, "test.ini", stderr);
+    assert_non_null(f->conf);
+    f->conf->limits->costs[0].cost = 100;
+    f->lim = sl_limiter_new(f->conf, NULL);
+    assert_non_null(f->lim);
+    sl_identity_init(&f->id, NULL);
+    assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
     struct sl_verdict v;
     assert_false(allow(f, 1, 0, "KEYS *", &v));
     assert_true(v.never);
@@ -244,6 +259,305 @@ static void test_cost_over_burst_never(void **state)
     teardown_fix(f);
 }
 
+
+/* Decides the raw RESP bytes <wire> (one request, <len> bytes). */
+static int allow_raw(struct fix *f, uint64_t ms, const char *wire, size_t len, struct sl_verdict *out)
+{
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    struct sl_resp_req *r;
+    assert_int_equal(sl_resp_feed(&f->fr, wire, len), 0);
+    assert_int_equal(sl_resp_next(&f->fr, &r), 1);
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, r, ms * 1000, &v,
+                                      NULL, NULL, &h), 0);
+    if (out)
+        *out = v;
+    return v.kind == SL_VERDICT_ALLOW;
+}
+
+/* A command name is its arglen bytes, whatever they hold: "SET\0" is not
+ * SET (Redis answers it "unknown command"), and comparing it must not read
+ * past the configured name (ASan: heap-buffer-overflow in the old cmd_cmp,
+ * which went on to read byte 4 of the 4-byte "SET"). Names and costs alike. */
+static void test_command_name_with_nul(void **state)
+{
+    (void)state;
+    static const char set_nul[] = "*1\r\n$4\r\nSET\0\r\n";
+    static const char set_nul_k[] = "*2\r\n$4\r\nSET\0\r\n$1\r\nk\r\n";
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = SET\n");
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL));
+    assert_true(allow_raw(f, 0, set_nul_k, sizeof(set_nul_k) - 1, NULL));
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL));
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_false(allow(f, 1, 0, "set k v", NULL));
+    teardown_fix(f);
+
+    f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 5\ncost = SET=5 *=1\n");
+    assert_true(allow_raw(f, 0, set_nul, sizeof(set_nul) - 1, NULL)); /* costs 1: 4 left */
+    assert_true(allow(f, 1, 0, "GET k", NULL));                        /* 3 left */
+    assert_false(allow(f, 1, 0, "SET k v", NULL));                     /* 5 > 3 */
+    teardown_fix(f);
+}
+
+/* Configured names are sorted by strcmp() (upper case: 'B' < '_'); the
+ * lookup must compare in the same order, or it misses names with '_'. */
+static void test_command_names_with_underscore(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit g]\nlistener = r\nrate = 1/d\nburst = 1\n"
+                               "commands = GEORADIUSBYMEMBER GEORADIUS_RO\n");
+    assert_true(allow(f, 1, 0, "georadius_ro k 0 0 1 km", NULL));
+    assert_false(allow(f, 1, 0, "GEORADIUS_RO k 0 0 1 km", NULL));
+    assert_false(allow(f, 1, 0, "GEORADIUSBYMEMBER k m 1 km", NULL));
+    assert_true(allow(f, 1, 0, "GEORADIUS k 0 0 1 km", NULL));
+    teardown_fix(f);
+
+    f = setup_with("[limit g]\nlistener = r\nrate = 1/d\nburst = 9\n"
+                   "cost = GEORADIUSBYMEMBER=2 GEORADIUS_RO=9 *=1\n");
+    assert_true(allow(f, 1, 0, "GEORADIUS_RO k 0 0 1 km", NULL)); /* 9 of 9 */
+    assert_false(allow(f, 1, 0, "GET k", NULL));
+    teardown_fix(f);
+}
+
+/* exempt() looks at argument 1 only when the request has one: a request
+ * record whose capture count runs ahead of its arguments (a head decided
+ * before its arguments are read) must not be taken for CLIENT REPLY. */
+static void test_exempt_checks_argc(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit none]\nlistener = r\nrate = 1/d\nburst = 1\n");
+    struct sl_resp_req r;
+    memset(&r, 0, sizeof(r));
+    r.argc = 1;
+    r.ncap = 2; /* argument 1 is left over from an earlier request */
+    strcpy(r.argv[0], "CLIENT");
+    r.arglen[0] = 6;
+    strcpy(r.argv[1], "REPLY");
+    r.arglen[1] = 5;
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT); /* counted: not exempt */
+    /* an argument longer than the capture is not compared on its cut bytes */
+    r.argc = 2;
+    r.arglen[1] = 5 + SL_RESP_CAPTURE_LEN;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                      NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT);
+    teardown_fix(f);
+}
+
+/* commands = @category: Redis 7's categories, for a container those of its
+ * subcommand; CONTAINER|SUB names one subcommand; plain names match the
+ * name exactly (any case), every subcommand of a container included. */
+static void test_command_categories(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = @write\n");
+    assert_true(allow(f, 1, 0, "INCRBY k 1", NULL));
+    for (int i = 0; i < 5; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL)); /* @read */
+    assert_true(allow(f, 1, 0, "hset h f v", NULL));
+    assert_false(allow(f, 1, 0, "INCR k", NULL));
+    assert_true(allow(f, 1, 0, "PING", NULL));
+    assert_true(allow(f, 1, 0, "MYMODULE.SET k v", NULL)); /* not Redis 7's: no category */
+    assert_true(allow(f, 1, 0, "MULTI", NULL));            /* never limited */
+    teardown_fix(f);
+
+    f = setup_with("[limit a]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = @admin GET\n"
+                   "[limit s]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = client|setname\n");
+    assert_true(allow(f, 1, 0, "CONFIG HELP", NULL)); /* @slow only */
+    assert_true(allow(f, 1, 0, "CONFIG SET maxmemory 0", NULL));
+    assert_false(allow(f, 1, 0, "config get x", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT SETNAME x", NULL));
+    assert_false(allow(f, 1, 0, "client setname y", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT GETNAME", NULL));
+    assert_true(allow(f, 1, 0, "CLIENT", NULL));
+    assert_false(allow(f, 1, 0, "GET k", NULL)); /* a's name, with its category */
+    teardown_fix(f);
+
+    f = setup_with("[limit c]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = CONFIG\n");
+    assert_true(allow(f, 1, 0, "CONFIG HELP", NULL));
+    assert_false(allow(f, 1, 0, "CONFIG SET a b", NULL));
+    assert_true(allow(f, 1, 0, "CONFIGX", NULL));
+    teardown_fix(f);
+}
+
+/* ---- how many limits one decision meets ------------------------------------ */
+
+static char *validate_text(const char *limits, int *bad)
+{
+    static char text[65536];
+    snprintf(text, sizeof(text), "%s%s", base_conf, limits);
+    struct sl_conf *c = sl_conf_load_string(text, "test.ini", stderr);
+    assert_non_null(c);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&out, &len);
+    *bad = sl_limiter_validate(c, m);
+    fclose(m);
+    sl_conf_free(c);
+    return out;
+}
+
+/* <n> limits named l0.. on listener r, each with <extra> (after rate). */
+static void limits_text(char *out, size_t cap, int n, const char *fmt)
+{
+    size_t o = 0;
+    for (int i = 0; i < n && o < cap; i++) {
+        o += (size_t)snprintf(out + o, cap - o, "[limit l%d]\nlistener = r\n", i);
+        o += (size_t)snprintf(out + o, cap - o, fmt, i);
+    }
+}
+
+/* A decision holds 16 limits, a connection 8: a file where one request or
+ * connection could meet more is refused (before, the rest were skipped
+ * without a word); match_identity limits count only for their identities. */
+static void test_too_many_limits_refused(void **state)
+{
+    (void)state;
+    char lims[32768];
+    int bad;
+    char *out;
+
+    limits_text(lims, sizeof(lims), 16, "rate = 10/s\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 0);
+    free(out);
+
+    limits_text(lims, sizeof(lims), 17, "rate = 10/s\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 1);
+    /* l16's section starts at line 7 + 16 * 3 */
+    assert_string_equal(out, "test.ini:55: limit 'l16': a request 'ACL' on listener 'r' would meet "
+                             "17 limits; one decision meets at most 16 (narrow their listener, "
+                             "commands or match_identity)\n");
+    free(out);
+
+    /* 17 limits on distinct commands: one request meets one */
+    limits_text(lims, sizeof(lims), 17, "rate = 10/s\ncommands = CMD%d\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 0);
+    free(out);
+
+    /* ... but 9 on @write and 8 naming SET: a SET meets 17 */
+    size_t o = 0;
+    for (int i = 0; i < 17; i++)
+        o += (size_t)snprintf(lims + o, sizeof(lims) - o,
+                              "[limit l%d]\nlistener = r\nrate = 10/s\ncommands = %s\n", i,
+                              i < 9 ? "@write" : "set GET");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 1);
+    assert_non_null(strstr(out, "limit 'l16': a request 'SET' on listener 'r' would meet 17"));
+    free(out);
+
+    /* Tiers: a base limit and 30 tiers of one customer each meet 2 */
+    o = (size_t)snprintf(lims, sizeof(lims), "[limit base]\nlistener = r\nrate = 10/s\n");
+    for (int i = 0; i < 30; i++)
+        o += (size_t)snprintf(lims + o, sizeof(lims) - o,
+                              "[limit t%d]\nlistener = r\nrate = 100/s\nmatch_identity = u%d\n"
+                              "replaces = base\n", i, i);
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 0);
+    free(out);
+    /* ... but 16 on everyone and one more for alice: alice meets 17 */
+    limits_text(lims, sizeof(lims), 16, "rate = 10/s\n");
+    strcat(lims, "[limit a1]\nlistener = *\nrate = 1/s\nmatch_identity = bob alice\n"
+                 "[limit a2]\nlistener = r\nrate = 1/s\nmatch_identity = carol\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 1);
+    assert_non_null(strstr(out, "limit 'a1': a request 'ACL' of identity 'alice' on listener 'r' "
+                                "would meet 17 limits"));
+    free(out);
+
+    /* connections: 8 fit, 9 do not; bytes like requests */
+    limits_text(lims, sizeof(lims), 8, "metric = connections\nmax = 5\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 0);
+    free(out);
+    limits_text(lims, sizeof(lims), 9, "metric = connections\nmax = 5\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 1);
+    assert_non_null(strstr(out, "test.ini:39: limit 'l8': a connection on listener 'r' would meet 9 "
+                                "limits; one connection meets at most 8"));
+    free(out);
+    limits_text(lims, sizeof(lims), 17, "metric = bytes_out\nrate = 1MiB/s\n");
+    out = validate_text(lims, &bad);
+    assert_int_equal(bad, 1);
+    assert_non_null(strstr(out, "a bytes_out take on listener 'r' would meet 17"));
+    free(out);
+}
+
+/* Every tier is found, however many limits there are: candidates are no
+ * longer cut at 16 before match_identity thins them out (u20's tier was
+ * never reached, and u20 was held to the base limit). */
+static void test_many_tiers(void **state)
+{
+    (void)state;
+    static char lims[32768];
+    size_t o = (size_t)snprintf(lims, sizeof(lims),
+                                "[limit base]\nlistener = r\nrate = 1/d\nburst = 1\n");
+    for (int i = 0; i < 30; i++)
+        o += (size_t)snprintf(lims + o, sizeof(lims) - o,
+                              "[limit t%d]\nlistener = r\nrate = 1/d\nburst = 3\n"
+                              "match_identity = u%d\nreplaces = base\n", i, i);
+    static char text[65536];
+    snprintf(text, sizeof(text), "%s%s", base_conf, lims);
+    struct fix *f = calloc(1, sizeof(*f));
+    f->conf = sl_conf_load_string(text, "test.ini", stderr);
+    assert_non_null(f->conf);
+    assert_int_equal(sl_limiter_validate(f->conf, stderr), 0);
+    f->lim = sl_limiter_new(f->conf, NULL);
+    assert_non_null(f->lim);
+    sl_identity_init(&f->id, NULL);
+    assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
+    req(f, "AUTH u20 pw");
+    struct sl_verdict v;
+    for (int i = 0; i < 3; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    assert_false(allow(f, 1, 0, "GET k", &v));
+    assert_string_equal(v.limit, "t20");
+    teardown_fix(f);
+}
+
+/* Built from a file that was not checked, a request meeting 17 limits is
+ * decided on 16 and counted as such in sluice_limit_uncounted_total. */
+static void test_too_many_counted(void **state)
+{
+    (void)state;
+    char lims[8192];
+    limits_text(lims, sizeof(lims), 17, "rate = 10/s\n");
+    struct fix *f = setup_with(lims);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    struct sl_metrics *w = sl_metrics_open(m);
+    sl_limiter_metrics(f->lim, w);
+    sl_metrics_close(w);
+    fclose(m);
+    const char *at = strstr(text, "sluice_limit_uncounted_total{reason=\"too_many_limits\"} ");
+    assert_non_null(at);
+    long before = atol(at + strlen("sluice_limit_uncounted_total{reason=\"too_many_limits\"} "));
+    free(text);
+    assert_true(allow(f, 1, 0, "GET k", NULL));
+    text = NULL;
+    m = open_memstream(&text, &len);
+    w = sl_metrics_open(m);
+    sl_limiter_metrics(f->lim, w);
+    sl_metrics_close(w);
+    fclose(m);
+    at = strstr(text, "sluice_limit_uncounted_total{reason=\"too_many_limits\"} ");
+    assert_non_null(at);
+    assert_int_equal(atol(at + strlen("sluice_limit_uncounted_total{reason=\"too_many_limits\"} ")),
+                     before + 1);
+    assert_non_null(strstr(text, "sluice_limit_uncounted_total{reason=\"no_memory\"} "));
+    free(text);
+    teardown_fix(f);
+}
 
 /* action = delay: each request reserves its place; the verdict allows
  * after the wait; past max_delay it rejects, reserving nothing. A reject
@@ -310,6 +624,13 @@ int main(void)
         cmocka_unit_test(test_shadow_changes_nothing),
         cmocka_unit_test(test_exempt_and_other_listener),
         cmocka_unit_test(test_cost_over_burst_never),
+        cmocka_unit_test(test_command_name_with_nul),
+        cmocka_unit_test(test_command_names_with_underscore),
+        cmocka_unit_test(test_exempt_checks_argc),
+        cmocka_unit_test(test_command_categories),
+        cmocka_unit_test(test_too_many_limits_refused),
+        cmocka_unit_test(test_many_tiers),
+        cmocka_unit_test(test_too_many_counted),
         cmocka_unit_test(test_delay_reserves_in_order),
         cmocka_unit_test(test_meter_plan),
     };
