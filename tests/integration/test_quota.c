@@ -947,6 +947,53 @@ static void test_pipelined_behind_auth(void **state)
     world_free(w);
 }
 
+/* A big request is decided at its head, on its own arguments: after a GET
+ * of alice's, bob's 20 KB SET split over reads is bob's (it was decided on
+ * the GET's leftover arguments, as alice's). */
+static void test_big_request_head_is_its_own(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    char ini[1024];
+    w->port[0] = th_free_port();
+    w->admin[0] = th_free_port();
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = redis://127.0.0.1:%d\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidentity = key_prefix\n"
+             "[limit l]\nlistener = r\nrate = 1/d\nburst = 1\n",
+             w->admin[0], w->store.port, w->port[0], w->up.port);
+    assert_int_equal(th_sluice_start(&w->sl[0], ini, w->port[0]), 0);
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    /* alice's one token, then her bucket is empty */
+    transcript(&c, "GET alice:x\r\nGET alice:x\r\n", (const char *[]){ "$-1", THROTTLED, NULL });
+    /* the key itself is 20 KB: its head is bob's before it is whole */
+    enum { BIG = 20000 };
+    char *req = malloc(BIG + 64);
+    int hn = snprintf(req, 64, "*3\r\n$3\r\nSET\r\n$%d\r\nbob:", BIG + 4);
+    memset(req + hn, 'k', BIG);
+    memcpy(req + hn + BIG, "\r\n$1\r\nv\r\n", 9);
+    size_t len = (size_t)hn + BIG + 9;
+    /* in pieces: the head, then the rest in 4 KB writes */
+    assert_int_equal(th_write_all(c.fd, req, 10), 0);
+    usleep(50000);
+    for (size_t at = 10; at < len; at += 4096) {
+        size_t k = len - at < 4096 ? len - at : 4096;
+        assert_int_equal(th_write_all(c.fd, req + at, k), 0);
+        usleep(5000);
+    }
+    reply_starts(&c, "+OK");
+    th_conn_close(&c);
+    free(req);
+    redisContext *u = client(w->up.port);
+    redisReply *r = redisCommand(u, "DBSIZE");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    redisFree(u);
+    world_free(w);
+}
+
 /* Script calls the quota store has run so far. */
 static long store_calls(struct world *w)
 {
@@ -1124,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_malformed_behind_pending_verdicts),
         cmocka_unit_test(test_auth_inside_multi),
         cmocka_unit_test(test_pipelined_behind_auth),
+        cmocka_unit_test(test_big_request_head_is_its_own),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
         cmocka_unit_test(test_store_failure_local),
