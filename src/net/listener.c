@@ -37,9 +37,43 @@ static void on_connection(uv_stream_t *h, int status)
     sl_session_accept(l);
 }
 
+void sl_listener_stats_add(struct sl_listener_stats *to, const struct sl_listener_stats *from)
+{
+    /* Every member is a uint64_t: adding them all keeps this right when
+     * counters are added to the struct. */
+    _Static_assert(sizeof(*to) % sizeof(uint64_t) == 0, "listener stats are uint64_t");
+    uint64_t *t = (uint64_t *)to;
+    const uint64_t *f = (const uint64_t *)from;
+    for (size_t i = 0; i < sizeof(*to) / sizeof(uint64_t); i++)
+        t[i] += f[i];
+}
+
+/* Another listener of <l>'s name that takes over its counters when it goes:
+ * the live one (a moved listener's new socket), else any. */
+static struct sl_listener *heir(struct sl_listener *l)
+{
+    struct sl_listener *any = NULL;
+    for (struct sl_listener *o = l->srv->listeners; o != NULL; o = o->next) {
+        if (o == l || strcmp(o->name, l->name) != 0)
+            continue;
+        if (!o->retired)
+            return o;
+        any = any != NULL ? any : o;
+    }
+    return any;
+}
+
 static void listener_free(struct sl_listener *l)
 {
     struct sl_server *srv = l->srv;
+    /* One series per name, and counters never go back: what the sessions of
+     * a moved (or removed and re-added) listener counted stays in the name's
+     * totals once its old socket is gone. */
+    struct sl_listener *h = heir(l);
+    if (h != NULL) {
+        l->stats.conns_active = 0; /* no session left; the heir counts its own */
+        sl_listener_stats_add(&h->stats, &l->stats);
+    }
     struct sl_listener **pp = &srv->listeners;
     while (*pp != l)
         pp = &(*pp)->next;

@@ -32,4 +32,10 @@ void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs);
 /* Called by a session when it is freed. */
 void sl_listener_session_gone(struct sl_listener *l);
 
+/* Adds every counter of <from> to <to>. A name can have several listener
+ * structs at once (a listener moved by a reload keeps its old one while its
+ * sessions live): reports sum them into one series per name, and a struct
+ * that goes hands its counts to another of its name. */
+void sl_listener_stats_add(struct sl_listener_stats *to, const struct sl_listener_stats *from);
+
 #endif
