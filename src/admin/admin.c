@@ -31,7 +31,7 @@
 #include "core/log.h"
 
 #define HEAD_MAX         8192   /* request head cap; longer: 431 */
-#define MAX_CONNS        64     /* admin connections at once; more: closed at accept */
+#define MAX_CONNS        SL_ADMIN_MAX_CONNS /* at once; more: the oldest head evicted */
 #define HEAD_TIMEOUT_MS  1000   /* to send the whole head (a deadline, not reset by bytes) */
 #define WRITE_TIMEOUT_MS 10000  /* for the client to take the response */
 #define LINGER_MS        2000   /* to close its side after the response */

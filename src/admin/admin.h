@@ -15,6 +15,8 @@
 
 #include "conf/conf-t.h"
 
+#define SL_ADMIN_MAX_CONNS 64 /* admin connections at once (each a descriptor) */
+
 struct sl_admin;     /* opaque */
 struct sl_metrics;   /* a Prometheus text writer, opaque */
 
