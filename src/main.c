@@ -1,6 +1,6 @@
 /* sluice — arguments, configuration, the loop, signals, reload.
  *
- *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL]
+ *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]   (--version, --help)
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
  * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 is reserved for
@@ -9,6 +9,7 @@
  * With workers = N > 1 this process is the master and runs the workers
  * instead (net/workers.h); a worker (SLUICE_WORKER in its environment) runs
  * the loop below like a single process. */
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +36,13 @@ static int worker_count;         /* > 0 in a worker: how many there are */
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL]\n"
-            "  -c FILE    configuration file (default: " DEFAULT_CONF ")\n"
-            "  -t         check the configuration and exit\n"
-            "  -T         check, then print the effective configuration\n"
-            "  -V         print the version and exit\n"
-            "  -v LEVEL   log level override: error | warn | info | debug\n");
+            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]\n"
+            "  -c FILE        configuration file (default: " DEFAULT_CONF ")\n"
+            "  -t             check the configuration and exit\n"
+            "  -T             check, then print the effective configuration\n"
+            "  -V, --version  print the version and exit\n"
+            "  -v LEVEL       log level override: error | warn | info | debug\n"
+            "  -h, --help     print this help and exit\n");
 }
 
 /* Loads <path> and checks the limits' numbers too; errors go to <errf>. */
@@ -67,6 +69,8 @@ static struct sl_conf *load_logged(const char *path)
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
         sl_log_error("configuration error", "error=\"%s\"", line);
     free(text);
+    if (c != NULL && worker_count == 0) /* a worker's master has said it */
+        sl_conf_warn(c, NULL);
     return c;
 }
 
@@ -160,7 +164,12 @@ static void raise_nofile(void)
 int main(int argc, char **argv)
 {
     int check = 0, dump = 0, opt;
-    while ((opt = getopt(argc, argv, "c:tTVv:h")) != -1) {
+    static const struct option longs[] = {
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    while ((opt = getopt_long(argc, argv, "c:tTVv:h", longs, NULL)) != -1) {
         switch (opt) {
         case 'c': conf_path = optarg; break;
         case 't': check = 1; break;
@@ -189,6 +198,7 @@ int main(int argc, char **argv)
         if (c == NULL)
             return 1;
         http_notice(c, stderr);
+        sl_conf_warn(c, stderr);
         if (dump)
             sl_conf_dump(c, stdout);
         else

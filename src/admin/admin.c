@@ -4,8 +4,16 @@
  *
  *   accept ──> READ ──(blank line)──> route ──> WRITE ──(done)──> LINGER ──> close
  *     │  cap 64   │ head in c->head (8 KiB)        one buffer:       FIN sent; reads
- *     │  else     │ full: 431 ─────────────────>  head + body        discarded until
- *     v  close    │ EOF, error, head timer: close                    EOF, 64 KiB or 2 s
+ *     │  full:    │ full: 431 ─────────────────>  head + body        discarded until
+ *     │  evict    │ EOF, error, head timer (1 s): close              EOF, 64 KiB or 2 s
+ *     v  oldest READ, else close the new one
+ *
+ * A probe (a Prometheus scrape, a kubelet's /healthz) sends its head in one
+ * packet, so 1 s for the head is plenty for it, and sockets that trickle or
+ * say nothing cannot hold the 64 places: when they are all taken, the oldest
+ * connection still reading its head is closed to admit the new one. Only
+ * connections that completed a request (being answered or lingering) are
+ * never evicted; when all 64 are such, the new one is closed at once.
  *
  * LINGER exists because closing a socket with unread bytes in it sends a RST,
  * which can destroy the response before the client reads it (a 9 KiB head
@@ -23,8 +31,8 @@
 #include "core/log.h"
 
 #define HEAD_MAX         8192   /* request head cap; longer: 431 */
-#define MAX_CONNS        64     /* admin connections at once; more: closed at accept */
-#define HEAD_TIMEOUT_MS  5000   /* to send the whole head */
+#define MAX_CONNS        SL_ADMIN_MAX_CONNS /* at once; more: the oldest head evicted */
+#define HEAD_TIMEOUT_MS  1000   /* to send the whole head (a deadline, not reset by bytes) */
 #define WRITE_TIMEOUT_MS 10000  /* for the client to take the response */
 #define LINGER_MS        2000   /* to close its side after the response */
 #define LINGER_MAX       65536  /* bytes discarded while lingering */
@@ -65,6 +73,7 @@ struct sl_admin {
     int                 listening;    /* listener handle not closed yet */
     int                 closing;      /* sl_admin_close() was called (or start failed) */
     int                 n_conns;      /* connections in conns, until freed */
+    int                 n_closing;    /* of which closing (socket closed, memory not yet freed) */
     struct conn        *conns;
     uint64_t            head_timeout_ms;
     int                 port;         /* bound port */
@@ -99,6 +108,7 @@ static void on_conn_handle_close(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     struct sl_admin *a = c->a;
+    a->n_closing--;
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -118,6 +128,7 @@ static void conn_close(struct conn *c)
     if (c->state == C_CLOSING)
         return;
     c->state = C_CLOSING;
+    c->a->n_closing++;
     if (c->req != NULL) {
         c->req->c = NULL; /* the answer will be dropped */
         c->req = NULL;
@@ -535,6 +546,17 @@ static void reject(struct sl_admin *a, uv_stream_t *server)
     uv_close((uv_handle_t *)t, on_free_handle_close);
 }
 
+/* The connection that has waited longest for its head (conns is newest
+ * first, so the last one reading), or NULL when every one completed a request. */
+static struct conn *oldest_reading(struct sl_admin *a)
+{
+    struct conn *found = NULL;
+    for (struct conn *c = a->conns; c != NULL; c = c->next)
+        if (c->state == C_READ)
+            found = c;
+    return found;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct sl_admin *a = server->data;
@@ -542,9 +564,21 @@ static void on_connection(uv_stream_t *server, int status)
         sl_log_warn("admin accept failed", "err=%s", uv_strerror(status));
         return;
     }
-    struct conn *c = a->closing || a->n_conns >= MAX_CONNS ? NULL : calloc(1, sizeof(*c));
+    if (!a->closing && a->n_conns >= MAX_CONNS) {
+        /* Full: make room by closing the slowest head. Its socket is closed
+         * now (uv_close closes the descriptor at once); its memory goes in
+         * the close callback, so it is counted apart until then. */
+        struct conn *old = oldest_reading(a);
+        if (old != NULL) {
+            sl_log_debug("admin connection evicted", "open=%d max=%d", a->n_conns, MAX_CONNS);
+            conn_close(old);
+        }
+    }
+    int room = a->n_conns - a->n_closing < MAX_CONNS;
+    struct conn *c = a->closing || !room ? NULL : calloc(1, sizeof(*c));
     if (c == NULL) {
-        sl_log_debug("admin connection refused", "open=%d max=%d", a->n_conns, MAX_CONNS);
+        sl_log_debug("admin connection refused", "open=%d max=%d", a->n_conns - a->n_closing,
+                     MAX_CONNS);
         reject(a, server);
         return;
     }

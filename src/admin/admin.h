@@ -1,8 +1,9 @@
 /* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats.
  *
  * A minimal HTTP/1.1 server on the process's loop: GET only, one request per
- * connection (Connection: close), request head capped at 8 KiB, 5 s to send
- * it. What it serves comes from callbacks, so admin/ knows nothing of the
+ * connection (Connection: close), request head capped at 8 KiB, 1 s to send
+ * it, at most 64 connections (when full, the oldest one still sending its
+ * head is closed for the new one). What it serves comes from callbacks, so admin/ knows nothing of the
  * modules it reports on. */
 #ifndef SL_ADMIN_ADMIN_H
 #define SL_ADMIN_ADMIN_H
@@ -13,6 +14,8 @@
 #include <uv.h>
 
 #include "conf/conf-t.h"
+
+#define SL_ADMIN_MAX_CONNS 64 /* admin connections at once (each a descriptor) */
 
 struct sl_admin;     /* opaque */
 struct sl_metrics;   /* a Prometheus text writer, opaque */
@@ -64,11 +67,12 @@ void sl_admin_close(struct sl_admin *a);
 /* The port <a> listens on (the one the kernel chose when <addr> said 0). */
 int sl_admin_port(const struct sl_admin *a);
 
-/* Admin connections open now (accepted and not yet freed). */
+/* Admin connections open now (accepted and not yet freed; the ones closing
+ * included). */
 int sl_admin_connections(const struct sl_admin *a);
 
 /* How long a connection accepted from now on may take to send its request
- * head before it is closed (default 5000 ms). For tests. */
+ * head before it is closed (default 1000 ms). For tests. */
 void sl_admin_set_head_timeout(struct sl_admin *a, uint64_t ms);
 
 /* ---- Prometheus text format 0.0.4 writer ---- */

@@ -97,7 +97,7 @@ struct sl_store_conf {
     char              *user;           /* redis://user@..., or NULL */
     struct sl_addr     addr;           /* redis host:port */
     int                db;             /* /db, default 0 */
-    char              *password_file;  /* or NULL */
+    char              *password_file;  /* absolute (resolved at load), or NULL */
     char              *password;       /* read from password_file at load; never printed */
     char              *key_prefix;     /* default "sluice:" */
     uint64_t           connect_timeout_us; /* default 200ms */
@@ -106,6 +106,7 @@ struct sl_store_conf {
     int64_t            lease;          /* 0 = off (default), -1 = auto, N > 0 tokens */
     uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
                                           within this is free (a crashed instance); 10s */
+    int                password_file_line; /* where password_file was set (warnings) */
 };
 
 struct sl_conf {

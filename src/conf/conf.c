@@ -565,6 +565,30 @@ static int parse_uint(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* Copies <v> to <out> (<cap> bytes) with what may be secret masked: the
+ * password of a userinfo ("user:***@") and everything from a query string or
+ * fragment on ("?***"), so that an error echoing a bad url cannot carry a
+ * password into the log (a reload logs every error). Returns <out>. */
+static const char *redact_url(const char *v, char *out, size_t cap)
+{
+    const char *scheme = strstr(v, "://");
+    size_t auth = scheme != NULL ? (size_t)(scheme - v) + 3 : 0;
+    size_t auth_end = auth + strcspn(v + auth, "/?#");
+    size_t tail = strcspn(v, "?#"); /* a query or fragment starts here */
+    const char *at = NULL;
+    for (size_t i = auth; i < auth_end; i++)
+        if (v[i] == '@')
+            at = v + i;
+    const char *colon = at != NULL ? memchr(v + auth, ':', (size_t)(at - (v + auth))) : NULL;
+    if (colon != NULL && (size_t)(colon - v) < tail)
+        snprintf(out, cap, "%.*s:***%.*s%s", (int)(colon - v), v,
+                 (int)(tail > (size_t)(at - v) ? tail - (size_t)(at - v) : 0), at,
+                 v[tail] != '\0' ? "?***" : "");
+    else
+        snprintf(out, cap, "%.*s%s", (int)tail, v, v[tail] != '\0' ? "?***" : "");
+    return out;
+}
+
 /* local | redis://[user@]host[:port][/db] */
 static void set_url(struct loader *ld, struct section *sec, const struct keyword *kw,
                     const char *value)
@@ -577,8 +601,9 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
         st->kind = SL_STORE_LOCAL;
         goto done;
     }
+    char shown[256];
     if (strncmp(value, "redis://", 8) != 0) {
-        bad(ld, kw, expected, value);
+        bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
         return;
     }
     const char *p = value + 8;
@@ -590,7 +615,7 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
             return;
         }
         if (ulen == 0 || ulen > 255) {
-            bad(ld, kw, expected, value);
+            bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
             return;
         }
         if ((user = strndup(p, ulen)) == NULL) {
@@ -631,7 +656,7 @@ done:
     return;
 bad_url:
     free(user);
-    bad(ld, kw, expected, value);
+    bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
 }
 
 /* Reads the whole of <path> (at most <cap> bytes) into a malloc'd string. */
@@ -675,12 +700,23 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     if (value[0] == '\0')
         return;
     /* Relative to the configuration file, so `sluice -c /etc/sluice/sluice.ini`
-     * finds its secret whatever the working directory. */
-    if (value[0] != '/' && ld->dir != NULL) {
-        if (asprintf(&path, "%s/%s", ld->dir, value) < 0) {
+     * finds its secret whatever the working directory. The path kept (and
+     * printed by -T) is absolute, so a printed configuration loads from any
+     * directory; symbolic links are left as they are (a mounted secret is
+     * often one that is swapped on rotation). */
+    if (value[0] != '/') {
+        const char *dir = ld->dir; /* NULL: the working directory */
+        char cwd[4096];
+        if ((dir == NULL || dir[0] != '/') && getcwd(cwd, sizeof(cwd)) != NULL) {
+            if (asprintf(&path, "%s%s%s/%s", cwd, dir != NULL ? "/" : "", dir != NULL ? dir : "",
+                         value) < 0)
+                path = NULL;
+        } else if (asprintf(&path, "%s%s%s", dir != NULL ? dir : "",
+                            dir != NULL && strcmp(dir, "/") != 0 ? "/" : "", value) < 0) {
             path = NULL;
-            goto oom;
         }
+        if (path == NULL)
+            goto oom;
     } else if ((path = strdup(value)) == NULL) {
         goto oom;
     }
@@ -705,11 +741,12 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
         err(ld, ld->line, "password_file: '%s' holds a NUL byte", path);
         goto out;
     }
-    char *file = xstrdup(ld, value);
+    char *file = xstrdup(ld, path);
     if (file == NULL)
         goto out;
     free(st->password_file);
     st->password_file = file;
+    st->password_file_line = ld->line;
     if (st->password != NULL)
         explicit_bzero(st->password, strlen(st->password));
     free(st->password);

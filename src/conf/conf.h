@@ -21,6 +21,11 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out);
 
 void sl_conf_free(struct sl_conf *c);
 
+/* Says what <c> allows but should not (a password_file readable by its group
+ * or others): each as "FILE:LINE: warning: ..." to <errf>, or logged at warn
+ * level when <errf> is NULL. Returns how many there were. */
+int sl_conf_warn(const struct sl_conf *c, FILE *errf);
+
 /* Finds the listener named <name>, or NULL. */
 struct sl_listener_conf *sl_conf_listener(const struct sl_conf *c, const char *name);
 

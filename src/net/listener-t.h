@@ -13,7 +13,9 @@
 struct sl_listener_stats {
     uint64_t conns_accepted;   /* connections accepted */
     uint64_t conns_active;     /* sessions open now */
-    uint64_t conns_refused;    /* over max_connections, closed at once */
+    uint64_t conns_refused;    /* over max_connections or a connection limit, or no
+                                  descriptor left: closed at once */
+    uint64_t conns_refused_fd; /* of which for lack of file descriptors */
     uint64_t upstream_failed;  /* upstream connect failed or timed out */
     uint64_t idle_closed;      /* closed by idle_timeout */
     uint64_t header_timeouts;  /* closed by header_timeout: a request's head came too slowly */
@@ -49,7 +51,20 @@ struct sl_listener {
     struct sl_tq             gated;      /* sessions waiting for a connection limit's place */
     struct sl_tq             heading;    /* sessions part-way through a request's head, by its start */
     struct sl_listener_stats stats;      /* counters */
+    uint64_t                 fd_unlogged; /* descriptor refusals not logged yet */
+    uint64_t                 fd_logged_ms; /* loop time of the last such log line */
     struct sl_listener      *next;       /* in srv->listeners */
+};
+
+/* What the process knows of its descriptors: the limit, and a count taken
+ * now and then that is kept up to date between counts from the sessions and
+ * admin connections opened and closed since (two descriptors per session). */
+struct sl_fds {
+    uint64_t limit;      /* RLIMIT_NOFILE (soft) at start; 0: unlimited or unknown */
+    int64_t  counted;    /* descriptors open at the last count */
+    uint64_t sessions;   /* sessions alive then (all listeners) */
+    int      admin;      /* admin connections then */
+    uint64_t at_ms;      /* loop time of that count */
 };
 
 /* The whole process: loop, configuration, listeners, signals' state. */
@@ -71,6 +86,7 @@ struct sl_server {
     uv_check_t          turn_post;  /* landed move on (sl_session_turn_end) */
     uint8_t             worker;     /* one of several workers: listen sockets shared by
                                        all (SO_REUSEPORT), the master serves admin */
+    struct sl_fds       fds;        /* descriptor budget (accepts stop short of the limit) */
 };
 
 #endif

@@ -6,10 +6,12 @@
  * listeners whose name, address and protocol did not change (so no connection
  * is refused during a reload), binds new ones and retires removed ones; a
  * retired listener is freed when its last session goes. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,19 +29,222 @@
 #define SWEEP_MS 1000
 #define BACKLOG  511
 
+/* ---- descriptors ------------------------------------------------------------
+ *
+ * A session holds two descriptors (client and upstream). Out of them, the
+ * kernel's accept() fails with EMFILE, and libuv then sheds load on its own:
+ * it closes a spare descriptor, accepts every pending connection and closes
+ * it at once, and reopens the spare (uv__emfile_trick in src/unix/stream.c),
+ * all without calling back. So the clients are cut off unanswered and nobody
+ * counts them. sluice therefore stops short of the limit: before a new
+ * session starts it checks that its two descriptors fit with SL_FD_SLACK to
+ * spare, and otherwise refuses it itself, answered (resp), counted and
+ * logged. The number open is counted from /proc/self/fd now and then (at
+ * start, at a reload, in the sweep when past half the limit, and before a
+ * refusal, at most every 100 ms) and followed in between from the sessions
+ * and admin connections opened and closed since. */
+
+const char sl_listener_fd_refusal[] =
+    "-ERR max number of clients reached (sluice is out of file descriptors)\r\n";
+
+#define FD_RECOUNT_MS 100 /* at most this often before a refusal */
+
+/* Descriptors open in this process, or -1 when /proc cannot tell. */
+static int64_t count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int64_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+static uint64_t all_sessions(const struct sl_server *srv)
+{
+    uint64_t n = 0;
+    for (const struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        n += l->sessions;
+    return n;
+}
+
+static int admin_conns(const struct sl_server *srv)
+{
+    return srv->admin != NULL ? sl_admin_connections(srv->admin) : 0;
+}
+
+static void fd_count(struct sl_server *srv)
+{
+    int64_t n = count_fds();
+    if (n < 0 && srv->fds.at_ms != 0)
+        return; /* keep following the last count */
+    srv->fds.counted = n >= 0 ? n : SL_FD_SLACK; /* no /proc: a guess at the base */
+    srv->fds.sessions = all_sessions(srv);
+    srv->fds.admin = admin_conns(srv);
+    srv->fds.at_ms = uv_now(srv->loop);
+}
+
+/* Descriptors open now, as far as the last count and what changed since tell. */
+static int64_t fd_estimate(const struct sl_server *srv)
+{
+    return srv->fds.counted + 2 * ((int64_t)all_sessions(srv) - (int64_t)srv->fds.sessions) +
+           (admin_conns(srv) - srv->fds.admin);
+}
+
+/* 1 when a new session's two descriptors fit under the limit with
+ * SL_FD_SLACK to spare (its client socket is open already: counting it again
+ * errs on the safe side by one). */
+static int fd_room(struct sl_server *srv)
+{
+    if (srv->fds.limit == 0)
+        return 1;
+    int64_t most = (int64_t)srv->fds.limit - SL_FD_SLACK - 2;
+    if (fd_estimate(srv) <= most)
+        return 1;
+    if (uv_now(srv->loop) - srv->fds.at_ms < FD_RECOUNT_MS)
+        return 0;
+    fd_count(srv); /* sessions may have closed descriptors the estimate still holds */
+    return fd_estimate(srv) <= most;
+}
+
+static void fd_log(struct sl_listener *l, uint64_t now)
+{
+    struct sl_server *srv = l->srv;
+    sl_log_warn("connections refused: out of file descriptors",
+                "listener=%s refused=%llu limit=%llu open=%lld sessions=%llu", l->name,
+                (unsigned long long)l->fd_unlogged, (unsigned long long)srv->fds.limit,
+                (long long)fd_estimate(srv), (unsigned long long)all_sessions(srv));
+    l->fd_unlogged = 0;
+    l->fd_logged_ms = now;
+}
+
+void sl_listener_refused_fd(struct sl_listener *l, int err)
+{
+    (void)err; /* EMFILE and ENFILE are told apart by neither the client nor the count */
+    l->stats.conns_refused++;
+    l->stats.conns_refused_fd++;
+    l->fd_unlogged++;
+    uint64_t now = uv_now(l->handle.loop);
+    if (l->fd_logged_ms == 0 || now - l->fd_logged_ms >= 1000)
+        fd_log(l, now);
+}
+
+/* Says at start and at each reload what the limit allows: each listener's
+ * max_connections needs two descriptors a session, and the admin endpoint up
+ * to SL_ADMIN_MAX_CONNS, on top of what is open now and the slack. */
+static void fd_check(struct sl_server *srv)
+{
+    struct rlimit rl;
+    srv->fds.limit = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < INT64_MAX)
+        srv->fds.limit = (uint64_t)rl.rlim_cur;
+    fd_count(srv);
+    if (srv->fds.limit == 0)
+        return;
+    uint64_t base = (uint64_t)(srv->fds.counted > 0 ? srv->fds.counted : 0) + SL_FD_SLACK;
+    uint64_t need = base + (srv->admin != NULL ? SL_ADMIN_MAX_CONNS : 0);
+    for (const struct sl_listener_conf *lc = srv->conf->listeners; lc != NULL; lc = lc->next)
+        need += 2 * lc->max_connections;
+    /* sessions that fit while the admin endpoint holds no connection */
+    uint64_t fit = srv->fds.limit > base ? (srv->fds.limit - base) / 2 : 0;
+    if (srv->fds.limit < need)
+        sl_log_warn("descriptor limit below what max_connections needs",
+                    "limit=%llu need=%llu sessions_fit=%llu open=%lld hint=\"raise the hard "
+                    "limit (ulimit -Hn, LimitNOFILE=) or lower max_connections\"",
+                    (unsigned long long)srv->fds.limit, (unsigned long long)need,
+                    (unsigned long long)fit, (long long)srv->fds.counted);
+    else
+        sl_log_info("descriptor limit", "limit=%llu need=%llu open=%lld",
+                    (unsigned long long)srv->fds.limit, (unsigned long long)need,
+                    (long long)srv->fds.counted);
+}
+
+static void on_refused_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Takes the pending connection of <l> and closes it, telling a RESP client
+ * why first (a fresh socket's send buffer takes the line at once). */
+static void refuse_fd(struct sl_listener *l)
+{
+    uv_tcp_t *t = malloc(sizeof(*t));
+    if (t == NULL) {
+        sl_session_accept(l); /* someone must take it, or the listener stalls */
+        return;
+    }
+    uv_tcp_init(l->handle.loop, t);
+    if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)t) == 0) {
+        l->stats.conns_accepted++; /* accepted, then refused: as over max_connections */
+        if (l->conf->protocol == SL_PROTO_RESP) {
+            uv_buf_t b = uv_buf_init((char *)sl_listener_fd_refusal, sizeof(sl_listener_fd_refusal) - 1);
+            (void)uv_try_write((uv_stream_t *)t, &b, 1);
+        }
+    }
+    uv_close((uv_handle_t *)t, on_refused_close);
+    sl_listener_refused_fd(l, UV_EMFILE);
+}
+
 static void on_connection(uv_stream_t *h, int status)
 {
     struct sl_listener *l = h->data;
+    if (status == UV_EMFILE || status == UV_ENFILE) {
+        /* libuv had no spare descriptor to shed with: the connection waits
+         * in the backlog; counted here, logged at a rate. */
+        sl_listener_refused_fd(l, status);
+        return;
+    }
     if (status < 0) {
         sl_log_warn("accept failed", "listener=%s err=%s", l->name, uv_strerror(status));
+        return;
+    }
+    if (!fd_room(l->srv)) {
+        refuse_fd(l);
         return;
     }
     sl_session_accept(l);
 }
 
+void sl_listener_stats_add(struct sl_listener_stats *to, const struct sl_listener_stats *from)
+{
+    /* Every member is a uint64_t: adding them all keeps this right when
+     * counters are added to the struct. */
+    _Static_assert(sizeof(*to) % sizeof(uint64_t) == 0, "listener stats are uint64_t");
+    uint64_t *t = (uint64_t *)to;
+    const uint64_t *f = (const uint64_t *)from;
+    for (size_t i = 0; i < sizeof(*to) / sizeof(uint64_t); i++)
+        t[i] += f[i];
+}
+
+/* Another listener of <l>'s name that takes over its counters when it goes:
+ * the live one (a moved listener's new socket), else any. */
+static struct sl_listener *heir(struct sl_listener *l)
+{
+    struct sl_listener *any = NULL;
+    for (struct sl_listener *o = l->srv->listeners; o != NULL; o = o->next) {
+        if (o == l || strcmp(o->name, l->name) != 0)
+            continue;
+        if (!o->retired)
+            return o;
+        any = any != NULL ? any : o;
+    }
+    return any;
+}
+
 static void listener_free(struct sl_listener *l)
 {
     struct sl_server *srv = l->srv;
+    /* One series per name, and counters never go back: what the sessions of
+     * a moved (or removed and re-added) listener counted stays in the name's
+     * totals once its old socket is gone. */
+    struct sl_listener *h = heir(l);
+    if (h != NULL) {
+        l->stats.conns_active = 0; /* no session left; the heir counts its own */
+        sl_listener_stats_add(&h->stats, &l->stats);
+    }
     struct sl_listener **pp = &srv->listeners;
     while (*pp != l)
         pp = &(*pp)->next;
@@ -157,8 +362,14 @@ static void on_sweep(uv_timer_t *t)
 {
     struct sl_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
-    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
+        if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
+            fd_log(l, now); /* the refusals since the last line */
+    }
+    /* Near the limit the estimate should be exact: count again. */
+    if (srv->fds.limit != 0 && (uint64_t)fd_estimate(srv) * 2 > srv->fds.limit)
+        fd_count(srv);
     if (srv->limiter)
         sl_limiter_sweep(srv->limiter, uv_hrtime() / 1000);
 }
@@ -242,6 +453,7 @@ int sl_server_start(struct sl_server *srv)
         }
     }
     uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    fd_check(srv);
     return 0;
 }
 
@@ -339,6 +551,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     sl_conf_free(srv->conf);
     srv->conf = conf;
     sl_log_level = conf->log_level;
+    fd_check(srv);
     return 0;
 }
 

@@ -32,4 +32,25 @@ void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs);
 /* Called by a session when it is freed. */
 void sl_listener_session_gone(struct sl_listener *l);
 
+/* Adds every counter of <from> to <to>. A name can have several listener
+ * structs at once (a listener moved by a reload keeps its old one while its
+ * sessions live): reports sum them into one series per name, and a struct
+ * that goes hands its counts to another of its name. */
+void sl_listener_stats_add(struct sl_listener_stats *to, const struct sl_listener_stats *from);
+
+/* Descriptors kept free for what is not a session (store reconnects, admin
+ * connections, reading the configuration at a reload, libuv's own). */
+#define SL_FD_SLACK 16
+
+/* Counts a connection of <l> refused for lack of file descriptors (<err>:
+ * UV_EMFILE or UV_ENFILE), in sluice_connections_refused_total and
+ * sluice_connections_refused_descriptors_total, and logs it at a rate: the
+ * first at once, then at most one line per second per listener with the
+ * count since the last line. For the session, when its upstream socket
+ * cannot be made. */
+void sl_listener_refused_fd(struct sl_listener *l, int err);
+
+/* The text a RESP client gets when sluice has no descriptor for it. */
+extern const char sl_listener_fd_refusal[];
+
 #endif

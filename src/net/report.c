@@ -2,6 +2,7 @@
  * limiter and the quota store. Identities are never labels. */
 #include <inttypes.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "admin/admin.h"
 #include "core/buf.h"
@@ -23,8 +24,12 @@ static const struct lmetric lmetrics[] = {
       offsetof(struct sl_listener_stats, conns_accepted) },
     { "sluice_connections_active", "gauge", "Client connections open now.",
       offsetof(struct sl_listener_stats, conns_active) },
-    { "sluice_connections_refused_total", "counter", "Connections refused over max_connections.",
+    { "sluice_connections_refused_total", "counter",
+      "Connections refused: over max_connections or a connection limit, or out of file descriptors.",
       offsetof(struct sl_listener_stats, conns_refused) },
+    { "sluice_connections_refused_descriptors_total", "counter",
+      "Connections refused for lack of file descriptors (also in sluice_connections_refused_total).",
+      offsetof(struct sl_listener_stats, conns_refused_fd) },
     { "sluice_upstream_failures_total", "counter", "Upstream connects that failed or timed out.",
       offsetof(struct sl_listener_stats, upstream_failed) },
     { "sluice_idle_closed_total", "counter", "Connections closed by idle_timeout.",
@@ -43,16 +48,42 @@ static const struct lmetric lmetrics[] = {
       offsetof(struct sl_listener_stats, bytes_out) },
 };
 
+/* A listener is reported while it listens or has sessions. */
+static int shown(const struct sl_listener *l)
+{
+    return !(l->retired && l->sessions == 0);
+}
+
+/* When <l> is the first shown listener of its name, sums into <out> the
+ * counters of every shown one of that name and returns 1; else 0. A listener
+ * moved by a reload has its new socket and, while its old sessions live, its
+ * old one: one name, one series, counting both. */
+static int name_totals(const struct sl_server *srv, const struct sl_listener *l,
+                       struct sl_listener_stats *out)
+{
+    if (!shown(l))
+        return 0;
+    for (const struct sl_listener *o = srv->listeners; o != l; o = o->next)
+        if (shown(o) && strcmp(o->name, l->name) == 0)
+            return 0;
+    *out = l->stats;
+    for (const struct sl_listener *o = l->next; o != NULL; o = o->next)
+        if (shown(o) && strcmp(o->name, l->name) == 0)
+            sl_listener_stats_add(out, &o->stats);
+    return 1;
+}
+
 void sl_server_metrics(void *data, struct sl_metrics *m)
 {
     struct sl_server *srv = data;
     for (size_t i = 0; i < sizeof(lmetrics) / sizeof(lmetrics[0]); i++) {
         sl_metrics_family(m, lmetrics[i].name, lmetrics[i].type, lmetrics[i].help);
         for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
-            if (l->retired && l->sessions == 0)
+            struct sl_listener_stats st;
+            if (!name_totals(srv, l, &st))
                 continue;
             const char *labels[] = { "listener", l->name, NULL };
-            uint64_t v = *(const uint64_t *)((const char *)&l->stats + lmetrics[i].off);
+            uint64_t v = *(const uint64_t *)((const char *)&st + lmetrics[i].off);
             sl_metrics_u64(m, lmetrics[i].name, labels, v);
         }
     }
@@ -96,9 +127,10 @@ void sl_server_stats(void *data, FILE *out)
     fputs("{\"listeners\":[", out);
     int first = 1;
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
-        if (l->retired && l->sessions == 0)
+        struct sl_listener_stats totals;
+        if (!name_totals(srv, l, &totals))
             continue;
-        const struct sl_listener_stats *s = &l->stats;
+        const struct sl_listener_stats *s = &totals;
         fprintf(out,
                 "%s{\"name\":\"%s\",\"connections_active\":%" PRIu64 ",\"connections_accepted\":%" PRIu64
                 ",\"requests\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"client_read_bytes\":%" PRIu64

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -167,6 +168,9 @@ void th_kill_all(void)
     }
 }
 
+/* RLIMIT_NOFILE for the next spawn() (th_sluice_start_nofile); soft < 0: none. */
+static long spawn_nofile_soft = -1, spawn_nofile_hard = -1;
+
 static pid_t spawn(char *const argv[], const char *log)
 {
     pid_t pid = fork();
@@ -174,6 +178,11 @@ static pid_t spawn(char *const argv[], const char *log)
         track(pid);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        if (spawn_nofile_soft >= 0) {
+            struct rlimit rl = { (rlim_t)spawn_nofile_soft, (rlim_t)spawn_nofile_hard };
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(126);
+        }
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -253,6 +262,15 @@ int th_sluice_start(struct th_proc *p, const char *ini, int wait)
         return -1;
     }
     return 0;
+}
+
+int th_sluice_start_nofile(struct th_proc *p, const char *ini, int wait, long soft, long hard)
+{
+    spawn_nofile_soft = soft;
+    spawn_nofile_hard = hard;
+    int rc = th_sluice_start(p, ini, wait);
+    spawn_nofile_soft = spawn_nofile_hard = -1;
+    return rc;
 }
 
 int th_signal_wait(struct th_proc *p, int sig, int ms)

@@ -30,6 +30,11 @@ int th_redis_start(struct th_proc *p, ...);
  * Returns 0 or -1 (and prints the log). */
 int th_sluice_start(struct th_proc *p, const char *ini, int wait_port);
 
+/* th_sluice_start() with RLIMIT_NOFILE set to <soft> / <hard> in the child
+ * before exec (start it before opening sockets: the child inherits those
+ * that are not close-on-exec). */
+int th_sluice_start_nofile(struct th_proc *p, const char *ini, int wait_port, long soft, long hard);
+
 /* Sends SIGTERM, waits up to 5 s, then SIGKILL. Returns the exit status as
  * waitpid gives it, or -1. After a clean exit (status 0) its log and
  * configuration files are removed (unless TH_KEEP_LOGS is set). */

@@ -947,42 +947,139 @@ static void test_concurrent(void **state)
     assert_int_equal(wait_conns(f, 0, TH_MS), 0);
 }
 
-/* Past 64 open connections a new one is closed at once; the others live. */
+/* Past 64 open connections a new one evicts the oldest connection still
+ * waiting for its head; connections that completed a request are never
+ * evicted, and when all 64 places hold such, the new one is closed at once. */
 static void test_connection_cap(void **state)
 {
     struct fx *f = *state;
     enum { CAP = 64 };
+    sl_admin_set_head_timeout(f->a, 60000); /* eviction alone makes room here */
     int fds[CAP];
-    for (int i = 0; i < CAP; i++)
+    for (int i = 0; i < CAP; i++) {
         fds[i] = cl_connect(f->port);
-    assert_int_equal(wait_conns(f, CAP, TH_MS), 0);
-
-    struct client extra;
-    cl_init(&extra, f->port, "GET /healthz HTTP/1.1\r\n\r\n", 26);
-    assert_int_equal(run_clients(f, &extra, 1, TH_MS), 0);
-    assert_int_equal(extra.olen, 0);
-    cl_free(&extra);
-    assert_int_equal(sl_admin_connections(f->a), CAP);
-
-    /* an old one still gets served, which makes room for a new one */
-    struct client old = { 0 };
-    cl_init(&old, f->port, "", 0);
-    close(old.fd);
-    old.fd = fds[0];
-    old.req = "GET /healthz HTTP/1.1\r\n\r\n";
-    old.len = strlen(old.req);
-    assert_int_equal(run_clients(f, &old, 1, TH_MS), 0);
-    assert_non_null(strstr(old.out, "\r\n\r\nok\n"));
-    cl_free(&old);
-    assert_int_equal(wait_conns(f, CAP - 1, TH_MS), 0);
+        assert_int_equal(wait_conns(f, i + 1, TH_MS), 0); /* one by one: fds[0] is the oldest */
+    }
     struct client next;
     cl_init(&next, f->port, "GET /healthz HTTP/1.1\r\n\r\n", 26);
     assert_int_equal(run_clients(f, &next, 1, TH_MS), 0);
     assert_non_null(strstr(next.out, "200 OK"));
+    assert_non_null(strstr(next.out, "\r\n\r\nok\n"));
     cl_free(&next);
-
+    assert_int_equal(th_wait_eof(fds[0], TH_MS), 1); /* the oldest silent one went */
+    step_for(f, 20);
     for (int i = 1; i < CAP; i++)
+        assert_int_equal(th_quiet(fds[i], 0), 1);  /* the others live */
+    for (int i = 0; i < CAP; i++)
         close(fds[i]);
+    assert_int_equal(wait_conns(f, 0, TH_MS), 0);
+
+    /* 64 answered clients that do not close: they linger (2 s) and stay */
+    static const char req[] = "GET /healthz HTTP/1.1\r\n\r\n";
+    struct client c[CAP];
+    for (int i = 0; i < CAP; i++)
+        cl_init(&c[i], f->port, req, sizeof(req) - 1);
+    assert_int_equal(run_clients(f, c, CAP, TH_MS), 0); /* each got its answer and the FIN */
+    for (int i = 0; i < CAP; i++)
+        assert_non_null(strstr(c[i].out, "200 OK"));
+    assert_int_equal(sl_admin_connections(f->a), CAP);
+    struct client extra;
+    cl_init(&extra, f->port, req, sizeof(req) - 1);
+    assert_int_equal(run_clients(f, &extra, 1, TH_MS), 0);
+    assert_int_equal(extra.olen, 0);
+    cl_free(&extra);
+    for (int i = 0; i < CAP; i++)
+        cl_free(&c[i]);
+    assert_int_equal(wait_conns(f, 0, TH_MS), 0);
+}
+
+/* A socket that drips a head which never ends, and comes back when closed. */
+struct drip {
+    int      fd;
+    size_t   sent;   /* bytes of the head sent on this connection */
+    uint64_t next;   /* when to send the next byte */
+};
+
+static void drip_step(struct drip *d, int port, uint64_t now)
+{
+    static const char start[] = "GET /healthz HTTP/1.1\r\nX-Slow: ";
+    char junk[256];
+    ssize_t r = recv(d->fd, junk, sizeof(junk), MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN)) {
+        close(d->fd); /* closed by the server: come back at once */
+        d->fd = cl_connect(port);
+        d->sent = 0;
+        d->next = now;
+    }
+    if (now < d->next)
+        return;
+    const char *p = d->sent < sizeof(start) - 1 ? start + d->sent : "a";
+    size_t n = d->sent < sizeof(start) - 1 ? sizeof(start) - 1 - d->sent : 1;
+    ssize_t w = send(d->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0)
+        d->sent += (size_t)w;
+    d->next = now + 100;
+}
+
+/* Slowloris on the admin port: 70 sockets (more than the 64 places) each
+ * drip a head that never ends, one byte per 100 ms, and reconnect when
+ * closed; every /healthz probe is still answered. Before: the drippers held
+ * all 64 places for 5 s each and every probe was closed unanswered. */
+static void test_slow_sockets_do_not_block_probes(void **state)
+{
+    struct fx *f = *state;
+    enum { SLOW = 70, PROBES = 20 };
+    struct drip d[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        d[i].fd = cl_connect(f->port);
+        d[i].sent = 0;
+        d[i].next = 0;
+    }
+    uint64_t end = th_now_ms() + TH_MS;
+    while (sl_admin_connections(f->a) < 64 && th_now_ms() < end) {
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        for (int i = 0; i < SLOW; i++)
+            drip_step(&d[i], f->port, th_now_ms());
+        usleep(1000);
+    }
+    assert_int_equal(sl_admin_connections(f->a), 64);
+
+    int answered = 0;
+    uint64_t worst = 0;
+    for (int p = 0; p < PROBES; p++) {
+        static const char req[] = "GET /healthz HTTP/1.1\r\n\r\n";
+        struct client c;
+        cl_init(&c, f->port, req, sizeof(req) - 1);
+        uint64_t t0 = th_now_ms();
+        while (!c.eof && th_now_ms() < t0 + 3000) {
+            uv_run(&f->loop, UV_RUN_NOWAIT);
+            for (int i = 0; i < SLOW; i++)
+                drip_step(&d[i], f->port, th_now_ms());
+            struct pollfd pf = { .fd = c.fd,
+                                 .events = POLLIN | (c.sent < c.len ? POLLOUT : 0) };
+            if (poll(&pf, 1, 1) > 0)
+                cl_step(&c, pf.revents);
+        }
+        uint64_t took = th_now_ms() - t0;
+        worst = took > worst ? took : worst;
+        if (strstr(c.out, "200 OK") != NULL && strstr(c.out, "\r\n\r\nok\n") != NULL)
+            answered++;
+        else
+            th_dump("probe answer", c.out, c.olen);
+        cl_free(&c);
+        for (int k = 0; k < 50; k++) { /* 50 ms of dripping between probes */
+            uv_run(&f->loop, UV_RUN_NOWAIT);
+            for (int i = 0; i < SLOW; i++)
+                drip_step(&d[i], f->port, th_now_ms());
+            usleep(1000);
+        }
+    }
+    fprintf(stderr, "probes answered: %d of %d under %d dripping sockets, slowest %llu ms\n",
+            answered, PROBES, SLOW, (unsigned long long)worst);
+    assert_int_equal(answered, PROBES);
+    assert_true(sl_admin_connections(f->a) <= 64 + SLOW);
+    for (int i = 0; i < SLOW; i++)
+        close(d[i].fd);
     assert_int_equal(wait_conns(f, 0, TH_MS), 0);
 }
 
@@ -1078,6 +1175,7 @@ int main(void)
         T(test_linger),
         T(test_concurrent),
         T(test_connection_cap),
+        T(test_slow_sockets_do_not_block_probes),
         T(test_close_with_open_connections),
         T(test_bind_failure),
         T(test_no_callbacks),

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -452,6 +453,108 @@ static void test_sighup_listeners_added_removed(void **state)
     assert_int_equal(th_stop(&sluice_p), 0);
 }
 
+/* The lines of the /metrics page at <admin> that start with <prefix>
+ * (a name and '{'), counted; the value of the last one in *v. */
+static int series(int admin, const char *prefix, double *v)
+{
+    char *body = th_http_get(admin, "/metrics");
+    assert_non_null(body);
+    int n = 0;
+    size_t pl = strlen(prefix);
+    for (char *line = body; *line != '\0';) {
+        char *nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        if (strncmp(line, prefix, pl) == 0) {
+            n++;
+            *v = strtod(strrchr(line, ' ') + 1, NULL);
+        }
+        if (nl == NULL)
+            break;
+        line = nl + 1;
+    }
+    free(body);
+    return n;
+}
+
+/* How many times <needle> occurs in the /stats document. */
+static int stats_count(int admin, const char *needle)
+{
+    char *body = th_http_get(admin, "/stats");
+    assert_non_null(body);
+    int n = 0;
+    for (char *p = strstr(body, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    free(body);
+    return n;
+}
+
+/* A listener moved to another address by a reload while a session lives on
+ * its old socket: one series per name, summing both sockets, and counters
+ * that never go back (not at the reload, not when the old socket goes).
+ * Before: two sluice_connections_active{listener="r"} series and two "r"
+ * entries in /stats, and the new socket's counters started at 0. */
+static void test_sighup_moved_listener_one_series(void **state)
+{
+    (void)state;
+    int admin = th_free_port(), pa = th_free_port(), pb = th_free_port();
+    char ini[2048];
+    const char *fmt = "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\n[store]\nurl = local\n"
+                      "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n";
+    snprintf(ini, sizeof(ini), fmt, admin, pa, redis_p.port);
+    assert_int_equal(th_sluice_start(&sluice_p, ini, pa), 0);
+    int old = ping_conn(pa);
+    SEND(old, "PING\r\n");
+    EXPECT(old, "+PONG\r\n");
+    double req0 = 0, acc0 = 0, act = 0, bytes0 = 0;
+    assert_int_equal(series(admin, "sluice_requests_total{", &req0), 1);
+    assert_int_equal(series(admin, "sluice_connections_accepted_total{", &acc0), 1);
+    assert_int_equal(series(admin, "sluice_client_read_bytes_total{", &bytes0), 1);
+    assert_true(acc0 >= 1);
+    assert_true(bytes0 >= 12);
+
+    snprintf(ini, sizeof(ini), fmt, admin, pb, redis_p.port);
+    rewrite_conf(ini);
+    assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded ", 1, TH_MS), 0);
+    int moved = ping_conn(pb);
+    SEND(old, "PING\r\n"); /* the old session still works */
+    EXPECT(old, "+PONG\r\n");
+
+    double req1 = 0, acc1 = 0, bytes1 = 0;
+    assert_int_equal(series(admin, "sluice_connections_active{", &act), 1);
+    assert_int_equal((int)act, 2);
+    assert_int_equal(series(admin, "sluice_requests_total{", &req1), 1);
+    assert_int_equal(series(admin, "sluice_connections_accepted_total{", &acc1), 1);
+    assert_int_equal(series(admin, "sluice_client_read_bytes_total{", &bytes1), 1);
+    assert_true(req1 >= req0); /* requests are framed only where a limit needs it */
+    assert_true(acc1 >= acc0 + 1);
+    assert_true(bytes1 >= bytes0 + 12);
+    assert_int_equal(stats_count(admin, "\"name\":\"r\""), 1);
+    assert_int_equal(stats_count(admin, "\"connections_active\":2"), 1);
+
+    /* the old socket goes with its last session: counts stay */
+    close(old);
+    uint64_t end = th_now_ms() + TH_MS;
+    do {
+        assert_int_equal(series(admin, "sluice_connections_active{", &act), 1);
+        if ((int)act == 1)
+            break;
+        usleep(10000);
+    } while (th_now_ms() < end);
+    assert_int_equal((int)act, 1);
+    double req2 = 0, acc2 = 0, bytes2 = 0;
+    assert_int_equal(series(admin, "sluice_requests_total{", &req2), 1);
+    assert_int_equal(series(admin, "sluice_connections_accepted_total{", &acc2), 1);
+    assert_int_equal(series(admin, "sluice_client_read_bytes_total{", &bytes2), 1);
+    assert_true(req2 >= req1);
+    assert_true(acc2 >= acc1);
+    assert_true(bytes2 >= bytes1);
+    assert_int_equal(stats_count(admin, "\"name\":\"r\""), 1);
+    close(moved);
+    assert_int_equal(th_stop(&sluice_p), 0);
+}
+
 /* ---- 18. the command line --------------------------------------------------------- */
 
 /* Runs <args> with the sluice binary, stderr into stdout; returns the exit
@@ -577,6 +680,99 @@ static void test_cli(void **state)
     free(bpath);
 }
 
+/* --version and --help as well as -V and -h; -t warns about a password_file
+ * others can read (and still says OK). Before: --help and --version were
+ * refused as unknown options and nothing was said about the file's mode. */
+static void test_cli_long_options_and_password_mode(void **state)
+{
+    (void)state;
+    char *out;
+    assert_int_equal(run_cli("--version", &out), 0);
+    assert_string_equal(out, "sluice 0.1.0\n");
+    free(out);
+    assert_int_equal(run_cli("--help", &out), 0);
+    assert_non_null(strstr(out, "usage: sluice"));
+    assert_non_null(strstr(out, "-h, --help"));
+    assert_non_null(strstr(out, "-V, --version"));
+    char *h;
+    assert_int_equal(run_cli("-h", &h), 0);
+    assert_string_equal(h, out);
+    free(h);
+    free(out);
+
+    char pw[] = "/tmp/sluice-test-pw-XXXXXX";
+    int fd = mkstemp(pw);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    th_track_file(pw);
+    assert_int_equal(chmod(pw, 0644), 0);
+    char text[512];
+    snprintf(text, sizeof(text), "[sluice]\nadmin =\n[store]\nurl = local\npassword_file = %s\n"
+             "[listener r]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n", pw);
+    char *path = write_file(text);
+    char args[512], want[1024];
+    snprintf(args, sizeof(args), "-t -c %s", path);
+    assert_int_equal(run_cli(args, &out), 0);
+    snprintf(want, sizeof(want), "%s:5: warning: password_file '%s' is readable by others "
+             "(mode 0644): chmod 600 it\nconfiguration OK\n", path, pw);
+    assert_string_equal(out, want);
+    free(out);
+    assert_int_equal(chmod(pw, 0600), 0);
+    assert_int_equal(run_cli(args, &out), 0);
+    assert_string_equal(out, "configuration OK\n");
+    free(out);
+    unlink(path);
+    free(path);
+    unlink(pw);
+}
+
+/* A reload with a bad url logs the error with the url's password and query
+ * string masked; a password_file readable by others is logged at start and
+ * at reload. Before: the url came whole into the log, query password and all. */
+static void test_reload_bad_url_redacted(void **state)
+{
+    (void)state;
+    char pw[] = "/tmp/sluice-test-pw-XXXXXX";
+    int fd = mkstemp(pw);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    th_track_file(pw);
+    assert_int_equal(chmod(pw, 0604), 0);
+    char extra[300];
+    snprintf(extra, sizeof(extra), "[store]\npassword_file = %s\n", pw);
+    int port = th_free_port();
+    char ini[2048];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin =\nshutdown_grace = 2s\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n%s",
+             port, redis_p.port, extra);
+    assert_int_equal(th_sluice_start(&sluice_p, ini, port), 0);
+    assert_int_equal(th_log_wait(sluice_p.log, "msg=\"password_file is readable by others\"", 1,
+                                 TH_MS), 0);
+    assert_true(th_log_count(sluice_p.log, "mode=0604 readers=others") >= 1);
+
+    static const char *const urls[] = { "redis://user:secret@h:1/0?password=secret",
+                                        "redis://user@1.2.3.4:1/0?password=secret",
+                                        "rediss://user:secret@h:1" };
+    for (int i = 0; i < 3; i++) {
+        snprintf(ini, sizeof(ini),
+                 "[sluice]\nadmin =\nshutdown_grace = 2s\n"
+                 "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+                 "[store]\nurl = %s\n", port, redis_p.port, urls[i]);
+        rewrite_conf(ini);
+        assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+        assert_int_equal(th_log_wait(sluice_p.log, "msg=\"reload failed", i + 1, TH_MS), 0);
+    }
+    assert_int_equal(th_log_count(sluice_p.log, "secret"), 0);
+    assert_true(th_log_count(sluice_p.log, "?***") >= 1);
+    assert_true(th_log_count(sluice_p.log, "user:***@h:1") >= 1);
+    close(ping_conn(port)); /* still serving on the running configuration */
+    assert_int_equal(th_stop(&sluice_p), 0);
+    unlink(pw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,7 +788,10 @@ int main(void)
         cmocka_unit_test_teardown(test_sighup_max_request_applies_to_existing, stop_sluice),
         cmocka_unit_test_teardown(test_sighup_upstream_change, stop_sluice),
         cmocka_unit_test_teardown(test_sighup_listeners_added_removed, stop_sluice),
+        cmocka_unit_test_teardown(test_sighup_moved_listener_one_series, stop_sluice),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_long_options_and_password_mode),
+        cmocka_unit_test_teardown(test_reload_bad_url_redacted, stop_sluice),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
