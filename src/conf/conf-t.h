@@ -104,6 +104,8 @@ struct sl_store_conf {
     int64_t            lease;          /* 0 = off (default), -1 = auto, N > 0 tokens */
     uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
                                           within this is free (a crashed instance); 10s */
+    uint64_t           max_identities; /* per limit: in-process buckets, and entries of what
+                                          the store said, kept at most (LRU); 100000 */
 };
 
 struct sl_conf {
