@@ -36,11 +36,16 @@
 #define MAX_REQ_LIMITS 16 /* limits one request can meet */
 #define TOP_K          10 /* busiest identities kept per limit, for /stats */
 
-/* A "space saving" counter: the K identities seen most, approximately
- * (a newcomer replaces the least counted and inherits its count). */
+/* A "space saving" counter: the K identities seen most, approximately.
+ * A newcomer replaces the least counted entry and inherits its count as
+ * its error: the identity made at least n - err and at most n of the
+ * requests counted, so a spray of new identities can raise what an entry
+ * might be, never what it is reported to be for sure (/stats reports
+ * n - err and err). */
 struct top {
     char     id[SL_ID_MAX + 1];
-    uint64_t n;
+    uint64_t n;    /* requests counted since it entered, plus <err> */
+    uint64_t err;  /* the count it inherited: at most this many are not its own */
 };
 
 /* How long requests or bytes waited (or, for a shadow limit, would have),
@@ -624,6 +629,7 @@ static void top_count(struct limit *L, const char *id)
     size_t n = strnlen(id, SL_ID_MAX);
     memcpy(L->top[min].id, id, n);
     L->top[min].id[n] = '\0';
+    L->top[min].err = L->top[min].n; /* inherited: not this identity's own */
     L->top[min].n++;
 }
 
@@ -1530,19 +1536,23 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
                 i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
                 L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
                 L->buckets.n, L->buckets.evicted + L->entries.evicted);
-        /* Largest first; identities are printable and quote-free (hashed
+        /* Largest sure count first: "requests" is what the identity made
+         * for certain (n - err), "error" how many more it may have made
+         * (see struct top). Identities are printable and quote-free (hashed
          * otherwise by the identity module). */
         int done[TOP_K] = { 0 };
         for (int k = 0, first = 1; k < TOP_K; k++) {
             int best = -1;
             for (int j = 0; j < TOP_K; j++)
-                if (!done[j] && L->top[j].n > 0 && (best < 0 || L->top[j].n > L->top[best].n))
+                if (!done[j] && L->top[j].n > 0 &&
+                    (best < 0 || L->top[j].n - L->top[j].err > L->top[best].n - L->top[best].err))
                     best = j;
             if (best < 0)
                 break;
             done[best] = 1;
-            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 "}", first ? "" : ",",
-                    L->top[best].id, L->top[best].n);
+            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 ",\"error\":%" PRIu64 "}",
+                    first ? "" : ",", L->top[best].id, L->top[best].n - L->top[best].err,
+                    L->top[best].err);
             first = 0;
         }
         fputs("]}", out);

@@ -379,6 +379,48 @@ static void test_buckets_bounded_full_first(void **state)
     teardown_fix(f);
 }
 
+/* /stats "busiest" cannot be forged by a spray of new identities: an
+ * identity's "requests" never exceed what it made, and "error" says how
+ * many more it may have made. */
+static void test_busiest_not_forged(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1000000/s\n");
+    req(f, "AUTH alice pw");
+    for (int i = 0; i < 100; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    const char *j = stats(f);
+    assert_int_equal(json_num(j, "alice\",\"requests\":"), 100);
+    assert_int_equal(json_num(j, "alice\",\"requests\":100,\"error\":"), 0);
+    for (int i = 0; i < 5000; i++) {
+        char auth[32];
+        snprintf(auth, sizeof(auth), "AUTH s%d pw", i);
+        req(f, auth);
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    }
+    req(f, "AUTH alice pw");
+    for (int i = 0; i < 5; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    j = stats(f);
+    /* alice was pushed out by the spray and came back: what is sure of her
+     * is at most her 105 requests (5 since she came back), whatever count
+     * her slot inherited; each sprayed identity made exactly one */
+    const char *a = strstr(j, "alice\",\"requests\":");
+    assert_non_null(a);
+    long sure = strtol(a + strlen("alice\",\"requests\":"), NULL, 10);
+    assert_true(sure >= 5 && sure <= 105);
+    const char *e = strstr(a, "\"error\":");
+    assert_non_null(e);
+    assert_true(strtol(e + 8, NULL, 10) > 100); /* inherited: said, not hidden */
+    for (const char *p = strstr(j, "\"identity\":\""); p != NULL; p = strstr(p + 1, "\"identity\":\"")) {
+        const char *r = strstr(p, "\"requests\":");
+        if (strncmp(r - 7, "alice\",", 7) == 0) /* alice, with or without a source prefix */
+            continue;
+        assert_true(strtol(r + 11, NULL, 10) <= 1);
+    }
+    teardown_fix(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_delay_reserves_in_order),
         cmocka_unit_test(test_meter_plan),
         cmocka_unit_test(test_buckets_bounded_full_first),
+        cmocka_unit_test(test_busiest_not_forged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
