@@ -107,6 +107,8 @@ struct sl_store_conf {
     uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
                                           within this is free (a crashed instance); 10s */
     int                password_file_line; /* where password_file was set (warnings) */
+    uint64_t           max_identities; /* per limit: in-process buckets, and entries of what
+                                          the store said, kept at most (LRU); 100000 */
 };
 
 struct sl_conf {

@@ -250,6 +250,7 @@ static const struct keyword store_kw[] = {
     ENUM("on_failure", struct sl_store_conf, on_failure, sl_conf_fail_names),
     FUNC("lease", set_lease, 0),
     NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
+    NUM("max_identities", KW_U64, struct sl_store_conf, max_identities, 1, 100000000),
 };
 
 static const struct keyword listener_kw[] = {
@@ -1679,6 +1680,7 @@ static struct sl_conf *conf_new(const char *file)
     c->store.on_failure = SL_FAIL_LOCAL;
     c->store.lease = 0;
     c->store.connection_lease_us = 10000000;
+    c->store.max_identities = 100000;
     return c;
 }
 

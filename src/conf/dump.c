@@ -167,6 +167,7 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
         kv(out, "lease", b);
     }
     kv_duration(out, "connection_lease", st->connection_lease_us);
+    kv_u64(out, "max_identities", st->max_identities);
 
     for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
         dump_listener(out, l);

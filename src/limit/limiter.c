@@ -7,11 +7,14 @@
  *           --> store limits: one EVALSHA of decide.lua, all or nothing
  *           --> all allow: commit the local peeks; else the strictest denial
  *
- * In-process buckets live in one hash table per limit, keyed by identity
- * (or "c:<connection>" for connection scope), and expire through a timeout
- * queue once idle for the algorithm's TTL. When the store cannot answer,
- * on_failure decides: open (allow), closed (reject), or local (the same
- * algorithms in process at the limit divided by the live instances). */
+ * In-process buckets live in one table per limit, keyed by identity (or
+ * "c:<connection>" for connection scope), and expire once idle for the
+ * algorithm's TTL; what the store said per identity (leases, refusals,
+ * what was left) lives in a second table. Both hold at most [store]
+ * max_identities entries, least recently used first (limit/idtable.h).
+ * When the store cannot answer, on_failure decides: open (allow), closed
+ * (reject), or local (the same algorithms in process at the limit divided
+ * by the live instances, starting from what the store last said). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #include "core/tq.h"
 #include "identity/identity.h"
 #include "limit/algo.h"
+#include "limit/idtable.h"
 #include "limit/limiter.h"
 #include "proto/resp_acl.h"
 #include "store/store.h"
@@ -34,11 +38,16 @@
 #define MAX_CONN_LIMITS 8 /* connection limits one connection can meet: checked at load */
 #define TOP_K          10 /* busiest identities kept per limit, for /stats */
 
-/* A "space saving" counter: the K identities seen most, approximately
- * (a newcomer replaces the least counted and inherits its count). */
+/* A "space saving" counter: the K identities seen most, approximately.
+ * A newcomer replaces the least counted entry and inherits its count as
+ * its error: the identity made at least n - err and at most n of the
+ * requests counted, so a spray of new identities can raise what an entry
+ * might be, never what it is reported to be for sure (/stats reports
+ * n - err and err). */
 struct top {
     char     id[SL_ID_MAX + 1];
-    uint64_t n;
+    uint64_t n;    /* requests counted since it entered, plus <err> */
+    uint64_t err;  /* the count it inherited: at most this many are not its own */
 };
 
 /* How long requests or bytes waited (or, for a shadow limit, would have),
@@ -64,11 +73,11 @@ static void hist_add(struct sl_delay_hist *h, uint64_t us)
         h->max_us = us;
 }
 
-/* An in-process bucket. */
+/* An in-process bucket, or an entry of what the store said (key '\0' +
+ * identity, see lease_entry): each kind in its own bounded table of the
+ * limit (limit/idtable.h, [store] max_identities). */
 struct bucket {
-    struct sl_tq_node    tq;     /* in the limit's expiry queue (first: see bucket_of) */
-    struct bucket       *next;   /* hash chain */
-    uint64_t             hash;   /* of the key */
+    struct sl_idt_node   node;   /* in L->buckets or L->entries (key: key[] below) */
     struct sl_algo_state st;     /* algorithm state */
     /* A lease entry (key: '\0' + identity, see lease_entry) instead: */
     uint64_t             lease;      /* tokens taken from the store, not spent yet */
@@ -76,11 +85,13 @@ struct bucket {
     uint64_t             deny_cost;
     uint64_t             lean_until; /* a lease was refused: ask for small ones until then */
     uint64_t             seen_left;  /* tokens the store said were left after our last take */
+    uint64_t             told_left;  /* tokens left in the store's last answer (+ lease held) ... */
+    uint64_t             told_at;    /* ... given to a decision made then (us); 0: none yet */
+    uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */
     struct sl_limiter_req **wait_tail;
-    uint16_t             len;    /* key length */
-    char                 key[];  /* identity, or "c:<conn>" */
+    char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
 };
 
 /* One [limit], copied out of the configuration. */
@@ -104,14 +115,13 @@ struct limit {
     char         **match;        /* match_identity, or none */
     int            n_match;
     int            replaces;     /* index of the limit this one replaces, or -1 */
-    struct bucket **tab;         /* in-process buckets */
-    uint32_t       tab_mask;     /* table size - 1 */
-    uint32_t       n_buckets;
-    struct sl_tq   expiry;       /* buckets by last use */
+    struct sl_idt  buckets;      /* in-process buckets, by last use, bounded */
+    struct sl_idt  entries;      /* what the store said per identity (leases, refusals,
+                                    what was left), by last use, bounded */
     uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
     uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
     uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
-    uint32_t       n_leases;     /* lease entries among the buckets */
+    uint8_t        remember;     /* keeps an entry per identity (see remembers) */
     /* counters (exported) */
     uint64_t       allowed;      /* decisions that allowed */
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
@@ -119,6 +129,7 @@ struct limit {
     uint64_t       fallback;     /* decided without the store (on_failure) */
     uint64_t       delayed;      /* action = delay: decisions that made the request wait */
     uint64_t       leased;       /* decisions made from this instance's lease, no store call */
+    uint64_t       held;         /* refusals remembered from the store, no store call */
     struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
     struct top     top[TOP_K];   /* busiest identities */
 };
@@ -327,6 +338,32 @@ static uint64_t refill_us(const struct limit *L, uint64_t tokens)
     return us > UINT32_MAX ? UINT32_MAX : (uint64_t)us;
 }
 
+/* Whether limit <L> refuses here what the store refused: a rejecting
+ * request limit remembers a refusal until its retry time (the store's
+ * bucket refills at a known rate; other instances can only take from it),
+ * so a flood at the limit costs the store about one call per retry time
+ * and instance instead of one per request, with or without leases. Not a
+ * delay limit: its requests wait parked (the session reads no more from
+ * that client meanwhile), so they cannot flood, and its rare refusals (a
+ * wait over max_delay) are asked again. Not a shadow limit: it must see
+ * every request to count what it would have done. */
+static int refuses_here(const struct limit *L)
+{
+    return L->metric == SL_METRIC_REQUESTS && L->action == SL_ACTION_REJECT &&
+           L->scope != SL_SCOPE_CONNECTION;
+}
+
+/* Whether store-backed limit <L> keeps an entry per identity of what the
+ * store said: for its leases, its refusals (refuses_here), and with
+ * on_failure = local what was left, for in-process buckets to start from
+ * when the store goes away. */
+static int remembers(const struct limit *L, enum sl_on_failure of)
+{
+    if (L->scope == SL_SCOPE_CONNECTION || L->metric == SL_METRIC_CONNECTIONS)
+        return 0;
+    return L->lease_size > 0 || refuses_here(L) || of == SL_FAIL_LOCAL;
+}
+
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store)
 {
     struct sl_limiter *lim = calloc(1, sizeof(*lim));
@@ -367,16 +404,19 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->n_match = c->n_match_identity;
         L->match = copy_strs(c->match_identity, c->n_match_identity, 0);
         L->replaces = c->replaces_lc ? limit_index(conf, c->replaces_lc) : -1;
-        L->tab_mask = 255;
-        L->tab = calloc(L->tab_mask + 1, sizeof(*L->tab));
+        /* Connection counts are bounded by the connections themselves and
+         * cannot be dropped while held: no cap for them. */
+        uint64_t cap = c->metric == SL_METRIC_CONNECTIONS ? 0 : conf->store.max_identities;
+        if (sl_idt_init(&L->buckets, (size_t)cap) < 0 || sl_idt_init(&L->entries, (size_t)cap) < 0)
+            goto fail;
         uint64_t ttl = c->metric == SL_METRIC_CONNECTIONS ? 0 : sl_algo_ttl_us(&L->p);
         L->ttl_ms = ttl / 1000 + 1;
         if (c->metric == SL_METRIC_CONNECTIONS)
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         L->lease_size = store != NULL ? lease_size(L, conf->store.lease) : 0;
         L->chunk = chunk_of(L);
+        L->remember = store != NULL && remembers(L, conf->store.on_failure);
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
-            L->tab == NULL ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
     }
@@ -392,21 +432,27 @@ static void bucket_free(struct bucket *b)
     free(b);
 }
 
+static void table_free(struct sl_idt *t)
+{
+    if (t->tab != NULL) {
+        for (uint32_t j = 0; j <= t->mask; j++) {
+            struct sl_idt_node *n = t->tab[j];
+            while (n) {
+                struct sl_idt_node *nx = n->next;
+                bucket_free((struct bucket *)n);
+                n = nx;
+            }
+        }
+    }
+    sl_idt_free(t);
+}
+
 static void limiter_free(struct sl_limiter *lim)
 {
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
-        if (L->tab) {
-            for (uint32_t j = 0; j <= L->tab_mask; j++) {
-                struct bucket *b = L->tab[j];
-                while (b) {
-                    struct bucket *nx = b->next;
-                    bucket_free(b);
-                    b = nx;
-                }
-            }
-        }
-        free(L->tab);
+        table_free(&L->buckets);
+        table_free(&L->entries);
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
@@ -679,78 +725,88 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
 
 /* ---- in-process buckets ----------------------------------------------------- */
 
-static uint64_t hash_key(const char *p, size_t n)
+/* What a bucket or entry of <L> is worth keeping at <now_us>, for the
+ * eviction that keeps a table within [store] max_identities. */
+struct judging {
+    const struct limit *L;
+    uint64_t            now_us;
+};
+
+/* The most a take can be: a full bucket or an empty window allows it. */
+static uint64_t capacity_of(const struct sl_algo_params *p)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA ? p->burst : p->amount;
 }
 
-static struct bucket *bucket_of_node(struct sl_tq_node *n)
+/* An in-process bucket: a connection count is in use while held; a bucket
+ * that is full again (idle past the TTL, or a peek of all it can hold
+ * would pass) is the same as a new one. */
+static enum sl_idt_judgement judge_bucket(struct sl_idt_node *n, void *arg)
 {
-    return (struct bucket *)((char *)n - offsetof(struct bucket, tq));
+    const struct judging *j = arg;
+    struct bucket *b = (struct bucket *)n;
+    if (j->L->metric == SL_METRIC_CONNECTIONS)
+        return b->st.a > 0 ? SL_IDT_PINNED : SL_IDT_FRESH;
+    if (!b->st.init || n->lru.at + j->L->ttl_ms <= j->now_us / 1000)
+        return SL_IDT_FRESH;
+    struct sl_algo_params p = j->L->p;
+    p.max_wait_us = 0; /* a peek, never a reservation */
+    struct sl_algo_result res;
+    if (sl_algo_take(&b->st, &p, j->now_us, capacity_of(&p), 0, &res) == 0 && res.allowed)
+        return SL_IDT_FRESH;
+    return SL_IDT_KEEP;
 }
 
-static void grow(struct limit *L)
+/* An entry: in use while a store call answers for it or requests wait for
+ * one; the same as a new one when it holds no lease tokens, no refusal
+ * and no lean period, and the store's last word is full or stale. An
+ * entry evicted with lease tokens loses them to this instance (the store
+ * counted them: the identity is admitted less, never more). */
+static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
 {
-    uint32_t nm = L->tab_mask * 2 + 1;
-    struct bucket **nt = calloc((size_t)nm + 1, sizeof(*nt));
-    if (nt == NULL)
-        return; /* keep the old table: longer chains, still correct */
-    for (uint32_t i = 0; i <= L->tab_mask; i++) {
-        struct bucket *b = L->tab[i];
-        while (b) {
-            struct bucket *nx = b->next;
-            b->next = nt[b->hash & nm];
-            nt[b->hash & nm] = b;
-            b = nx;
-        }
-    }
-    free(L->tab);
-    L->tab = nt;
-    L->tab_mask = nm;
+    const struct judging *j = arg;
+    struct bucket *e = (struct bucket *)n;
+    if (e->asking || e->waiters != NULL)
+        return SL_IDT_PINNED;
+    if (e->lease > 0 || e->deny_until > j->now_us || e->lean_until > j->now_us)
+        return SL_IDT_KEEP;
+    if (e->told_at != 0 && e->told_left < capacity_of(&j->L->p) &&
+        e->told_at + j->L->ttl_ms * 1000 > j->now_us)
+        return SL_IDT_KEEP;
+    return SL_IDT_FRESH;
 }
 
-/* Finds or makes the bucket <key> of <L>, touching it at <now_ms>. */
+/* Finds or makes the bucket <key> of <L> (an entry when <key> starts with
+ * '\0'), touching it at <now_ms>. A table at its cap first evicts one. */
 static struct bucket *bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
 {
-    uint64_t h = hash_key(key, len);
-    for (struct bucket *b = L->tab[h & L->tab_mask]; b; b = b->next) {
-        if (b->hash == h && b->len == len && memcmp(b->key, key, len) == 0) {
-            sl_tq_touch(&L->expiry, &b->tq, now_ms);
-            return b;
+    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->entries : &L->buckets;
+    struct sl_idt_node *n = sl_idt_find(t, key, len, now_ms);
+    if (n != NULL)
+        return (struct bucket *)n;
+    if (sl_idt_full(t)) {
+        struct judging j = { L, now_ms * 1000 };
+        struct sl_idt_node *v = sl_idt_victim(t, t == &L->entries ? judge_entry : judge_bucket, &j);
+        if (v != NULL) {
+            sl_idt_remove(t, v);
+            t->evicted++;
+            bucket_free((struct bucket *)v);
         }
     }
     struct bucket *b = calloc(1, sizeof(*b) + len + 1);
     if (b == NULL)
         return NULL;
-    b->hash = h;
-    b->len = (uint16_t)len;
     memcpy(b->key, key, len);
-    if (len > 0 && key[0] == '\0')
-        L->n_leases++;
-    b->next = L->tab[h & L->tab_mask];
-    L->tab[h & L->tab_mask] = b;
-    L->n_buckets++;
-    sl_tq_touch(&L->expiry, &b->tq, now_ms);
-    if (L->n_buckets > (L->tab_mask + 1) * 2)
-        grow(L);
+    b->node.key = b->key;
+    b->node.len = (uint16_t)len;
+    sl_idt_insert(t, &b->node, now_ms);
     return b;
 }
 
 static void bucket_drop(struct limit *L, struct bucket *b)
 {
-    struct bucket **pp = &L->tab[b->hash & L->tab_mask];
-    while (*pp != b)
-        pp = &(*pp)->next;
-    *pp = b->next;
-    sl_tq_remove(&b->tq);
-    L->n_buckets--;
-    if (b->len > 0 && b->key[0] == '\0')
-        L->n_leases--;
+    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->entries : &L->buckets;
+    sl_idt_remove(t, &b->node);
     bucket_free(b);
 }
 
@@ -762,13 +818,16 @@ void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
     uint64_t now_ms = now_us / 1000;
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
-        struct sl_tq_node *n;
-        while ((n = sl_tq_expired(&L->expiry, now_ms, L->ttl_ms)) != NULL) {
-            struct bucket *b = bucket_of_node(n);
-            if (b->asking || b->waiters != NULL)
-                sl_tq_touch(&L->expiry, &b->tq, now_ms); /* a lease entry in use */
-            else
-                bucket_drop(L, b);
+        struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
+        for (int t = 0; t < 2; t++) {
+            struct sl_idt_node *n;
+            while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {
+                struct bucket *b = (struct bucket *)n;
+                if (b->asking || b->waiters != NULL)
+                    sl_idt_touch(tabs[t], n, now_ms); /* a lease entry in use */
+                else
+                    bucket_drop(L, b);
+            }
         }
     }
 }
@@ -899,6 +958,7 @@ static void top_count(struct limit *L, const char *id)
     size_t n = strnlen(id, SL_ID_MAX);
     memcpy(L->top[min].id, id, n);
     L->top[min].id[n] = '\0';
+    L->top[min].err = L->top[min].n; /* inherited: not this identity's own */
     L->top[min].n++;
 }
 
@@ -951,6 +1011,9 @@ static void allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_u
         v->delay_us = wait_us;
 }
 
+static void start_from_store(struct limit *L, struct bucket *b, const char *identity,
+                             const struct sl_algo_params *p);
+
 /* Peeks (commit 0) or takes (commit 1) limit <i> of <q> in process, with
  * the rate divided by <share> (live instances when standing in for the
  * store). Returns 1 when allowed. */
@@ -972,6 +1035,8 @@ static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
         p.amount = p.amount / share ? p.amount / share : 1;
         p.burst = p.burst / share ? p.burst / share : 1;
     }
+    if (q->remote[k] && L->remember)
+        start_from_store(L, b, q->identity, &p);
     if (sl_algo_take(&b->st, &p, q->now_us, q->cost[k], commit, res) < 0)
         res->allowed = 1;
     return res->allowed;
@@ -1069,15 +1134,50 @@ static struct sl_str store_key(const struct sl_limiter *lim, const struct limit 
 static void on_store(void *data, int status, const int64_t *vals, int n, const char *err);
 
 /* The lease entry of <L> for <identity> (NULL when out of memory). */
-static struct bucket *lease_entry(struct limit *L, const char *identity, uint64_t now_us)
+static size_t entry_key(const struct limit *L, const char *identity, char *key)
 {
-    char key[SL_ID_MAX + 2];
+    if (L->scope == SL_SCOPE_GLOBAL)
+        identity = "*"; /* one store bucket for everyone: one entry */
     size_t n = strlen(identity);
     if (n > SL_ID_MAX)
         n = SL_ID_MAX;
     key[0] = '\0';
     memcpy(key + 1, identity, n);
-    return bucket_get(L, key, n + 1, now_us / 1000);
+    return n + 1;
+}
+
+static struct bucket *lease_entry(struct limit *L, const char *identity, uint64_t now_us)
+{
+    char key[SL_ID_MAX + 2];
+    size_t n = entry_key(L, identity, key);
+    return bucket_get(L, key, n, now_us / 1000);
+}
+
+/* Standing in for the store (on_failure = local), in-process bucket <b> of
+ * <L> for <identity> starts from what the store last said was left (and
+ * the lease tokens this instance held), in the share <p> of live
+ * instances, as of when it said so, and refills from there: not full, as a
+ * bucket the store emptied is not full when the store goes away. Once per
+ * answer: later takes while the store is away go on from there. */
+static void start_from_store(struct limit *L, struct bucket *b, const char *identity,
+                             const struct sl_algo_params *p)
+{
+    char key[SL_ID_MAX + 2];
+    size_t n = entry_key(L, identity, key);
+    const struct bucket *e = (const struct bucket *)sl_idt_peek(&L->entries, key, n);
+    if (e == NULL || e->told_at == 0 || e->told_at <= b->synced_at)
+        return;
+    b->synced_at = e->told_at;
+    uint64_t cap = capacity_of(p), full = capacity_of(&L->p);
+    unsigned __int128 left = (unsigned __int128)(e->told_left + e->lease) * cap / full;
+    sl_algo_state_free(&b->st);
+    memset(&b->st, 0, sizeof(b->st));
+    if (left >= cap)
+        return; /* full: as new */
+    struct sl_algo_params p0 = *p;
+    p0.max_wait_us = 0; /* a take, never a reservation */
+    struct sl_algo_result res;
+    (void)sl_algo_take(&b->st, &p0, e->told_at, cap - (uint64_t)left, 1, &res);
 }
 
 /* Decides <q> here when its store-backed limits all lease and either hold
@@ -1090,20 +1190,23 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
                      struct bucket **wait_on)
 {
     struct bucket *e[MAX_REQ_LIMITS];
-    int covered = 1;
+    int covered = 1, all = 1; /* all: every store-backed limit leases */
     q->probe = 0;
     for (int k = 0; k < q->n; k++) {
         q->lease_ask[k] = 0;
+        e[k] = NULL;
         if (!q->remote[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
-        if (L->lease_size == 0 || (e[k] = lease_entry(L, q->identity, q->now_us)) == NULL)
-            return 0; /* the store decides the whole request */
-        if (e[k]->lease < q->cost[k])
+        if (L->lease_size > 0 || (L->remember && refuses_here(L)))
+            e[k] = lease_entry(L, q->identity, q->now_us);
+        if (e[k] == NULL || L->lease_size == 0)
+            all = 0;
+        if (e[k] == NULL || e[k]->lease < q->cost[k])
             covered = 0;
     }
     for (int k = 0; k < q->n; k++) {
-        if (!q->remote[k] || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost ||
+        if (e[k] == NULL || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost ||
             e[k]->lease >= q->cost[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
@@ -1111,8 +1214,32 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
         memset(v, 0, sizeof(*v));
         deny(v, L, q->identity, &res);
         L->rejected++;
-        L->leased++;
+        if (L->lease_size > 0)
+            L->leased++;
+        else
+            L->held++;
         return 1;
+    }
+    if (!all) {
+        /* Without leases, the store decides the whole request; a refusal
+         * remembered as over (deny_until set and passed) makes the next
+         * request ask alone and the others wait for its answer, so a flood
+         * sends one call when the retry time comes, not one per request.
+         * (Lease entries keep their own bookkeeping: not probed here.) */
+        for (int k = 0; k < q->n; k++) {
+            if (e[k] != NULL && lim->limits[q->idx[k]].lease_size == 0 && e[k]->asking) {
+                *wait_on = e[k];
+                return 2;
+            }
+        }
+        for (int k = 0; k < q->n; k++) {
+            if (e[k] != NULL && lim->limits[q->idx[k]].lease_size == 0 && e[k]->deny_until != 0) {
+                e[k]->deny_until = 0;
+                e[k]->asking = 1;
+                q->probe |= 1u << k;
+            }
+        }
+        return 0;
     }
     if (covered) {
         memset(v, 0, sizeof(*v));
@@ -1284,6 +1411,30 @@ static void hold(struct bucket *e, const struct limit *L, uint64_t until, uint64
         e->seen_left = L->chunk;
 }
 
+/* Without a lease, limit <L> (its part <r> of the answer to <q>'s call,
+ * <k>) remembers in <e> a refusal until its retry time. A take that left
+ * less than the cost is one too: for the buckets (token_bucket, gcra) the
+ * cost is back no sooner than the time to full (reset) less the time to
+ * refill burst - cost (one microsecond less for rounding); for windows the
+ * refusal is remembered as already over, so the next request asks alone. */
+static void remember_refusal(const struct limit *L, struct bucket *e,
+                             const struct sl_limiter_req *q, int k, const int64_t *vals,
+                             const int64_t *r)
+{
+    uint64_t cost = q->cost[k], now = q->now_us > 0 ? q->now_us : 1;
+    if (r[0] == 0 && r[2] > 0) {
+        hold(e, L, now + (uint64_t)r[2], cost);
+    } else if (r[0] != 0 && vals[0] != 0 && cost > 0 && (r[1] < 0 || (uint64_t)r[1] < cost)) {
+        uint64_t until = now;
+        if ((L->p.algo == SL_ALGO_TOKEN_BUCKET || L->p.algo == SL_ALGO_GCRA) && r[3] > 0) {
+            uint64_t less = refill_us(L, L->p.burst > cost ? L->p.burst - cost : 0) + 1;
+            if ((uint64_t)r[3] > less)
+                until = now + (uint64_t)r[3] - less;
+        }
+        hold(e, L, until, cost);
+    }
+}
+
 /* The store answered <q>: grants become tokens here, refusals are
  * remembered. A lease take refused is asked again for the cost alone
  * (returns 1: on_store ends there, the entries stay asked for). */
@@ -1296,11 +1447,18 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
         const int64_t *r = answer_of(q, vals, k);
-        if (L->lease_size == 0)
+        if (!L->remember)
             continue;
         struct bucket *e = lease_entry(L, q->identity, q->now_us);
         if (e == NULL)
             continue;
+        e->told_left = r[1] > 0 ? (uint64_t)r[1] : 0; /* for on_failure = local */
+        e->told_at = at_us;
+        if (L->lease_size == 0) {
+            if (refuses_here(L))
+                remember_refusal(L, e, q, k, vals, r);
+            continue;
+        }
         if (r[0] != 0 && vals[0] != 0)
             e->seen_left = r[1] > 0 ? (uint64_t)r[1] : 0;
         if (q->lease_ask[k] > 0) {
@@ -1678,8 +1836,15 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
                       "In-process buckets held per limit.");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_local_buckets", labels,
-                       lim->limits[i].n_buckets - lim->limits[i].n_leases);
+        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].buckets.n);
+    }
+    sl_metrics_family(m, "sluice_limit_evictions_total", "counter",
+                      "Per-identity state dropped to stay within [store] max_identities (least "
+                      "recently used, full buckets first).");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_evictions_total", labels,
+                       lim->limits[i].buckets.evicted + lim->limits[i].entries.evicted);
     }
     sl_metrics_family(m, "sluice_limit_uncounted_total", "counter",
                       "Requests, byte takes and connections allowed without being counted by "
@@ -1694,6 +1859,13 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
         sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].leased);
     }
+    sl_metrics_family(m, "sluice_limit_held_refusals_total", "counter",
+                      "Rejections answered from a refusal of the store remembered until its retry "
+                      "time, without a store call.");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].held);
+    }
 }
 
 void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
@@ -1705,23 +1877,27 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
                 "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
                 ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
                 ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
-                ",\"local_buckets\":%u,\"busiest\":[",
+                ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",\"busiest\":[",
                 i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
                 L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
-                L->n_buckets - L->n_leases);
-        /* Largest first; identities are printable and quote-free (hashed
+                L->buckets.n, L->buckets.evicted + L->entries.evicted);
+        /* Largest sure count first: "requests" is what the identity made
+         * for certain (n - err), "error" how many more it may have made
+         * (see struct top). Identities are printable and quote-free (hashed
          * otherwise by the identity module). */
         int done[TOP_K] = { 0 };
         for (int k = 0, first = 1; k < TOP_K; k++) {
             int best = -1;
             for (int j = 0; j < TOP_K; j++)
-                if (!done[j] && L->top[j].n > 0 && (best < 0 || L->top[j].n > L->top[best].n))
+                if (!done[j] && L->top[j].n > 0 &&
+                    (best < 0 || L->top[j].n - L->top[j].err > L->top[best].n - L->top[best].err))
                     best = j;
             if (best < 0)
                 break;
             done[best] = 1;
-            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 "}", first ? "" : ",",
-                    L->top[best].id, L->top[best].n);
+            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 ",\"error\":%" PRIu64 "}",
+                    first ? "" : ",", L->top[best].id, L->top[best].n - L->top[best].err,
+                    L->top[best].err);
             first = 0;
         }
         fputs("]}", out);
@@ -2109,7 +2285,8 @@ void sl_lease_free(struct sl_lease *ls)
             continue;
         struct limit *L = &ls->lim->limits[ls->idx[k]];
         const char *id = lease_id(ls, k);
-        struct bucket *b = bucket_get(L, id, strlen(id), 0);
+        /* a count held is never evicted; look, never make one */
+        struct bucket *b = (struct bucket *)sl_idt_peek(&L->buckets, id, strlen(id));
         if (b != NULL && b->st.a > 0 && --b->st.a == 0)
             bucket_drop(L, b);
     }

@@ -383,6 +383,60 @@ static void test_write_category(void **state)
     close(fd);
 }
 
+/* A flood of new key prefixes (identity = key_prefix, url = local) keeps
+ * the in-process buckets at [store] max_identities and counts what it
+ * evicts; the identities still limited are the recent ones. */
+static void test_new_prefixes_bounded(void **state)
+{
+    (void)state;
+    struct th_proc r, sl;
+    memset(&r, 0, sizeof(r));
+    memset(&sl, 0, sizeof(sl));
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = local\nmax_identities = 100\n"
+             "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = key_prefix\n"
+             "[limit per-prefix]\nlistener = p\nrate = 1/m\nburst = 2\ncommands = SET\n",
+             admin, port, r.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_true(c != NULL && c->err == 0);
+    long rss0 = th_rss_kb(sl.pid);
+    const int n = 20000;
+    for (int base = 0; base < n; base += 1000) {
+        for (int i = base; i < base + 1000; i++)
+            redisAppendCommand(c, "SET p%d:k v", i);
+        for (int i = base; i < base + 1000; i++) {
+            redisReply *rep = NULL;
+            assert_int_equal(redisGetReply(c, (void **)&rep), REDIS_OK);
+            assert_int_equal(rep->type, REDIS_REPLY_STATUS); /* each prefix: its first SET */
+            freeReplyObject(rep);
+        }
+    }
+    long rss1 = th_rss_kb(sl.pid);
+    double buckets = th_metric(admin, "sluice_limit_local_buckets{limit=\"per-prefix\"}");
+    double evicted = th_metric(admin, "sluice_limit_evictions_total{limit=\"per-prefix\"}");
+    printf("%d new prefixes, max_identities 100: %.0f buckets, %.0f evicted, RSS %ld -> %ld KiB\n",
+           n, buckets, evicted, rss0, rss1);
+    assert_true(buckets == 100);
+    assert_true(evicted == n - 100);
+    /* the most recent prefix kept its bucket (1 token left of 2) */
+    redisReply *rep = redisCommand(c, "SET p%d:k v", n - 1);
+    assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    rep = redisCommand(c, "SET p%d:k v", n - 1);
+    assert_int_equal(rep->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(rep->str, "THROTTLED limit 'per-prefix'"));
+    freeReplyObject(rep);
+    redisFree(c);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +448,7 @@ int main(void)
         cmocka_unit_test_teardown(test_upstream_unavailable, check_alive),
         cmocka_unit_test_teardown(test_upstream_connect_timeout, check_alive),
         cmocka_unit_test_teardown(test_write_category, check_alive),
+        cmocka_unit_test(test_new_prefixes_bounded),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -29,10 +29,8 @@ struct fix {
     struct sl_resp     fr;
 };
 
-static struct fix *setup_with(const char *limits)
+static struct fix *setup_text(const char *text)
 {
-    static char text[16384];
-    snprintf(text, sizeof(text), "%s%s", base_conf, limits);
     struct fix *f = calloc(1, sizeof(*f));
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(f->conf);
@@ -41,6 +39,13 @@ static struct fix *setup_with(const char *limits)
     sl_identity_init(&f->id, NULL);
     assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
     return f;
+}
+
+static struct fix *setup_with(const char *limits)
+{
+    static char text[16384];
+    snprintf(text, sizeof(text), "%s%s", base_conf, limits);
+    return setup_text(text);
 }
 
 static void teardown_fix(struct fix *f)
@@ -612,6 +617,124 @@ static void test_meter_plan(void **state)
     teardown_fix(f);
 }
 
+/* The /stats JSON of <f>'s limiter (a static buffer). */
+static const char *stats(struct fix *f)
+{
+    static char buf[1 << 16];
+    FILE *out = fmemopen(buf, sizeof(buf), "w");
+    assert_non_null(out);
+    sl_limiter_stats_json(f->lim, out);
+    fclose(out);
+    return buf;
+}
+
+static long json_num(const char *json, const char *after)
+{
+    const char *p = strstr(json, after);
+    assert_non_null(p);
+    return strtol(p + strlen(after), NULL, 10);
+}
+
+/* [store] max_identities = 4: N + k identities keep 4 buckets; a bucket
+ * that is full again goes before an older one that is not; an evicted
+ * bucket that was not full starts full (the documented bound). */
+static void test_buckets_bounded_full_first(void **state)
+{
+    (void)state;
+    struct fix *f = setup_text(
+        "[store]\nurl = local\nmax_identities = 4\n"
+        "[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n"
+        "identity = resp_user client_ip\n"
+        "[limit w]\nlistener = r\nrate = 1/s\nburst = 2\n");
+    /* at 0 ms: u0 and u1 empty their buckets, u2 and u3 take one token */
+    const char *users[] = { "u0", "u1", "u2", "u3" };
+    for (int i = 0; i < 4; i++) {
+        char auth[32];
+        snprintf(auth, sizeof(auth), "AUTH %s pw", users[i]);
+        req(f, auth);
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+        if (i < 2)
+            assert_true(allow(f, 1, 0, "GET k", NULL));
+    }
+    assert_int_equal(json_num(stats(f), "\"local_buckets\":"), 4);
+    /* at 1500 ms: u2 and u3 are full again (2 tokens), u0 and u1 hold 1.5 */
+    req(f, "AUTH u4 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    req(f, "AUTH u5 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_int_equal(json_num(stats(f), "\"local_buckets\":"), 4);
+    assert_int_equal(json_num(stats(f), "\"evictions\":"), 2);
+    /* u2 and u3 went (a new bucket is full: nothing lost); u0 and u1 kept
+     * their 1.5 tokens: one passes, not two */
+    req(f, "AUTH u1 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_false(allow(f, 1, 1500, "GET k", NULL));
+    req(f, "AUTH u0 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_false(allow(f, 1, 1500, "GET k", NULL));
+    /* now nothing is full: a newcomer evicts the least recently used (u4) */
+    req(f, "AUTH u6 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_int_equal(json_num(stats(f), "\"local_buckets\":"), 4);
+    assert_int_equal(json_num(stats(f), "\"evictions\":"), 3);
+    /* u4, evicted with one token taken, starts full: two pass */
+    req(f, "AUTH u4 pw");
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_true(allow(f, 1, 1500, "GET k", NULL));
+    assert_false(allow(f, 1, 1500, "GET k", NULL));
+    /* a flood of newcomers keeps the count */
+    for (int i = 0; i < 1000; i++) {
+        char auth[32];
+        snprintf(auth, sizeof(auth), "AUTH n%d pw", i);
+        req(f, auth);
+        allow(f, 1, 2000, "GET k", NULL);
+    }
+    assert_int_equal(json_num(stats(f), "\"local_buckets\":"), 4);
+    teardown_fix(f);
+}
+
+/* /stats "busiest" cannot be forged by a spray of new identities: an
+ * identity's "requests" never exceed what it made, and "error" says how
+ * many more it may have made. */
+static void test_busiest_not_forged(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit w]\nlistener = r\nrate = 1000000/s\n");
+    req(f, "AUTH alice pw");
+    for (int i = 0; i < 100; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    const char *j = stats(f);
+    assert_int_equal(json_num(j, "alice\",\"requests\":"), 100);
+    assert_int_equal(json_num(j, "alice\",\"requests\":100,\"error\":"), 0);
+    for (int i = 0; i < 5000; i++) {
+        char auth[32];
+        snprintf(auth, sizeof(auth), "AUTH s%d pw", i);
+        req(f, auth);
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    }
+    req(f, "AUTH alice pw");
+    for (int i = 0; i < 5; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    j = stats(f);
+    /* alice was pushed out by the spray and came back: what is sure of her
+     * is at most her 105 requests (5 since she came back), whatever count
+     * her slot inherited; each sprayed identity made exactly one */
+    const char *a = strstr(j, "alice\",\"requests\":");
+    assert_non_null(a);
+    long sure = strtol(a + strlen("alice\",\"requests\":"), NULL, 10);
+    assert_true(sure >= 5 && sure <= 105);
+    const char *e = strstr(a, "\"error\":");
+    assert_non_null(e);
+    assert_true(strtol(e + 8, NULL, 10) > 100); /* inherited: said, not hidden */
+    for (const char *p = strstr(j, "\"identity\":\""); p != NULL; p = strstr(p + 1, "\"identity\":\"")) {
+        const char *r = strstr(p, "\"requests\":");
+        if (strncmp(r - 7, "alice\",", 7) == 0) /* alice, with or without a source prefix */
+            continue;
+        assert_true(strtol(r + 11, NULL, 10) <= 1);
+    }
+    teardown_fix(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -633,6 +756,8 @@ int main(void)
         cmocka_unit_test(test_too_many_counted),
         cmocka_unit_test(test_delay_reserves_in_order),
         cmocka_unit_test(test_meter_plan),
+        cmocka_unit_test(test_buckets_bounded_full_first),
+        cmocka_unit_test(test_busiest_not_forged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
