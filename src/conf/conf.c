@@ -1539,6 +1539,138 @@ static void check_costs(struct loader *ld, const struct sl_limit_conf *m, int co
             "lower the cost", (unsigned long long)m->default_cost, what, raise);
 }
 
+/* Whether limit <m> applies to listener <l>. */
+static int limit_on(const struct sl_limit_conf *m, const struct sl_listener_conf *l)
+{
+    return m->lc != NULL ? m->lc == l : m->listener != NULL && strcmp(m->listener, "*") == 0;
+}
+
+/* Whether listener <l> has identity source <src> (header:<header>). */
+static int has_source(const struct sl_listener_conf *l, int src, const char *header)
+{
+    for (int i = 0; i < l->n_identity; i++)
+        if ((int)l->identity[i] == src &&
+            (src != SL_ID_HEADER || header == NULL || strcasecmp(l->identity_header[i], header) == 0))
+            return 1;
+    return 0;
+}
+
+/* match_identity entries name their source, as identities do
+ * (identity/identity-t.h): "user:carol", "name:carol", "prefix:t",
+ * "ip:10.0.0.1", "header:NAME:value", a hashed form "user#<16 hex>", or
+ * "all" (identity = none). A bare value ("carol", "::1") is a value of the
+ * first identity source of the limit's listeners, which must agree; it is
+ * rewritten here to its prefixed form, so -T prints what is matched. An
+ * entry no listener of the limit can produce is an error: it would never
+ * match. */
+static void resolve_matches(struct loader *ld, struct section *sec)
+{
+    static const char *const tags[] = SL_ID_TAGS;
+    struct sl_limit_conf *m = sec->obj;
+    int line = key_line(sec, "match_identity");
+    const struct sl_listener_conf *first = NULL; /* whose first source a bare value means */
+    int agree = 1;
+
+    if (m->n_match_identity == 0 || (m->lc == NULL && (m->listener == NULL ||
+                                                        strcmp(m->listener, "*") != 0)))
+        return; /* no entries, or a bad listener (reported) */
+    for (const struct sl_listener_conf *l = ld->conf->listeners; l != NULL; l = l->next) {
+        if (!limit_on(m, l))
+            continue;
+        if (first == NULL)
+            first = l;
+        else if (l->identity[0] != first->identity[0] ||
+                 (l->identity[0] == SL_ID_HEADER &&
+                  strcasecmp(l->identity_header[0], first->identity_header[0]) != 0))
+            agree = 0;
+    }
+    if (first == NULL)
+        return;
+    for (int i = 0; i < m->n_match_identity; i++) {
+        const char *w = m->match_identity[i];
+        int src = -1, hashed = 0;
+        size_t tn = 0;
+        for (int t = 0; t < (int)(sizeof(tags) / sizeof(tags[0])) && src < 0; t++) {
+            tn = strlen(tags[t]);
+            if (t == SL_ID_NONE ? strcmp(w, tags[t]) == 0
+                                : strncmp(w, tags[t], tn) == 0 && (w[tn] == ':' || w[tn] == '#')) {
+                src = t;
+                hashed = w[tn] == '#';
+            }
+        }
+        if (src < 0) {
+            /* A bare value: the first source's. */
+            enum sl_id_source f = first->identity[0];
+            char buf[MAX_IDENTITY + MAX_HEADER + 16];
+            if (!agree) {
+                err(ld, line, "match_identity: '%s' names no source, and the listeners of this "
+                              "limit differ in their first identity source; write user:%s, "
+                              "name:%s, prefix:%s or ip:%s", w, w, w, w, w);
+                continue;
+            }
+            if (f == SL_ID_NONE) {
+                err(ld, line, "match_identity: '%s' names no source, and [listener %s] has "
+                              "identity = none (its one identity is 'all')", w, first->name);
+                continue;
+            }
+            if (f == SL_ID_HEADER) {
+                int n = snprintf(buf, sizeof(buf), "header:%s:%s", first->identity_header[0], w);
+                for (int k = 7; k < n && buf[k] != ':'; k++)
+                    buf[k] = (char)tolower((unsigned char)buf[k]);
+            } else {
+                snprintf(buf, sizeof(buf), "%s:%s", tags[f], w);
+            }
+            if (strlen(buf) > MAX_IDENTITY + 8) { /* -T's line must load again */
+                err(ld, line, "match_identity: '%s' is longer than %d bytes", buf,
+                    MAX_IDENTITY + 8);
+                continue;
+            }
+            char *d = xstrdup(ld, buf);
+            if (d == NULL)
+                return;
+            free(m->match_identity[i]);
+            m->match_identity[i] = d;
+            continue;
+        }
+        if (hashed) {
+            const char *h = w + tn + 1;
+            size_t hn = strspn(h, "0123456789abcdef");
+            if (src == SL_ID_HEADER || hn != 16 || h[hn] != '\0') {
+                err(ld, line, "match_identity: '%s' is not a hashed identity (%s# and 16 "
+                              "lowercase hex digits, as /stats shows it)", w, tags[src]);
+                continue;
+            }
+        } else if (src != SL_ID_NONE && w[tn + 1] == '\0') {
+            err(ld, line, "match_identity: '%s' has no value after '%s:'", w, tags[src]);
+            continue;
+        }
+        if (src == SL_ID_HEADER) {
+            const char *hdr = w + tn + 1;
+            const char *colon = strchr(hdr, ':');
+            if (colon == NULL || colon == hdr || colon[1] == '\0') {
+                err(ld, line, "match_identity: '%s': expected header:NAME:VALUE", w);
+                continue;
+            }
+            char name[MAX_HEADER + 1];
+            snprintf(name, sizeof(name), "%.*s", (int)(colon - hdr), hdr);
+            int found = 0;
+            for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next)
+                found |= limit_on(m, l) && has_source(l, SL_ID_HEADER, name);
+            if (!found)
+                err(ld, line, "match_identity: '%s' can never match: no listener of this limit "
+                              "has identity source header:%s", w, name);
+            continue;
+        }
+        int found = 0;
+        for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next)
+            found |= limit_on(m, l) && has_source(l, src, NULL);
+        /* client_ip is every listener's last resort (see sl_identity_of). */
+        if (!found && src != SL_ID_CLIENT_IP)
+            err(ld, line, "match_identity: '%s' can never match: no listener of this limit has "
+                          "identity source %s", w, sl_conf_id_names[src]);
+    }
+}
+
 static void check_limit(struct loader *ld, struct section *sec)
 {
     struct sl_limit_conf *m = sec->obj;
@@ -1618,6 +1750,7 @@ static void check_limit(struct loader *ld, struct section *sec)
                 m->replaces_lc = o->obj;
         }
     }
+    resolve_matches(ld, sec);
 }
 
 static void check_cycles(struct loader *ld)

@@ -4,13 +4,21 @@
 
 #include <stdint.h>
 
-#define SL_ID_MAX 64 /* bytes of an identity value; longer or binary ones are hashed */
+/* An identity names its source, so that no source can stand in for
+ * another: "user:carol" (resp_user), "name:carol" (client_name),
+ * "prefix:tenant" (key_prefix), "ip:127.0.0.1" (client_ip), "all" (none).
+ * A value that cannot be kept as is (see identity.h) becomes its source's
+ * hashed form, "name#" + 16 hex digits, which no literal value can take:
+ * a literal always follows a ':'. */
+#define SL_ID_VALUE_MAX 64                    /* bytes of a value kept as is; longer: hashed */
+#define SL_ID_MAX       (SL_ID_VALUE_MAX + 8) /* bytes of an identity: "prefix:" + value */
 
-/* What a connection has told us about itself so far. */
+/* What a connection has told us about itself so far, each in identity form
+ * ("user:alice", "name#03b69dd1582e6208"), "" if not told. */
 struct sl_ident_state {
-    char    user[SL_ID_MAX + 1]; /* AUTH / HELLO AUTH user ("default" for 1-arg AUTH), "" if none */
-    char    name[SL_ID_MAX + 1]; /* CLIENT SETNAME / HELLO SETNAME, "" if none (or reset) */
-    char    ip[48];              /* client address without port, e.g. "127.0.0.1", "::1" */
+    char    user[SL_ID_MAX + 1]; /* AUTH / HELLO AUTH user ("user:default" for 1-arg AUTH) */
+    char    name[SL_ID_MAX + 1]; /* CLIENT SETNAME / HELLO SETNAME ("" once reset) */
+    char    ip[48];              /* client address without port, e.g. "127.0.0.1", "::1" (bare) */
 };
 
 #endif

@@ -10,10 +10,14 @@
  *
  * Everything works on what the framer captured: the first
  * SL_RESP_CAPTURE_ARGS arguments, each cut at SL_RESP_CAPTURE_LEN bytes, with
- * their full lengths. A value that is cut, empty, longer than SL_ID_MAX or
- * holds an unsafe byte is replaced by its hash ("#" + 16 hex digits), so an
- * identity is always 1..SL_ID_MAX printable bytes that can go into a store
- * key, a log line and an error message as they are.
+ * their full lengths. An identity is its source's tag and its value
+ * ("user:alice", "ip:10.0.0.1", "all"), so one source can never name
+ * another's identity. A value that is cut, empty, longer than
+ * SL_ID_VALUE_MAX or holds an unsafe byte is replaced by its hash, tagged
+ * with its source and '#' ("user#" + 16 hex digits) where a literal has ':'
+ * ("user:#..." is a literal), so an identity is always 1..SL_ID_MAX
+ * printable bytes that can go into a store key, a log line and an error
+ * message as they are, and no literal can take a hash's place.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -322,60 +326,136 @@ static int safe_byte(unsigned char c)
            c != ':' && c != '{' && c != '}';
 }
 
-/* 64-bit FNV-1a over <n> bytes of <p>, then over the 8 bytes of <len> (the
- * value's full length, so two values cut to the same captured bytes but of
- * different lengths differ), then a murmur3 finalizer to spread the bits
- * over all 16 hex digits. */
-static uint64_t hash64(const char *p, size_t n, uint64_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
+static const char *const tags[] = SL_ID_TAGS; /* per enum sl_id_source */
 
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ull;
-    }
-    for (int i = 0; i < 8; i++) {
-        h ^= (len >> (8 * i)) & 0xff;
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
+#define N_TAGS (sizeof(tags) / sizeof(tags[0]))
+
+/* SipHash-2-4 (Aumasson and Bernstein, 2012), written from the paper, fed
+ * in pieces. A keyed hash with a fixed key: every instance of a fleet must
+ * give a value the same store key, so the key cannot be secret; what it
+ * buys over FNV is that finding a second value with a given hash (another
+ * client's bucket) costs a search of 2^64, not an equation to solve. */
+struct sip {
+    uint64_t v0, v1, v2, v3;
+    uint64_t tail;  /* bytes not yet in a full word, little endian */
+    uint64_t total; /* bytes fed */
+};
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+static void sip_round(struct sip *s)
+{
+    s->v0 += s->v1; s->v1 = ROTL(s->v1, 13); s->v1 ^= s->v0; s->v0 = ROTL(s->v0, 32);
+    s->v2 += s->v3; s->v3 = ROTL(s->v3, 16); s->v3 ^= s->v2;
+    s->v0 += s->v3; s->v3 = ROTL(s->v3, 21); s->v3 ^= s->v0;
+    s->v2 += s->v1; s->v1 = ROTL(s->v1, 17); s->v1 ^= s->v2; s->v2 = ROTL(s->v2, 32);
 }
 
-static size_t put_hash(const char *p, size_t n, uint64_t len, char *out)
+static void sip_init(struct sip *s, uint64_t k0, uint64_t k1)
+{
+    s->v0 = k0 ^ 0x736f6d6570736575ull;
+    s->v1 = k1 ^ 0x646f72616e646f6dull;
+    s->v2 = k0 ^ 0x6c7967656e657261ull;
+    s->v3 = k1 ^ 0x7465646279746573ull;
+    s->tail = 0;
+    s->total = 0;
+}
+
+static void sip_feed(struct sip *s, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        s->tail |= (uint64_t)p[i] << (8 * (s->total % 8));
+        if (++s->total % 8 == 0) {
+            s->v3 ^= s->tail;
+            sip_round(s);
+            sip_round(s);
+            s->v0 ^= s->tail;
+            s->tail = 0;
+        }
+    }
+}
+
+static uint64_t sip_end(struct sip *s)
+{
+    uint64_t b = s->tail | (s->total << 56);
+    s->v3 ^= b;
+    sip_round(s);
+    sip_round(s);
+    s->v0 ^= b;
+    s->v2 ^= 0xff;
+    for (int i = 0; i < 4; i++)
+        sip_round(s);
+    return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
+}
+
+uint64_t sl_identity_siphash(const uint8_t key[16], const void *p, size_t n)
+{
+    struct sip s;
+    uint64_t k[2] = { 0, 0 };
+    for (int i = 0; i < 16; i++)
+        k[i / 8] |= (uint64_t)key[i] << (8 * (i % 8));
+    sip_init(&s, k[0], k[1]);
+    sip_feed(&s, p, n);
+    return sip_end(&s);
+}
+
+/* The hashed form of a value of source <src>: <tag>#<16 hex digits> of
+ * SipHash over the tag, a NUL, <n> bytes of <p>, then the 8 bytes of <len>
+ * (the value's full length, so two values cut to the same captured bytes
+ * but of different lengths differ). The tag in the hash and in the text
+ * keeps each source's hashes apart. Writes into <out>, returns the length. */
+static size_t put_hash(enum sl_id_source src, const char *p, size_t n, uint64_t len, char *out)
 {
     static const char hex[] = "0123456789abcdef";
-    uint64_t h = hash64(p, n, len);
+    const char *tag = tags[src];
+    size_t tn = strlen(tag);
+    unsigned char lb[8];
+    struct sip s;
 
-    out[0] = '#';
+    for (int i = 0; i < 8; i++)
+        lb[i] = (unsigned char)(len >> (8 * i));
+    sip_init(&s, 0x65636975736c732dull, 0x7974697469646e65ull); /* "-slsuice", "enditity" */
+    sip_feed(&s, tag, tn + 1);
+    sip_feed(&s, p, n);
+    sip_feed(&s, lb, sizeof(lb));
+    uint64_t h = sip_end(&s);
+
+    memcpy(out, tag, tn);
+    out[tn] = '#';
     for (int i = 0; i < 16; i++)
-        out[1 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
-    out[17] = '\0';
-    return 17;
+        out[tn + 1 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
+    out[tn + 17] = '\0';
+    return tn + 17;
 }
 
-void sl_identity_hash(const char *p, size_t len, char out[18])
+size_t sl_identity_hash(enum sl_id_source src, const char *p, size_t len, char out[SL_ID_MAX + 1])
 {
-    put_hash(p, len, len, out);
+    return put_hash(src, p, len, len, out);
 }
 
-/* Writes the identity form of a value into <out> (SL_ID_MAX + 1 bytes): its
- * <n> known bytes at <p>, of full length <len> (> n when cut). Returns the
- * length written. */
-static size_t put_value(const char *p, size_t n, uint64_t len, char *out)
+/* <tag>:<the <n> bytes at <p>> into <out>, which must have room. */
+static size_t put_literal(enum sl_id_source src, const char *p, size_t n, char *out)
 {
-    if (n == 0 || n != len || n > SL_ID_MAX)
-        return put_hash(p, n, len, out);
+    size_t tn = strlen(tags[src]);
+    memcpy(out, tags[src], tn);
+    out[tn] = ':';
+    memcpy(out + tn + 1, p, n);
+    out[tn + 1 + n] = '\0';
+    return tn + 1 + n;
+}
+
+/* Writes the identity form of a value of source <src> into <out>
+ * (SL_ID_MAX + 1 bytes): its <n> known bytes at <p>, of full length <len>
+ * (> n when cut). Returns the length written. */
+static size_t put_value(enum sl_id_source src, const char *p, size_t n, uint64_t len, char *out)
+{
+    if (n == 0 || n != len || n > SL_ID_VALUE_MAX)
+        return put_hash(src, p, n, len, out);
     for (size_t i = 0; i < n; i++)
         if (!safe_byte((unsigned char)p[i]))
-            return put_hash(p, n, len, out);
-    memcpy(out, p, n);
-    out[n] = '\0';
-    return n;
+            return put_hash(src, p, n, len, out);
+    return put_literal(src, p, n, out);
 }
 
 /* Bytes captured of argument <i> (which must be < r->ncap). */
@@ -384,10 +464,11 @@ static size_t cap_len(const struct sl_resp_req *r, unsigned i)
     return r->arglen[i] < SL_RESP_CAPTURE_LEN ? r->arglen[i] : SL_RESP_CAPTURE_LEN;
 }
 
-/* Stores argument <i> in identity form into <dst> (SL_ID_MAX + 1 bytes). */
-static void put_arg(const struct sl_resp_req *r, unsigned i, char *dst)
+/* Stores argument <i> in identity form of source <src> into <dst>
+ * (SL_ID_MAX + 1 bytes). */
+static void put_arg(enum sl_id_source src, const struct sl_resp_req *r, unsigned i, char *dst)
 {
-    put_value(r->argv[i], cap_len(r, i), r->arglen[i], dst);
+    put_value(src, r->argv[i], cap_len(r, i), r->arglen[i], dst);
 }
 
 /* ---- what a connection tells about itself --------------------------------- */
@@ -432,7 +513,7 @@ static void set_name(struct sl_ident_state *st, const struct sl_resp_req *r, uns
     if (r->arglen[i] == 0)
         st->name[0] = '\0'; /* CLIENT SETNAME "": no name */
     else
-        put_arg(r, i, st->name);
+        put_arg(SL_ID_CLIENT_NAME, r, i, st->name);
 }
 
 /* HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 runs it:
@@ -454,7 +535,7 @@ static void observe_hello(struct sl_ident_state *st, const struct sl_resp_req *r
         if (sl_resp_arg_is(r, j, "AUTH") && more >= 2) {
             if (j + 1 >= r->ncap)
                 return;
-            put_arg(r, j + 1, st->user);
+            put_arg(SL_ID_RESP_USER, r, j + 1, st->user);
             j += 2;
         } else if (sl_resp_arg_is(r, j, "SETNAME") && more >= 1) {
             if (j + 1 >= r->ncap || !valid_name(r, j + 1))
@@ -484,9 +565,9 @@ void sl_identity_observe(struct sl_ident_state *st, const struct sl_resp_req *r)
 
     if (sl_resp_arg_is(r, 0, "AUTH")) {
         if (r->argc == 2)
-            strcpy(st->user, "default");
+            strcpy(st->user, "user:default");
         else if (r->argc == 3)
-            put_arg(r, 1, st->user);
+            put_arg(SL_ID_RESP_USER, r, 1, st->user);
     } else if (sl_resp_arg_is(r, 0, "HELLO")) {
         observe_hello(st, r);
     } else if (sl_resp_arg_is(r, 0, "CLIENT")) {
@@ -518,16 +599,16 @@ static size_t key_prefix(const struct sl_listener_conf *lc, const struct sl_resp
     if (sn > 0) {
         const char *at = memmem(key, n, sep, sn);
         if (at != NULL) /* the prefix is all there, however long the key */
-            return put_value(key, (size_t)(at - key), (uint64_t)(at - key), out);
+            return put_value(SL_ID_KEY_PREFIX, key, (size_t)(at - key), (uint64_t)(at - key), out);
         if (n < r->arglen[k]) {
             /* A cut key with no separator in its first bytes: the prefix,
              * if any, is longer than what we hold. Its hash covers the
              * captured bytes and not the key's length, so that every key
              * under one long prefix still counts as one identity. */
-            return put_hash(key, n, UINT64_MAX, out);
+            return put_hash(SL_ID_KEY_PREFIX, key, n, UINT64_MAX, out);
         }
     }
-    return put_value(key, n, r->arglen[k], out); /* no separator: the whole key */
+    return put_value(SL_ID_KEY_PREFIX, key, n, r->arglen[k], out); /* no separator: the whole key */
 }
 
 /* Copies the string in <s> (an array of <cap> bytes) into <out>. */
@@ -537,6 +618,35 @@ static size_t put_str(const char *s, size_t cap, char *out)
     memcpy(out, s, n);
     out[n] = '\0';
     return n;
+}
+
+/* The client ip as an identity: never hashed (see identity.h). */
+static size_t put_ip(const struct sl_ident_state *st, char *out)
+{
+    const char *ip = st != NULL && st->ip[0] != '\0' ? st->ip : "unknown";
+    return put_literal(SL_ID_CLIENT_IP, ip, strnlen(ip, sizeof(st->ip) - 1), out);
+}
+
+size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
+{
+    size_t len = strlen(entry);
+
+    if (strcmp(entry, tags[SL_ID_NONE]) == 0)
+        return put_str(entry, len + 1, out);
+    for (size_t src = 0; src < N_TAGS; src++) {
+        size_t tn = strlen(tags[src]);
+        if (src == SL_ID_NONE || strncmp(entry, tags[src], tn) != 0)
+            continue;
+        const char *v = entry + tn + 1;
+        size_t vn = len - tn - 1;
+        if (entry[tn] == '#' || (entry[tn] == ':' && (src == SL_ID_CLIENT_IP || src == SL_ID_HEADER)))
+            /* A hashed form, or a value that is never hashed: as written,
+             * and too long to be any identity means no match. */
+            return len <= SL_ID_MAX ? put_str(entry, len + 1, out) : 0;
+        if (entry[tn] == ':')
+            return put_value((enum sl_id_source)src, v, vn, vn, out);
+    }
+    return 0;
 }
 
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
@@ -562,16 +672,13 @@ size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_s
                 return n;
             break;
         case SL_ID_CLIENT_IP:
-            goto ip;
+            return put_ip(st, out);
         case SL_ID_NONE:
-            return put_str("*", 2, out);
+            return put_str(tags[SL_ID_NONE], SL_ID_MAX, out);
         case SL_ID_HEADER: /* HTTP: the HTTP code resolves it */
         default:
             break;
         }
     }
-ip:
-    if (st != NULL && st->ip[0] != '\0')
-        return put_str(st->ip, sizeof(st->ip), out);
-    return put_str("unknown", sizeof("unknown"), out);
+    return put_ip(st, out);
 }

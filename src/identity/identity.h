@@ -2,15 +2,24 @@
  *
  * Pure functions over what the framer captured of a request (struct
  * sl_resp_req: the first SL_RESP_CAPTURE_ARGS arguments, each cut at
- * SL_RESP_CAPTURE_LEN bytes, with their full lengths). Identity values that
- * are longer than SL_ID_MAX or hold bytes outside printable ASCII (or a
- * quote, backslash, '{', '}' or ':' that would confuse keys and messages)
- * are replaced by "#" + 16 hex digits of a 64-bit hash of the value, so they
- * are safe to put in a store key and in an error message. */
+ * SL_RESP_CAPTURE_LEN bytes, with their full lengths).
+ *
+ * An identity is its source and its value: "user:carol", "name:carol",
+ * "prefix:tenant", "ip:127.0.0.1", or "all" (source none), so a client
+ * name of "127.0.0.1" or "carol" never shares the bucket of that IP or of
+ * AUTH user carol. A value that is cut, empty, longer than SL_ID_VALUE_MAX
+ * or holds bytes outside printable ASCII (or a blank, quote, backslash,
+ * '{', '}' or ':' that would confuse keys and messages) is replaced by its
+ * hashed form: the source, '#', and 16 hex digits of SipHash-2-4 over the
+ * source and the value ("name#03b69dd1582e6208"). A literal value always
+ * follows a ':', so a client that names itself "#03b69dd1582e6208" is
+ * "name:#03b69dd1582e6208" and cannot reach a hashed identity. Identities
+ * are safe to put in a store key, a log line, JSON and an error message. */
 #ifndef SL_IDENTITY_IDENTITY_H
 #define SL_IDENTITY_IDENTITY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "conf/conf-t.h"
@@ -34,14 +43,15 @@ int sl_identity_learns(const struct sl_resp_req *r);
 
 /* Resolves the identity of request <r> (NULL for a non-RESP connection) on
  * a listener configured with <lc>'s identity sources, in order; the first
- * source that yields a value wins: resp_user (if AUTH seen), client_name
- * (if set), key_prefix (the request's first key up to the listener's
- * key_prefix_separator, or the whole key if it has none; only if the command
- * has a key), client_ip (always), none ("*": everyone is one identity),
- * header:NAME (HTTP: not handled here, skipped). If no source yields, the
- * client ip. Writes the value NUL-terminated into <out> and returns its
- * length (1..SL_ID_MAX). The client ip is the one value never hashed: an
- * IPv6 address keeps its ':' ("::1"), so operators can name it in
+ * source that yields a value wins: resp_user (if AUTH seen: "user:..."),
+ * client_name (if set: "name:..."), key_prefix (the request's first key up
+ * to the listener's key_prefix_separator, or the whole key if it has none;
+ * only if the command has a key: "prefix:..."), client_ip (always:
+ * "ip:..."), none ("all": everyone is one identity), header:NAME (HTTP: not
+ * handled here, skipped). If no source yields, the client ip. Writes the
+ * identity NUL-terminated into <out> and returns its length
+ * (1..SL_ID_MAX). The client ip is the one value never hashed: an IPv6
+ * address keeps its ':' ("ip:::1"), so operators can name it in
  * match_identity. */
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                       const struct sl_resp_req *r, char out[SL_ID_MAX + 1]);
@@ -62,8 +72,22 @@ int sl_resp_first_key(const struct sl_resp_req *r);
  * Returns 0 if it is fine (for the tests). */
 int sl_resp_first_key_selftest(void);
 
-/* The hashed form of a value: "#" + 16 lowercase hex digits. Writes 18 bytes
- * with the NUL. */
-void sl_identity_hash(const char *p, size_t len, char out[18]);
+/* The hashed form of the <len> bytes at <p> as a value of source <src>:
+ * its tag ("user", "name", "prefix", "ip"), "#", 16 lowercase hex digits.
+ * Writes it NUL-terminated into <out>; returns its length. */
+size_t sl_identity_hash(enum sl_id_source src, const char *p, size_t len,
+                        char out[SL_ID_MAX + 1]);
+
+/* SipHash-2-4 of the <n> bytes at <p> under the 16-byte <key>, the hash
+ * behind the hashed forms (exposed for its test vectors). */
+uint64_t sl_identity_siphash(const uint8_t key[16], const void *p, size_t n);
+
+/* The identity a match_identity entry (as the configuration resolved it:
+ * "user:carol", "ip:::1", "name#03b69dd1582e6208", "all") stands for, as
+ * sl_identity_of() would write it: a literal value that identities carry
+ * hashed ("user:" + a 100-byte name) becomes its hashed form. Writes it into
+ * <out> and returns its length, or 0 if <entry> names no source (then it
+ * matches no identity). */
+size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1]);
 
 #endif

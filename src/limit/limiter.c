@@ -219,6 +219,23 @@ static char **copy_strs(char **src, int n, int upper)
     return d;
 }
 
+/* Turns the match_identity entries <m> (as the configuration resolved
+ * them: "user:carol") into the identities they stand for, hashed where
+ * identities are ("user:" + a 100-byte name), so a strcmp() decides. An
+ * entry that names no source becomes "", which no identity is. */
+static void canon_matches(char **m, int n)
+{
+    for (int i = 0; m != NULL && i < n; i++) {
+        char id[SL_ID_MAX + 1];
+        if (m[i] == NULL)
+            continue;
+        size_t len = sl_identity_canon(m[i], id);
+        id[len] = '\0';
+        free(m[i]);
+        m[i] = strdup(id); /* NULL (no memory): matches nothing */
+    }
+}
+
 static void free_strs(char **s, int n)
 {
     if (s == NULL)
@@ -403,6 +420,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->default_cost = c->default_cost ? c->default_cost : 1;
         L->n_match = c->n_match_identity;
         L->match = copy_strs(c->match_identity, c->n_match_identity, 0);
+        canon_matches(L->match, L->n_match);
         L->replaces = c->replaces_lc ? limit_index(conf, c->replaces_lc) : -1;
         /* Connection counts are bounded by the connections themselves and
          * cannot be dropped while held: no cap for them. */
@@ -919,7 +937,7 @@ static int identity_matches(const struct limit *L, const char *id)
     if (L->n_match == 0)
         return 1;
     for (int i = 0; i < L->n_match; i++)
-        if (strcmp(L->match[i], id) == 0)
+        if (L->match[i] != NULL && strcmp(L->match[i], id) == 0)
             return 1;
     return 0;
 }

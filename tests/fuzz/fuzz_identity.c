@@ -4,8 +4,11 @@
  * is a client's byte stream, framed by the real framer. Every request goes
  * through sl_resp_first_key(), sl_identity_observe() and sl_identity_of();
  * the first key must be a captured argument, the identity 1..SL_ID_MAX
- * printable bytes with no blank, quote, backslash or brace (':' only in an
- * IPv6 address), and the state's strings must stay NUL-terminated. */
+ * printable bytes with no blank, quote, backslash or brace, in one of the
+ * forms "all", "<tag>:<value>" (':' in the value only for an IPv6 address)
+ * or "<tag>#<16 hex>", with the tag of a source the listener has (or ip),
+ * its own match_identity form (sl_identity_canon), and the state's strings
+ * must stay NUL-terminated. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,48 @@ static void check_value(const char *s, size_t n, int colon_ok)
     }
 }
 
+/* <s> of length <n> is an identity of source <src> ("all" for none):
+ * "<tag>:<value>" or "<tag>#<16 hex>". */
+static void check_form(const char *s, size_t n, enum sl_id_source src, int colon_ok)
+{
+    static const char *const tags[] = SL_ID_TAGS;
+    size_t tn = strlen(tags[src]);
+    char canon[SL_ID_MAX + 1];
+
+    check_value(s, n, 1);
+    if (src == SL_ID_NONE) {
+        if (strcmp(s, "all") != 0)
+            abort();
+    } else if (n <= tn + 1 || memcmp(s, tags[src], tn) != 0) {
+        abort();
+    } else if (s[tn] == '#') {
+        if (n != tn + 17 || strspn(s + tn + 1, "0123456789abcdef") != 16)
+            abort();
+    } else if (s[tn] != ':' || n - tn - 1 > SL_ID_VALUE_MAX ||
+               (!colon_ok && memchr(s + tn + 1, ':', n - tn - 1) != NULL)) {
+        abort();
+    }
+    /* An identity written in match_identity stands for itself. */
+    if (sl_identity_canon(s, canon) != n || strcmp(canon, s) != 0)
+        abort();
+}
+
+/* The source whose tag <s> starts with, among <lc>'s and ip. */
+static enum sl_id_source source_of(const struct sl_listener_conf *lc, const char *s)
+{
+    static const char *const tags[] = SL_ID_TAGS;
+    if (strcmp(s, "all") == 0)
+        return SL_ID_NONE;
+    for (int i = 0; i < lc->n_identity; i++) {
+        size_t tn = strlen(tags[lc->identity[i]]);
+        if (strncmp(s, tags[lc->identity[i]], tn) == 0 && (s[tn] == ':' || s[tn] == '#'))
+            return lc->identity[i];
+    }
+    if (strncmp(s, "ip:", 3) == 0)
+        return SL_ID_CLIENT_IP;
+    abort();
+}
+
 static void check_state(const struct sl_ident_state *st)
 {
     if (memchr(st->user, '\0', sizeof(st->user)) == NULL ||
@@ -37,9 +82,9 @@ static void check_state(const struct sl_ident_state *st)
         memchr(st->ip, '\0', sizeof(st->ip)) == NULL)
         abort();
     if (st->user[0] != '\0')
-        check_value(st->user, strlen(st->user), 0);
+        check_form(st->user, strlen(st->user), SL_ID_RESP_USER, 0);
     if (st->name[0] != '\0')
-        check_value(st->name, strlen(st->name), 0);
+        check_form(st->name, strlen(st->name), SL_ID_CLIENT_NAME, 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -104,9 +149,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sl_identity_observe(&st, q);
         check_state(&st);
         size_t n = sl_identity_of(&lc, &st, q, out);
-        check_value(out, n, ip_colon && strcmp(out, st.ip) == 0);
+        enum sl_id_source src = source_of(&lc, out);
+        check_form(out, n, src, ip_colon && src == SL_ID_CLIENT_IP);
         n = sl_identity_of(&lc, &st, NULL, out);
-        check_value(out, n, ip_colon && strcmp(out, st.ip) == 0);
+        src = source_of(&lc, out);
+        check_form(out, n, src, ip_colon && src == SL_ID_CLIENT_IP);
     }
     sl_resp_free(&rs);
     return 0;

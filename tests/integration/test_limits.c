@@ -368,7 +368,7 @@ static void test_write_category(void **state)
     SEND(fd, "INCRBY sl:cat 5\r\n");
     EXPECT(fd, ":5\r\n");
     SEND(fd, "INCRBY sl:cat 5\r\n");
-    EXPECT(fd, "-THROTTLED limit 'writes' exceeded for '127.0.0.1', retry in ");
+    EXPECT(fd, "-THROTTLED limit 'writes' exceeded for 'ip:127.0.0.1', retry in ");
     char rest[64] = { 0 };
     size_t n = 0;
     while (n < sizeof(rest) - 1 && th_read_n(fd, rest + n, 1, TH_MS) == 1 && rest[n] != '\n')

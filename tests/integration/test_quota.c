@@ -263,7 +263,7 @@ static void test_per_user_limit_shadow_and_metrics(void **state)
             ok++;
         } else {
             assert_int_equal(r->type, REDIS_REPLY_ERROR);
-            assert_non_null(strstr(r->str, "THROTTLED limit 'per-user' exceeded for 'alice', retry in "));
+            assert_non_null(strstr(r->str, "THROTTLED limit 'per-user' exceeded for 'user:alice', retry in "));
             thr++;
         }
         freeReplyObject(r);
@@ -1227,6 +1227,136 @@ static void test_store_stop_starts_from_store(void **state)
     world_free(w);
 }
 
+/* SETs on <c> until one is refused (at most 10); returns how many passed
+ * and leaves the refusal's text in <msg>. */
+static int sets_until_refused(redisContext *c, char *msg, size_t cap)
+{
+    msg[0] = '\0';
+    for (int i = 0; i < 10; i++) {
+        redisReply *r = redisCommand(c, "SET k%d v", i);
+        assert_non_null(r);
+        if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(msg, cap, "%s", r->str);
+            freeReplyObject(r);
+            return i;
+        }
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    return 10;
+}
+
+/* Issue 11: identity sources do not share one namespace. With identity =
+ * resp_user client_name client_ip and 3 SETs per identity, a client named
+ * "127.0.0.1" does not spend the bucket of the client at 127.0.0.1, a
+ * client named "carol" not AUTH user carol's (nor her tier), and a client
+ * whose name is the hash text of a long name not that name's. The source
+ * is in the messages, in /stats and in the store keys, for connection
+ * limits too. */
+static void test_identity_sources_apart(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    redisContext *adm = client(w->up.port);
+    redisReply *r = redisCommand(adm, "ACL SETUSER carol on >pw ~* &* +@all");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(adm);
+
+    char ini[2048];
+    w->port[0] = th_free_port();
+    w->admin[0] = th_free_port();
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = resp_user client_name client_ip\n"
+             "[limit per-id]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = SET\n"
+             "[limit vip]\nlistener = r\nrate = 1/d\nburst = 5\ncommands = SET\n"
+             "match_identity = carol\nreplaces = per-id\n"
+             "[limit conns]\nlistener = r\nmetric = connections\nmax = 100\n",
+             w->admin[0], w->store.port, w->port[0], w->up.port);
+    assert_int_equal(th_sluice_start(&w->sl[0], ini, w->port[0]), 0);
+    wait_store_up(w, 0);
+
+    char msg[256];
+#define SETS(c) sets_until_refused((c), msg, sizeof(msg))
+
+    /* A name that is an address. */
+    redisContext *ipc = client(w->port[0]), *m = client(w->port[0]);
+    r = redisCommand(m, "CLIENT SETNAME 127.0.0.1");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    assert_int_equal(SETS(m), 3);
+    assert_non_null(strstr(msg, "THROTTLED limit 'per-id' exceeded for 'name:127.0.0.1', retry in "));
+    assert_int_equal(SETS(ipc), 3);
+    assert_non_null(strstr(msg, "exceeded for 'ip:127.0.0.1'"));
+
+    /* A name that is a user, and that user's tier (match_identity = carol
+     * means user:carol, the listener's first source). */
+    redisContext *named = client(w->port[0]), *carol = client(w->port[0]);
+    r = redisCommand(named, "CLIENT SETNAME carol");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(carol, "AUTH carol pw");
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    assert_int_equal(SETS(named), 3);
+    assert_non_null(strstr(msg, "'per-id' exceeded for 'name:carol'"));
+    assert_int_equal(SETS(carol), 5);
+    assert_non_null(strstr(msg, "'vip' exceeded for 'user:carol'"));
+
+    /* A literal name that is the hashed form of a long one. */
+    char longname[101];
+    memset(longname, 'n', 100);
+    longname[100] = '\0';
+    redisContext *lc = client(w->port[0]), *f = client(w->port[0]);
+    r = redisCommand(lc, "CLIENT SETNAME %s", longname);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    assert_int_equal(SETS(lc), 3);
+    const char *h = strstr(msg, "exceeded for 'name#");
+    assert_non_null(h);
+    char hash[18];
+    memcpy(hash, h + strlen("exceeded for 'name"), 17); /* "#" + 16 hex */
+    hash[17] = '\0';
+    assert_int_equal(h[strlen("exceeded for 'name") + 17], '\'');
+    r = redisCommand(f, "CLIENT SETNAME %s", hash);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    assert_int_equal(SETS(f), 3);
+    assert_non_null(strstr(msg, "exceeded for 'name:#"));
+
+    /* /stats and the store keys say the source. */
+    char *stats = th_http_get(w->admin[0], "/stats");
+    assert_non_null(stats);
+    assert_non_null(strstr(stats, "\"identity\":\"ip:127.0.0.1\""));
+    assert_non_null(strstr(stats, "\"identity\":\"name:127.0.0.1\""));
+    assert_non_null(strstr(stats, "\"identity\":\"name:carol\""));
+    assert_non_null(strstr(stats, "\"identity\":\"user:carol\""));
+    free(stats);
+    redisContext *st = client(w->store.port);
+    const char *keys[] = { "sluice:{per-id:name:carol}*", "sluice:{vip:user:carol}*",
+                           "sluice:{per-id:ip:127.0.0.1}*", "sluice:{conns:ip:127.0.0.1}*" };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        r = redisCommand(st, "KEYS %s", keys[i]);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        if (r->elements == 0)
+            print_error("no store key %s\n", keys[i]);
+        assert_true(r->elements > 0);
+        freeReplyObject(r);
+    }
+#undef SETS
+    redisFree(st);
+    redisFree(ipc);
+    redisFree(m);
+    redisFree(named);
+    redisFree(carol);
+    redisFree(lc);
+    redisFree(f);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1256,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_lease_high_rate_keeps_up),
         cmocka_unit_test(test_refusals_remembered_without_lease),
         cmocka_unit_test(test_store_stop_starts_from_store),
+        cmocka_unit_test(test_identity_sources_apart),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

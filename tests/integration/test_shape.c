@@ -199,7 +199,7 @@ static void paced_echo(int port, int per_sec, int secs, const char *limit, int d
     r->ok = calloc((size_t)r->n, 1);
     char throttled[160];
     int tl = snprintf(throttled, sizeof(throttled),
-                      "-THROTTLED limit '%s' exceeded for '127.0.0.1', retry in ", limit);
+                      "-THROTTLED limit '%s' exceeded for 'ip:127.0.0.1', retry in ", limit);
     size_t ocap = 1 << 20, icap = 1 << 20, olen = 0, ooff = 0, ilen = 0;
     char *out = malloc(ocap), *in = malloc(icap);
     uint64_t t0 = th_now_ms();
@@ -402,7 +402,7 @@ static void test_request_delay(void **state)
             prefix++;
             t_last_ok = th_now_ms() - t0;
         } else {
-            assert_non_null(strstr(rep, "-THROTTLED limit 'rq_pipe' exceeded for '127.0.0.1', retry in "));
+            assert_non_null(strstr(rep, "-THROTTLED limit 'rq_pipe' exceeded for 'ip:127.0.0.1', retry in "));
             rejected++;
         }
         free(rep);
@@ -677,7 +677,7 @@ static void test_resp_bytes(void **state)
             assert_int_equal(strlen(r), reply_len);
             ok++;
         } else {
-            const char *pre = "-THROTTLED limit 'rbr' exceeded for '127.0.0.1', retry in ";
+            const char *pre = "-THROTTLED limit 'rbr' exceeded for 'ip:127.0.0.1', retry in ";
             if (strncmp(r, pre, strlen(pre)) != 0)
                 fail_msg("unexpected reply %s", r);
             retry_ms = strtol(r + strlen(pre), NULL, 10);

@@ -243,8 +243,9 @@ static void test_full_file(void **state)
     assert_int_equal(m->costs[1].cost, 10);
     assert_int_equal(m->default_cost, 2);
     assert_int_equal(m->n_match_identity, 3);
-    assert_string_equal(m->match_identity[0], "alice");
-    assert_string_equal(m->match_identity[2], "carol");
+    /* Bare values: the listener's first identity source (resp_user). */
+    assert_string_equal(m->match_identity[0], "user:alice");
+    assert_string_equal(m->match_identity[2], "user:carol");
     assert_null(m->replaces);
     assert_null(m->replaces_lc);
 
@@ -716,7 +717,7 @@ static void test_continuation(void **state)
     assert_int_equal(c->listeners->n_identity, 2);
     assert_int_equal(c->listeners->identity[1], SL_ID_CLIENT_IP);
     assert_int_equal(c->limits->n_match_identity, 4);
-    assert_string_equal(c->limits->match_identity[3], "d");
+    assert_string_equal(c->limits->match_identity[3], "user:d");
     assert_int_equal(c->limits->n_costs, 2);
     sl_conf_free(c);
 
@@ -875,7 +876,7 @@ static void test_long_line(void **state)
              "%.117s %.63s\n", pad, pad);
     struct sl_conf *c = load_ok(text);
     assert_int_equal(c->limits->n_match_identity, 2);
-    assert_int_equal(strlen(c->limits->match_identity[1]), 63);
+    assert_int_equal(strlen(c->limits->match_identity[1]), 3 + 63); /* "ip:" */
     sl_conf_free(c);
 
     /* One byte more: an error, and the tail is not read as a line of its own
@@ -1472,6 +1473,71 @@ static void test_command_categories(void **state)
                   "t.ini:9: commands: only for resp listeners ([listener t] is tcp)\n");
 }
 
+/* match_identity names identities with their source (issue 11): a bare
+ * value is the first source's, printed by -T in its prefixed form; no
+ * other source's value reaches the tier. */
+static void test_match_identity_sources(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok("[listener a]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\n"
+                                "identity = resp_user client_name client_ip\n"
+                                "[limit x]\nlistener = a\nrate = 1/s\n"
+                                "match_identity = alice name:svc ip:10.0.0.1 ::1 user:bob\n"
+                                "  name#03b69dd1582e6208 user:#03b69dd1582e6208\n");
+    const struct sl_limit_conf *m = c->limits;
+    const char *want[] = { "user:alice", "name:svc", "ip:10.0.0.1", "user:::1", "user:bob",
+                           "name#03b69dd1582e6208", "user:#03b69dd1582e6208" };
+    assert_int_equal(m->n_match_identity, 7);
+    for (int i = 0; i < 7; i++)
+        assert_string_equal(m->match_identity[i], want[i]);
+    sl_conf_free(c);
+
+    c = load_ok(L_A "identity = client_ip resp_user\n"
+                "[limit x]\nlistener = a\nrate = 1/s\n"
+                "match_identity = ::1 10.0.0.1 user:carol\n");
+    m = c->limits;
+    assert_int_equal(m->n_match_identity, 3);
+    assert_string_equal(m->match_identity[0], "ip:::1");
+    assert_string_equal(m->match_identity[1], "ip:10.0.0.1");
+    assert_string_equal(m->match_identity[2], "user:carol");
+    char *d = dump(c);
+    assert_non_null(strstr(d, "match_identity  = ip:::1 ip:10.0.0.1 user:carol\n"));
+    free(d);
+    sl_conf_free(c);
+
+    /* identity = none: its one identity is "all"; listener = * with one
+     * first source resolves bare values for all of them. */
+    c = load_ok(L_A "identity = none\n[limit x]\nlistener = a\nrate = 1/s\nmatch_identity = all\n");
+    assert_string_equal(c->limits->match_identity[0], "all");
+    sl_conf_free(c);
+    c = load_ok(L_A "identity = resp_user\n"
+                "[listener b]\nlisten = 127.0.0.1:7002\nupstream = 127.0.0.1:6379\n"
+                "identity = resp_user client_ip\n"
+                "[limit x]\nlistener = *\nrate = 1/s\nmatch_identity = alice ip:::1\n");
+    assert_string_equal(c->limits->match_identity[0], "user:alice");
+    sl_conf_free(c);
+
+    /* Errors. */
+    expect_errors(L_A "identity = resp_user\n[limit x]\nlistener = a\nrate = 1/s\n"
+                  "match_identity = name:svc\n",
+                  "t.ini:8: match_identity: 'name:svc' can never match: no listener of this "
+                  "limit has identity source client_name\n");
+    expect_errors(L_A "identity = none\n[limit x]\nlistener = a\nrate = 1/s\n"
+                  "match_identity = alice\n",
+                  "t.ini:8: match_identity: 'alice' names no source, and [listener a] has "
+                  "identity = none (its one identity is 'all')\n");
+    expect_errors(L_A "identity = resp_user client_ip\n"
+                  "[listener b]\nlisten = 127.0.0.1:7002\nupstream = 127.0.0.1:6379\n"
+                  "[limit x]\nlistener = *\nrate = 1/s\nmatch_identity = alice\n",
+                  "t.ini:11: match_identity: 'alice' names no source, and the listeners of "
+                  "this limit differ in their first identity source; write user:alice, "
+                  "name:alice, prefix:alice or ip:alice\n");
+    expect_errors(L_A "[limit x]\nlistener = a\nrate = 1/s\nmatch_identity = ip: user#x\n",
+                  "t.ini:7: match_identity: 'ip:' has no value after 'ip:'\n"
+                  "t.ini:7: match_identity: 'user#x' is not a hashed identity (user# and 16 "
+                  "lowercase hex digits, as /stats shows it)\n");
+}
+
 /* ---- shipped files -------------------------------------------------------- */
 
 static void load_file_ok(const char *path)
@@ -1561,6 +1627,7 @@ int main(void)
         cmocka_unit_test(test_protocol_rules),
         cmocka_unit_test(test_listen_clash),
         cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_match_identity_sources),
         cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_key_value_form),
         cmocka_unit_test(test_syntax_error),

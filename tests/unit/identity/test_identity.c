@@ -116,12 +116,15 @@ static const char *ident(const struct sl_listener_conf *lc, const struct sl_iden
     return out;
 }
 
-/* Asserts <s> is the hashed form: "#" + 16 lowercase hex digits. */
-static void assert_hashed(const char *s)
+/* Asserts <s> is the hashed form of source <tag>: "<tag>#" + 16 lowercase
+ * hex digits. */
+static void assert_hashed(const char *s, const char *tag)
 {
-    assert_int_equal(strlen(s), 17);
-    assert_int_equal(s[0], '#');
-    for (int i = 1; i < 17; i++)
+    size_t tn = strlen(tag);
+    assert_int_equal(strlen(s), tn + 17);
+    assert_memory_equal(s, tag, tn);
+    assert_int_equal(s[tn], '#');
+    for (size_t i = tn + 1; i < tn + 17; i++)
         assert_true((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'));
 }
 
@@ -141,23 +144,23 @@ static void test_auth(void **state)
     assert_string_equal(st.name, "");
 
     observe(&st, REQ("AUTH", "secret"));
-    assert_string_equal(st.user, "default");
+    assert_string_equal(st.user, "user:default");
     observe(&st, REQ("AUTH", "alice", "secret"));
-    assert_string_equal(st.user, "alice");
+    assert_string_equal(st.user, "user:alice");
     observe(&st, REQ("auth", "bob", "pw"));
-    assert_string_equal(st.user, "bob");
+    assert_string_equal(st.user, "user:bob");
     observe(&st, REQ("AuTh", "pw"));
-    assert_string_equal(st.user, "default");
+    assert_string_equal(st.user, "user:default");
     /* Syntax errors in Redis teach nothing. */
     observe(&st, REQ("AUTH", "carol", "pw", "extra"));
-    assert_string_equal(st.user, "default");
+    assert_string_equal(st.user, "user:default");
     observe(&st, REQ("AUTH"));
-    assert_string_equal(st.user, "default");
+    assert_string_equal(st.user, "user:default");
     /* An inline AUTH. */
     struct sl_resp_req r = frame("auth dave secret\r\n", 18);
     assert_int_equal(r.is_inline, 1);
     sl_identity_observe(&st, &r);
-    assert_string_equal(st.user, "dave");
+    assert_string_equal(st.user, "user:dave");
     assert_string_equal(st.name, "");
     /* The password never lands anywhere. */
     assert_null(memmem(&st, sizeof(st), "secret", 6));
@@ -177,29 +180,29 @@ static void test_hello(void **state)
     assert_string_equal(st.user, "");
 
     observe(&st, REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"));
-    assert_string_equal(st.user, "u");
-    assert_string_equal(st.name, "n");
+    assert_string_equal(st.user, "user:u");
+    assert_string_equal(st.name, "name:n");
     observe(&st, REQ("hello", "2", "setname", "m", "auth", "v", "p"));
-    assert_string_equal(st.user, "v");
-    assert_string_equal(st.name, "m");
+    assert_string_equal(st.user, "user:v");
+    assert_string_equal(st.name, "name:m");
     /* Without AUTH the user stays. */
     observe(&st, REQ("HELLO", "3", "SETNAME", "o"));
-    assert_string_equal(st.user, "v");
-    assert_string_equal(st.name, "o");
+    assert_string_equal(st.user, "user:v");
+    assert_string_equal(st.name, "name:o");
     /* Unsupported protocol: nothing. */
     observe(&st, REQ("HELLO", "4", "AUTH", "w", "p", "SETNAME", "x"));
-    assert_string_equal(st.user, "v");
-    assert_string_equal(st.name, "o");
+    assert_string_equal(st.user, "user:v");
+    assert_string_equal(st.name, "name:o");
     /* A bad option after AUTH: AUTH ran (as in Redis 7.0), the name did not. */
     observe(&st, REQ("HELLO", "3", "AUTH", "w", "p", "SETNAME", "x", "BOGUS"));
-    assert_string_equal(st.user, "w");
-    assert_string_equal(st.name, "o");
+    assert_string_equal(st.user, "user:w");
+    assert_string_equal(st.name, "name:o");
     /* AUTH without its password is a syntax error. */
     observe(&st, REQ("HELLO", "3", "AUTH", "y"));
-    assert_string_equal(st.user, "w");
+    assert_string_equal(st.user, "user:w");
     /* A name Redis refuses. */
     observe(&st, REQ("HELLO", "3", "SETNAME", "a b"));
-    assert_string_equal(st.name, "o");
+    assert_string_equal(st.name, "name:o");
 }
 
 static void test_client_setname(void **state)
@@ -209,15 +212,15 @@ static void test_client_setname(void **state)
     state_v4(&st, "10.0.0.1");
 
     observe(&st, REQ("CLIENT", "SETNAME", "worker-1"));
-    assert_string_equal(st.name, "worker-1");
+    assert_string_equal(st.name, "name:worker-1");
     observe(&st, REQ("client", "setname", "worker-2"));
-    assert_string_equal(st.name, "worker-2");
+    assert_string_equal(st.name, "name:worker-2");
     observe(&st, REQ("CLIENT", "SETNAME", "bad name")); /* refused by Redis */
-    assert_string_equal(st.name, "worker-2");
+    assert_string_equal(st.name, "name:worker-2");
     observe(&st, REQ("CLIENT", "SETNAME", "a", "b")); /* arity */
-    assert_string_equal(st.name, "worker-2");
+    assert_string_equal(st.name, "name:worker-2");
     observe(&st, REQ("CLIENT", "GETNAME"));
-    assert_string_equal(st.name, "worker-2");
+    assert_string_equal(st.name, "name:worker-2");
     observe(&st, REQ("CLIENT", "SETNAME", ""));
     assert_string_equal(st.name, "");
     assert_string_equal(st.user, "");
@@ -231,7 +234,7 @@ static void test_reset(void **state)
 
     observe(&st, REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"));
     observe(&st, REQ("RESET", "x")); /* arity: an error in Redis */
-    assert_string_equal(st.user, "u");
+    assert_string_equal(st.user, "user:u");
     observe(&st, REQ("reset"));
     assert_string_equal(st.user, "");
     assert_string_equal(st.name, "");
@@ -261,44 +264,44 @@ static void test_source_order(void **state)
     state_v4(&st, "192.0.2.7");
 
     struct sl_listener_conf user_ip = lconf(":", 2, SL_ID_RESP_USER, SL_ID_CLIENT_IP);
-    assert_string_equal(ident(&user_ip, &st, &get), "192.0.2.7");
+    assert_string_equal(ident(&user_ip, &st, &get), "ip:192.0.2.7");
     observe(&st, REQ("AUTH", "alice", "pw"));
-    assert_string_equal(ident(&user_ip, &st, &get), "alice");
+    assert_string_equal(ident(&user_ip, &st, &get), "user:alice");
 
     struct sl_listener_conf ip_user = lconf(":", 2, SL_ID_CLIENT_IP, SL_ID_RESP_USER);
-    assert_string_equal(ident(&ip_user, &st, &get), "192.0.2.7");
+    assert_string_equal(ident(&ip_user, &st, &get), "ip:192.0.2.7");
 
     struct sl_listener_conf name_user = lconf(":", 3, SL_ID_CLIENT_NAME, SL_ID_RESP_USER,
                                               SL_ID_CLIENT_IP);
-    assert_string_equal(ident(&name_user, &st, &get), "alice");
+    assert_string_equal(ident(&name_user, &st, &get), "user:alice");
     observe(&st, REQ("CLIENT", "SETNAME", "svc"));
-    assert_string_equal(ident(&name_user, &st, &get), "svc");
+    assert_string_equal(ident(&name_user, &st, &get), "name:svc");
     observe(&st, REQ("CLIENT", "SETNAME", ""));
-    assert_string_equal(ident(&name_user, &st, &get), "alice");
+    assert_string_equal(ident(&name_user, &st, &get), "user:alice");
 
     /* key_prefix before the user; a command without a key falls through. */
     struct sl_listener_conf kp_user = lconf(":", 2, SL_ID_KEY_PREFIX, SL_ID_RESP_USER);
-    assert_string_equal(ident(&kp_user, &st, &get), "user");
-    assert_string_equal(ident(&kp_user, &st, &ping), "alice");
-    assert_string_equal(ident(&kp_user, &st, NULL), "alice"); /* not RESP */
+    assert_string_equal(ident(&kp_user, &st, &get), "prefix:user");
+    assert_string_equal(ident(&kp_user, &st, &ping), "user:alice");
+    assert_string_equal(ident(&kp_user, &st, NULL), "user:alice"); /* not RESP */
 
     /* Nothing yields: the client ip. */
     struct sl_listener_conf kp = lconf(":", 1, SL_ID_KEY_PREFIX);
-    assert_string_equal(ident(&kp, &st, &ping), "192.0.2.7");
+    assert_string_equal(ident(&kp, &st, &ping), "ip:192.0.2.7");
     struct sl_listener_conf empty = lconf(":", 0);
-    assert_string_equal(ident(&empty, &st, &get), "192.0.2.7");
+    assert_string_equal(ident(&empty, &st, &get), "ip:192.0.2.7");
     struct sl_listener_conf hdr = lconf(":", 2, SL_ID_HEADER, SL_ID_RESP_USER);
-    assert_string_equal(ident(&hdr, &st, &get), "alice");
+    assert_string_equal(ident(&hdr, &st, &get), "user:alice");
 
     /* none: everyone is one identity, whatever comes after. */
     struct sl_listener_conf none = lconf(":", 2, SL_ID_NONE, SL_ID_RESP_USER);
-    assert_string_equal(ident(&none, &st, &get), "*");
+    assert_string_equal(ident(&none, &st, &get), "all");
     struct sl_listener_conf name_none = lconf(":", 2, SL_ID_CLIENT_NAME, SL_ID_NONE);
-    assert_string_equal(ident(&name_none, &st, &get), "*");
+    assert_string_equal(ident(&name_none, &st, &get), "all");
 
     /* After RESET the user is gone again. */
     observe(&st, REQ("RESET"));
-    assert_string_equal(ident(&user_ip, &st, &get), "192.0.2.7");
+    assert_string_equal(ident(&user_ip, &st, &get), "ip:192.0.2.7");
 }
 
 static void test_key_prefix(void **state)
@@ -312,28 +315,28 @@ static void test_key_prefix(void **state)
     struct sl_listener_conf nosep = lconf("", 1, SL_ID_KEY_PREFIX);
     struct sl_resp_req r;
 
-    r = REQ("GET", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "user");
-    r = REQ("get", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "user");
-    r = REQ("GET", "tenant.a.b");        assert_string_equal(ident(&dot, &st, &r), "tenant");
-    r = REQ("GET", "plain");             assert_string_equal(ident(&colon, &st, &r), "plain");
-    r = REQ("GET", "plain");             assert_string_equal(ident(&dot, &st, &r), "plain");
-    r = REQ("GET", "a:b::c");            assert_hashed(ident(&dcolon, &st, &r));
-    r = REQ("GET", "ab::c");             assert_string_equal(ident(&dcolon, &st, &r), "ab");
-    r = REQ("GET", "a.b");               assert_string_equal(ident(&nosep, &st, &r), "a.b");
-    r = REQ("SET", "sess.9:x", "v");     assert_string_equal(ident(&dot, &st, &r), "sess");
-    r = REQ("MSET", "k1:a", "v", "k2:b", "w"); assert_string_equal(ident(&colon, &st, &r), "k1");
-    r = REQ("EVAL", "return 1", "1", "acct:7", "arg"); assert_string_equal(ident(&colon, &st, &r), "acct");
-    r = REQ("XINFO", "STREAM", "ev:1");  assert_string_equal(ident(&colon, &st, &r), "ev");
+    r = REQ("GET", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "prefix:user");
+    r = REQ("get", "user:42:x");         assert_string_equal(ident(&colon, &st, &r), "prefix:user");
+    r = REQ("GET", "tenant.a.b");        assert_string_equal(ident(&dot, &st, &r), "prefix:tenant");
+    r = REQ("GET", "plain");             assert_string_equal(ident(&colon, &st, &r), "prefix:plain");
+    r = REQ("GET", "plain");             assert_string_equal(ident(&dot, &st, &r), "prefix:plain");
+    r = REQ("GET", "a:b::c");            assert_hashed(ident(&dcolon, &st, &r), "prefix");
+    r = REQ("GET", "ab::c");             assert_string_equal(ident(&dcolon, &st, &r), "prefix:ab");
+    r = REQ("GET", "a.b");               assert_string_equal(ident(&nosep, &st, &r), "prefix:a.b");
+    r = REQ("SET", "sess.9:x", "v");     assert_string_equal(ident(&dot, &st, &r), "prefix:sess");
+    r = REQ("MSET", "k1:a", "v", "k2:b", "w"); assert_string_equal(ident(&colon, &st, &r), "prefix:k1");
+    r = REQ("EVAL", "return 1", "1", "acct:7", "arg"); assert_string_equal(ident(&colon, &st, &r), "prefix:acct");
+    r = REQ("XINFO", "STREAM", "ev:1");  assert_string_equal(ident(&colon, &st, &r), "prefix:ev");
 
     /* The prefix with an unsafe byte, and the empty prefix, are hashed. */
     r = REQ("GET", "a:b.c");
-    assert_hashed(ident(&dot, &st, &r)); /* "a:b" holds ':' */
+    assert_hashed(ident(&dot, &st, &r), "prefix"); /* "a:b" holds ':' */
     r = REQ("GET", ":x");
-    assert_hashed(ident(&colon, &st, &r));
+    assert_hashed(ident(&colon, &st, &r), "prefix");
     r = REQ("GET", "");
-    assert_hashed(ident(&colon, &st, &r));
+    assert_hashed(ident(&colon, &st, &r), "prefix");
     r = REQ("GET", "{tag}:1");
-    assert_hashed(ident(&colon, &st, &r));
+    assert_hashed(ident(&colon, &st, &r), "prefix");
 
     /* A long key with the separator among its captured bytes: the prefix. */
     char key[200];
@@ -342,19 +345,20 @@ static void test_key_prefix(void **state)
     key[150] = '\0';
     r = REQ("GET", key);
     assert_true(r.arglen[1] > SL_RESP_CAPTURE_LEN);
-    assert_string_equal(ident(&colon, &st, &r), "tenant");
+    assert_string_equal(ident(&colon, &st, &r), "prefix:tenant");
     /* The longest prefix kept as is: 63 bytes and the separator, captured.
      * With 64 bytes the separator is past the capture: hashed. */
     memset(key, 'p', 64);
     key[64] = ':';
     r = REQ("GET", key);
-    assert_hashed(ident(&colon, &st, &r));
+    assert_hashed(ident(&colon, &st, &r), "prefix");
     memset(key, 'p', 63);
     key[63] = ':';
     r = REQ("GET", key);
-    char want[65];
-    memset(want, 'p', 63);
-    want[63] = '\0';
+    char want[72];
+    memcpy(want, "prefix:", 7);
+    memset(want + 7, 'p', 63);
+    want[70] = '\0';
     assert_string_equal(ident(&colon, &st, &r), want);
     /* A long key without the separator in what was captured: hashed, the
      * same identity for every key sharing those first bytes. */
@@ -363,7 +367,7 @@ static void test_key_prefix(void **state)
     r = REQ("GET", key);
     char a[SL_ID_MAX + 1];
     strcpy(a, ident(&colon, &st, &r));
-    assert_hashed(a);
+    assert_hashed(a, "prefix");
     key[120] = '\0';
     r = REQ("GET", key);
     assert_string_equal(ident(&colon, &st, &r), a);
@@ -495,23 +499,29 @@ static void test_first_key(void **state)
 static void test_hash(void **state)
 {
     (void)state;
-    char h1[18], h2[18];
+    char h1[SL_ID_MAX + 1], h2[SL_ID_MAX + 1];
 
-    sl_identity_hash("alice", 5, h1);
-    assert_hashed(h1);
-    sl_identity_hash("alice", 5, h2);
+    sl_identity_hash(SL_ID_RESP_USER, "alice", 5, h1);
+    assert_hashed(h1, "user");
+    sl_identity_hash(SL_ID_RESP_USER, "alice", 5, h2);
     assert_string_equal(h1, h2);
-    sl_identity_hash("alicf", 5, h2);
+    sl_identity_hash(SL_ID_RESP_USER, "alicf", 5, h2);
     assert_string_not_equal(h1, h2);
-    sl_identity_hash("", 0, h2);
-    assert_hashed(h2);
+    sl_identity_hash(SL_ID_RESP_USER, "", 0, h2);
+    assert_hashed(h2, "user");
+    /* Per source: the same bytes hash apart, in the text and in the digits. */
+    sl_identity_hash(SL_ID_CLIENT_NAME, "alice", 5, h2);
+    assert_hashed(h2, "name");
+    assert_string_not_equal(h1 + 4, h2 + 4);
+    sl_identity_hash(SL_ID_KEY_PREFIX, "alice", 5, h2);
+    assert_hashed(h2, "prefix");
     /* Pinned: identities live in a store shared by instances and releases,
-     * so the hash must never change (FNV-1a 64 of the bytes, then of the
-     * length as 8 bytes little-endian, then murmur3's fmix64). */
-    sl_identity_hash("alice", 5, h1);
-    assert_string_equal(h1, "#f575a1a0c27b4fea");
-    sl_identity_hash("", 0, h1);
-    assert_string_equal(h1, "#7bd3144f29c0cc9e");
+     * so the hash must never change (SipHash-2-4 under the fixed key, of
+     * the tag, a NUL, the bytes, the length as 8 bytes little-endian). */
+    sl_identity_hash(SL_ID_RESP_USER, "alice", 5, h1);
+    assert_string_equal(h1, "user#a6105dc1a574b304");
+    sl_identity_hash(SL_ID_CLIENT_NAME, "", 0, h1);
+    assert_string_equal(h1, "name#2c12a90be207c01a");
 
     struct sl_ident_state st;
     struct sl_listener_conf user = lconf(":", 1, SL_ID_RESP_USER);
@@ -522,16 +532,18 @@ static void test_hash(void **state)
                           "tab\t", "del\x7f", "caf\xc3\xa9" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         observe(&st, REQ("AUTH", bad[i], "pw"));
-        assert_hashed(st.user);
-        char want[18];
-        sl_identity_hash(bad[i], strlen(bad[i]), want);
+        assert_hashed(st.user, "user");
+        char want[SL_ID_MAX + 1];
+        sl_identity_hash(SL_ID_RESP_USER, bad[i], strlen(bad[i]), want);
         assert_string_equal(ident(&user, &st, NULL), want);
     }
     /* Fine as they are. */
-    const char *good[] = { "alice", "svc-1", "a.b_c", "x@y", "~!$%&*()+=[]|;<>,?/`^" };
+    const char *good[] = { "alice", "svc-1", "a.b_c", "x@y", "~!$%&*()+=[]|;<>,?/`^", "#h" };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char want[SL_ID_MAX + 1];
         observe(&st, REQ("AUTH", good[i], "pw"));
-        assert_string_equal(ident(&user, &st, NULL), good[i]);
+        snprintf(want, sizeof(want), "user:%s", good[i]);
+        assert_string_equal(ident(&user, &st, NULL), want);
     }
 
     /* Binary, with a NUL inside. */
@@ -539,44 +551,164 @@ static void test_hash(void **state)
     size_t lens[] = { 4, 3, 2 };
     struct sl_resp_req r = reqv(3, argv, lens);
     sl_identity_observe(&st, &r);
-    sl_identity_hash("a\0b", 3, h1);
+    sl_identity_hash(SL_ID_RESP_USER, "a\0b", 3, h1);
     assert_string_equal(st.user, h1);
-    sl_identity_hash("a", 1, h2);
+    sl_identity_hash(SL_ID_RESP_USER, "a", 1, h2);
     assert_string_not_equal(h1, h2);
 
     /* An empty user name is still a user. */
     observe(&st, REQ("AUTH", "", "pw"));
-    assert_hashed(ident(&user, &st, NULL));
+    assert_hashed(ident(&user, &st, NULL), "user");
 
     /* Long values: 64 bytes as they are; longer ones hashed, stable, and
      * telling apart values cut to the same captured bytes. */
-    char v[300];
+    char v[300], want64[400];
     memset(v, 'u', sizeof(v));
     v[64] = '\0';
     observe(&st, REQ("AUTH", v, "pw"));
-    assert_string_equal(ident(&user, &st, NULL), v);
+    snprintf(want64, sizeof(want64), "user:%s", v);
+    assert_int_equal(strlen(want64), 69);
+    assert_string_equal(ident(&user, &st, NULL), want64);
     v[64] = 'u';
     v[100] = '\0';
     observe(&st, REQ("AUTH", v, "pw"));
     char long100[SL_ID_MAX + 1];
     strcpy(long100, ident(&user, &st, NULL));
-    assert_hashed(long100);
+    assert_hashed(long100, "user");
     observe(&st, REQ("AUTH", "x", "pw"));
     observe(&st, REQ("AUTH", v, "pw"));
     assert_string_equal(ident(&user, &st, NULL), long100);
     v[100] = 'u';
     v[101] = '\0';
     observe(&st, REQ("AUTH", v, "pw"));
-    assert_hashed(ident(&user, &st, NULL));
+    assert_hashed(ident(&user, &st, NULL), "user");
     assert_string_not_equal(ident(&user, &st, NULL), long100);
     v[101] = 'u';
     v[299] = '\0';
     observe(&st, REQ("CLIENT", "SETNAME", v));
-    assert_hashed(st.name);
+    assert_hashed(st.name, "name");
 
     /* A name holding an unsafe byte Redis accepts ('{'): hashed too. */
     observe(&st, REQ("CLIENT", "SETNAME", "{x}"));
-    assert_hashed(st.name);
+    assert_hashed(st.name, "name");
+}
+
+/* SipHash-2-4 itself: the paper's test vectors (key 00..0f, messages
+ * 00, 01, 02, ...), whose first bytes also cover the fed-in-pieces path. */
+static void test_siphash(void **state)
+{
+    (void)state;
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(sl_identity_siphash(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(sl_identity_siphash(key, msg, 1) == 0x74f839c593dc67fdull);
+    assert_true(sl_identity_siphash(key, msg, 7) == 0xab0200f58b01d137ull);
+    assert_true(sl_identity_siphash(key, msg, 8) == 0x93f5f5799a932462ull);
+    assert_true(sl_identity_siphash(key, msg, 15) == 0xa129ca6149be45e5ull);
+    assert_true(sl_identity_siphash(key, msg, 63) == 0x958a324ceb064572ull);
+}
+
+/* Issue 11: one source must never name another's identity. Each of these
+ * shared a bucket before identities carried their source. */
+static void test_no_forgery(void **state)
+{
+    (void)state;
+    struct sl_listener_conf lc = lconf(":", 3, SL_ID_RESP_USER, SL_ID_CLIENT_NAME, SL_ID_CLIENT_IP);
+    struct sl_resp_req get = REQ("GET", "k");
+    struct sl_ident_state victim, mallory;
+    char want[SL_ID_MAX + 1];
+
+    /* CLIENT SETNAME 127.0.0.1 is not the client at 127.0.0.1. */
+    state_v4(&victim, "127.0.0.1");
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("CLIENT", "SETNAME", "127.0.0.1"));
+    strcpy(want, ident(&lc, &victim, &get));
+    assert_string_equal(want, "ip:127.0.0.1");
+    assert_string_not_equal(ident(&lc, &mallory, &get), want);
+    assert_string_equal(ident(&lc, &mallory, &get), "name:127.0.0.1");
+
+    /* CLIENT SETNAME carol is not AUTH user carol (nor HELLO SETNAME). */
+    observe(&victim, REQ("AUTH", "carol", "pw"));
+    strcpy(want, ident(&lc, &victim, &get));
+    assert_string_equal(want, "user:carol");
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("CLIENT", "SETNAME", "carol"));
+    assert_string_not_equal(ident(&lc, &mallory, &get), want);
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("HELLO", "3", "SETNAME", "carol"));
+    assert_string_not_equal(ident(&lc, &mallory, &get), want);
+
+    /* A literal name that looks like a hash is not the long name that
+     * hashes to it, nor any other source's value with that hash. */
+    char longname[101];
+    memset(longname, 'n', 100);
+    longname[100] = '\0';
+    state_v4(&victim, "127.0.0.1");
+    observe(&victim, REQ("CLIENT", "SETNAME", longname));
+    strcpy(want, ident(&lc, &victim, &get));
+    assert_hashed(want, "name");
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("CLIENT", "SETNAME", want + 4)); /* "#<16 hex>" */
+    assert_string_not_equal(ident(&lc, &mallory, &get), want);
+    char lit[SL_ID_MAX + 16];
+    snprintf(lit, sizeof(lit), "name:%s", want + 4);
+    assert_string_equal(ident(&lc, &mallory, &get), lit);
+    /* ... and the whole text of the hashed form as a name: ':' is unsafe,
+     * '#' is not, so "name#..." is kept as a literal after "name:". */
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("CLIENT", "SETNAME", want));
+    snprintf(lit, sizeof(lit), "name:%s", want);
+    assert_string_equal(ident(&lc, &mallory, &get), lit);
+    /* The same long value as a user is another identity. */
+    state_v4(&mallory, "10.9.9.9");
+    observe(&mallory, REQ("AUTH", longname, "pw"));
+    assert_hashed(ident(&lc, &mallory, &get), "user");
+    assert_string_not_equal(ident(&lc, &mallory, &get) + 4, want + 4);
+
+    /* key_prefix and none: their own forms. */
+    struct sl_listener_conf kp = lconf(":", 2, SL_ID_KEY_PREFIX, SL_ID_CLIENT_IP);
+    struct sl_resp_req k = REQ("GET", "127.0.0.1:x");
+    state_v4(&mallory, "10.9.9.9");
+    assert_string_equal(ident(&kp, &mallory, &k), "prefix:127.0.0.1");
+    struct sl_resp_req all = REQ("GET", "all");
+    assert_string_equal(ident(&kp, &mallory, &all), "prefix:all");
+}
+
+/* match_identity entries as the limiter compares them. */
+static void test_canon(void **state)
+{
+    (void)state;
+    char out[SL_ID_MAX + 1], h[SL_ID_MAX + 1];
+
+    assert_int_equal(sl_identity_canon("user:carol", out), 10);
+    assert_string_equal(out, "user:carol");
+    sl_identity_canon("name:#03b69dd1582e6208", out);
+    assert_string_equal(out, "name:#03b69dd1582e6208");
+    sl_identity_canon("ip:::1", out);
+    assert_string_equal(out, "ip:::1");
+    sl_identity_canon("all", out);
+    assert_string_equal(out, "all");
+    sl_identity_canon("prefix#0123456789abcdef", out);
+    assert_string_equal(out, "prefix#0123456789abcdef");
+    /* A value identities carry hashed is compared in its hashed form. */
+    char entry[128], v[101];
+    memset(v, 'n', 100);
+    v[100] = '\0';
+    snprintf(entry, sizeof(entry), "user:%s", v);
+    sl_identity_canon(entry, out);
+    sl_identity_hash(SL_ID_RESP_USER, v, 100, h);
+    assert_string_equal(out, h);
+    sl_identity_canon("name:caf\xc3\xa9", out);
+    sl_identity_hash(SL_ID_CLIENT_NAME, "caf\xc3\xa9", 5, h);
+    assert_string_equal(out, h);
+    /* No source: no identity. */
+    assert_int_equal(sl_identity_canon("carol", out), 0);
+    assert_int_equal(sl_identity_canon("*", out), 0);
+    assert_int_equal(sl_identity_canon("users:x", out), 0);
+    assert_int_equal(sl_identity_canon("#03b69dd1582e6208", out), 0);
 }
 
 /* ---- client addresses -------------------------------------------------------------- */
@@ -590,7 +722,7 @@ static void test_client_ip(void **state)
 
     state_v4(&st, "203.0.113.9");
     assert_string_equal(st.ip, "203.0.113.9");
-    assert_string_equal(ident(&ip, &st, &get), "203.0.113.9");
+    assert_string_equal(ident(&ip, &st, &get), "ip:203.0.113.9");
 
     struct sockaddr_in6 a6;
     memset(&a6, 0, sizeof(a6));
@@ -599,7 +731,7 @@ static void test_client_ip(void **state)
     assert_int_equal(inet_pton(AF_INET6, "::1", &a6.sin6_addr), 1);
     sl_identity_init(&st, (const struct sockaddr *)&a6);
     assert_string_equal(st.ip, "::1");
-    assert_string_equal(ident(&ip, &st, &get), "::1");
+    assert_string_equal(ident(&ip, &st, &get), "ip:::1");
 
     assert_int_equal(inet_pton(AF_INET6, "2001:db8:0:0:1:0:0:1", &a6.sin6_addr), 1);
     sl_identity_init(&st, (const struct sockaddr *)&a6);
@@ -608,7 +740,7 @@ static void test_client_ip(void **state)
     assert_int_equal(inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
                                &a6.sin6_addr), 1);
     sl_identity_init(&st, (const struct sockaddr *)&a6);
-    assert_string_equal(ident(&ip, &st, &get), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+    assert_string_equal(ident(&ip, &st, &get), "ip:ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
 
     /* IPv4-mapped: the same client as over IPv4. */
     assert_int_equal(inet_pton(AF_INET6, "::ffff:10.1.2.3", &a6.sin6_addr), 1);
@@ -617,7 +749,7 @@ static void test_client_ip(void **state)
 
     sl_identity_init(&st, NULL);
     assert_string_equal(st.ip, "unknown");
-    assert_string_equal(ident(&ip, &st, &get), "unknown");
+    assert_string_equal(ident(&ip, &st, &get), "ip:unknown");
 
     struct sockaddr_un un;
     memset(&un, 0, sizeof(un));
@@ -644,6 +776,9 @@ int main(void)
         cmocka_unit_test(test_key_prefix),
         cmocka_unit_test(test_first_key),
         cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_siphash),
+        cmocka_unit_test(test_no_forgery),
+        cmocka_unit_test(test_canon),
         cmocka_unit_test(test_client_ip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

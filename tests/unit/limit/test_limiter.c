@@ -92,11 +92,11 @@ static void test_identity_limit_and_message(void **state)
     struct sl_verdict v;
     assert_false(allow(f, 1, 0, "SET k v", &v));
     assert_string_equal(v.limit, "writes");
-    assert_string_equal(v.identity, "bob");
+    assert_string_equal(v.identity, "user:bob");
     assert_int_equal(v.retry_after_us, 200000);
     char line[256];
     sl_verdict_resp(&v, line, sizeof(line));
-    assert_string_equal(line, "-THROTTLED limit 'writes' exceeded for 'bob', retry in 200 ms\r\n");
+    assert_string_equal(line, "-THROTTLED limit 'writes' exceeded for 'user:bob', retry in 200 ms\r\n");
     /* commands outside the filter are never limited */
     assert_true(allow(f, 1, 0, "GET k", NULL));
     /* one token back after 200 ms */
@@ -138,6 +138,27 @@ static void test_tier_replaces(void **state)
     assert_true(allow(f, 1, 0, "SET k v", NULL));
     assert_false(allow(f, 1, 0, "SET k v", &v));
     assert_string_equal(v.limit, "writes");
+    teardown_fix(f);
+}
+
+/* A tier names its identities with their source: an IP tier is not
+ * reached by a user of that name, nor a user tier by an address. */
+static void test_tier_by_source(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with(
+        "[limit writes]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = SET\n"
+        "[limit vip]\nlistener = r\nrate = 1/d\nburst = 50\ncommands = SET\n"
+        "match_identity = ip:unknown\nreplaces = writes\n");
+    struct sl_verdict v;
+    for (int i = 0; i < 10; i++) /* the client at "unknown": the tier */
+        assert_true(allow(f, 1, 0, "SET k v", NULL));
+    req(f, "AUTH unknown pw"); /* user "unknown" is not that address */
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_false(allow(f, 1, 0, "SET k v", &v));
+    assert_string_equal(v.limit, "writes");
+    assert_string_equal(v.identity, "user:unknown");
     teardown_fix(f);
 }
 
@@ -475,7 +496,7 @@ static void test_too_many_limits_refused(void **state)
                  "[limit a2]\nlistener = r\nrate = 1/s\nmatch_identity = carol\n");
     out = validate_text(lims, &bad);
     assert_int_equal(bad, 1);
-    assert_non_null(strstr(out, "limit 'a1': a request 'ACL' of identity 'alice' on listener 'r' "
+    assert_non_null(strstr(out, "limit 'a1': a request 'ACL' of identity 'user:alice' on listener 'r' "
                                 "would meet 17 limits"));
     free(out);
 
@@ -741,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_identity_limit_and_message),
         cmocka_unit_test(test_cost_per_command),
         cmocka_unit_test(test_tier_replaces),
+        cmocka_unit_test(test_tier_by_source),
         cmocka_unit_test(test_connection_scope),
         cmocka_unit_test(test_global_scope),
         cmocka_unit_test(test_rejected_consumes_nothing),
