@@ -1978,6 +1978,20 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 
 static void upstream_failed(struct sl_session *s, int err)
 {
+    if (err == UV_EMFILE || err == UV_ENFILE) {
+        /* Not the upstream's fault: sluice is out of descriptors. Counted
+         * and logged (at a rate) as a refused connection. */
+        sl_listener_refused_fd(s->l, err);
+        if (!s->resp) {
+            sl_session_close(s);
+            return;
+        }
+        s->state = SL_SESS_RELAY;
+        sl_tq_touch(&s->l->active, &s->tq, now_ms(s));
+        queue_local(s, (char *)sl_listener_fd_refusal, (uint32_t)strlen(sl_listener_fd_refusal),
+                    SL_SEG_CLOSE);
+        return;
+    }
     s->l->stats.upstream_failed++;
     sl_log_warn("upstream unavailable", "listener=%s upstream=%s err=%s", s->l->name,
                 s->l->conf->upstream.text, sl_strerror(err));
