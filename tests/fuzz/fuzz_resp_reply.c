@@ -285,6 +285,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sl_reply_release(&s);
     }
 
+    /* Picking an element of the first reply (EXEC's, for an AUTH queued in
+     * a transaction): whole and in pieces agree, and what is found is the
+     * type byte of some item of the input. */
+    if (size > 0) {
+        size_t end = whole.n > 0 ? whole.off[0] : size;
+        struct sl_reply_pick pw, pp;
+        uint32_t k = data[size - 1] & 7;
+        sl_reply_pick_init(&pw, k);
+        sl_reply_pick_feed(&pw, (const char *)data, end);
+        sl_reply_pick_init(&pp, k);
+        for (size_t i = 0; i < end; i += 3)
+            sl_reply_pick_feed(&pp, (const char *)data + i, end - i < 3 ? end - i : 3);
+        if (pw.found != pp.found)
+            die("pick: whole vs pieces", pw.found, pp.found);
+        if (pw.found != 0 && memchr(data, pw.found, end) == NULL)
+            die("pick: found a byte that is not in the reply", pw.found, 0);
+        sl_reply_release(&pw.sub);
+        sl_reply_release(&pp.sub);
+    }
+
     run_free(&ref);
     run_free(&whole);
     run_free(&parts);
