@@ -1504,7 +1504,8 @@ static void process(struct sl_session *s)
     uint32_t from = b->start, to = b->start;
     while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
-        sl_tq_remove(&s->hq); /* the next request's head has its own time */
+        if (s->hq.q != NULL)
+            sl_tq_remove(&s->hq); /* the next request's head has its own time */
         uint32_t span = (uint32_t)(r->size - s->req_fwd);
         s->req_fwd = 0;
         if (s->head_state != 0) {
