@@ -6,7 +6,10 @@
  * limits ("plain"), and through a listener whose store-backed limits never
  * refuse ("lim": identity from AUTH / client name / first key, a request
  * limit, a delay limit and a bytes_in limit, all far above what a stream
- * sends, lease off: every request goes through the store verdict path). The
+ * sends, lease off: every request goes through the store verdict path; and
+ * one limit that refuses the identity "deny", which no request has: "deny:x"
+ * is only ever an ECHO or PING argument, so a THROTTLED reply means a
+ * request was decided on another request's arguments). The
  * replies that come back must be the same, reply for reply, and both sides
  * must end the same way (closed, or answered up to the end marker), up to the
  * known differences listed in <known[]> below. sluice must stay alive: a
@@ -359,11 +362,11 @@ static void gen_command(struct gen *g, struct stream *s)
     case 0: case 1:
         a[n++] = lit("PING");
         if (chance(&g->rng, 50))
-            a[n++] = gval(g);
+            a[n++] = chance(&g->rng, 30) ? lit("deny:x") : gval(g);
         break;
     case 2:
         a[n++] = lit("ECHO");
-        a[n++] = gval(g);
+        a[n++] = chance(&g->rng, 40) ? lit("deny:x") : gval(g);
         break;
     case 3: case 4: case 5:
         a[n++] = lit("SET");
@@ -1157,7 +1160,12 @@ static int sluice_start(void)
              "[limit all]\nlistener = lim\nrate = 1000000/s\nburst = 1000000\n"
              "[limit writes]\nlistener = lim\ncommands = SET INCR DEL LPUSH RPUSH MSET\n"
              "rate = 1000000/s\nburst = 1000000\naction = delay\nmax_delay = 1s\n"
-             "[limit bytes]\nlistener = lim\nmetric = bytes_in\nrate = 1GiB/s\nburst = 1GiB\n",
+             "[limit bytes]\nlistener = lim\nmetric = bytes_in\nrate = 1GiB/s\nburst = 1GiB\n"
+             /* the one limit that refuses: identity "deny", which no request
+              * of a stream has (no key, name or user is "deny"; "deny:x" is
+              * only ever an ECHO or PING argument). A THROTTLED reply means
+              * a request was charged to another request's arguments. */
+             "[limit deny]\nlistener = lim\nmatch_identity = deny\nrate = 1/d\nburst = 1\n",
              W.store.port, W.plain, W.up.port, W.lim, W.up.port);
     snprintf(W.conf, sizeof(W.conf), "/tmp/sluice-diff-%d.ini", (int)getpid());
     snprintf(W.log, sizeof(W.log), "/tmp/sluice-diff-%d.log", (int)getpid());
@@ -1370,6 +1378,14 @@ static void check_stream(const struct stream *s, struct verdict *v)
         }
         buf_free(&why);
         buf_free(&sig);
+    }
+    /* a late verdict can still hit a closed session: wait until the
+     * upstream saw the last connection go, and look again, so a death is
+     * blamed on this stream and not the next one */
+    if (!v->fail && (upstream_reset() < 0 || !sluice_alive())) {
+        v->fail = W.sl_pid > 0 ? 3 : 2;
+        buf_fmt(&v->why, "sluice died after the runs");
+        buf_fmt(&v->sig, "after: sluice died: %s", g_death.p ? g_death.p : "");
     }
 out:
     out_free(&d);
