@@ -44,7 +44,7 @@ FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all test run bench check fuzz deps deps-bench install clean \
+.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench install clean \
         unit integration test-build test-redis-suite
 
 all: $(BUILD)/sluice
@@ -130,6 +130,23 @@ fuzz: deps
 	        > $(BUILD)/fuzz-$$n.log 2>&1; then tail -n 6 $(BUILD)/fuzz-$$n.log; \
 	    else tail -n 40 $(BUILD)/fuzz-$$n.log; echo "!! $$n failed (log: $(BUILD)/fuzz-$$n.log)"; failed=1; fi; \
 	done; exit $$failed
+
+# The differential RESP fuzzer (tests/fuzz/diff_resp.c): every stream to Redis
+# directly and through sluice, replies compared. `make fuzz-diff` runs it for
+# FUZZ_SECONDS against the ASan + UBSan build of sluice (DIFF_ARGS adds options,
+# e.g. DIFF_ARGS='--seed 7 --keep-going'); a short seeded run of it is part of
+# `make test` (tests/integration/test_diff_resp.c).
+DIFF_BIN := $(BUILD)/tests/fuzz/diff_resp
+$(DIFF_BIN): tests/fuzz/diff_resp.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS)
+$(BUILD)/tests/integration/test_diff_resp: tests/fuzz/diff_resp.c
+
+fuzz-diff: deps
+	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
+	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' build/san/sluice
+	@$(MAKE) --no-print-directory $(DIFF_BIN)
+	SLUICE_BIN=build/san/sluice $(DIFF_BIN) --seconds $(FUZZ_SECONDS) --out $(BUILD)/diff-resp $(DIFF_ARGS)
 
 # ---- run, bench, install ------------------------------------------------
 
