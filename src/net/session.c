@@ -1197,9 +1197,12 @@ static void protocol_error(struct sl_session *s, const char *msg)
     s->l->stats.protocol_errors++;
     sl_log_debug("protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     set_pause(s, 0, SL_PAUSE_DONE, 1);
-    if (s->reply_mode == SL_REPLY_OFF) {
+    if (s->reply_mode != SL_REPLY_ON) {
+        /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
+         * Redis says nothing either. It then keeps the connection open but
+         * reads no more of it; sluice closes it. */
         static char none[] = "";
-        queue_local(s, none, 0, SL_SEG_CLOSE); /* as Redis: no word, just the close */
+        queue_local(s, none, 0, SL_SEG_CLOSE);
         return;
     }
     size_t n = strlen(msg);

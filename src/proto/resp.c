@@ -50,7 +50,6 @@ enum {
 enum {
     LINE_MORE = -1, /* no CRLF yet, still short enough */
     LINE_LONG = -2, /* no CR within SL_RESP_MAX_LINE bytes */
-    LINE_BAD  = -3, /* a CR not followed by LF */
 };
 
 /* Redis's isspace() set: what separates inline words. */
@@ -126,15 +125,17 @@ static long len_line(const char *p, size_t avail)
 {
     size_t n = avail < SL_RESP_MAX_LINE ? avail : SL_RESP_MAX_LINE;
     const char *cr = memchr(p, '\r', n);
+    /* Redis finds the CR with strchr(): a NUL before it hides it, and Redis
+     * waits for a CR until the line is too long. */
+    if (cr != NULL && memchr(p, '\0', (size_t)(cr - p)) != NULL)
+        cr = NULL;
     if (cr == NULL)
         return avail >= SL_RESP_MAX_LINE ? LINE_LONG : LINE_MORE;
     size_t i = (size_t)(cr - p);
     if (i + 1 >= avail)
         return LINE_MORE;
-    /* Redis skips whatever byte follows the CR; hiredis wants LF. A stray CR
-     * would make the two disagree on where the request ends: refuse it. */
-    if (cr[1] != '\n')
-        return LINE_BAD;
+    /* Redis skips whatever byte follows the CR (it never checks for the
+     * LF): so does the framer, so both end the line at the same byte. */
     return (long)i;
 }
 
@@ -176,7 +177,7 @@ static int read_len(struct sl_resp *st, const char *p, size_t avail, long long *
         return 0;
     if (line == LINE_LONG)
         return fail(st, too_big);
-    if (line == LINE_BAD || !parse_ll(p, (size_t)line, n))
+    if (!parse_ll(p, (size_t)line, n))
         return fail(st, invalid);
     *dl = (size_t)line;
     return 1;

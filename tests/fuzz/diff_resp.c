@@ -105,8 +105,9 @@ static const struct known known[] = {
     { "CLIENT REPLY OFF (or SKIP) and then a protocol error",
       "normalised: Redis 7.0 leaves the connection open (no reply, input no longer read), "
       "sluice closes it; forgiven when the stream holds REPLY OFF/SKIP",
-      "README Reference \"CLIENT REPLY OFF and a protocol error\": \"as Redis, the connection "
-      "is closed without a word\" (Redis does not close it: the README line is inexact)" },
+      "docs/behaviour.md \"CLIENT REPLY OFF (or SKIP with its skip still to come) and a protocol "
+      "error\": no word is said; Redis keeps the connection open but reads no more, sluice "
+      "closes it" },
     { "connection reset instead of FIN after a protocol error", "normalised: both are a close",
       "README Reference \"Closing\": sluice half-closes and lingers; Redis closes at once (a "
       "reset when unread input remains)" },
