@@ -502,7 +502,15 @@ int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out)
             if (avail == 0)
                 return 0;
             if (p[0] != '$') {
-                fail_type(st, p[0]);
+                /* Redis names a wrong type byte only once its line is
+                 * whole (a CR, not hidden by a NUL, and a byte after it). */
+                long line = len_line(p, avail);
+                if (line == LINE_MORE)
+                    return 0;
+                if (line == LINE_LONG)
+                    fail(st, "Protocol error: too big bulk count string");
+                else
+                    fail_type(st, p[0]);
                 return SL_EPROTO;
             }
             rc = read_len(st, p + 1, avail - 1, &n, &dl, "Protocol error: too big bulk count string",

@@ -520,17 +520,29 @@ static void test_errors_type(void **state)
 {
     (void)state;
     expect_error(S("*1\r\n+OK\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got '+'");
-    expect_error(S("*1\r\n+"), MAX_REQ, 0, "Protocol error: expected '$', got '+'");
+    expect_error(S("*1\r\n+\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got '+'");
     expect_error(S("*1\r\n-ERR x\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got '-'");
     expect_error(S("*1\r\n:1\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got ':'");
     expect_error(S("*2\r\n*1\r\n$1\r\na\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got '*'");
     expect_error(S("*2\r\n$3\r\nGET\r\n*1\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got '*'");
-    expect_error(S("*2\r\n$3\r\nGET\r\nx"), MAX_REQ, 0, "Protocol error: expected '$', got 'x'");
-    expect_error(S("PING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n%"), MAX_REQ, 1,
+    expect_error(S("*2\r\n$3\r\nGET\r\nx\ry"), MAX_REQ, 0, "Protocol error: expected '$', got 'x'");
+    expect_error(S("PING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n%\r\n"), MAX_REQ, 1,
                  "Protocol error: expected '$', got '%'");
     /* CR and LF would break the -ERR line: a blank, as Redis does. */
     expect_error(S("*1\r\n\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got ' '");
-    expect_error(S("*1\r\n\n"), MAX_REQ, 0, "Protocol error: expected '$', got ' '");
+    expect_error(S("*1\r\n\n\r\n"), MAX_REQ, 0, "Protocol error: expected '$', got ' '");
+    /* Like Redis, a wrong type byte is named once its line is whole: until
+     * then (a NUL hides the CR) the framer waits. */
+    {
+        struct sl_resp st;
+        struct sl_resp_req *q;
+        assert_int_equal(sl_resp_init(&st, MAX_REQ), 0);
+        assert_int_equal(sl_resp_feed(&st, S("*2\r\n$3\r\nGET\r\n+\0\r\n")), 0);
+        assert_int_equal(sl_resp_next(&st, &q), 0);
+        assert_int_equal(sl_resp_feed(&st, S("x")), 0);
+        assert_int_equal(sl_resp_next(&st, &q), 0);
+        sl_resp_free(&st);
+    }
 }
 
 static void test_errors_bulk_length(void **state)
