@@ -20,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "admin/admin.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -35,49 +34,12 @@
 
 #include <uv.h>
 
-/* Bounds of the delay histograms (struct sl_delay_hist), in us. */
-static const uint64_t delay_bounds_us[DELAY_BUCKETS] = {
-    1000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
-};
-
-static void hist_add(struct sl_delay_hist *h, uint64_t us)
-{
-    int i = 0;
-    while (i < DELAY_BUCKETS && us > delay_bounds_us[i])
-        i++;
-    h->le[i]++;
-    h->sum_us += us;
-    if (us > h->max_us)
-        h->max_us = us;
-}
-
 /* Pending store decisions are pooled: strict mode makes one per request. */
 static struct sl_pool req_pool = SL_POOL_INIT(sizeof(struct sl_limiter_req), 256);
 
 void sl_limiter_pool_drain(void)
 {
     sl_pool_drain(&req_pool);
-}
-
-/* Work a limit could not count: allowed without being counted, because
- * memory ran out (a bucket, a connection's record) or because it met more
- * limits than a decision holds (sl_limiter_validate() refuses files where
- * that can happen). Counted per process, for /metrics, and logged at most
- * once a second per reason. */
-enum { UNCOUNTED_NO_MEMORY, UNCOUNTED_TOO_MANY, UNCOUNTED_REASONS };
-static const char *const uncounted_names[UNCOUNTED_REASONS] = { "no_memory", "too_many_limits" };
-static uint64_t uncounted_n[UNCOUNTED_REASONS];
-static uint64_t uncounted_logged_ns[UNCOUNTED_REASONS];
-
-static void uncounted(int why, const char *what)
-{
-    uncounted_n[why]++;
-    uint64_t now = uv_hrtime();
-    if (uncounted_logged_ns[why] != 0 && now - uncounted_logged_ns[why] < 1000000000u)
-        return;
-    uncounted_logged_ns[why] = now;
-    sl_log_warn("limits: allowed without counting", "what=%s reason=%s total=%" PRIu64, what,
-                uncounted_names[why], uncounted_n[why]);
 }
 
 /* ---- building --------------------------------------------------------------- */
@@ -849,24 +811,6 @@ static int exempt(const struct sl_resp_req *r)
     return 0;
 }
 
-static void top_count(struct limit *L, const char *id)
-{
-    int min = 0;
-    for (int i = 0; i < TOP_K; i++) {
-        if (L->top[i].n > 0 && strcmp(L->top[i].id, id) == 0) {
-            L->top[i].n++;
-            return;
-        }
-        if (L->top[i].n < L->top[min].n)
-            min = i;
-    }
-    size_t n = strnlen(id, SL_ID_MAX);
-    memcpy(L->top[min].id, id, n);
-    L->top[min].id[n] = '\0';
-    L->top[min].err = L->top[min].n; /* inherited: not this identity's own */
-    L->top[min].n++;
-}
-
 /* ---- deciding ----------------------------------------------------------------- */
 
 static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, char *out, size_t cap)
@@ -900,7 +844,7 @@ static void shadow_denied(struct limit *L, uint64_t retry_us)
 {
     L->shadow_hits++;
     if (retry_us != UINT64_MAX)
-        hist_add(&L->delay, retry_us);
+        sl_lim_hist_add(&L->delay, retry_us);
 }
 
 /* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the
@@ -911,7 +855,7 @@ static void allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_u
     if (L->action != SL_ACTION_DELAY || wait_us == 0 || wait_us == UINT64_MAX)
         return;
     L->delayed++;
-    hist_add(&L->delay, wait_us);
+    sl_lim_hist_add(&L->delay, wait_us);
     if (wait_us > v->delay_us)
         v->delay_us = wait_us;
 }
@@ -931,7 +875,7 @@ static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
     struct bucket *b = bucket_get(L, key, len, q->now_us / 1000);
     if (b == NULL) {
         if (commit)
-            uncounted(UNCOUNTED_NO_MEMORY, "request");
+            sl_lim_uncounted(UNCOUNTED_NO_MEMORY, "request");
         res->allowed = 1; /* out of memory: do not punish the client */
         return 1;
     }
@@ -1609,7 +1553,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         if (!keep[c])
             continue;
         if (q->n == MAX_REQ_LIMITS) { /* sl_limiter_validate() refuses such files */
-            uncounted(UNCOUNTED_TOO_MANY, "request");
+            sl_lim_uncounted(UNCOUNTED_TOO_MANY, "request");
             break;
         }
         const struct limit *L = &lim->limits[cand[c]];
@@ -1619,7 +1563,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         q->remote[k] = lim->store != NULL && L->scope != SL_SCOPE_CONNECTION;
         nremote += q->remote[k];
         if (L->scope == SL_SCOPE_IDENTITY && metric == SL_METRIC_REQUESTS)
-            top_count(&lim->limits[cand[c]], q->identity);
+            sl_lim_top_count(&lim->limits[cand[c]], q->identity);
     }
     if (q->n == 0)
         return 0;
@@ -1697,117 +1641,6 @@ size_t sl_verdict_resp(const struct sl_verdict *v, char *out, size_t cap)
     if (n < 0)
         return 0;
     return (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
-void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
-{
-    static const char *const outcomes[] = { "allowed", "rejected", "shadow_rejected" };
-    sl_metrics_family(m, "sluice_limit_decisions_total", "counter",
-                      "Decisions per limit and outcome (shadow_rejected: a shadow limit would have rejected).");
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        uint64_t vals[3] = { L->allowed, L->rejected, L->shadow_hits };
-        for (int o = 0; o < 3; o++) {
-            const char *labels[] = { "limit", L->name, "outcome", outcomes[o], NULL };
-            sl_metrics_u64(m, "sluice_limit_decisions_total", labels, vals[o]);
-        }
-    }
-    sl_metrics_family(m, "sluice_limit_delayed_total", "counter",
-                      "Decisions of action = delay limits that made the work wait (requests, byte "
-                      "chunks, queued connections).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_delayed_total", labels, lim->limits[i].delayed);
-    }
-    sl_metrics_family(m, "sluice_limit_delay_seconds", "histogram",
-                      "How long delay limits held work back; for shadow limits, how long they "
-                      "would have.");
-    double bounds[DELAY_BUCKETS];
-    for (int b = 0; b < DELAY_BUCKETS; b++)
-        bounds[b] = (double)delay_bounds_us[b] / 1e6;
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        const char *labels[] = { "limit", L->name, NULL };
-        sl_metrics_histogram(m, "sluice_limit_delay_seconds", labels, bounds, L->delay.le,
-                             DELAY_BUCKETS, (double)L->delay.sum_us / 1e6);
-    }
-    sl_metrics_family(m, "sluice_limit_fallback_decisions_total", "counter",
-                      "Decisions made without the quota store (on_failure).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_fallback_decisions_total", labels, lim->limits[i].fallback);
-    }
-    sl_metrics_family(m, "sluice_limit_local_buckets", "gauge",
-                      "In-process buckets held per limit.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].buckets.n);
-    }
-    sl_metrics_family(m, "sluice_limit_evictions_total", "counter",
-                      "Per-identity state dropped to stay within [store] max_identities (least "
-                      "recently used, full buckets first).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_evictions_total", labels,
-                       lim->limits[i].buckets.evicted + lim->limits[i].entries.evicted);
-    }
-    sl_metrics_family(m, "sluice_limit_uncounted_total", "counter",
-                      "Requests, byte takes and connections allowed without being counted by "
-                      "every limit they meet (reason: no_memory, too_many_limits).");
-    for (int w = 0; w < UNCOUNTED_REASONS; w++) {
-        const char *labels[] = { "reason", uncounted_names[w], NULL };
-        sl_metrics_u64(m, "sluice_limit_uncounted_total", labels, uncounted_n[w]);
-    }
-    sl_metrics_family(m, "sluice_limit_leased_decisions_total", "counter",
-                      "Decisions made from this instance's lease ([store] lease), without a store call.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].leased);
-    }
-    sl_metrics_family(m, "sluice_limit_held_refusals_total", "counter",
-                      "Rejections answered from a refusal of the store remembered until its retry "
-                      "time, without a store call.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].held);
-    }
-}
-
-void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
-{
-    fputc('[', out);
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        fprintf(out,
-                "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
-                ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
-                ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
-                ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",\"busiest\":[",
-                i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
-                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
-                L->buckets.n, L->buckets.evicted + L->entries.evicted);
-        /* Largest sure count first: "requests" is what the identity made
-         * for certain (n - err), "error" how many more it may have made
-         * (see struct top). Identities are printable and quote-free (hashed
-         * otherwise by the identity module). */
-        int done[TOP_K] = { 0 };
-        for (int k = 0, first = 1; k < TOP_K; k++) {
-            int best = -1;
-            for (int j = 0; j < TOP_K; j++)
-                if (!done[j] && L->top[j].n > 0 &&
-                    (best < 0 || L->top[j].n - L->top[j].err > L->top[best].n - L->top[best].err))
-                    best = j;
-            if (best < 0)
-                break;
-            done[best] = 1;
-            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 ",\"error\":%" PRIu64 "}",
-                    first ? "" : ",", L->top[best].id, L->top[best].n - L->top[best].err,
-                    L->top[best].err);
-            first = 0;
-        }
-        fputs("]}", out);
-    }
-    fputc(']', out);
 }
 
 /* ---- connection leases ------------------------------------------------------ */
@@ -1891,7 +1724,7 @@ struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_c
         return NULL;
     struct sl_lease *ls = calloc(1, sizeof(*ls));
     if (ls == NULL) {
-        uncounted(UNCOUNTED_NO_MEMORY, "connection"); /* let it in, but say so */
+        sl_lim_uncounted(UNCOUNTED_NO_MEMORY, "connection"); /* let it in, but say so */
         return NULL;
     }
     sl_identity_of(lc, ident, NULL, ls->identity);
@@ -1909,7 +1742,7 @@ struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_c
         if (!keep[c])
             continue;
         if (ls->n == MAX_CONN_LIMITS) { /* sl_limiter_validate() refuses such files */
-            uncounted(UNCOUNTED_TOO_MANY, "connection");
+            sl_lim_uncounted(UNCOUNTED_TOO_MANY, "connection");
             break;
         }
         ls->idx[ls->n++] = cand[c];
@@ -1962,7 +1795,7 @@ static void lease_verdict_done(struct sl_lease *ls, struct sl_verdict *v, uint64
             L->allowed++;
             if (L->action == SL_ACTION_DELAY && ls->waited && now_us > ls->asked_us) {
                 L->delayed++;
-                hist_add(&L->delay, now_us - ls->asked_us);
+                sl_lim_hist_add(&L->delay, now_us - ls->asked_us);
             }
         } else if (strcmp(v->limit, L->name) == 0 && L->action == SL_ACTION_REJECT) {
             L->rejected++;
@@ -2005,7 +1838,7 @@ static void lease_local(struct sl_lease *ls, uint64_t share, int fallback, uint6
         struct bucket *b = lease_bucket(ls, k, now_us);
         if (b == NULL) {
             if (ok)
-                uncounted(UNCOUNTED_NO_MEMORY, "connection");
+                sl_lim_uncounted(UNCOUNTED_NO_MEMORY, "connection");
             continue;
         }
         uint64_t max = L->max / share ? L->max / share : 1;
