@@ -8,6 +8,7 @@
 #define SL_LIMIT_LIMITER_I_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "identity/identity-t.h"
 #include "limit/algo.h"
@@ -147,5 +148,37 @@ void sl_lim_hist_add(struct sl_delay_hist *h, uint64_t us);
 
 /* Counts one request of identity <id> in <L>'s busiest identities. */
 void sl_lim_top_count(struct limit *L, const char *id);
+
+/* ---- match.c ---- */
+
+/* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted),
+ * CONTAINER|SUB names and @categories (bits). 0, or -1 when out of memory. */
+int sl_lim_copy_commands(struct limit *L, const struct sl_limit_conf *c);
+
+/* Replaces the <n> match_identity entries <m> in place by the identities
+ * they stand for (hashed as identities are); NULL where memory ran out. */
+void sl_lim_canon_matches(char **m, int n);
+
+/* Whether <L>'s `commands` take request <r> (NULL: a byte take), whose
+ * categories are <cats>. */
+int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats);
+
+/* What request <r> (NULL: none) costs limit <L>. */
+uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_resp_req *r);
+
+/* Whether <L>'s match_identity takes identity <id> (none: everyone). */
+int sl_lim_identity_matches(const struct limit *L, const char *id);
+
+/* Whether request <r> is one that is never limited (MULTI, EXEC, ...). */
+int sl_lim_exempt(const struct sl_resp_req *r);
+
+/* Whether limit <L> counts <metric> on listener <lc>. */
+int sl_lim_applies(const struct limit *L, const struct sl_listener_conf *lc, int metric);
+
+/* Checks listener <l> for <metric>: writes "FILE:LINE: message" to <errf>
+ * and returns 1 when one request (byte take, connection) can meet more
+ * limits than a decision holds; else 0. */
+int sl_lim_check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
+                               enum sl_metric metric, FILE *errf);
 
 #endif
