@@ -14,6 +14,7 @@
 #include "limit/algo.h"
 #include "limit/idtable.h"
 #include "limit/limiter.h"
+#include "store/store.h"
 
 #define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
 #define MAX_CONN_LIMITS 8 /* connection limits one connection can meet: checked at load */
@@ -180,5 +181,36 @@ int sl_lim_applies(const struct limit *L, const struct sl_listener_conf *lc, int
  * limits than a decision holds; else 0. */
 int sl_lim_check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
                                enum sl_metric metric, FILE *errf);
+
+/* Room for a store key: <key_prefix>{<limit>:<identity>}. */
+#define KEY_MAX (64 + SL_ID_MAX + 80)
+
+/* ---- limiter.c ---- */
+
+/* Fills <v> with limit <L>'s denial <res> for <identity>, unless <v>
+ * already holds a stricter one (the longest wait wins). */
+void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
+                 const struct sl_algo_result *res);
+
+/* The store key of limit <L> for <id> ("*" for global scope), written in
+ * <buf> of <cap> bytes; the result points into <buf>. */
+struct sl_str sl_lim_store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
+                               char *buf, size_t cap);
+
+/* ---- in-process buckets ---- */
+
+/* Finds or makes the bucket <key> (<len> bytes) of <L> (an entry when
+ * <key> starts with '\0'), touched at <now_ms>; a full table evicts one
+ * first. NULL when out of memory. Owned by <L>'s table. */
+struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms);
+
+/* Removes bucket <b> from <L>'s table and frees it. */
+void sl_lim_bucket_drop(struct limit *L, struct bucket *b);
+
+/* ---- conns.c ---- */
+
+/* Renews every store place this process holds, in one call, when a third
+ * of [store] connection_lease has passed since the last renewal. */
+void sl_lim_conns_renew(struct sl_limiter *lim, uint64_t now_us);
 
 #endif
