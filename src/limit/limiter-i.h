@@ -1,9 +1,16 @@
 /* sluice — what the files of the limiter share (private to src/limit/).
  *
- * The limiter is one object cut along its concepts; the files that make it
- * include this header, and nothing outside src/limit/ may. Shared internal
- * functions carry the prefix sl_lim_ and are declared here with their
- * contracts. */
+ * The limiter is one object cut along its concepts:
+ *
+ *   limiter.c   building, deciding a request, the store round trip, token leases
+ *   match.c     which limits a request meets; the limit-count check at load
+ *   buckets.c   in-process buckets and their bounded tables
+ *   conns.c     connection places and the login queue (sl_lease_*)
+ *   stats.c     counters, delay histograms, busiest identities, reports
+ *
+ * They include this header, and nothing outside src/limit/ may. Shared
+ * internal functions carry the prefix sl_lim_ and are declared here with
+ * their contracts, grouped by the file that defines them. */
 #ifndef SL_LIMIT_LIMITER_I_H
 #define SL_LIMIT_LIMITER_I_H
 
@@ -19,6 +26,7 @@
 #define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
 #define MAX_CONN_LIMITS 8 /* connection limits one connection can meet: checked at load */
 #define TOP_K          10 /* busiest identities kept per limit, for /stats */
+#define KEY_MAX (64 + SL_ID_MAX + 80) /* a store key: <key_prefix>{<limit>:<identity>} */
 
 /* A "space saving" counter: the K identities seen most, approximately.
  * A newcomer replaces the least counted entry and inherits its count as
@@ -182,9 +190,6 @@ int sl_lim_applies(const struct limit *L, const struct sl_listener_conf *lc, int
 int sl_lim_check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
                                enum sl_metric metric, FILE *errf);
 
-/* Room for a store key: <key_prefix>{<limit>:<identity>}. */
-#define KEY_MAX (64 + SL_ID_MAX + 80)
-
 /* ---- limiter.c ---- */
 
 /* Fills <v> with limit <L>'s denial <res> for <identity>, unless <v>
@@ -197,7 +202,7 @@ void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identi
 struct sl_str sl_lim_store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
                                char *buf, size_t cap);
 
-/* ---- in-process buckets ---- */
+/* ---- buckets.c ---- */
 
 /* Finds or makes the bucket <key> (<len> bytes) of <L> (an entry when
  * <key> starts with '\0'), touched at <now_ms>; a full table evicts one
@@ -206,6 +211,13 @@ struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, u
 
 /* Removes bucket <b> from <L>'s table and frees it. */
 void sl_lim_bucket_drop(struct limit *L, struct bucket *b);
+
+/* Frees table <t> and every bucket in it. */
+void sl_lim_table_free(struct sl_idt *t);
+
+/* The most one take of <p> can be: what a full bucket or an empty window
+ * allows. */
+uint64_t sl_lim_capacity_of(const struct sl_algo_params *p);
 
 /* ---- conns.c ---- */
 

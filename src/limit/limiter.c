@@ -14,7 +14,17 @@
  * max_identities entries, least recently used first (limit/idtable.h).
  * When the store cannot answer, on_failure decides: open (allow), closed
  * (reject), or local (the same algorithms in process at the limit divided
- * by the live instances, starting from what the store last said). */
+ * by the live instances, starting from what the store last said).
+ *
+ * This file is the core: building the limiter, deciding a request or a
+ * byte take, the store round trip and leases of tokens. The rest of the
+ * limiter, one concept a file, shares limit/limiter-i.h:
+ *
+ *   match.c     which limits a request meets (listener, commands, costs,
+ *               match_identity); the per-listener limit-count check at load
+ *   buckets.c   in-process buckets and their bounded tables
+ *   conns.c     connection places and the login queue (sl_lease_*)
+ *   stats.c     counters, delay histograms, busiest identities, reports */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,33 +245,12 @@ fail:
     return NULL;
 }
 
-static void bucket_free(struct bucket *b)
-{
-    sl_algo_state_free(&b->st);
-    free(b);
-}
-
-static void table_free(struct sl_idt *t)
-{
-    if (t->tab != NULL) {
-        for (uint32_t j = 0; j <= t->mask; j++) {
-            struct sl_idt_node *n = t->tab[j];
-            while (n) {
-                struct sl_idt_node *nx = n->next;
-                bucket_free((struct bucket *)n);
-                n = nx;
-            }
-        }
-    }
-    sl_idt_free(t);
-}
-
 static void limiter_free(struct sl_limiter *lim)
 {
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
-        table_free(&L->buckets);
-        table_free(&L->entries);
+        sl_lim_table_free(&L->buckets);
+        sl_lim_table_free(&L->entries);
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
@@ -313,113 +302,6 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
         }
     }
     return bad;
-}
-
-/* ---- in-process buckets ----------------------------------------------------- */
-
-/* What a bucket or entry of <L> is worth keeping at <now_us>, for the
- * eviction that keeps a table within [store] max_identities. */
-struct judging {
-    const struct limit *L;
-    uint64_t            now_us;
-};
-
-/* The most a take can be: a full bucket or an empty window allows it. */
-static uint64_t capacity_of(const struct sl_algo_params *p)
-{
-    return p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA ? p->burst : p->amount;
-}
-
-/* An in-process bucket: a connection count is in use while held; a bucket
- * that is full again (idle past the TTL, or a peek of all it can hold
- * would pass) is the same as a new one. */
-static enum sl_idt_judgement judge_bucket(struct sl_idt_node *n, void *arg)
-{
-    const struct judging *j = arg;
-    struct bucket *b = (struct bucket *)n;
-    if (j->L->metric == SL_METRIC_CONNECTIONS)
-        return b->st.a > 0 ? SL_IDT_PINNED : SL_IDT_FRESH;
-    if (!b->st.init || n->lru.at + j->L->ttl_ms <= j->now_us / 1000)
-        return SL_IDT_FRESH;
-    struct sl_algo_params p = j->L->p;
-    p.max_wait_us = 0; /* a peek, never a reservation */
-    struct sl_algo_result res;
-    if (sl_algo_take(&b->st, &p, j->now_us, capacity_of(&p), 0, &res) == 0 && res.allowed)
-        return SL_IDT_FRESH;
-    return SL_IDT_KEEP;
-}
-
-/* An entry: in use while a store call answers for it or requests wait for
- * one; the same as a new one when it holds no lease tokens, no refusal
- * and no lean period, and the store's last word is full or stale. An
- * entry evicted with lease tokens loses them to this instance (the store
- * counted them: the identity is admitted less, never more). */
-static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
-{
-    const struct judging *j = arg;
-    struct bucket *e = (struct bucket *)n;
-    if (e->asking || e->waiters != NULL)
-        return SL_IDT_PINNED;
-    if (e->lease > 0 || e->deny_until > j->now_us || e->lean_until > j->now_us)
-        return SL_IDT_KEEP;
-    if (e->told_at != 0 && e->told_left < capacity_of(&j->L->p) &&
-        e->told_at + j->L->ttl_ms * 1000 > j->now_us)
-        return SL_IDT_KEEP;
-    return SL_IDT_FRESH;
-}
-
-/* Finds or makes the bucket <key> of <L> (an entry when <key> starts with
- * '\0'), touching it at <now_ms>. A table at its cap first evicts one. */
-struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
-{
-    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->entries : &L->buckets;
-    struct sl_idt_node *n = sl_idt_find(t, key, len, now_ms);
-    if (n != NULL)
-        return (struct bucket *)n;
-    if (sl_idt_full(t)) {
-        struct judging j = { L, now_ms * 1000 };
-        struct sl_idt_node *v = sl_idt_victim(t, t == &L->entries ? judge_entry : judge_bucket, &j);
-        if (v != NULL) {
-            sl_idt_remove(t, v);
-            t->evicted++;
-            bucket_free((struct bucket *)v);
-        }
-    }
-    struct bucket *b = calloc(1, sizeof(*b) + len + 1);
-    if (b == NULL)
-        return NULL;
-    memcpy(b->key, key, len);
-    b->node.key = b->key;
-    b->node.len = (uint16_t)len;
-    sl_idt_insert(t, &b->node, now_ms);
-    return b;
-}
-
-void sl_lim_bucket_drop(struct limit *L, struct bucket *b)
-{
-    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->entries : &L->buckets;
-    sl_idt_remove(t, &b->node);
-    bucket_free(b);
-}
-
-void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
-{
-    sl_lim_conns_renew(lim, now_us);
-    uint64_t now_ms = now_us / 1000;
-    for (int i = 0; i < lim->n; i++) {
-        struct limit *L = &lim->limits[i];
-        struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
-        for (int t = 0; t < 2; t++) {
-            struct sl_idt_node *n;
-            while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {
-                struct bucket *b = (struct bucket *)n;
-                if (b->asking || b->waiters != NULL)
-                    sl_idt_touch(tabs[t], n, now_ms); /* a lease entry in use */
-                else
-                    sl_lim_bucket_drop(L, b);
-            }
-        }
-    }
 }
 
 /* ---- deciding ----------------------------------------------------------------- */
@@ -625,7 +507,7 @@ static void start_from_store(struct limit *L, struct bucket *b, const char *iden
     if (e == NULL || e->told_at == 0 || e->told_at <= b->synced_at)
         return;
     b->synced_at = e->told_at;
-    uint64_t cap = capacity_of(p), full = capacity_of(&L->p);
+    uint64_t cap = sl_lim_capacity_of(p), full = sl_lim_capacity_of(&L->p);
     unsigned __int128 left = (unsigned __int128)(e->told_left + e->lease) * cap / full;
     sl_algo_state_free(&b->st);
     memset(&b->st, 0, sizeof(b->st));
