@@ -442,7 +442,7 @@ void sl_lim_conns_renew(struct sl_limiter *lim, uint64_t now_us)
     for (struct sl_lease *ls = held_leases; ls; ls = ls->next) {
         for (int j = 0; j < ls->n; j++, k++) {
             keys[k] = sl_lim_store_key(ls->lim, &ls->lim->limits[ls->idx[j]], ls->identity,
-                                kb + (size_t)k * KEY_MAX, KEY_MAX);
+                                       kb + (size_t)k * KEY_MAX, KEY_MAX);
             args[na++] = (struct sl_str){ "1", 1 };
             args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
         }
