@@ -14,13 +14,21 @@
  * max_identities entries, least recently used first (limit/idtable.h).
  * When the store cannot answer, on_failure decides: open (allow), closed
  * (reject), or local (the same algorithms in process at the limit divided
- * by the live instances, starting from what the store last said). */
+ * by the live instances, starting from what the store last said).
+ *
+ * This file is the core: building the limiter, deciding a request or a
+ * byte take, the store round trip and leases of tokens. The rest of the
+ * limiter, one concept a file, shares limit/limiter-i.h:
+ *
+ *   match.c     which limits a request meets (listener, commands, costs,
+ *               match_identity); the per-listener limit-count check at load
+ *   buckets.c   in-process buckets and their bounded tables
+ *   conns.c     connection places and the login queue (sl_lease_*)
+ *   stats.c     counters, delay histograms, busiest identities, reports */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include "admin/admin.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/pool.h"
@@ -28,141 +36,12 @@
 #include "identity/identity.h"
 #include "limit/algo.h"
 #include "limit/idtable.h"
+#include "limit/limiter-i.h"
 #include "limit/limiter.h"
 #include "proto/resp_acl.h"
 #include "store/store.h"
 
 #include <uv.h>
-
-#define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
-#define MAX_CONN_LIMITS 8 /* connection limits one connection can meet: checked at load */
-#define TOP_K          10 /* busiest identities kept per limit, for /stats */
-
-/* A "space saving" counter: the K identities seen most, approximately.
- * A newcomer replaces the least counted entry and inherits its count as
- * its error: the identity made at least n - err and at most n of the
- * requests counted, so a spray of new identities can raise what an entry
- * might be, never what it is reported to be for sure (/stats reports
- * n - err and err). */
-struct top {
-    char     id[SL_ID_MAX + 1];
-    uint64_t n;    /* requests counted since it entered, plus <err> */
-    uint64_t err;  /* the count it inherited: at most this many are not its own */
-};
-
-/* How long requests or bytes waited (or, for a shadow limit, would have),
- * for the metrics' histograms. */
-#define DELAY_BUCKETS 12
-static const uint64_t delay_bounds_us[DELAY_BUCKETS] = {
-    1000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
-};
-struct sl_delay_hist {
-    uint64_t le[DELAY_BUCKETS + 1]; /* per bucket, the last is +Inf */
-    uint64_t sum_us;
-    uint64_t max_us;                /* the longest, for /stats */
-};
-
-static void hist_add(struct sl_delay_hist *h, uint64_t us)
-{
-    int i = 0;
-    while (i < DELAY_BUCKETS && us > delay_bounds_us[i])
-        i++;
-    h->le[i]++;
-    h->sum_us += us;
-    if (us > h->max_us)
-        h->max_us = us;
-}
-
-/* An in-process bucket, or an entry of what the store said (key '\0' +
- * identity, see lease_entry): each kind in its own bounded table of the
- * limit (limit/idtable.h, [store] max_identities). */
-struct bucket {
-    struct sl_idt_node   node;   /* in L->buckets or L->entries (key: key[] below) */
-    struct sl_algo_state st;     /* algorithm state */
-    /* A lease entry (key: '\0' + identity, see lease_entry) instead: */
-    uint64_t             lease;      /* tokens taken from the store, not spent yet */
-    uint64_t             deny_until; /* the store said no to <deny_cost> until then (us) */
-    uint64_t             deny_cost;
-    uint64_t             lean_until; /* a lease was refused: ask for small ones until then */
-    uint64_t             seen_left;  /* tokens the store said were left after our last take */
-    uint64_t             told_left;  /* tokens left in the store's last answer (+ lease held) ... */
-    uint64_t             told_at;    /* ... given to a decision made then (us); 0: none yet */
-    uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
-    uint8_t              asking;     /* a store call that answers for it is in flight */
-    struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */
-    struct sl_limiter_req **wait_tail;
-    char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
-};
-
-/* One [limit], copied out of the configuration. */
-struct limit {
-    char          *name;         /* [limit NAME] */
-    char          *listener;     /* NULL: every listener */
-    enum sl_metric metric;
-    enum sl_scope  scope;
-    enum sl_action action;
-    struct sl_algo_params p;     /* the algorithm's parameters (max_wait_us: delay) */
-    uint64_t       max_delay_us; /* action = delay: longest wait */
-    uint64_t       max;          /* metric = connections: max = N */
-    char         **commands;     /* upper case, sorted; none of these three: every command */
-    int            n_commands;
-    uint32_t       cats;         /* commands = @category ...: bits of sl_resp_acl_of() */
-    char         **subcmds;      /* commands = CONTAINER|SUB ...: upper case */
-    int            n_subcmds;
-    struct sl_cost *costs;       /* per-command costs */
-    int            n_costs;
-    uint64_t       default_cost;
-    char         **match;        /* match_identity, or none */
-    int            n_match;
-    int            replaces;     /* index of the limit this one replaces, or -1 */
-    struct sl_idt  buckets;      /* in-process buckets, by last use, bounded */
-    struct sl_idt  entries;      /* what the store said per identity (leases, refusals,
-                                    what was left), by last use, bounded */
-    uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
-    uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
-    uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
-    uint8_t        remember;     /* keeps an entry per identity (see remembers) */
-    /* counters (exported) */
-    uint64_t       allowed;      /* decisions that allowed */
-    uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
-    uint64_t       shadow_hits;  /* shadow limit: would have rejected */
-    uint64_t       fallback;     /* decided without the store (on_failure) */
-    uint64_t       delayed;      /* action = delay: decisions that made the request wait */
-    uint64_t       leased;       /* decisions made from this instance's lease, no store call */
-    uint64_t       held;         /* refusals remembered from the store, no store call */
-    struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
-    struct top     top[TOP_K];   /* busiest identities */
-};
-
-struct sl_limiter {
-    int               refs;       /* owner + pending decisions */
-    struct sl_store  *store;      /* NULL: url = local */
-    enum sl_on_failure on_failure;
-    char             *key_prefix; /* store keys start with it */
-    struct limit     *limits;
-    int               n;
-    uint8_t           any_cats;   /* some limit names @categories in `commands` */
-    int              *cand;       /* scratch: candidate limits of one decision (n) */
-    uint8_t          *keep;       /* scratch: which of them apply to its identity (n) */
-    uint64_t          lease_ms;   /* connection leases live this long unrenewed */
-};
-
-struct sl_limiter_req {
-    struct sl_limiter   *lim;
-    uint8_t              metric;   /* enum sl_metric of the limits asked */
-    sl_limiter_cb       *cb;       /* NULL once cancelled */
-    void                *data;
-    uint64_t             now_us;   /* when it was asked: local commits use it */
-    uint64_t             conn_id;
-    int                  n;        /* limits decided */
-    int                  idx[MAX_REQ_LIMITS];
-    uint64_t             cost[MAX_REQ_LIMITS];
-    uint8_t              remote[MAX_REQ_LIMITS]; /* decided by the store */
-    uint64_t             lease_ask[MAX_REQ_LIMITS]; /* tokens asked on top of the cost */
-    uint32_t             probe;    /* bits k: lease entries this store call answers for */
-    struct sl_limiter_req *next_wait; /* in a lease entry's waiters */
-    char                 identity[SL_ID_MAX + 1];
-};
 
 /* Pending store decisions are pooled: strict mode makes one per request. */
 static struct sl_pool req_pool = SL_POOL_INIT(sizeof(struct sl_limiter_req), 256);
@@ -172,33 +51,7 @@ void sl_limiter_pool_drain(void)
     sl_pool_drain(&req_pool);
 }
 
-/* Work a limit could not count: allowed without being counted, because
- * memory ran out (a bucket, a connection's record) or because it met more
- * limits than a decision holds (sl_limiter_validate() refuses files where
- * that can happen). Counted per process, for /metrics, and logged at most
- * once a second per reason. */
-enum { UNCOUNTED_NO_MEMORY, UNCOUNTED_TOO_MANY, UNCOUNTED_REASONS };
-static const char *const uncounted_names[UNCOUNTED_REASONS] = { "no_memory", "too_many_limits" };
-static uint64_t uncounted_n[UNCOUNTED_REASONS];
-static uint64_t uncounted_logged_ns[UNCOUNTED_REASONS];
-
-static void uncounted(int why, const char *what)
-{
-    uncounted_n[why]++;
-    uint64_t now = uv_hrtime();
-    if (uncounted_logged_ns[why] != 0 && now - uncounted_logged_ns[why] < 1000000000u)
-        return;
-    uncounted_logged_ns[why] = now;
-    sl_log_warn("limits: allowed without counting", "what=%s reason=%s total=%" PRIu64, what,
-                uncounted_names[why], uncounted_n[why]);
-}
-
 /* ---- building --------------------------------------------------------------- */
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 static char **copy_strs(char **src, int n, int upper)
 {
@@ -217,23 +70,6 @@ static char **copy_strs(char **src, int n, int upper)
                     *p = (char)(*p - 32);
     }
     return d;
-}
-
-/* Turns the match_identity entries <m> (as the configuration resolved
- * them: "user:carol") into the identities they stand for, hashed where
- * identities are ("user:" + a 100-byte name), so a strcmp() decides. An
- * entry that names no source becomes "", which no identity is. */
-static void canon_matches(char **m, int n)
-{
-    for (int i = 0; m != NULL && i < n; i++) {
-        char id[SL_ID_MAX + 1];
-        if (m[i] == NULL)
-            continue;
-        size_t len = sl_identity_canon(m[i], id);
-        id[len] = '\0';
-        free(m[i]);
-        m[i] = strdup(id); /* NULL (no memory): matches nothing */
-    }
 }
 
 static void free_strs(char **s, int n)
@@ -261,41 +97,6 @@ static void limit_params(const struct sl_limit_conf *c, struct sl_algo_params *p
             p->algo = SL_ALGO_GCRA;
         p->max_wait_us = c->max_delay_us > 0 ? c->max_delay_us : 1;
     }
-}
-
-/* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted
- * for the binary search), CONTAINER|SUB names, and @categories (bits).
- * Returns 0, or -1 when out of memory. */
-static int copy_commands(struct limit *L, const struct sl_limit_conf *c)
-{
-    if (c->n_commands > 0) {
-        L->commands = calloc((size_t)c->n_commands, sizeof(char *));
-        L->subcmds = calloc((size_t)c->n_commands, sizeof(char *));
-        if (L->commands == NULL || L->subcmds == NULL)
-            return -1;
-    }
-    for (int i = 0; i < c->n_commands; i++) {
-        const char *w = c->commands[i];
-        if (w[0] == '@') {
-            int bit = sl_resp_acl_category(w + 1, strlen(w + 1));
-            if (bit >= 0) /* the loader refused the others */
-                L->cats |= 1u << bit;
-            continue;
-        }
-        char *d = strdup(w);
-        if (d == NULL)
-            return -1;
-        for (char *p = d; *p; p++)
-            if (*p >= 'a' && *p <= 'z')
-                *p = (char)(*p - 32);
-        if (strchr(d, '|') != NULL)
-            L->subcmds[L->n_subcmds++] = d;
-        else
-            L->commands[L->n_commands++] = d;
-    }
-    if (L->n_commands > 0)
-        qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
-    return 0;
 }
 
 static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *lc)
@@ -408,7 +209,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         limit_params(c, &L->p);
         L->max_delay_us = c->max_delay_us;
         L->max = c->max;
-        if (copy_commands(L, c) != 0)
+        if (sl_lim_copy_commands(L, c) != 0)
             goto fail;
         lim->any_cats |= L->cats != 0;
         L->n_costs = c->n_costs;
@@ -420,7 +221,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *s
         L->default_cost = c->default_cost ? c->default_cost : 1;
         L->n_match = c->n_match_identity;
         L->match = copy_strs(c->match_identity, c->n_match_identity, 0);
-        canon_matches(L->match, L->n_match);
+        sl_lim_canon_matches(L->match, L->n_match);
         L->replaces = c->replaces_lc ? limit_index(conf, c->replaces_lc) : -1;
         /* Connection counts are bounded by the connections themselves and
          * cannot be dropped while held: no cap for them. */
@@ -444,33 +245,12 @@ fail:
     return NULL;
 }
 
-static void bucket_free(struct bucket *b)
-{
-    sl_algo_state_free(&b->st);
-    free(b);
-}
-
-static void table_free(struct sl_idt *t)
-{
-    if (t->tab != NULL) {
-        for (uint32_t j = 0; j <= t->mask; j++) {
-            struct sl_idt_node *n = t->tab[j];
-            while (n) {
-                struct sl_idt_node *nx = n->next;
-                bucket_free((struct bucket *)n);
-                n = nx;
-            }
-        }
-    }
-    sl_idt_free(t);
-}
-
 static void limiter_free(struct sl_limiter *lim)
 {
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
-        table_free(&L->buckets);
-        table_free(&L->entries);
+        sl_lim_table_free(&L->buckets);
+        sl_lim_table_free(&L->entries);
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
@@ -503,229 +283,12 @@ int sl_limiter_active(const struct sl_limiter *lim, const char *listener)
     return 0;
 }
 
-/* ---- how many limits one decision can meet ------------------------------------
- *
- * A decision holds at most MAX_REQ_LIMITS limits (requests, byte takes) or
- * MAX_CONN_LIMITS (connections). Rather than skip the rest at run time, a
- * file where one request or connection can meet more is refused: per
- * listener and metric, for every kind of request (every command and
- * subcommand of Redis 7's table, and every name a limit lists), the limits
- * it can meet are those whose listener and commands take it; of them, the
- * ones with match_identity count only for the identities they name, so the
- * worst identity meets the others plus the most that name one identity
- * (`replaces` is ignored: at most this many). */
-
-/* One kind of request: a command, its subcommand (or NULL), its categories. */
-struct req_kind {
-    const char *cmd;
-    const char *sub;
-    uint32_t    cats;
-};
-
-/* Whether the `commands` of <c> take requests of kind <k> (as
- * command_matches() does at run time). */
-static int conf_takes(const struct sl_limit_conf *c, const struct req_kind *k)
-{
-    if (c->n_commands == 0)
-        return 1;
-    for (int i = 0; i < c->n_commands; i++) {
-        const char *w = c->commands[i], *bar = strchr(w, '|');
-        if (w[0] == '@') {
-            int b = sl_resp_acl_category(w + 1, strlen(w + 1));
-            if (b >= 0 && (k->cats >> b & 1))
-                return 1;
-        } else if (bar == NULL) {
-            if (strcasecmp(w, k->cmd) == 0)
-                return 1;
-        } else if (k->sub != NULL && strlen(k->cmd) == (size_t)(bar - w) &&
-                   strncasecmp(w, k->cmd, (size_t)(bar - w)) == 0 &&
-                   strcasecmp(bar + 1, k->sub) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* A (match_identity name, limit) pair, sorted by name. */
-struct named {
-    const char *name;
-    int         limit;
-};
-
-static int cmp_named(const void *a, const void *b)
-{
-    const struct named *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-    return c != 0 ? c : x->limit - y->limit;
-}
-
-/* The most limits of <lims> (n, with <in> set for those that take the
- * request) one identity meets; *<worst> is set to the name of the identity
- * that meets them (NULL: everyone alike). */
-static int most_met(const struct sl_limit_conf *const *lims, int n, const uint8_t *in,
-                    const struct named *names, size_t n_names, const char **worst)
-{
-    int base = 0, best = 0;
-    for (int i = 0; i < n; i++)
-        base += in[i] && lims[i]->n_match_identity == 0;
-    *worst = NULL;
-    for (size_t j = 0; j < n_names;) {
-        size_t e = j;
-        int count = 0;
-        for (; e < n_names && strcmp(names[e].name, names[j].name) == 0; e++)
-            count += in[names[e].limit] && (e == j || names[e].limit != names[e - 1].limit);
-        if (count > best) {
-            best = count;
-            *worst = names[j].name;
-        }
-        j = e;
-    }
-    return base + best;
-}
-
-/* Checks listener <l> for <metric>: writes an error and returns 1 when one
- * request (byte take, connection) can meet more limits than a decision
- * holds. */
-static int check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
-                               enum sl_metric metric, FILE *errf)
-{
-    int cap = metric == SL_METRIC_CONNECTIONS ? MAX_CONN_LIMITS : MAX_REQ_LIMITS;
-    int n = 0, bad = 0;
-    size_t n_names = 0, n_kinds = 0;
-    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next)
-        if (c->metric == metric && (strcmp(c->listener, "*") == 0 || strcmp(c->listener, l->name) == 0))
-            n++;
-    if (n <= cap)
-        return 0; /* the common case: nothing to count */
-
-    const struct sl_limit_conf **lims = calloc((size_t)n, sizeof(*lims));
-    uint8_t *in = calloc((size_t)n, 1);
-    struct named *names = NULL;
-    struct req_kind *kinds = NULL;
-    if (lims == NULL || in == NULL)
-        goto oom;
-    n = 0;
-    for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
-        if (c->metric != metric || (strcmp(c->listener, "*") != 0 && strcmp(c->listener, l->name) != 0))
-            continue;
-        lims[n++] = c;
-        n_names += (size_t)c->n_match_identity;
-        n_kinds += (size_t)c->n_commands;
-    }
-    names = calloc(n_names ? n_names : 1, sizeof(*names));
-    if (names == NULL)
-        goto oom;
-    n_names = 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < lims[i]->n_match_identity; j++)
-            names[n_names++] = (struct named){ lims[i]->match_identity[j], i };
-    qsort(names, n_names, sizeof(*names), cmp_named);
-
-    /* The kinds of request: one for bytes and connections; for requests
-     * every entry of Redis 7's table and every name a limit lists. */
-    const char *cmd, *sub;
-    uint32_t cats;
-    size_t n_table = 0;
-    if (metric == SL_METRIC_REQUESTS)
-        while (sl_resp_acl_entry(n_table, &cmd, &sub, &cats) == 0)
-            n_table++;
-    kinds = calloc(n_table + n_kinds + 1, sizeof(*kinds));
-    char (*words)[2][SL_RESP_CAPTURE_LEN + 1] = calloc(n_kinds + 1, sizeof(*words));
-    if (kinds == NULL || words == NULL) {
-        free(words);
-        goto oom;
-    }
-    n_kinds = 0;
-    if (metric != SL_METRIC_REQUESTS) {
-        kinds[n_kinds++] = (struct req_kind){ "", NULL, 0 };
-    } else {
-        for (size_t i = 0; i < n_table; i++) {
-            sl_resp_acl_entry(i, &kinds[n_kinds].cmd, &kinds[n_kinds].sub, &kinds[n_kinds].cats);
-            n_kinds++;
-        }
-        size_t nw = 0;
-        for (int i = 0; i < n; i++) {
-            for (int j = 0; j < lims[i]->n_commands; j++, nw++) {
-                const char *w = lims[i]->commands[j], *bar = strchr(w, '|');
-                if (w[0] == '@')
-                    continue;
-                /* a listed name, as a request: its categories from the table */
-                struct sl_resp_req r;
-                memset(&r, 0, sizeof(r));
-                size_t hl = bar ? (size_t)(bar - w) : strlen(w);
-                snprintf(words[nw][0], sizeof(words[0][0]), "%.*s", (int)hl, w);
-                snprintf(words[nw][1], sizeof(words[0][1]), "%s", bar ? bar + 1 : "");
-                r.argc = r.ncap = bar ? 2 : 1;
-                for (unsigned a = 0; a < r.ncap; a++) {
-                    r.arglen[a] = (uint32_t)strlen(words[nw][a]);
-                    memcpy(r.argv[a], words[nw][a], r.arglen[a] + 1);
-                }
-                kinds[n_kinds++] = (struct req_kind){ words[nw][0], bar ? words[nw][1] : NULL,
-                                                      sl_resp_acl_of(&r) };
-            }
-        }
-    }
-    for (size_t k = 0; k < n_kinds && !bad; k++) {
-        for (int i = 0; i < n; i++)
-            in[i] = metric != SL_METRIC_REQUESTS || conf_takes(lims[i], &kinds[k]);
-        const char *worst;
-        int met = most_met(lims, n, in, names, n_names, &worst);
-        if (met <= cap)
-            continue;
-        /* Name the limit that goes over: the (cap + 1)-th in file order. */
-        int seen = 0;
-        const struct sl_limit_conf *over = NULL;
-        for (int i = 0; i < n && over == NULL; i++) {
-            int counts = in[i] && (lims[i]->n_match_identity == 0 || worst != NULL);
-            if (counts && lims[i]->n_match_identity > 0) {
-                counts = 0;
-                for (int j = 0; j < lims[i]->n_match_identity; j++)
-                    counts |= strcmp(lims[i]->match_identity[j], worst) == 0;
-            }
-            if (counts && ++seen > cap)
-                over = lims[i];
-        }
-        char what[160];
-        if (metric == SL_METRIC_CONNECTIONS)
-            snprintf(what, sizeof(what), "a connection");
-        else if (metric != SL_METRIC_REQUESTS)
-            snprintf(what, sizeof(what), "a %s take",
-                     metric == SL_METRIC_BYTES_IN ? "bytes_in" : "bytes_out");
-        else
-            snprintf(what, sizeof(what), "a request '%s%s%s'", kinds[k].cmd, kinds[k].sub ? " " : "",
-                     kinds[k].sub ? kinds[k].sub : "");
-        char who[SL_ID_MAX + 40] = "";
-        if (worst != NULL)
-            snprintf(who, sizeof(who), " of identity '%s'", worst);
-        fprintf(errf, "%s:%d: limit '%s': %s%s on listener '%s' would meet %d limits; one %s "
-                "meets at most %d (narrow their listener, commands or match_identity)\n",
-                conf->file ? conf->file : "-", over ? over->line : 0, over ? over->name : "?",
-                what, who, l->name, met, metric == SL_METRIC_CONNECTIONS ? "connection" : "decision",
-                cap);
-        bad = 1;
-    }
-    free(words);
-    free(kinds);
-    free(names);
-    free(in);
-    free(lims);
-    return bad;
-oom:
-    free(kinds);
-    free(names);
-    free(in);
-    free(lims);
-    fprintf(errf, "%s:0: out of memory checking listener '%s'\n", conf->file ? conf->file : "-",
-            l->name);
-    return 1;
-}
-
 int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
 {
     int bad = 0;
     for (const struct sl_listener_conf *l = conf->listeners; l != NULL; l = l->next)
         for (int m = SL_METRIC_REQUESTS; m <= SL_METRIC_CONNECTIONS; m++)
-            bad += check_listener_caps(conf, l, (enum sl_metric)m, errf);
+            bad += sl_lim_check_listener_caps(conf, l, (enum sl_metric)m, errf);
     for (const struct sl_limit_conf *c = conf->limits; c != NULL; c = c->next) {
         if (c->metric == SL_METRIC_CONNECTIONS)
             continue;
@@ -741,245 +304,6 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)
     return bad;
 }
 
-/* ---- in-process buckets ----------------------------------------------------- */
-
-/* What a bucket or entry of <L> is worth keeping at <now_us>, for the
- * eviction that keeps a table within [store] max_identities. */
-struct judging {
-    const struct limit *L;
-    uint64_t            now_us;
-};
-
-/* The most a take can be: a full bucket or an empty window allows it. */
-static uint64_t capacity_of(const struct sl_algo_params *p)
-{
-    return p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA ? p->burst : p->amount;
-}
-
-/* An in-process bucket: a connection count is in use while held; a bucket
- * that is full again (idle past the TTL, or a peek of all it can hold
- * would pass) is the same as a new one. */
-static enum sl_idt_judgement judge_bucket(struct sl_idt_node *n, void *arg)
-{
-    const struct judging *j = arg;
-    struct bucket *b = (struct bucket *)n;
-    if (j->L->metric == SL_METRIC_CONNECTIONS)
-        return b->st.a > 0 ? SL_IDT_PINNED : SL_IDT_FRESH;
-    if (!b->st.init || n->lru.at + j->L->ttl_ms <= j->now_us / 1000)
-        return SL_IDT_FRESH;
-    struct sl_algo_params p = j->L->p;
-    p.max_wait_us = 0; /* a peek, never a reservation */
-    struct sl_algo_result res;
-    if (sl_algo_take(&b->st, &p, j->now_us, capacity_of(&p), 0, &res) == 0 && res.allowed)
-        return SL_IDT_FRESH;
-    return SL_IDT_KEEP;
-}
-
-/* An entry: in use while a store call answers for it or requests wait for
- * one; the same as a new one when it holds no lease tokens, no refusal
- * and no lean period, and the store's last word is full or stale. An
- * entry evicted with lease tokens loses them to this instance (the store
- * counted them: the identity is admitted less, never more). */
-static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
-{
-    const struct judging *j = arg;
-    struct bucket *e = (struct bucket *)n;
-    if (e->asking || e->waiters != NULL)
-        return SL_IDT_PINNED;
-    if (e->lease > 0 || e->deny_until > j->now_us || e->lean_until > j->now_us)
-        return SL_IDT_KEEP;
-    if (e->told_at != 0 && e->told_left < capacity_of(&j->L->p) &&
-        e->told_at + j->L->ttl_ms * 1000 > j->now_us)
-        return SL_IDT_KEEP;
-    return SL_IDT_FRESH;
-}
-
-/* Finds or makes the bucket <key> of <L> (an entry when <key> starts with
- * '\0'), touching it at <now_ms>. A table at its cap first evicts one. */
-static struct bucket *bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
-{
-    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->entries : &L->buckets;
-    struct sl_idt_node *n = sl_idt_find(t, key, len, now_ms);
-    if (n != NULL)
-        return (struct bucket *)n;
-    if (sl_idt_full(t)) {
-        struct judging j = { L, now_ms * 1000 };
-        struct sl_idt_node *v = sl_idt_victim(t, t == &L->entries ? judge_entry : judge_bucket, &j);
-        if (v != NULL) {
-            sl_idt_remove(t, v);
-            t->evicted++;
-            bucket_free((struct bucket *)v);
-        }
-    }
-    struct bucket *b = calloc(1, sizeof(*b) + len + 1);
-    if (b == NULL)
-        return NULL;
-    memcpy(b->key, key, len);
-    b->node.key = b->key;
-    b->node.len = (uint16_t)len;
-    sl_idt_insert(t, &b->node, now_ms);
-    return b;
-}
-
-static void bucket_drop(struct limit *L, struct bucket *b)
-{
-    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->entries : &L->buckets;
-    sl_idt_remove(t, &b->node);
-    bucket_free(b);
-}
-
-static void lease_renew(struct sl_limiter *lim, uint64_t now_us);
-
-void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
-{
-    lease_renew(lim, now_us);
-    uint64_t now_ms = now_us / 1000;
-    for (int i = 0; i < lim->n; i++) {
-        struct limit *L = &lim->limits[i];
-        struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
-        for (int t = 0; t < 2; t++) {
-            struct sl_idt_node *n;
-            while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {
-                struct bucket *b = (struct bucket *)n;
-                if (b->asking || b->waiters != NULL)
-                    sl_idt_touch(tabs[t], n, now_ms); /* a lease entry in use */
-                else
-                    bucket_drop(L, b);
-            }
-        }
-    }
-}
-
-/* ---- matching ----------------------------------------------------------------- */
-
-/* Compares a command name as sent, <len> bytes at <name> in any case (it
- * may hold any byte, a NUL too: only <len> says where it ends), with the
- * NUL-terminated upper-case <upper>. The order is strcmp()'s of the name
- * upper-cased, the order the configured names are sorted in (folding to
- * lower case, as strncasecmp() does, puts '_' before the letters and makes
- * the binary search miss GEORADIUS_RO among GEORADIUSBYMEMBER ...). Reads
- * at most min(<len>, strlen(<upper>)) bytes of <name>. */
-static int cmd_cmp(const char *name, size_t len, const char *upper)
-{
-    size_t ulen = strlen(upper);
-    size_t n = len < ulen ? len : ulen;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char a = (unsigned char)name[i], b = (unsigned char)upper[i];
-        if (a >= 'a' && a <= 'z')
-            a = (unsigned char)(a - ('a' - 'A'));
-        if (a != b)
-            return a < b ? -1 : 1;
-    }
-    return len < ulen ? -1 : len > ulen;
-}
-
-/* Argument <i> of <r> was captured whole (its text is all in argv[i]). */
-static int arg_whole(const struct sl_resp_req *r, unsigned i)
-{
-    return i < r->ncap && i < r->argc && r->arglen[i] <= SL_RESP_CAPTURE_LEN;
-}
-
-/* Whether CONTAINER|SUB <name> names request <r>'s command and subcommand. */
-static int subcommand_is(const struct sl_resp_req *r, const char *name)
-{
-    const char *bar = strchr(name, '|');
-    char head[64];
-    size_t hl = (size_t)(bar - name);
-    if (hl >= sizeof(head) || !arg_whole(r, 1))
-        return 0;
-    memcpy(head, name, hl);
-    head[hl] = '\0';
-    return cmd_cmp(r->argv[0], r->arglen[0], head) == 0 &&
-           cmd_cmp(r->argv[1], r->arglen[1], bar + 1) == 0;
-}
-
-/* Whether <L>'s `commands` take request <r>, whose categories are <cats>
- * (sl_resp_acl_of(), asked once per request when some limit has any):
- * its name exactly (any case), its CONTAINER|SUB, or one of its
- * categories. */
-static int command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats)
-{
-    if (L->n_commands == 0 && L->n_subcmds == 0 && L->cats == 0)
-        return 1;
-    if (L->cats & cats)
-        return 1;
-    if (r == NULL || !arg_whole(r, 0))
-        return 0;
-    for (int i = 0; i < L->n_subcmds; i++)
-        if (subcommand_is(r, L->subcmds[i]))
-            return 1;
-    size_t len = r->arglen[0];
-    int lo = 0, hi = L->n_commands - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        int c = cmd_cmp(r->argv[0], len, L->commands[mid]);
-        if (c == 0)
-            return 1;
-        if (c < 0)
-            hi = mid - 1;
-        else
-            lo = mid + 1;
-    }
-    return 0;
-}
-
-static uint64_t cost_of(const struct limit *L, const struct sl_resp_req *r)
-{
-    if (r != NULL && arg_whole(r, 0))
-        for (int i = 0; i < L->n_costs; i++)
-            if (cmd_cmp(r->argv[0], r->arglen[0], L->costs[i].cmd) == 0)
-                return L->costs[i].cost;
-    return L->default_cost;
-}
-
-static int identity_matches(const struct limit *L, const char *id)
-{
-    if (L->n_match == 0)
-        return 1;
-    for (int i = 0; i < L->n_match; i++)
-        if (L->match[i] != NULL && strcmp(L->match[i], id) == 0)
-            return 1;
-    return 0;
-}
-
-/* Commands that are never limited: refusing them would leave a connection
- * in a state the client cannot reason about (an open MULTI, a half-done
- * handshake, replies it no longer expects or waits for in vain: an
- * unsubscribe is answered by one confirmation per channel, which a single
- * refusal cannot stand for). Leaving pub/sub only lightens the upstream. */
-static int exempt(const struct sl_resp_req *r)
-{
-    static const char *const names[] = { "MULTI", "EXEC", "DISCARD", "RESET", "QUIT", "AUTH", "HELLO",
-                                         "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE" };
-    if (r == NULL || !arg_whole(r, 0) || r->arglen[0] > 12)
-        return 0;
-    if (arg_whole(r, 1) && cmd_cmp(r->argv[0], r->arglen[0], "CLIENT") == 0 &&
-        cmd_cmp(r->argv[1], r->arglen[1], "REPLY") == 0)
-        return 1;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (cmd_cmp(r->argv[0], r->arglen[0], names[i]) == 0)
-            return 1;
-    return 0;
-}
-
-static void top_count(struct limit *L, const char *id)
-{
-    int min = 0;
-    for (int i = 0; i < TOP_K; i++) {
-        if (L->top[i].n > 0 && strcmp(L->top[i].id, id) == 0) {
-            L->top[i].n++;
-            return;
-        }
-        if (L->top[i].n < L->top[min].n)
-            min = i;
-    }
-    size_t n = strnlen(id, SL_ID_MAX);
-    memcpy(L->top[min].id, id, n);
-    L->top[min].id[n] = '\0';
-    L->top[min].err = L->top[min].n; /* inherited: not this identity's own */
-    L->top[min].n++;
-}
-
 /* ---- deciding ----------------------------------------------------------------- */
 
 static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, char *out, size_t cap)
@@ -991,7 +315,7 @@ static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, c
     return (size_t)snprintf(out, cap, "%s", q->identity);
 }
 
-static void deny(struct sl_verdict *v, const struct limit *L, const char *identity,
+void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
                  const struct sl_algo_result *res)
 {
     uint64_t retry = res->retry_after_us;
@@ -1013,7 +337,7 @@ static void shadow_denied(struct limit *L, uint64_t retry_us)
 {
     L->shadow_hits++;
     if (retry_us != UINT64_MAX)
-        hist_add(&L->delay, retry_us);
+        sl_lim_hist_add(&L->delay, retry_us);
 }
 
 /* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the
@@ -1024,7 +348,7 @@ static void allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_u
     if (L->action != SL_ACTION_DELAY || wait_us == 0 || wait_us == UINT64_MAX)
         return;
     L->delayed++;
-    hist_add(&L->delay, wait_us);
+    sl_lim_hist_add(&L->delay, wait_us);
     if (wait_us > v->delay_us)
         v->delay_us = wait_us;
 }
@@ -1041,10 +365,10 @@ static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
     struct limit *L = &lim->limits[q->idx[k]];
     char key[SL_ID_MAX + 32];
     size_t len = local_key(L, q, key, sizeof(key));
-    struct bucket *b = bucket_get(L, key, len, q->now_us / 1000);
+    struct bucket *b = sl_lim_bucket_get(L, key, len, q->now_us / 1000);
     if (b == NULL) {
         if (commit)
-            uncounted(UNCOUNTED_NO_MEMORY, "request");
+            sl_lim_uncounted(UNCOUNTED_NO_MEMORY, "request");
         res->allowed = 1; /* out of memory: do not punish the client */
         return 1;
     }
@@ -1073,7 +397,7 @@ static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
             continue;
         if (!local_take(lim, q, k, q->remote[k] ? share : 1, 0, &res)) {
             ok = 0;
-            deny(v, L, q->identity, &res);
+            sl_lim_deny(v, L, q->identity, &res);
         }
     }
     for (int k = 0; k < q->n; k++) {
@@ -1145,10 +469,7 @@ static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
  * rate; other instances can only take from it). */
 
 #define LEASE_LEAN_US 1000000 /* after a refused lease: costs alone this long */
-#define KEY_MAX (64 + SL_ID_MAX + 80)
 
-static struct sl_str store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
-                               char *buf, size_t cap);
 static void on_store(void *data, int status, const int64_t *vals, int n, const char *err);
 
 /* The lease entry of <L> for <identity> (NULL when out of memory). */
@@ -1168,7 +489,7 @@ static struct bucket *lease_entry(struct limit *L, const char *identity, uint64_
 {
     char key[SL_ID_MAX + 2];
     size_t n = entry_key(L, identity, key);
-    return bucket_get(L, key, n, now_us / 1000);
+    return sl_lim_bucket_get(L, key, n, now_us / 1000);
 }
 
 /* Standing in for the store (on_failure = local), in-process bucket <b> of
@@ -1186,7 +507,7 @@ static void start_from_store(struct limit *L, struct bucket *b, const char *iden
     if (e == NULL || e->told_at == 0 || e->told_at <= b->synced_at)
         return;
     b->synced_at = e->told_at;
-    uint64_t cap = capacity_of(p), full = capacity_of(&L->p);
+    uint64_t cap = sl_lim_capacity_of(p), full = sl_lim_capacity_of(&L->p);
     unsigned __int128 left = (unsigned __int128)(e->told_left + e->lease) * cap / full;
     sl_algo_state_free(&b->st);
     memset(&b->st, 0, sizeof(b->st));
@@ -1230,7 +551,7 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
         struct limit *L = &lim->limits[q->idx[k]];
         struct sl_algo_result res = { .retry_after_us = e[k]->deny_until - q->now_us };
         memset(v, 0, sizeof(*v));
-        deny(v, L, q->identity, &res);
+        sl_lim_deny(v, L, q->identity, &res);
         L->rejected++;
         if (L->lease_size > 0)
             L->leased++;
@@ -1395,7 +716,7 @@ static int send_store(struct sl_limiter *lim, struct sl_limiter_req *q)
         if (!q->remote[k])
             continue;
         const struct limit *L = &lim->limits[q->idx[k]];
-        keys[nk] = store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
+        keys[nk] = sl_lim_store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
         const char *an = sl_algo_name(L->p.algo);
         args[na++] = (struct sl_str){ an, strlen(an) };
         uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k] + q->lease_ask[k],
@@ -1556,7 +877,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
                     .allowed = 0,
                     .retry_after_us = r[2] < 0 ? UINT64_MAX : (uint64_t)r[2],
                 };
-                deny(&v, L, q->identity, &res);
+                sl_lim_deny(&v, L, q->identity, &res);
             }
         }
         if (ok) {
@@ -1592,7 +913,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
 
 /* The store key of limit <L> for <id> ("*" for global scope), in <buf> of
  * <cap> bytes: <key_prefix>{<limit>:<identity>}, one hash tag per bucket. */
-static struct sl_str store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
+struct sl_str sl_lim_store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
                                char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "%s{%s:%s}", lim->key_prefix, L->name,
@@ -1601,27 +922,21 @@ static struct sl_str store_key(const struct sl_limiter *lim, const struct limit 
     return (struct sl_str){ buf, len };
 }
 
-static int applies(const struct limit *L, const struct sl_listener_conf *lc, int metric)
-{
-    return L->metric == (enum sl_metric)metric &&
-           (L->listener == NULL || strcmp(L->listener, lc->name ? lc->name : "") == 0);
-}
-
 int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_ident_state *ident, uint64_t conn_id,
                      const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
 {
     memset(v, 0, sizeof(*v));
-    if (exempt(r))
+    if (sl_lim_exempt(r))
         return 0;
     uint32_t cats = lim->any_cats ? sl_resp_acl_of(r) : 0;
     /* Candidates by listener and command: no identity work before this.
      * All of them: tiers and match_identity thin them out afterwards. */
     int *cand = lim->cand, nc = 0;
     for (int i = 0; i < lim->n; i++)
-        if (applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
-            command_matches(&lim->limits[i], r, cats))
+        if (sl_lim_applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
+            sl_lim_command_matches(&lim->limits[i], r, cats))
             cand[nc++] = i;
     if (nc == 0)
         return 0;
@@ -1636,7 +951,7 @@ int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     memset(v, 0, sizeof(*v));
     int *cand = lim->cand, nc = 0;
     for (int i = 0; i < lim->n; i++)
-        if (applies(&lim->limits[i], lc, (int)metric))
+        if (sl_lim_applies(&lim->limits[i], lc, (int)metric))
             cand[nc++] = i;
     if (nc == 0)
         return 0;
@@ -1652,7 +967,7 @@ int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf 
     uint64_t chunk = UINT64_MAX;
     for (int i = 0; i < lim->n; i++) {
         const struct limit *L = &lim->limits[i];
-        if (!applies(L, lc, (int)metric))
+        if (!sl_lim_applies(L, lc, (int)metric))
             continue;
         plan->limits++;
         if (L->action == SL_ACTION_SHADOW) {
@@ -1708,7 +1023,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     /* match_identity, then tiers: a matching limit replacing X removes X. */
     uint8_t *keep = lim->keep;
     for (int c = 0; c < nc; c++)
-        keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], q->identity);
+        keep[c] = (uint8_t)sl_lim_identity_matches(&lim->limits[cand[c]], q->identity);
     for (int c = 0; c < nc; c++) {
         int x = lim->limits[cand[c]].replaces;
         if (!keep[c] || x < 0)
@@ -1722,17 +1037,17 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
         if (!keep[c])
             continue;
         if (q->n == MAX_REQ_LIMITS) { /* sl_limiter_validate() refuses such files */
-            uncounted(UNCOUNTED_TOO_MANY, "request");
+            sl_lim_uncounted(UNCOUNTED_TOO_MANY, "request");
             break;
         }
         const struct limit *L = &lim->limits[cand[c]];
         int k = q->n++;
         q->idx[k] = cand[c];
-        q->cost[k] = metric == SL_METRIC_REQUESTS ? cost_of(L, r) : amount;
+        q->cost[k] = metric == SL_METRIC_REQUESTS ? sl_lim_cost_of(L, r) : amount;
         q->remote[k] = lim->store != NULL && L->scope != SL_SCOPE_CONNECTION;
         nremote += q->remote[k];
         if (L->scope == SL_SCOPE_IDENTITY && metric == SL_METRIC_REQUESTS)
-            top_count(&lim->limits[cand[c]], q->identity);
+            sl_lim_top_count(&lim->limits[cand[c]], q->identity);
     }
     if (q->n == 0)
         return 0;
@@ -1746,7 +1061,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     for (int k = 0; k < q->n; k++) {
         const struct limit *L = &lim->limits[q->idx[k]];
         if (!q->remote[k] && L->action != SL_ACTION_SHADOW && !local_take(lim, q, k, 1, 0, &res))
-            deny(v, L, q->identity, &res);
+            sl_lim_deny(v, L, q->identity, &res);
     }
     if (v->kind == SL_VERDICT_REJECT) {
         for (int k = 0; k < q->n; k++)
@@ -1810,542 +1125,4 @@ size_t sl_verdict_resp(const struct sl_verdict *v, char *out, size_t cap)
     if (n < 0)
         return 0;
     return (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
-void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
-{
-    static const char *const outcomes[] = { "allowed", "rejected", "shadow_rejected" };
-    sl_metrics_family(m, "sluice_limit_decisions_total", "counter",
-                      "Decisions per limit and outcome (shadow_rejected: a shadow limit would have rejected).");
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        uint64_t vals[3] = { L->allowed, L->rejected, L->shadow_hits };
-        for (int o = 0; o < 3; o++) {
-            const char *labels[] = { "limit", L->name, "outcome", outcomes[o], NULL };
-            sl_metrics_u64(m, "sluice_limit_decisions_total", labels, vals[o]);
-        }
-    }
-    sl_metrics_family(m, "sluice_limit_delayed_total", "counter",
-                      "Decisions of action = delay limits that made the work wait (requests, byte "
-                      "chunks, queued connections).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_delayed_total", labels, lim->limits[i].delayed);
-    }
-    sl_metrics_family(m, "sluice_limit_delay_seconds", "histogram",
-                      "How long delay limits held work back; for shadow limits, how long they "
-                      "would have.");
-    double bounds[DELAY_BUCKETS];
-    for (int b = 0; b < DELAY_BUCKETS; b++)
-        bounds[b] = (double)delay_bounds_us[b] / 1e6;
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        const char *labels[] = { "limit", L->name, NULL };
-        sl_metrics_histogram(m, "sluice_limit_delay_seconds", labels, bounds, L->delay.le,
-                             DELAY_BUCKETS, (double)L->delay.sum_us / 1e6);
-    }
-    sl_metrics_family(m, "sluice_limit_fallback_decisions_total", "counter",
-                      "Decisions made without the quota store (on_failure).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_fallback_decisions_total", labels, lim->limits[i].fallback);
-    }
-    sl_metrics_family(m, "sluice_limit_local_buckets", "gauge",
-                      "In-process buckets held per limit.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].buckets.n);
-    }
-    sl_metrics_family(m, "sluice_limit_evictions_total", "counter",
-                      "Per-identity state dropped to stay within [store] max_identities (least "
-                      "recently used, full buckets first).");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_evictions_total", labels,
-                       lim->limits[i].buckets.evicted + lim->limits[i].entries.evicted);
-    }
-    sl_metrics_family(m, "sluice_limit_uncounted_total", "counter",
-                      "Requests, byte takes and connections allowed without being counted by "
-                      "every limit they meet (reason: no_memory, too_many_limits).");
-    for (int w = 0; w < UNCOUNTED_REASONS; w++) {
-        const char *labels[] = { "reason", uncounted_names[w], NULL };
-        sl_metrics_u64(m, "sluice_limit_uncounted_total", labels, uncounted_n[w]);
-    }
-    sl_metrics_family(m, "sluice_limit_leased_decisions_total", "counter",
-                      "Decisions made from this instance's lease ([store] lease), without a store call.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].leased);
-    }
-    sl_metrics_family(m, "sluice_limit_held_refusals_total", "counter",
-                      "Rejections answered from a refusal of the store remembered until its retry "
-                      "time, without a store call.");
-    for (int i = 0; i < lim->n; i++) {
-        const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].held);
-    }
-}
-
-void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
-{
-    fputc('[', out);
-    for (int i = 0; i < lim->n; i++) {
-        const struct limit *L = &lim->limits[i];
-        fprintf(out,
-                "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
-                ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
-                ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
-                ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",\"busiest\":[",
-                i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
-                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
-                L->buckets.n, L->buckets.evicted + L->entries.evicted);
-        /* Largest sure count first: "requests" is what the identity made
-         * for certain (n - err), "error" how many more it may have made
-         * (see struct top). Identities are printable and quote-free (hashed
-         * otherwise by the identity module). */
-        int done[TOP_K] = { 0 };
-        for (int k = 0, first = 1; k < TOP_K; k++) {
-            int best = -1;
-            for (int j = 0; j < TOP_K; j++)
-                if (!done[j] && L->top[j].n > 0 &&
-                    (best < 0 || L->top[j].n - L->top[j].err > L->top[best].n - L->top[best].err))
-                    best = j;
-            if (best < 0)
-                break;
-            done[best] = 1;
-            fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 ",\"error\":%" PRIu64 "}",
-                    first ? "" : ",", L->top[best].id, L->top[best].n - L->top[best].err,
-                    L->top[best].err);
-            first = 0;
-        }
-        fputs("]}", out);
-    }
-    fputc(']', out);
-}
-
-/* ---- connection leases ------------------------------------------------------ */
-
-/* A connection's places under the connection limits of its listener.
- * Counted in the store (lua/connections.lua: a ZSET of holders per limit
- * and identity, each with an expiry this instance renews in one batched
- * call every lease / 3), or in process (url = local, or on_failure = local
- * while the store is down: max / live instances). Queued leases (action =
- * delay) wait in arrival order: in the store's queue, and in process in
- * <queued> below. */
-struct sl_lease {
-    struct sl_lease   *prev, *next;   /* in held_leases (store) or queued (in process) */
-    struct sl_lease  **list;          /* which of those, or NULL */
-    struct sl_limiter *lim;           /* referenced */
-    struct sl_store_req *sreq;        /* acquire in flight */
-    sl_limiter_cb     *cb;
-    void              *data;
-    uint64_t           asked_us;      /* when the connection first asked */
-    int                n;
-    int                idx[MAX_CONN_LIMITS];
-    uint8_t            counted[MAX_CONN_LIMITS]; /* holds an in-process count */
-    uint8_t            remote;        /* holds places in the store */
-    uint8_t            queue;         /* asks with queue = 1 */
-    uint8_t            waited;        /* was refused at least once (queued) */
-    char               identity[SL_ID_MAX + 1];
-    char               member[160];   /* <instance id>:<connection number> */
-};
-
-static struct sl_lease *held_leases;  /* leases with places in the store (renewed) */
-static struct sl_lease *queued;       /* in-process login queue, arrival order */
-static uint64_t         last_renew_us;
-
-static void lease_link(struct sl_lease **list, struct sl_lease *ls)
-{
-    ls->list = list;
-    ls->prev = NULL;
-    if (*list == NULL) {
-        ls->next = NULL;
-        *list = ls;
-        return;
-    }
-    struct sl_lease *t = *list; /* append: arrival order */
-    while (t->next)
-        t = t->next;
-    t->next = ls;
-    ls->prev = t;
-    ls->next = NULL;
-}
-
-static void lease_unlink(struct sl_lease *ls)
-{
-    if (ls->list == NULL)
-        return;
-    if (ls->prev)
-        ls->prev->next = ls->next;
-    else
-        *ls->list = ls->next;
-    if (ls->next)
-        ls->next->prev = ls->prev;
-    ls->prev = ls->next = NULL;
-    ls->list = NULL;
-}
-
-static const char *lease_id(const struct sl_lease *ls, int k)
-{
-    return ls->lim->limits[ls->idx[k]].scope == SL_SCOPE_GLOBAL ? "*" : ls->identity;
-}
-
-struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_conf *lc,
-                              const struct sl_ident_state *ident, uint64_t conn_id,
-                              uint64_t now_us)
-{
-    if (lim == NULL)
-        return NULL;
-    int *cand = lim->cand, nc = 0;
-    for (int i = 0; i < lim->n; i++)
-        if (applies(&lim->limits[i], lc, SL_METRIC_CONNECTIONS))
-            cand[nc++] = i;
-    if (nc == 0)
-        return NULL;
-    struct sl_lease *ls = calloc(1, sizeof(*ls));
-    if (ls == NULL) {
-        uncounted(UNCOUNTED_NO_MEMORY, "connection"); /* let it in, but say so */
-        return NULL;
-    }
-    sl_identity_of(lc, ident, NULL, ls->identity);
-    uint8_t *keep = lim->keep;
-    for (int c = 0; c < nc; c++)
-        keep[c] = (uint8_t)identity_matches(&lim->limits[cand[c]], ls->identity);
-    for (int c = 0; c < nc; c++) {
-        int x = lim->limits[cand[c]].replaces;
-        if (keep[c] && x >= 0)
-            for (int d = 0; d < nc; d++)
-                if (cand[d] == x)
-                    keep[d] = 0;
-    }
-    for (int c = 0; c < nc; c++) {
-        if (!keep[c])
-            continue;
-        if (ls->n == MAX_CONN_LIMITS) { /* sl_limiter_validate() refuses such files */
-            uncounted(UNCOUNTED_TOO_MANY, "connection");
-            break;
-        }
-        ls->idx[ls->n++] = cand[c];
-    }
-    if (ls->n == 0) {
-        free(ls);
-        return NULL;
-    }
-    for (int k = 0; k < ls->n; k++)
-        ls->queue |= lim->limits[ls->idx[k]].action == SL_ACTION_DELAY;
-    ls->lim = lim;
-    lim->refs++;
-    ls->asked_us = now_us;
-    snprintf(ls->member, sizeof(ls->member), "%s:%" PRIu64,
-             lim->store ? sl_store_instance_id(lim->store) : "local", conn_id);
-    return ls;
-}
-
-/* Another queued lease ahead of <ls> waits for one of its limits. */
-static int someone_ahead(const struct sl_lease *ls)
-{
-    for (const struct sl_lease *o = queued; o != NULL && o != ls; o = o->next) {
-        if (o->lim != ls->lim)
-            continue;
-        for (int a = 0; a < o->n; a++)
-            for (int b = 0; b < ls->n; b++)
-                if (o->idx[a] == ls->idx[b] && strcmp(lease_id(o, a), lease_id(ls, b)) == 0 &&
-                    ls->lim->limits[ls->idx[b]].action != SL_ACTION_SHADOW)
-                    return 1;
-    }
-    return 0;
-}
-
-static struct bucket *lease_bucket(struct sl_lease *ls, int k, uint64_t now_us)
-{
-    struct limit *L = &ls->lim->limits[ls->idx[k]];
-    const char *id = lease_id(ls, k);
-    return bucket_get(L, id, strlen(id), now_us / 1000);
-}
-
-static void lease_verdict_done(struct sl_lease *ls, struct sl_verdict *v, uint64_t now_us)
-{
-    if (v->kind == SL_VERDICT_REJECT)
-        ls->waited = 1;
-    for (int k = 0; k < ls->n; k++) {
-        struct limit *L = &ls->lim->limits[ls->idx[k]];
-        if (L->action == SL_ACTION_SHADOW)
-            continue;
-        if (v->kind == SL_VERDICT_ALLOW) {
-            L->allowed++;
-            if (L->action == SL_ACTION_DELAY && ls->waited && now_us > ls->asked_us) {
-                L->delayed++;
-                hist_add(&L->delay, now_us - ls->asked_us);
-            }
-        } else if (strcmp(v->limit, L->name) == 0 && L->action == SL_ACTION_REJECT) {
-            L->rejected++;
-        }
-    }
-}
-
-/* In process: all or nothing over the limits, at max / <share>. */
-static void lease_local(struct sl_lease *ls, uint64_t share, int fallback, uint64_t now_us,
-                        struct sl_verdict *v)
-{
-    int ok = !(ls->queue && someone_ahead(ls));
-    for (int k = 0; k < ls->n && ok; k++) {
-        struct limit *L = &ls->lim->limits[ls->idx[k]];
-        if (L->action == SL_ACTION_SHADOW)
-            continue;
-        struct bucket *b = lease_bucket(ls, k, now_us);
-        uint64_t max = L->max / share ? L->max / share : 1;
-        if (b != NULL && b->st.a >= max) {
-            ok = 0;
-            struct sl_algo_result res = { .retry_after_us = 1000000 };
-            deny(v, L, ls->identity, &res);
-        }
-    }
-    if (!ok && v->kind != SL_VERDICT_REJECT) {
-        /* someone is ahead in the queue: name the first delay limit */
-        for (int k = 0; k < ls->n; k++) {
-            struct limit *L = &ls->lim->limits[ls->idx[k]];
-            if (L->action == SL_ACTION_DELAY) {
-                struct sl_algo_result res = { .retry_after_us = 1000000 };
-                deny(v, L, ls->identity, &res);
-                break;
-            }
-        }
-    }
-    for (int k = 0; k < ls->n; k++) {
-        struct limit *L = &ls->lim->limits[ls->idx[k]];
-        if (fallback)
-            L->fallback++;
-        struct bucket *b = lease_bucket(ls, k, now_us);
-        if (b == NULL) {
-            if (ok)
-                uncounted(UNCOUNTED_NO_MEMORY, "connection");
-            continue;
-        }
-        uint64_t max = L->max / share ? L->max / share : 1;
-        if (L->action == SL_ACTION_SHADOW) {
-            if (!ok)
-                continue;
-            if (b->st.a >= max)
-                L->shadow_hits++;
-        } else if (!ok) {
-            continue;
-        }
-        b->st.a++;
-        ls->counted[k] = 1;
-    }
-    if (ok && ls->list == &queued)
-        lease_unlink(ls);
-    else if (!ok && ls->queue && ls->list == NULL)
-        lease_link(&queued, ls);
-    lease_verdict_done(ls, v, now_us);
-}
-
-/* Store down: on_failure. */
-static void lease_failed(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v)
-{
-    struct sl_limiter *lim = ls->lim;
-    if (lim->on_failure == SL_FAIL_OPEN) {
-        for (int k = 0; k < ls->n; k++)
-            lim->limits[ls->idx[k]].fallback++;
-        return;
-    }
-    if (lim->on_failure == SL_FAIL_CLOSED) {
-        for (int k = 0; k < ls->n; k++) {
-            struct limit *L = &lim->limits[ls->idx[k]];
-            L->fallback++;
-            if (L->action != SL_ACTION_SHADOW && v->kind != SL_VERDICT_REJECT) {
-                v->kind = SL_VERDICT_REJECT;
-                v->store_down = 1;
-                v->action = SL_ACTION_REJECT;
-                v->retry_after_us = 1000000;
-                snprintf(v->limit, sizeof(v->limit), "%s", L->name);
-                snprintf(v->identity, sizeof(v->identity), "%s", ls->identity);
-                L->rejected++;
-            }
-        }
-        return;
-    }
-    lease_local(ls, sl_store_live_instances(lim->store), 1, now_us, v);
-}
-
-static void lease_on_store(void *data, int status, const int64_t *vals, int n, const char *err)
-{
-    struct sl_lease *ls = data;
-    ls->sreq = NULL;
-    struct sl_verdict v;
-    memset(&v, 0, sizeof(v));
-    uint64_t now_us = uv_hrtime() / 1000;
-    if (status < 0 || n != 1 + 3 * ls->n) {
-        if (status == 0)
-            sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
-                        1 + 3 * ls->n, err ? err : "");
-        lease_failed(ls, now_us, &v);
-    } else {
-        for (int k = 0; k < ls->n; k++) {
-            struct limit *L = &ls->lim->limits[ls->idx[k]];
-            const int64_t *r = vals + 1 + 3 * k;
-            if (L->action == SL_ACTION_SHADOW) {
-                if (vals[0] != 0 && r[0] == 0)
-                    L->shadow_hits++;
-                continue;
-            }
-            if (r[0] == 0) {
-                struct sl_algo_result res = { .retry_after_us = 1000000 };
-                deny(&v, L, ls->identity, &res);
-            }
-        }
-        if (vals[0] != 0) {
-            memset(&v, 0, sizeof(v));
-            ls->remote = 1;
-            if (ls->list == NULL)
-                lease_link(&held_leases, ls);
-        } else if (v.kind != SL_VERDICT_REJECT) {
-            v.kind = SL_VERDICT_REJECT; /* not expected: refuse, naming the first limit */
-            snprintf(v.limit, sizeof(v.limit), "%s", ls->lim->limits[ls->idx[0]].name);
-            snprintf(v.identity, sizeof(v.identity), "%s", ls->identity);
-        }
-        lease_verdict_done(ls, &v, now_us);
-    }
-    if (ls->cb)
-        ls->cb(ls->data, &v);
-}
-
-int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
-                     sl_limiter_cb *cb, void *data)
-{
-    memset(v, 0, sizeof(*v));
-    struct sl_limiter *lim = ls->lim;
-    if (ls->sreq != NULL)
-        return 1; /* already asking */
-    if (lim->store == NULL) {
-        lease_local(ls, 1, 0, now_us, v);
-        return 0;
-    }
-    if (!sl_store_up(lim->store)) {
-        lease_failed(ls, now_us, v);
-        return 0;
-    }
-    char keybuf[MAX_CONN_LIMITS][KEY_MAX];
-    char nums[MAX_CONN_LIMITS][24], lease[24];
-    struct sl_str keys[MAX_CONN_LIMITS], args[5 + 2 * MAX_CONN_LIMITS];
-    int na = 0;
-    args[na++] = (struct sl_str){ "acquire", 7 };
-    args[na++] = (struct sl_str){ "-1", 2 };
-    args[na].p = lease;
-    args[na++].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
-    args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
-    args[na++] = (struct sl_str){ ls->queue ? "1" : "0", 1 };
-    for (int k = 0; k < ls->n; k++) {
-        const struct limit *L = &lim->limits[ls->idx[k]];
-        keys[k] = store_key(lim, L, ls->identity, keybuf[k], sizeof(keybuf[k]));
-        args[na].p = nums[k];
-        args[na++].len = (size_t)snprintf(nums[k], sizeof(nums[k]), "%" PRIu64, L->max);
-        args[na++] = (struct sl_str){ L->action == SL_ACTION_SHADOW ? "1" : "0", 1 };
-    }
-    ls->cb = cb;
-    ls->data = data;
-    ls->sreq = sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, ls->n, keys, na, args,
-                             lease_on_store, ls);
-    if (ls->sreq == NULL) {
-        lease_failed(ls, now_us, v);
-        return 0;
-    }
-    return 1;
-}
-
-static void ignore_reply(void *data, int status, const int64_t *vals, int n, const char *err)
-{
-    (void)data, (void)status, (void)vals, (void)n, (void)err;
-}
-
-/* Gives back the store places of <ls> (and any queue entry). */
-static void lease_release_remote(struct sl_lease *ls)
-{
-    struct sl_limiter *lim = ls->lim;
-    if (lim->store == NULL || !sl_store_up(lim->store))
-        return; /* the places expire with the lease */
-    char keybuf[MAX_CONN_LIMITS][KEY_MAX];
-    struct sl_str keys[MAX_CONN_LIMITS];
-    for (int k = 0; k < ls->n; k++)
-        keys[k] = store_key(lim, &lim->limits[ls->idx[k]], ls->identity, keybuf[k], KEY_MAX);
-    char lease[24];
-    struct sl_str args[4] = { { "release", 7 }, { "-1", 2 }, { lease, 0 },
-                              { ls->member, strlen(ls->member) } };
-    args[2].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
-    sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, ls->n, keys, 4, args, ignore_reply, NULL);
-}
-
-void sl_lease_gave_up(struct sl_lease *ls, const struct sl_verdict *v)
-{
-    if (ls == NULL || v->action != SL_ACTION_DELAY || v->store_down)
-        return;
-    for (int k = 0; k < ls->n; k++) {
-        struct limit *L = &ls->lim->limits[ls->idx[k]];
-        if (L->action == SL_ACTION_DELAY && strcmp(v->limit, L->name) == 0) {
-            L->rejected++;
-            return;
-        }
-    }
-}
-
-void sl_lease_free(struct sl_lease *ls)
-{
-    if (ls == NULL)
-        return;
-    if (ls->sreq != NULL) {
-        sl_store_cancel(ls->sreq);
-        ls->remote = 1; /* it may have been admitted on the way: release anyway */
-    }
-    if (ls->remote || (ls->queue && ls->lim->store != NULL))
-        lease_release_remote(ls);
-    for (int k = 0; k < ls->n; k++) {
-        if (!ls->counted[k])
-            continue;
-        struct limit *L = &ls->lim->limits[ls->idx[k]];
-        const char *id = lease_id(ls, k);
-        /* a count held is never evicted; look, never make one */
-        struct bucket *b = (struct bucket *)sl_idt_peek(&L->buckets, id, strlen(id));
-        if (b != NULL && b->st.a > 0 && --b->st.a == 0)
-            bucket_drop(L, b);
-    }
-    lease_unlink(ls);
-    sl_limiter_release(ls->lim);
-    free(ls);
-}
-
-/* Renews every store place this process holds, in one call. */
-static void lease_renew(struct sl_limiter *lim, uint64_t now_us)
-{
-    if (held_leases == NULL || lim->store == NULL || !sl_store_up(lim->store))
-        return;
-    if (now_us - last_renew_us < lim->lease_ms * 1000 / 3)
-        return;
-    last_renew_us = now_us;
-    int nk = 0, na = 0;
-    for (struct sl_lease *ls = held_leases; ls; ls = ls->next)
-        nk += ls->n;
-    struct sl_str *keys = calloc((size_t)nk, sizeof(*keys));
-    struct sl_str *args = calloc((size_t)(3 + 2 * nk), sizeof(*args));
-    char *kb = malloc((size_t)nk * KEY_MAX);
-    if (keys == NULL || args == NULL || kb == NULL)
-        goto out;
-    char lease[24];
-    args[na++] = (struct sl_str){ "renew", 5 };
-    args[na++] = (struct sl_str){ "-1", 2 };
-    args[na].p = lease;
-    args[na++].len = (size_t)snprintf(lease, sizeof(lease), "%" PRIu64, lim->lease_ms);
-    int k = 0;
-    for (struct sl_lease *ls = held_leases; ls; ls = ls->next) {
-        for (int j = 0; j < ls->n; j++, k++) {
-            keys[k] = store_key(ls->lim, &ls->lim->limits[ls->idx[j]], ls->identity,
-                                kb + (size_t)k * KEY_MAX, KEY_MAX);
-            args[na++] = (struct sl_str){ "1", 1 };
-            args[na++] = (struct sl_str){ ls->member, strlen(ls->member) };
-        }
-    }
-    sl_store_eval(lim->store, SL_SCRIPT_CONNECTIONS, nk, keys, na, args, ignore_reply, NULL);
-out:
-    free(keys);
-    free(args);
-    free(kb);
 }

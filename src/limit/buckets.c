@@ -1,0 +1,148 @@
+/* sluice — in-process buckets: the limiter's per-identity state here.
+ *
+ * Each limit keeps two bounded tables (limit/idtable.h, at most [store]
+ * max_identities entries each, least recently used first):
+ *
+ *   L->buckets   in-process buckets, keyed by identity, "*" (global scope)
+ *                or "c:<connection>" (connection scope); for connection
+ *                limits, the count of places held
+ *   L->entries   what the store said per identity ('\0' + identity):
+ *                leases, remembered refusals, what was left
+ *
+ *   sl_lim_bucket_get --> found: touched
+ *                     '-> missing, table full: evict the least worth
+ *                         keeping (judge_bucket / judge_entry: in use is
+ *                         pinned, as good as new goes first), then make it
+ *   sl_limiter_sweep  --> renews connection places (conns.c), then drops
+ *                         what stayed idle past the limit's TTL */
+#include <stdlib.h>
+#include <string.h>
+
+#include "limit/limiter-i.h"
+#include "limit/limiter.h"
+
+static void bucket_free(struct bucket *b)
+{
+    sl_algo_state_free(&b->st);
+    free(b);
+}
+
+void sl_lim_table_free(struct sl_idt *t)
+{
+    if (t->tab != NULL) {
+        for (uint32_t j = 0; j <= t->mask; j++) {
+            struct sl_idt_node *n = t->tab[j];
+            while (n) {
+                struct sl_idt_node *nx = n->next;
+                bucket_free((struct bucket *)n);
+                n = nx;
+            }
+        }
+    }
+    sl_idt_free(t);
+}
+
+/* What a bucket or entry of <L> is worth keeping at <now_us>, for the
+ * eviction that keeps a table within [store] max_identities. */
+struct judging {
+    const struct limit *L;
+    uint64_t            now_us;
+};
+
+/* The most a take can be: a full bucket or an empty window allows it. */
+uint64_t sl_lim_capacity_of(const struct sl_algo_params *p)
+{
+    return p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA ? p->burst : p->amount;
+}
+
+/* An in-process bucket: a connection count is in use while held; a bucket
+ * that is full again (idle past the TTL, or a peek of all it can hold
+ * would pass) is the same as a new one. */
+static enum sl_idt_judgement judge_bucket(struct sl_idt_node *n, void *arg)
+{
+    const struct judging *j = arg;
+    struct bucket *b = (struct bucket *)n;
+    if (j->L->metric == SL_METRIC_CONNECTIONS)
+        return b->st.a > 0 ? SL_IDT_PINNED : SL_IDT_FRESH;
+    if (!b->st.init || n->lru.at + j->L->ttl_ms <= j->now_us / 1000)
+        return SL_IDT_FRESH;
+    struct sl_algo_params p = j->L->p;
+    p.max_wait_us = 0; /* a peek, never a reservation */
+    struct sl_algo_result res;
+    if (sl_algo_take(&b->st, &p, j->now_us, sl_lim_capacity_of(&p), 0, &res) == 0 && res.allowed)
+        return SL_IDT_FRESH;
+    return SL_IDT_KEEP;
+}
+
+/* An entry: in use while a store call answers for it or requests wait for
+ * one; the same as a new one when it holds no lease tokens, no refusal
+ * and no lean period, and the store's last word is full or stale. An
+ * entry evicted with lease tokens loses them to this instance (the store
+ * counted them: the identity is admitted less, never more). */
+static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
+{
+    const struct judging *j = arg;
+    struct bucket *e = (struct bucket *)n;
+    if (e->asking || e->waiters != NULL)
+        return SL_IDT_PINNED;
+    if (e->lease > 0 || e->deny_until > j->now_us || e->lean_until > j->now_us)
+        return SL_IDT_KEEP;
+    if (e->told_at != 0 && e->told_left < sl_lim_capacity_of(&j->L->p) &&
+        e->told_at + j->L->ttl_ms * 1000 > j->now_us)
+        return SL_IDT_KEEP;
+    return SL_IDT_FRESH;
+}
+
+/* Finds or makes the bucket <key> of <L> (an entry when <key> starts with
+ * '\0'), touching it at <now_ms>. A table at its cap first evicts one. */
+struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
+{
+    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->entries : &L->buckets;
+    struct sl_idt_node *n = sl_idt_find(t, key, len, now_ms);
+    if (n != NULL)
+        return (struct bucket *)n;
+    if (sl_idt_full(t)) {
+        struct judging j = { L, now_ms * 1000 };
+        struct sl_idt_node *v = sl_idt_victim(t, t == &L->entries ? judge_entry : judge_bucket, &j);
+        if (v != NULL) {
+            sl_idt_remove(t, v);
+            t->evicted++;
+            bucket_free((struct bucket *)v);
+        }
+    }
+    struct bucket *b = calloc(1, sizeof(*b) + len + 1);
+    if (b == NULL)
+        return NULL;
+    memcpy(b->key, key, len);
+    b->node.key = b->key;
+    b->node.len = (uint16_t)len;
+    sl_idt_insert(t, &b->node, now_ms);
+    return b;
+}
+
+void sl_lim_bucket_drop(struct limit *L, struct bucket *b)
+{
+    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->entries : &L->buckets;
+    sl_idt_remove(t, &b->node);
+    bucket_free(b);
+}
+
+void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
+{
+    sl_lim_conns_renew(lim, now_us);
+    uint64_t now_ms = now_us / 1000;
+    for (int i = 0; i < lim->n; i++) {
+        struct limit *L = &lim->limits[i];
+        struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
+        for (int t = 0; t < 2; t++) {
+            struct sl_idt_node *n;
+            while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {
+                struct bucket *b = (struct bucket *)n;
+                if (b->asking || b->waiters != NULL)
+                    sl_idt_touch(tabs[t], n, now_ms); /* a lease entry in use */
+                else
+                    sl_lim_bucket_drop(L, b);
+            }
+        }
+    }
+}
