@@ -1888,7 +1888,12 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         /* Pub/sub: keep the frame's first bytes to tell messages from
          * answers (they may arrive split over reads). */
         /* confirmations owed are told apart even once pub/sub is over */
-        int classify = s->passthru || s->sub_owed > 0; /* MONITOR keeps passthru set */
+        /* A RESET's answer is told apart too, even when it comes while
+         * nothing else is classified: its count must catch up (else
+         * sub_pending() stays true and a request held by sub_wait() is
+         * never let go). */
+        int classify = s->passthru || s->sub_owed > 0 || /* MONITOR keeps passthru set */
+                       s->resets_sent != s->resets_seen;
         if (classify && s->head_len < sizeof(s->head)) {
             uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
             if (take > (uint32_t)n)

@@ -1001,6 +1001,27 @@ static void test_big_request_head_is_its_own(void **state)
     world_free(w);
 }
 
+/* A RESET answered before the unsubscribe behind it was sent (behind a
+ * byte limit's first take at the store): the +RESET still
+ * counts, so the MULTI held until the confirmations say if the connection
+ * is subscribed goes on once they came (it waited forever; the
+ * differential fuzzer found it). */
+static void test_reset_then_named_unsubscribe_then_multi(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, NULL,
+                 "[limit bytes]\nlistener = r\nmetric = bytes_in\nrate = 1GiB/s\nburst = 1GiB\n");
+    wait_store_up(w, 0);
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, w->port[0]), 0);
+    transcript(&c, "*1\r\n$5\r\nRESET\r\n*2\r\n$12\r\nPUNSUBSCRIBE\r\n$3\r\nch1\r\n"
+                   "MULTI\r\n*1\r\n$4\r\nEXEC\r\n*2\r\n$4\r\nPING\r\n$3\r\nend\r\n",
+               (const char *[]){ "+RESET", "*3\r\n$12\r\npunsubscribe", "+OK", "*0", "$3\r\nend", NULL });
+    th_conn_close(&c);
+    world_free(w);
+}
+
 /* Script calls the quota store has run so far. */
 static long store_calls(struct world *w)
 {
@@ -1376,6 +1397,7 @@ int main(void)
         cmocka_unit_test(test_auth_inside_multi),
         cmocka_unit_test(test_pipelined_behind_auth),
         cmocka_unit_test(test_big_request_head_is_its_own),
+        cmocka_unit_test(test_reset_then_named_unsubscribe_then_multi),
         cmocka_unit_test(test_store_failure_open),
         cmocka_unit_test(test_store_failure_closed),
         cmocka_unit_test(test_store_failure_local),
