@@ -350,9 +350,14 @@ static int frame_inline(struct sl_resp *st, const char *p, size_t avail)
     const char *end = nl;
     if (end > p && end[-1] == '\r')
         end--;
-    req_reset(&st->req);
+    uint8_t was = st->req.ncap;
     if (split_inline(&st->req, p, end) < 0)
         return fail(st, "Protocol error: unbalanced quotes in request");
+    /* nothing of the request before shows past this one's arguments */
+    for (unsigned i = st->req.ncap; i < was; i++) {
+        st->req.arglen[i] = 0;
+        st->req.argv[i][0] = '\0';
+    }
     st->req.is_inline = 1;
     st->req.size = size;
     return 1;
