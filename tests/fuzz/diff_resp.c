@@ -96,6 +96,10 @@ static const struct known known[] = {
     { "inline lines between 60 KiB and 70 KiB, count lines near 64 KiB", "not generated",
       "README Reference \"Big requests\": inline requests are held whole ... `too big inline "
       "request` (Redis's limit is the same 64 KiB, give or take the CRLF)" },
+    { "an inline line over 64 KiB whose LF arrived (a mutated stream makes one)",
+      "forgiven: sluice's `too big inline request` where Redis answered the line",
+      "README \"RESP framing\": a line without CRLF is capped at 64 KiB (Redis checks only "
+      "while the LF has not arrived, so it runs a longer line that came whole)" },
     { "multibulk counts above 1,048,576", "not generated",
       "README \"RESP framing\": sluice caps the argument count (1,048,576)" },
     { "CLIENT REPLY inside MULTI; UNSUBSCRIBE/PUNSUBSCRIBE of named channels inside MULTI; WATCH",
@@ -994,8 +998,9 @@ static void sig_pair(const char *d, size_t dn, const char *l, size_t ln, struct 
 /* Compares <b> (through sluice) with <a> (direct). Returns 0 when they
  * match; otherwise writes what differs into <why>. */
 static int compare(const struct outcome *a, const struct outcome *b, int reply_off,
-                   struct buf *why, struct buf *sig)
+                   int long_line, struct buf *why, struct buf *sig)
 {
+    static const char too_big[] = "-ERR Protocol error: too big inline request\r\n";
     struct buf x = { 0 }, y = { 0 };
     int rc = 0;
     size_t n = a->n < b->n ? a->n : b->n;
@@ -1004,6 +1009,13 @@ static int compare(const struct outcome *a, const struct outcome *b, int reply_o
         size_t as = i ? a->ends[i - 1] : 0, bs = i ? b->ends[i - 1] : 0;
         normalise(a->raw.p + as, a->ends[i] - as, &x);
         normalise(b->raw.p + bs, b->ends[i] - bs, &y);
+        if (long_line && y.len == sizeof(too_big) - 1 && memcmp(y.p, too_big, y.len) == 0) {
+            /* known[]: a line over 64 KiB is always refused by sluice;
+             * Redis refuses it only when its LF has not arrived yet */
+            buf_free(&x);
+            buf_free(&y);
+            return 0;
+        }
         if (x.len != y.len || memcmp(x.p, y.p, x.len) != 0) {
             buf_fmt(why, "reply %zu differs", i + 1);
             rc = 1;
@@ -1337,6 +1349,12 @@ static void check_stream(const struct stream *s, struct verdict *v)
     v->why.len = 0;
     v->sig.len = 0;
     st_join(s, &data);
+    /* a run of more than 64 KiB without LF: an inline line sluice refuses */
+    int long_line = 0;
+    for (size_t at = 0, run = 0; at < data.len && !long_line; at++) {
+        run = data.p[at] == '\n' ? 0 : run + 1;
+        long_line = run > 64 * 1024;
+    }
     int reply_off = 0;
     for (const char *r = data.p; (r = memmem(r, data.len - (size_t)(r - data.p), "REPLY", 5)) != NULL; r++)
         if (memmem(r, data.len - (size_t)(r - data.p) < 16 ? data.len - (size_t)(r - data.p) : 16, "OFF", 3) ||
@@ -1370,7 +1388,7 @@ static void check_stream(const struct stream *s, struct verdict *v)
             break;
         }
         struct buf why = { 0 }, sig = { 0 };
-        if (compare(&d, o[k], reply_off, &why, &sig)) {
+        if (compare(&d, o[k], reply_off, long_line, &why, &sig)) {
             v->fail = 1;
             buf_fmt(&v->why, "listener %s: ", names[k]);
             buf_add(&v->why, why.p, why.len);
