@@ -88,11 +88,13 @@ static void run(const uint8_t *d, size_t len, uint8_t mode, uint64_t max_request
         if (sizes + sl_resp_pending(&st) != fed)
             abort();
         /* A request in progress shows its own head only: what is captured
-         * is within what it announced, and nothing past it is set. */
+         * is within what it announced, and nothing past it is set (the
+         * argument being captured, at ncap, may hold its first bytes). */
         if (st.req.ncap > SL_RESP_CAPTURE_ARGS || (sl_resp_pending(&st) && st.req.ncap > st.req.argc))
             abort();
         for (unsigned i = st.req.ncap; i < SL_RESP_CAPTURE_ARGS; i++)
-            if (!sl_resp_idle(&st) && (st.req.arglen[i] != 0 || st.req.argv[i][0] != '\0'))
+            if (!sl_resp_idle(&st) &&
+                (st.req.arglen[i] != 0 || (i > st.req.ncap && st.req.argv[i][0] != '\0')))
                 abort();
         if (sl_resp_idle(&st) != (sl_resp_pending(&st) == 0))
             abort();
