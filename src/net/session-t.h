@@ -138,6 +138,7 @@ struct sl_session {
     uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
                                        by resp_user: what follows is charged to its user) */
     uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
+    uint8_t             quit;       /* a QUIT was framed: nothing after it is */
     uint32_t            multi_queued; /* commands queued in the MULTI sent (EXEC's elements) */
     uint64_t            owed_total; /* upstream replies owed since the start */
     uint64_t            paid_total; /* upstream replies received against them */

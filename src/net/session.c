@@ -1505,7 +1505,7 @@ static void process(struct sl_session *s)
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) &&
+    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) && !s->quit &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
         if (s->hq.q != NULL)
             sl_tq_remove(&s->hq); /* the next request's head has its own time */
@@ -1531,6 +1531,10 @@ static void process(struct sl_session *s)
             s->l->stats.requests++;
         int kind = pend_kind(r);
         observe(s, r, kind);
+        /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
+         * what follows it is never framed, forwarded or answered. */
+        if (NAME_IS(r, 0, "QUIT"))
+            s->quit = 1;
         if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
             /* what follows waits for the answer that says who it is */
             s->auth_hold = 1;
@@ -1577,6 +1581,11 @@ static void process(struct sl_session *s)
     b->start = to;
     if (s->state >= SL_SESS_FLUSHING)
         return;
+    if (s->quit) {
+        set_pause(s, 0, SL_PAUSE_DONE, 1);
+        b->end = b->start + pend_bytes(s);
+        return;
+    }
     if (rc < 0) {
         /* The rest is garbage, never forwarded; the requests before it
          * that wait in the ring still go upstream and are answered first.
@@ -1601,12 +1610,14 @@ static void process(struct sl_session *s)
         to_upstream(s, b, b->start, b->end);
     } else if (s->head_state == 2) {
         /* dropped: a rejected big request never reaches the upstream */
-    } else if (held >= SL_STREAM_AT && b->data[b->start] != '*') {
-        /* An inline request is at most 64 KiB: it is held whole, and one
-         * that fills the chunk without its newline is too big (as Redis
-         * says once it passes 64 KiB). */
-        if (held == SL_BUF_SIZE) {
-            protocol_error(s, "Protocol error: too big inline request");
+    } else if (held >= SL_STREAM_AT && sl_resp_line_len(s->framer) >= SL_STREAM_AT) {
+        /* A long line, not a payload: an inline request (at most 64 KiB)
+         * or a count line that will be refused. It is held whole: no
+         * request is decided on it, nor does it change the connection's
+         * state; one that fills the chunk without ending is too big (as
+         * Redis says once it passes 64 KiB). */
+        if (held == SL_BUF_SIZE && sl_resp_line_full(s->framer) < 0) {
+            protocol_error(s, s->framer->err);
             b->start = b->end;
         }
         return;

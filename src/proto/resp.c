@@ -564,6 +564,26 @@ int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out)
     }
 }
 
+size_t sl_resp_line_len(const struct sl_resp *st)
+{
+    return st->phase == P_PAYLOAD ? 0 : st->len - st->pos;
+}
+
+int sl_resp_line_full(struct sl_resp *st)
+{
+    if (st->err[0] != '\0')
+        return SL_EPROTO;
+    if (st->phase == P_PAYLOAD || st->pos == st->len)
+        return 0;
+    if (st->phase == P_ITEM)
+        fail(st, "Protocol error: too big bulk count string");
+    else if (st->in[st->pos] == '*')
+        fail(st, "Protocol error: too big mbulk count string");
+    else
+        fail(st, "Protocol error: too big inline request");
+    return SL_EPROTO;
+}
+
 size_t sl_resp_pending(const struct sl_resp *st)
 {
     return (size_t)st->cur_size + (st->len - st->pos);

@@ -52,6 +52,16 @@ int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len);
  * out in the order their bytes were fed; their sizes add up to the bytes fed. */
 int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out);
 
+/* Bytes of a line that has begun and not ended (an inline command, a count
+ * or length line): 0 while a bulk's payload streams. */
+size_t sl_resp_line_len(const struct sl_resp *st);
+
+/* The caller can hold no more of the line in progress (it filled its
+ * buffer): fails it with the error Redis gives a line that long ("too big
+ * inline request", "too big mbulk count string", "too big bulk count
+ * string") and returns SL_EPROTO; returns 0 when no line is in progress. */
+int sl_resp_line_full(struct sl_resp *st);
+
 /* Bytes fed but not yet returned as part of a complete request. */
 size_t sl_resp_pending(const struct sl_resp *st);
 

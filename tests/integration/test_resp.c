@@ -736,6 +736,22 @@ static void test_quit(void **state)
     close(fd);
     /* Pipelined: what comes after QUIT is not answered. */
     SAME_AS_REDIS("PING\r\nQUIT\r\nPING\r\n", "+PONG\r\n+OK\r\n");
+    /* Nothing after QUIT is framed: a malformed frame behind it is not
+     * answered either (the differential fuzzer found the error sent). */
+    SAME_AS_REDIS("QUIT\r\n*3\r\n$7\r\nPUBLISH\r*2\r\n", "+OK\r\n");
+    /* A line too long under CLIENT REPLY SKIP: no word, as Redis. */
+    {
+        enum { LONG = 70000 };
+        char *in = malloc(LONG + 64);
+        int hn = snprintf(in, 64, "CLIENT REPLY SKIP\r\n*1\r\n$");
+        memset(in + hn, '1', LONG);
+        fd = th_connect(sport);
+        assert_true(fd >= 0);
+        assert_int_equal(th_write_all(fd, in, (size_t)hn + LONG), 0);
+        assert_int_equal(th_expect_close(fd, "", 0, TH_MS), 0);
+        close(fd);
+        free(in);
+    }
     redisContext *c = hconn(sport);
     expect_status(redisCommand(c, "QUIT"), "OK");
     redisFree(c);
