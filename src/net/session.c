@@ -977,7 +977,7 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
             /* An AUTH queued in the transaction counts by its element of
              * EXEC's reply; DISCARD and RESET drop it unrun. */
             if (kind == SL_PK_EXEC && s->in_multi && replies == 1 &&
-                (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL) {
+                (s->auth_pick != NULL || (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL)) {
                 s->auth_seq = s->owed_total + 1;
                 s->auth_exec_framed = 0;
             } else {
