@@ -279,7 +279,9 @@ static const struct keyword limit_kw[] = {
     NUM("max_delay", KW_DURATION, struct sl_limit_conf, max_delay_us, 0, HOUR_US),
     FUNC("commands", set_commands, KW_MULTI),
     FUNC("cost", set_cost, KW_MULTI),
-    LIST("match_identity", struct sl_limit_conf, match_identity, n_match_identity, MAX_IDENTITY),
+    /* the source's tag on top of a value of MAX_IDENTITY: -T writes bare
+     * values with it, and that line must load again */
+    LIST("match_identity", struct sl_limit_conf, match_identity, n_match_identity, MAX_IDENTITY + 8),
     STR("replaces", struct sl_limit_conf, replaces, MAX_NAME),
 };
 

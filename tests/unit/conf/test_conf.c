@@ -1476,6 +1476,19 @@ static void test_command_categories(void **state)
 /* match_identity names identities with their source (issue 11): a bare
  * value is the first source's, printed by -T in its prefixed form; no
  * other source's value reaches the tier. */
+/* A bare match_identity value of the longest length: -T writes it with its
+ * source, and that loads again (fuzz_conf found the dump refused). */
+static void test_match_identity_long_bare_round_trip(void **state)
+{
+    (void)state;
+    char text[1024], v[129];
+    memset(v, 'a', 128);
+    v[128] = '\0';
+    snprintf(text, sizeof(text), L_A "identity = resp_user client_ip\n"
+             "[limit x]\nlistener = a\nrate = 1/s\nmatch_identity = %s\n", v);
+    round_trip(text);
+}
+
 static void test_match_identity_sources(void **state)
 {
     (void)state;
@@ -1628,6 +1641,7 @@ int main(void)
         cmocka_unit_test(test_listen_clash),
         cmocka_unit_test(test_long_line),
         cmocka_unit_test(test_match_identity_sources),
+        cmocka_unit_test(test_match_identity_long_bare_round_trip),
         cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_key_value_form),
         cmocka_unit_test(test_syntax_error),
