@@ -337,8 +337,9 @@ static void paid(struct sl_session *s)
      * cap), and frame what was read and held meanwhile. */
     if ((s->cl_pause & SL_PAUSE_INFLIGHT) && s->inflight <= s->l->conf->max_replies_owed / 2) {
         set_pause(s, 0, SL_PAUSE_INFLIGHT, 0);
-        if (s->cin != NULL)
-            resume_later(s);
+        /* also when nothing is left unframed: process() paused reading
+         * (DECIDE) when it stopped at the cap, and resume() lifts that */
+        resume_later(s);
     }
 }
 

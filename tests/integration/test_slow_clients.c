@@ -142,6 +142,20 @@ static void test_replies_owed_cap(void **state)
         assert_int_equal(th_expect(c, head, (size_t)rl, TH_MS), 0);
         assert_int_equal(th_expect(c, set + hn, VAL + 2, TH_MS), 0);
     }
+    /* Exactly max_replies_owed in one read: framing stops at the cap with
+     * nothing left unframed; once they are read, the client is read again
+     * (it was never read again: a hang make check caught). */
+    n = 0;
+    for (int i = 0; i < 16; i++)
+        n += (size_t)snprintf(pipe + n, sizeof(pipe) - n, "GET owed\r\n");
+    assert_int_equal(th_write_all(c, pipe, n), 0);
+    usleep(300000);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(th_expect(c, head, (size_t)rl, TH_MS), 0);
+        assert_int_equal(th_expect(c, set + hn, VAL + 2, TH_MS), 0);
+    }
+    assert_int_equal(th_write_all(c, "PING\r\n", 6), 0);
+    assert_int_equal(th_expect(c, "+PONG\r\n", 7, TH_MS), 0);
     close(c);
     free(set);
 }
