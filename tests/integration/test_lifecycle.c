@@ -680,6 +680,18 @@ static void test_cli(void **state)
     free(bpath);
 }
 
+/* Makes the password file <pw> (a mkstemp template, tracked for removal)
+ * with mode <mode>. */
+static void secret_file(char *pw, mode_t mode)
+{
+    int fd = mkstemp(pw);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    th_track_file(pw);
+    assert_int_equal(chmod(pw, mode), 0);
+}
+
 /* --version and --help as well as -V and -h; -t warns about a password_file
  * others can read (and still says OK). Before: --help and --version were
  * refused as unknown options and nothing was said about the file's mode. */
@@ -701,12 +713,7 @@ static void test_cli_long_options_and_password_mode(void **state)
     free(out);
 
     char pw[] = "/tmp/sluice-test-pw-XXXXXX";
-    int fd = mkstemp(pw);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "s3cret\n", 7), 7);
-    close(fd);
-    th_track_file(pw);
-    assert_int_equal(chmod(pw, 0644), 0);
+    secret_file(pw, 0644);
     char text[512];
     snprintf(text, sizeof(text), "[sluice]\nadmin =\n[store]\nurl = local\npassword_file = %s\n"
              "[listener r]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n", pw);
@@ -734,12 +741,7 @@ static void test_reload_bad_url_redacted(void **state)
 {
     (void)state;
     char pw[] = "/tmp/sluice-test-pw-XXXXXX";
-    int fd = mkstemp(pw);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "s3cret\n", 7), 7);
-    close(fd);
-    th_track_file(pw);
-    assert_int_equal(chmod(pw, 0604), 0);
+    secret_file(pw, 0604);
     char extra[300];
     snprintf(extra, sizeof(extra), "[store]\npassword_file = %s\n", pw);
     int port = th_free_port();
