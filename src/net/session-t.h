@@ -9,6 +9,7 @@
 #include "core/tq.h"
 #include "shape/wait-t.h"
 #include "proto/resp-t.h"
+#include "proto/resp_conn-t.h"
 #include "proto/resp_reply-t.h"
 
 struct sl_listener;
@@ -53,17 +54,7 @@ struct sl_pend {
 };
 enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
        SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */
-enum { SL_PK_PLAIN = 0, SL_PK_MULTI, SL_PK_EXEC, SL_PK_DISCARD, SL_PK_RESET,
-       SL_PK_AUTH,   /* AUTH or HELLO with AUTH: identity changes on its success */
-       SL_PK_STATE,  /* CLIENT REPLY: never refused, by a byte meter either */
-       SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
-       SL_PK_TAIL }; /* the rest of such a request: follows its head's verdict */
 
-/* Whether Redis will have the connection subscribed, from what was sent. */
-enum { SL_PRED_NO = 0, SL_PRED_YES, SL_PRED_UNKNOWN };
-
-/* Reply modes a client chooses with CLIENT REPLY. */
-enum sl_reply_mode { SL_REPLY_ON = 0, SL_REPLY_OFF, SL_REPLY_SKIP };
 
 /* One entry of the reply queue: <n> upstream replies pass to the client, then
  * the local reply <text> (a rejection, a protocol error) goes out in their
@@ -95,34 +86,12 @@ struct sl_session {
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */
     uint8_t             handles;    /* handles still to see their close callback */
     uint8_t             resp;       /* the listener speaks RESP (else raw tcp) */
-    uint8_t             passthru;   /* resp: pub/sub or MONITOR: replies not 1:1 */
-    uint8_t             monitor;    /* MONITOR: every later reply is a feed line */
-    uint8_t             resp3;      /* HELLO 3 was sent: pub/sub frames are pushes */
-    uint8_t             head_len;   /* bytes in <head> */
-    uint32_t            sub_owed;   /* (un)subscribe confirmations owed (RESP3: pushes) */
-    char                head[24];   /* first bytes of the reply in progress (pub/sub, MONITOR) */
-    char                tail[24];   /* last bytes of the reply in progress (pub/sub) */
-    uint8_t             tail_len;   /* bytes in <tail> */
-    uint32_t            subs[3];    /* channels, patterns, shard channels (confirmed) */
-    uint8_t             pred_sub[3];/* after what was sent: SL_PRED_* subscribed to channels,
-                                       patterns, shard channels */
-    uint32_t            resets_sent;/* RESETs sent (answered), and +RESETs seen */
-    uint32_t            resets_seen;
-    uint32_t            mon_at;     /* the last MONITOR was sent after this many RESETs */
-    uint8_t             mon_sent;   /* ... if any was */
-    uint8_t             reply_mode; /* enum sl_reply_mode */
+    struct sl_resp_conn rc;         /* resp: what Redis makes of the connection */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
     uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
     uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
-    uint8_t             in_multi;   /* a MULTI was sent and no EXEC/DISCARD yet */
-    uint8_t             multi_dirty;/* ... and a command inside it was rejected: EXEC aborts */
-    uint8_t             multi_subs; /* ... bit k: a subscribe of kind k is queued in it;
-                                       bit 3+k: an unsubscribe of all of kind k */
-    uint8_t             sub_by_exec;/* bit k: subscribed by an EXEC (its confirmations are
-                                       inside the EXEC's reply): until a count is seen */
-    uint32_t            sub_exec_at;/* ... by an EXEC sent after this many RESETs */
     uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             meter_hold; /* the ring's head waits for a byte meter's take */
     uint8_t             sub_hold;   /* ... for confirmations that say if still subscribed */
@@ -139,7 +108,6 @@ struct sl_session {
                                        by resp_user: what follows is charged to its user) */
     uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
     uint8_t             quit;       /* a QUIT was framed: nothing after it is */
-    uint32_t            multi_queued; /* commands queued in the MULTI sent (EXEC's elements) */
     uint64_t            owed_total; /* upstream replies owed since the start */
     uint64_t            paid_total; /* upstream replies received against them */
     uint8_t             reply_first;/* first byte of the upstream reply in progress */

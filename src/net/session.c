@@ -42,6 +42,7 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "proto/resp.h"
+#include "proto/resp_conn.h"
 #include "proto/resp_reply.h"
 #include "shape/meter.h"
 #include "shape/wait.h"
@@ -395,12 +396,11 @@ static void emit_ready_locals(struct sl_session *s)
             /* Every confirmation before it has come: the connection's
              * count is known, and is how many this one brings (at least
              * one: "unsubscribe", nil, count when there was none). */
-            uint32_t k = s->subs[g->len] > 0 ? s->subs[g->len] : 1;
+            uint32_t k = sl_rconn_unsub_due(&s->rc, g->len);
             g->flags = SL_SEG_MARK;
             g->len = 0;
             g->n = k;
             s->inflight += k;
-            s->sub_owed += k; /* told apart even if pub/sub ended meanwhile */
             continue;
         }
         uint8_t flags = g->flags;
@@ -409,6 +409,8 @@ static void emit_ready_locals(struct sl_session *s)
             free(g->text);
         s->seg_head = (s->seg_head + 1) % s->seg_cap;
         s->seg_n--;
+        if (flags & SL_SEG_MARK)
+            sl_rconn_mark_gone(&s->rc);
         if (rc < 0) {
             sl_session_close(s);
             return;
@@ -525,310 +527,18 @@ static void free_segs(struct sl_session *s)
 
 /* ---- requests (resp) ---------------------------------------------------------- */
 
-static int name_is(const struct sl_resp_req *r, unsigned i, const char *lit, uint32_t n)
-{
-    return r->ncap > i && r->arglen[i] == n && strncasecmp(r->argv[i], lit, n) == 0;
-}
-#define NAME_IS(r, i, lit) name_is((r), (i), (lit), (uint32_t)(sizeof(lit) - 1))
 
-/* What a request does to the connection's reply accounting, read off it
- * when it is framed (the request's words are gone by the time it is
- * decided) and applied by commit() only if it goes upstream: a request that
- * sluice refuses changes nothing in Redis, so it must change nothing here. */
-enum sl_fx {
-    SL_FX_PLAIN = 0, /* one reply, in the connection's mode */
-    SL_FX_EMPTY,     /* `*0`: no reply, no change */
-    SL_FX_REPLY_OFF, SL_FX_REPLY_SKIP, SL_FX_REPLY_ON, /* CLIENT REPLY ... */
-    SL_FX_HELLO2, SL_FX_HELLO3, /* HELLO 2 | 3 (other HELLOs: PLAIN) */
-    SL_FX_MONITOR,
-    SL_FX_SUB, SL_FX_PSUB, SL_FX_SSUB, /* nchan channels named */
-    SL_FX_UNSUB, SL_FX_PUNSUB, SL_FX_SUNSUB, /* nchan channels named, 0 = all */
-    SL_FX_RESET,
-};
-
-static uint8_t classify(const struct sl_resp_req *r, uint32_t *nchan)
-{
-    *nchan = r->argc > 0 ? r->argc - 1 : 0;
-    if (r->argc == 0)
-        return SL_FX_EMPTY;
-    if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY") && r->argc == 3) {
-        if (NAME_IS(r, 2, "OFF"))
-            return SL_FX_REPLY_OFF;
-        if (NAME_IS(r, 2, "SKIP"))
-            return SL_FX_REPLY_SKIP;
-        if (NAME_IS(r, 2, "ON"))
-            return SL_FX_REPLY_ON;
-    }
-    if (NAME_IS(r, 0, "HELLO") && r->argc >= 2)
-        return NAME_IS(r, 1, "3") ? SL_FX_HELLO3 : NAME_IS(r, 1, "2") ? SL_FX_HELLO2 : SL_FX_PLAIN;
-#define FX(name, fx) { name, sizeof(name) - 1, fx }
-    static const struct { const char *name; uint32_t len; uint8_t fx; } one[] = {
-        FX("MONITOR", SL_FX_MONITOR),     FX("SUBSCRIBE", SL_FX_SUB),
-        FX("PSUBSCRIBE", SL_FX_PSUB),     FX("SSUBSCRIBE", SL_FX_SSUB),
-        FX("UNSUBSCRIBE", SL_FX_UNSUB),   FX("PUNSUBSCRIBE", SL_FX_PUNSUB),
-        FX("SUNSUBSCRIBE", SL_FX_SUNSUB),
-    };
-#undef FX
-    for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
-        if (name_is(r, 0, one[i].name, one[i].len))
-            return one[i].fx;
-    if (NAME_IS(r, 0, "RESET") && r->argc == 1)
-        return SL_FX_RESET;
-    return SL_FX_PLAIN;
-}
-
-/* multi_subs: a subscribe, an unsubscribe of all of kind k queued in MULTI */
-#define MULTI_SUB(k)    (1u << (k))
-#define MULTI_UNSUB(k)  (8u << (k))
-#define MULTI_UNSUB_ALL (MULTI_UNSUB(0) | MULTI_UNSUB(1) | MULTI_UNSUB(2))
-
-/* Effects that change the connection's mode (reply mode, protocol,
- * MONITOR): under RESP2 Redis refuses them while subscribed. */
-static int mode_fx(uint8_t fx)
-{
-    return fx == SL_FX_REPLY_OFF || fx == SL_FX_REPLY_SKIP || fx == SL_FX_REPLY_ON ||
-           fx == SL_FX_MONITOR || fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3;
-}
-
-/* No subscription left and none to be confirmed: pub/sub is over. */
-static int pubsub_over(const struct sl_session *s)
-{
-    return s->subs[0] + s->subs[1] + s->subs[2] == 0 && s->sub_owed == 0 && !s->monitor &&
-           !s->sub_by_exec;
-}
-
-/* Whether an (un)subscribe or RESET sent is still to be answered. */
-static int sub_pending(const struct sl_session *s)
-{
-    int pending = s->sub_owed > 0 || s->resets_sent != s->resets_seen;
-    for (uint32_t i = 0; i < s->seg_n && !pending; i++)
-        pending = (s->segs[(s->seg_head + i) % s->seg_cap].flags & (SL_SEG_UNSUB | SL_SEG_MARK)) != 0;
-    return pending;
-}
-
-/* Whether Redis will have the connection subscribed when it runs the
- * request being committed. Exact when no confirmation is outstanding (the
- * counts they carried are all in); with some outstanding, certain if the
- * last change sent of some kind was a subscribe, or if each kind's last
- * was an unsubscribe of all. Else (sub_unsure()) taken as not: on a
- * listener with limits the requests that depend on it wait (sub_wait()). */
-static int subscribed(const struct sl_session *s)
-{
-    if (!sub_pending(s))
-        return s->passthru && (s->subs[0] + s->subs[1] + s->subs[2] > 0 || s->sub_by_exec);
-    /* some kind surely has one; else taken as not */
-    return s->pred_sub[0] == SL_PRED_YES || s->pred_sub[1] == SL_PRED_YES ||
-           s->pred_sub[2] == SL_PRED_YES;
-}
-
-/* Whether subscribed() would be a guess: an unsubscribe of named channels
- * is still to be confirmed and no subscribe since makes it certain. */
-static int sub_unsure(const struct sl_session *s)
-{
-    int yes = 0, unknown = 0;
-    for (int k = 0; k < 3; k++) {
-        yes |= s->pred_sub[k] == SL_PRED_YES;
-        unknown |= s->pred_sub[k] == SL_PRED_UNKNOWN;
-    }
-    return unknown && !yes && sub_pending(s);
-}
-
-/* A request of effect <fx> and kind <kind> whose meaning depends on whether
- * the connection is subscribed (under RESP2, outside MULTI, Redis refuses
- * it while subscribed), sent when that is not yet known: it waits for the
- * confirmations that tell (upstream_resp() lets it go). Only where a
- * refusal may follow: a listener without limits has no reply of its own
- * to place. */
-static int sub_wait(const struct sl_session *s, uint8_t fx, int kind)
-{
-    return (kind == SL_PK_MULTI || mode_fx(fx)) && !s->in_multi && !s->resp3 && sub_unsure(s);
-}
-
-/* A request of effect <fx> goes upstream: applies what it changes and
- * returns how many replies the upstream owes for it. */
-static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
-{
-    /* Inside MULTI a command is queued: one +QUEUED, its effects at EXEC.
-     * CLIENT REPLY and MONITOR then change nothing (Redis refuses MONITOR
-     * there); HELLO and SUBSCRIBE are taken to apply (below). */
-    int changes_mode = mode_fx(fx);
-    if (s->in_multi && changes_mode && fx != SL_FX_HELLO2 && fx != SL_FX_HELLO3)
-        fx = SL_FX_PLAIN;
-    /* Subscribed under RESP2, Redis answers anything but (un)subscribe,
-     * PING, QUIT and RESET with an error, and the command does nothing. */
-    else if (changes_mode && !s->in_multi && !s->resp3 && subscribed(s))
-        fx = SL_FX_PLAIN;
-    switch (fx) {
-    case SL_FX_EMPTY:
-        return 0;
-    case SL_FX_REPLY_OFF:
-        s->reply_mode = SL_REPLY_OFF;
-        return 0;
-    case SL_FX_REPLY_SKIP:
-        /* SKIP while OFF changes nothing in Redis either. */
-        if (s->reply_mode != SL_REPLY_OFF)
-            s->reply_mode = SL_REPLY_SKIP;
-        return 0;
-    case SL_FX_REPLY_ON:
-        s->reply_mode = SL_REPLY_ON;
-        return 1;
-    case SL_FX_RESET: {
-        /* Redis puts the connection back as it was at the start (reply
-         * mode, protocol, pub/sub, MONITOR) and answers +RESET, even under
-         * CLIENT REPLY OFF; a SKIP still skips it. Pub/sub and MONITOR end
-         * when the +RESET comes back (at_reset()): what arrives before it
-         * is still theirs. */
-        uint32_t n = s->reply_mode == SL_REPLY_SKIP ? 0 : 1;
-        s->reply_mode = SL_REPLY_ON;
-        s->resp3 = 0;
-        memset(s->pred_sub, SL_PRED_NO, sizeof(s->pred_sub));
-        s->resets_sent += n; /* a skipped +RESET never comes */
-        return n;
-    }
-    default:
-        break;
-    }
-    /* OFF and SKIP silence the reply, not what the command does. */
-    int quiet = s->reply_mode != SL_REPLY_ON;
-    if (s->reply_mode == SL_REPLY_SKIP)
-        s->reply_mode = SL_REPLY_ON;
-    if (fx == SL_FX_HELLO2 || fx == SL_FX_HELLO3)
-        s->resp3 = fx == SL_FX_HELLO3;
-    if (s->in_multi) {
-        /* applied when the EXEC goes out (multi_exec()) */
-        if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB)
-            s->multi_subs |= (uint8_t)MULTI_SUB(fx - SL_FX_SUB);
-        else if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB && nchan == 0) /* undoes one before */
-            s->multi_subs = (uint8_t)((s->multi_subs & ~MULTI_SUB(fx - SL_FX_UNSUB)) |
-                                      MULTI_UNSUB(fx - SL_FX_UNSUB));
-        return quiet ? 0 : 1;
-    }
-    if (fx == SL_FX_MONITOR) {
-        /* Its +OK (none when already monitoring); commands after it are
-         * answered as before, between feed lines that answer nothing. */
-        int again = s->mon_sent && s->mon_at == s->resets_sent; /* no RESET since */
-        s->mon_sent = 1;
-        s->mon_at = s->resets_sent;
-        s->monitor = 1;
-        s->passthru = 1;
-        return quiet || again ? 0 : 1;
-    }
-    /* (Un)subscribe confirmations come under OFF and SKIP too (Redis sends
-     * them as it sends messages); a SKIP is used up all the same. */
-    if (fx >= SL_FX_SUB && fx <= SL_FX_SSUB) {
-        /* One confirmation per channel named (under RESP3 a push, which
-         * answers it all the same); messages come whenever they like. */
-        s->passthru = 1;
-        s->sub_owed += nchan;
-        s->pred_sub[fx - SL_FX_SUB] = SL_PRED_YES;
-        return nchan;
-    }
-    if (fx >= SL_FX_UNSUB && fx <= SL_FX_SUNSUB) {
-        /* Confirmations, subscribed or not (then one per channel named, or
-         * one with a nil channel); told apart as long as any is owed. */
-        s->pred_sub[fx - SL_FX_UNSUB] = nchan > 0 ? SL_PRED_UNKNOWN : SL_PRED_NO;
-        if (nchan > 0) {
-            s->sub_owed += nchan;
-            return nchan;
-        }
-        /* Of everything: one confirmation per channel (pattern, shard
-         * channel) the connection has when Redis runs it, or one when it
-         * has none, which sluice knows only once every confirmation before
-         * it has come: a marker in the reply queue counts them then
-         * (emit_ready_locals). */
-        queue_local(s, NULL, (uint32_t)(fx - SL_FX_UNSUB), SL_SEG_UNSUB);
-        return 0;
-    }
-    return quiet ? 0 : 1;
-}
-
-/* A request sluice refuses: how many replies the client expects for it (the
- * rejection goes in their place). Refused under CLIENT REPLY SKIP, it was
- * the request whose reply the client asked Redis to skip, but Redis never
- * sees it and would skip the next one instead: a PING takes its place
- * upstream, and Redis skips the PING's reply. */
+/* A request sluice refuses: how many replies the client expects for it
+ * (the rejection goes in their place); under CLIENT REPLY SKIP a PING
+ * takes its place upstream (see sl_rconn_refused). */
 static uint32_t refused(struct sl_session *s)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    if (s->reply_mode == SL_REPLY_OFF)
-        return 0;
-    if (s->reply_mode == SL_REPLY_SKIP) {
-        s->reply_mode = SL_REPLY_ON;
-        if (send_bytes(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
-            sl_session_close(s);
-        return 0;
-    }
-    return 1;
-}
-
-enum { PS_OTHER = 0, PS_MESSAGE, PS_SUBSCRIBED, PS_UNSUBSCRIBED };
-
-/* In pub/sub mode, what the frame that just ended is, from its first bytes
- * in s->head: "*N\r\n" (or ">N\r\n") "$L\r\n" then its kind, 22 bytes
- * at most. */
-static int pubsub_kind(const struct sl_session *s, int *which)
-{
-    static const char *const msgs[] = { "message", "pmessage", "smessage" };
-    static const char *const subs[] = { "subscribe", "psubscribe", "ssubscribe" };
-    static const char *const unsubs[] = { "unsubscribe", "punsubscribe", "sunsubscribe" };
-    const char *h = s->head, *end = s->head + s->head_len;
-    if (h == end || (*h != '*' && *h != '>'))
-        return PS_OTHER;
-    const char *nl = memchr(h, '\n', (size_t)(end - h));
-    if (nl == NULL || nl + 1 >= end || nl[1] != '$')
-        return PS_OTHER;
-    const char *nl2 = memchr(nl + 1, '\n', (size_t)(end - nl - 1));
-    if (nl2 == NULL)
-        return PS_OTHER;
-    const char *name = nl2 + 1;
-    size_t room = (size_t)(end - name);
-    const char *const *lists[3] = { msgs, subs, unsubs };
-    for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < 3; i++) {
-            size_t n = strlen(lists[k][i]);
-            if (room > n && strncasecmp(name, lists[k][i], n) == 0 && name[n] == '\r') {
-                *which = i;
-                return PS_MESSAGE + k;
-            }
-        }
-    }
-    return PS_OTHER;
-}
-
-/* The frame that just ended (first bytes in s->head) is RESET's answer:
- * pub/sub and MONITOR are over. */
-static int at_reset(struct sl_session *s)
-{
-    if (s->head_len < 8 || memcmp(s->head, "+RESET\r\n", 8) != 0)
-        return 0;
-    /* What was sent after that RESET (and already counted) still holds:
-     * a MONITOR, (un)subscribes whose confirmations are owed. */
-    if (s->resets_seen != s->resets_sent)
-        s->resets_seen++;
-    s->monitor = s->mon_sent && s->mon_at >= s->resets_seen; /* a MONITOR sent after it */
-    if (s->sub_exec_at < s->resets_seen)
-        s->sub_by_exec = 0; /* else an EXEC sent after it subscribed */
-    s->passthru = s->monitor || s->sub_owed > 0 || s->sub_by_exec;
-    memset(s->subs, 0, sizeof(s->subs));
-    return 1;
-}
-
-/* Under MONITOR, the frame that just ended is a feed line, which answers
- * nothing: "+<seconds>.<micros> [" (commands are still answered). */
-static int feed_line(const struct sl_session *s)
-{
-    const char *h = s->head, *end = s->head + s->head_len;
-    if (h == end || *h++ != '+')
-        return 0;
-    const char *d = h;
-    while (h < end && *h >= '0' && *h <= '9')
-        h++;
-    if (h == d || h == end || *h++ != '.')
-        return 0;
-    d = h;
-    while (h < end && *h >= '0' && *h <= '9')
-        h++;
-    return h > d && end - h >= 2 && h[0] == ' ' && h[1] == '[';
+    int send_ping;
+    uint32_t n = sl_rconn_refused(&s->rc, &send_ping);
+    if (send_ping && send_bytes(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
+        sl_session_close(s);
+    return n;
 }
 
 /* A reply that is not a confirmation came: every unsubscribe-all ahead of
@@ -843,141 +553,33 @@ static int settle_marks(struct sl_session *s)
     if (!(g->flags & SL_SEG_MARK) || g->n == 0)
         return 0;
     s->inflight -= g->n;
-    s->sub_owed = s->sub_owed > g->n ? s->sub_owed - g->n : 0;
+    sl_rconn_settled(&s->rc, g->n);
     g->n = 0;
     return 1;
 }
 
-/* Keeps the last bytes of the frame in progress (pub/sub): a confirmation
- * ends with the connection's subscription count. */
-static void keep_tail(struct sl_session *s, const char *p, uint32_t n)
-{
-    const uint32_t cap = (uint32_t)sizeof(s->tail);
-    if (n >= cap) {
-        memcpy(s->tail, p + n - cap, cap);
-        s->tail_len = (uint8_t)cap;
-        return;
-    }
-    if (s->tail_len + n > cap) {
-        uint32_t drop = s->tail_len + n - cap;
-        memmove(s->tail, s->tail + drop, s->tail_len - drop);
-        s->tail_len = (uint8_t)(s->tail_len - drop);
-    }
-    memcpy(s->tail + s->tail_len, p, n);
-    s->tail_len = (uint8_t)(s->tail_len + n);
-}
-
-/* The count a confirmation ends with (":N\r\n"), or -1. */
-static long frame_count(const struct sl_session *s)
-{
-    int i = (int)s->tail_len - 3;
-    long v = 0, mul = 1;
-    if (i < 1 || s->tail[s->tail_len - 2] != '\r')
-        return -1;
-    for (; i >= 0 && s->tail[i] >= '0' && s->tail[i] <= '9' && mul <= 1000000000L; i--) {
-        v += (s->tail[i] - '0') * mul;
-        mul *= 10;
-    }
-    return i >= 0 && s->tail[i] == ':' && mul > 1 ? v : -1;
-}
-
-/* A pub/sub frame ended: whether it answers a request. A message never
- * does; a confirmation does when one is owed (every one is: by channels
- * named, or by an unsubscribe-all's count) and tells how many channels,
- * patterns and shard channels the connection has (Redis counts the first
- * two together); when none is left, pub/sub is over. */
-static int pubsub_pays(struct sl_session *s, int push, int *confirm)
-{
-    if (at_reset(s))
-        return 1;
-    int which = 0;
-    int kind = pubsub_kind(s, &which);
-    *confirm = kind == PS_SUBSCRIBED || kind == PS_UNSUBSCRIBED;
-    if (*confirm) {
-        long n = frame_count(s);
-        if (n >= 0) {
-            /* a count covers what an EXEC subscribed to as well */
-            /* channels and patterns are counted together */
-            uint32_t v = (uint32_t)n;
-            if (which == 2) {
-                s->subs[2] = v;
-                s->sub_by_exec &= (uint8_t)~4u;
-            } else if (s->sub_by_exec & 3u) {
-                s->subs[which] = v; /* how they split is not known */
-                s->subs[!which] = 0;
-                s->sub_by_exec &= (uint8_t)~3u;
-            } else {
-                s->subs[which] = v > s->subs[!which] ? v - s->subs[!which] : 0;
-            }
-        }
-        int pays = s->sub_owed > 0;
-        if (pays)
-            s->sub_owed--;
-        /* none left, and no (un)subscribe sent since is still to be confirmed */
-        if (kind == PS_UNSUBSCRIBED && pubsub_over(s))
-            s->passthru = 0;
-        return pays;
-    }
-    return !push && kind == PS_OTHER;
-}
-
 /* ---- verdicts, in request order ------------------------------------------- */
 
-static int pend_kind(const struct sl_resp_req *r)
+/* A request goes upstream: what it changes in the connection's model, and
+ * the replies it is owed. An unsubscribe of everything queues the marker
+ * that counts its confirmations when its turn comes. */
+static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
 {
-    if (NAME_IS(r, 0, "MULTI"))   return SL_PK_MULTI;
-    if (NAME_IS(r, 0, "EXEC"))    return SL_PK_EXEC;
-    if (NAME_IS(r, 0, "DISCARD")) return SL_PK_DISCARD;
-    if (NAME_IS(r, 0, "RESET"))   return SL_PK_RESET;
-    if (NAME_IS(r, 0, "AUTH") || NAME_IS(r, 0, "HELLO")) return SL_PK_AUTH;
-    /* the client expects no answer to OFF and SKIP and would take a
-     * refusal for the next command's; a refused ON would leave it waiting */
-    if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY")) return SL_PK_STATE;
-    return SL_PK_PLAIN;
-}
-
-/* An EXEC goes out: the (un)subscribes queued in its transaction take
- * effect. Their confirmations come inside the EXEC's reply, where sluice
- * does not read the counts: a subscribe leaves the connection subscribed
- * until a later confirmation's count or RESET says otherwise; an
- * unsubscribe of all of a kind ends that kind. (An EXEC that WATCH makes
- * fail runs none of them; sluice takes it as run.) */
-static void multi_exec(struct sl_session *s)
-{
-    for (int k = 0; k < 3; k++) {
-        if (s->multi_subs & MULTI_UNSUB(k)) {
-            s->pred_sub[k] = SL_PRED_NO;
-            s->subs[k] = 0;
-            s->sub_by_exec &= (uint8_t)~(1u << k);
-        }
-        if (s->multi_subs & MULTI_SUB(k)) {
-            s->pred_sub[k] = SL_PRED_YES;
-            s->sub_by_exec |= (uint8_t)(1u << k);
-            s->sub_exec_at = s->resets_sent;
-            s->passthru = 1;
-        }
-    }
-    if ((s->multi_subs & MULTI_UNSUB_ALL) && pubsub_over(s))
-        s->passthru = 0;
-    s->multi_subs = 0;
+    int unsub;
+    uint32_t n = sl_rconn_commit(&s->rc, fx, nchan, &unsub);
+    if (unsub >= 0)
+        queue_local(s, NULL, (uint32_t)unsub, SL_SEG_UNSUB);
+    return n;
 }
 
 /* Bookkeeping for a request that goes upstream. */
 static void allowed(struct sl_session *s, int kind, uint32_t replies)
 {
-    if (kind == SL_PK_MULTI) {
-        /* subscribed under RESP2, Redis refuses MULTI */
-        s->in_multi = s->resp3 || !subscribed(s);
-        s->multi_dirty = 0;
-        s->multi_subs = 0;
-        s->multi_queued = 0;
-    } else if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
-        if (kind == SL_PK_EXEC && s->in_multi)
-            multi_exec(s);
+    if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
         if (s->auth_in_multi && s->auth_next != NULL) {
             /* An AUTH queued in the transaction counts by its element of
              * EXEC's reply; DISCARD and RESET drop it unrun. */
-            if (kind == SL_PK_EXEC && s->in_multi && replies == 1 &&
+            if (kind == SL_PK_EXEC && s->rc.in_multi && replies == 1 &&
                 (s->auth_pick != NULL || (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL)) {
                 s->auth_seq = s->owed_total + 1;
                 s->auth_exec_framed = 0;
@@ -985,20 +587,17 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
                 auth_drop(s);
             }
         }
-        s->multi_subs = 0;
-        s->in_multi = 0;
     } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
-        if (s->in_multi) {
+        if (s->rc.in_multi) {
             s->auth_in_multi = 1; /* +QUEUED says nothing */
-            s->auth_elem = s->multi_queued;
+            s->auth_elem = s->rc.multi_queued;
         } else if (replies == 1) {
             s->auth_seq = s->owed_total + 1;
         } else {
             auth_drop(s); /* no reply to judge by */
         }
     }
-    if (s->in_multi && kind != SL_PK_MULTI && replies > 0)
-        s->multi_queued++;
+    sl_rconn_allowed(&s->rc, kind, replies);
     if (replies > 0)
         owe(s, replies);
     auth_wake(s);
@@ -1009,8 +608,7 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
 static void rejected(struct sl_session *s, char *text, uint32_t len, uint32_t replies)
 {
     s->l->stats.rejected++;
-    if (s->in_multi)
-        s->multi_dirty = 1;
+    sl_rconn_rejected(&s->rc);
     if (replies > 0 && text != NULL)
         queue_local(s, text, len, SL_SEG_OWNED);
     else
@@ -1023,9 +621,7 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
-    s->in_multi = 0;
-    s->multi_dirty = 0;
-    s->multi_subs = 0;
+    sl_rconn_exec_aborted(&s->rc);
     if (s->auth_in_multi && s->auth_next != NULL) {
         auth_drop(s); /* the transaction never runs */
         auth_wake(s);
@@ -1198,7 +794,7 @@ static void protocol_error(struct sl_session *s, const char *msg)
     s->l->stats.protocol_errors++;
     sl_log_debug("protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     set_pause(s, 0, SL_PAUSE_DONE, 1);
-    if (s->reply_mode != SL_REPLY_ON) {
+    if (s->rc.reply_mode != SL_REPLY_ON) {
         /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
          * Redis says nothing either. It then keeps the connection open but
          * reads no more of it; sluice closes it. */
@@ -1262,7 +858,7 @@ static void apply(struct sl_session *s)
             }
             e.state = SL_PEND_ALLOW;
         }
-        if (e.state == SL_PEND_ALLOW && sub_wait(s, e.fx, e.kind)) {
+        if (e.state == SL_PEND_ALLOW && sl_rconn_sub_wait(&s->rc, e.fx, e.kind)) {
             s->pend[s->pend_head].state = SL_PEND_ALLOW; /* a delay is served */
             s->sub_hold = 1;
             break;
@@ -1285,7 +881,7 @@ static void apply(struct sl_session *s)
         s->pend_head = (s->pend_head + 1) % PEND_MAX;
         s->pend_n--;
         int forward = e.state == SL_PEND_ALLOW &&
-                      !(e.kind == SL_PK_EXEC && s->multi_dirty) &&
+                      !(e.kind == SL_PK_EXEC && s->rc.multi_dirty) &&
                       !(e.kind == SL_PK_TAIL && s->head_state == 2);
         if (e.kind == SL_PK_HEAD)
             s->req_fwd += e.span; /* sent or dropped: either way behind us */
@@ -1530,11 +1126,11 @@ static void process(struct sl_session *s)
         }
         if (r->argc > 0)
             s->l->stats.requests++;
-        int kind = pend_kind(r);
+        int kind = sl_rconn_kind(r);
         observe(s, r, kind);
         /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
          * what follows it is never framed, forwarded or answered. */
-        if (NAME_IS(r, 0, "QUIT"))
+        if (sl_rconn_is_quit(r))
             s->quit = 1;
         if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
             /* what follows waits for the answer that says who it is */
@@ -1543,8 +1139,8 @@ static void process(struct sl_session *s)
                 s->auth_exec_framed = 1;
         }
         uint32_t nchan;
-        uint8_t fx = classify(r, &nchan);
-        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->multi_dirty) &&
+        uint8_t fx = sl_rconn_classify(r, &nchan);
+        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
             !meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, commit(s, fx, nchan));
@@ -1558,7 +1154,7 @@ static void process(struct sl_session *s)
                 return;
             struct sl_pend *e = &s->pend[s->pend_head];
             if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
-                !meters_owe(s) && !sub_wait(s, fx, kind)) {
+                !meters_owe(s) && !sl_rconn_sub_wait(&s->rc, fx, kind)) {
                 s->pend_head = (s->pend_head + 1) % PEND_MAX;
                 s->pend_n = 0;
                 to += span;
@@ -1624,9 +1220,9 @@ static void process(struct sl_session *s)
         return;
     } else if (held >= SL_STREAM_AT) {
         struct sl_resp_req *head = &s->framer->req;
-        observe(s, head, pend_kind(head));
+        observe(s, head, sl_rconn_kind(head));
         uint32_t nchan;
-        uint8_t fx = classify(head, &nchan);
+        uint8_t fx = sl_rconn_classify(head, &nchan);
         if (enqueue(s, head, held, fx, nchan, SL_PK_HEAD) < 0)
             return;
         apply(s);
@@ -1879,8 +1475,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         if (sl_reply_idle(&s->scan)) {
             s->reply_first = (uint8_t)b->data[off];
-            s->head_len = 0;
-            s->tail_len = 0;
+            sl_rconn_reply_begin(&s->rc);
             fstart = off;
             /* EXEC's reply, which says if the AUTH queued before it ran */
             s->pick_on = s->auth_pick != NULL && s->paid_total + 1 == s->auth_seq &&
@@ -1897,34 +1492,14 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             finish(s);
             return;
         }
-        /* Pub/sub: keep the frame's first bytes to tell messages from
-         * answers (they may arrive split over reads). */
-        /* confirmations owed are told apart even once pub/sub is over */
-        /* A RESET's answer is told apart too, even when it comes while
-         * nothing else is classified: its count must catch up (else
-         * sub_pending() stays true and a request held by sub_wait() is
-         * never let go). */
-        int classify = s->passthru || s->sub_owed > 0 || /* MONITOR keeps passthru set */
-                       s->resets_sent != s->resets_seen;
-        if (classify && s->head_len < sizeof(s->head)) {
-            uint32_t take = (uint32_t)sizeof(s->head) - s->head_len;
-            if (take > (uint32_t)n)
-                take = (uint32_t)n;
-            memcpy(s->head + s->head_len, b->data + off, take);
-            s->head_len = (uint8_t)(s->head_len + take);
-        }
-        if (classify)
-            keep_tail(s, b->data + off, (uint32_t)n);
+        sl_rconn_reply_bytes(&s->rc, b->data + off, (size_t)n);
         if (s->pick_on)
             sl_reply_pick_feed(s->auth_pick, b->data + off, (size_t)n);
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;
-        int push = (f & SL_REPLY_PUSH) != 0, confirm = 0;
-        if (s->monitor && feed_line(s))
-            push = 1;
-        else if (classify)
-            push = !pubsub_pays(s, push, &confirm);
+        int confirm;
+        int push = sl_rconn_reply_end(&s->rc, (f & SL_REPLY_PUSH) != 0, &confirm);
         if (!push && !confirm && settle_marks(s)) {
             /* an unsubscribe-all was owed more confirmations than came:
              * what waited for them goes out before this reply */
@@ -1953,7 +1528,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         b->start = b->end;
     to_client(s, b, b->start, b->end);
     b->start = b->end;
-    if (s->sub_hold && !sub_unsure(s)) {
+    if (s->sub_hold && !sl_rconn_sub_unsure(&s->rc)) {
         /* the confirmations told: the request waiting for them moves */
         s->sub_hold = 0;
         resume_later(s);
@@ -2227,7 +1802,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         while ((n = sl_tq_expired(&l->active, now, idle)) != NULL) {
             struct sl_session *s = sl_session_of(n);
             /* As in Redis: a blocked or subscribed client is not idle. */
-            if (s->inflight > 0 || s->passthru) {
+            if (s->inflight > 0 || sl_rconn_passthru(&s->rc)) {
                 sl_tq_touch(&l->active, n, now);
                 continue;
             }
