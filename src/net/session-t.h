@@ -13,6 +13,7 @@
 #include "proto/resp_reply-t.h"
 
 struct sl_listener;
+struct sl_sess_proto;
 struct sl_session;
 struct sl_limiter_req;
 struct sl_ident_state;
@@ -79,13 +80,13 @@ struct sl_session {
     uv_tcp_t            client;     /* accepted socket; data = this */
     uv_tcp_t            upstream;   /* our own connection upstream; data = this */
     struct sl_listener *l;          /* owner (counters, configuration) */
+    const struct sl_sess_proto *proto; /* what the bytes mean (net/session-i.h) */
     struct sl_tq_node   tq;         /* place in l->connecting / active / lingering */
     struct sl_tq_node   hq;         /* place in l->heading while a request's head comes */
     uint8_t             state;      /* enum sl_sess_state */
     uint8_t             cl_pause;   /* enum sl_pause bits for reading the client */
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */
     uint8_t             handles;    /* handles still to see their close callback */
-    uint8_t             resp;       /* the listener speaks RESP (else raw tcp) */
     struct sl_resp_conn rc;         /* resp: what Redis makes of the connection */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */

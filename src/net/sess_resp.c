@@ -1,0 +1,792 @@
+/* sluice — RESP in a session: requests framed, decided in order, replies
+ * matched to them, local replies slotted in where Redis's own would be.
+ *
+ *   client bytes --> framer --> requests --> verdicts (in order) --> upstream
+ *   upstream bytes --> reply scanner --> model (resp_conn) --> client,
+ *                      with local replies (rejections, errors) in their place
+ *
+ * Bytes are never copied on the way through: the framer finds request
+ * boundaries in the client chunk and the bytes of complete requests are
+ * written from it. A partial request stays in the chunk until it is
+ * complete (so it can still be refused) unless it grows past SL_STREAM_AT:
+ * then it is decided by its head and its bytes stream as they come.
+ *
+ * What Redis makes of the connection (CLIENT REPLY, MULTI, pub/sub,
+ * MONITOR, RESET) is the pure model in proto/resp_conn.c; what is here is
+ * the glue: AUTH (an identity that counts once Redis accepts it), the order
+ * of verdicts, EXEC aborted by a rejection inside MULTI, header_timeout. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/tq.h"
+#include "identity/identity.h"
+#include "net/listener.h"
+#include "net/session.h"
+#include "net/session-i.h"
+#include "proto/resp.h"
+#include "proto/resp_conn.h"
+#include "proto/resp_reply.h"
+#include "shape/meter.h"
+
+static void process(struct sl_session *s);
+static void head_clock(struct sl_session *s);
+
+/* ---- framers ---------------------------------------------------------------- */
+
+/* Framers are lent to sessions only while a request is being read, so an
+ * idle connection holds none; a small pool makes the lending two pointer
+ * moves instead of malloc + free per read. */
+#define FRAMER_POOL 64
+static struct sl_resp *framer_pool[FRAMER_POOL];
+static unsigned framer_pooled;
+
+static void pool_drain(void)
+{
+    while (framer_pooled > 0) {
+        struct sl_resp *f = framer_pool[--framer_pooled];
+        sl_resp_free(f);
+        free(f);
+    }
+}
+
+static struct sl_resp *framer_take(uint64_t max_request)
+{
+    struct sl_resp *f;
+    if (framer_pooled > 0) {
+        f = framer_pool[--framer_pooled];
+        if (sl_resp_reuse(f, max_request) == 0)
+            return f;
+    } else if ((f = malloc(sizeof(*f))) != NULL) {
+        if (sl_resp_init(f, max_request) == 0)
+            return f;
+    }
+    free(f);
+    return NULL;
+}
+
+static void framer_give(struct sl_resp *f)
+{
+    if (framer_pooled < FRAMER_POOL && sl_resp_idle(f) && f->err[0] == '\0') {
+        framer_pool[framer_pooled++] = f;
+        return;
+    }
+    sl_resp_free(f);
+    free(f);
+}
+
+/* The session's framer goes back when nothing of a request is left in it. */
+static void framer_release_if_idle(struct sl_session *s)
+{
+    if (s->framer != NULL && s->pend_n == 0 && s->req_fwd == 0 && s->head_state == 0 &&
+        sl_resp_idle(s->framer)) {
+        framer_give(s->framer);
+        s->framer = NULL;
+    }
+    sl_sess_ring_release(s);
+}
+
+/* The listener's limits are told apart by AUTH user: what follows an AUTH
+ * is charged to whoever its answer makes the client. */
+static int auth_matters(const struct sl_session *s)
+{
+    const struct sl_listener_conf *lc = s->l->conf;
+    if (!s->l->limited)
+        return 0;
+    for (int i = 0; i < lc->n_identity; i++)
+        if (lc->identity[i] == SL_ID_RESP_USER)
+            return 1;
+    return 0;
+}
+
+/* Framing is held behind an AUTH whose answer is still to come: sent, or
+ * waiting in the ring to be sent. Queued in a transaction, the answer is in
+ * EXEC's reply: the MULTI's commands go on until an EXEC is framed. */
+static int auth_waits(const struct sl_session *s)
+{
+    return s->auth_hold && s->auth_next != NULL &&
+           (s->auth_seq != 0 || !s->auth_in_multi || s->auth_exec_framed);
+}
+
+/* The AUTH candidate is settled or void: forget it, and let framing go on. */
+static void auth_drop(struct sl_session *s)
+{
+    free(s->auth_next);
+    s->auth_next = NULL;
+    free(s->auth_pick);
+    s->auth_pick = NULL;
+    s->auth_seq = 0;
+    s->auth_in_multi = 0;
+    s->auth_exec_framed = 0;
+}
+
+/* Requests already read wait unframed: behind an AUTH's answer, or while
+ * the client owes reading max_replies_owed replies (a read holds thousands
+ * of small requests: framing them all would send them all upstream). */
+static int frame_held(const struct sl_session *s)
+{
+    return auth_waits(s) || s->inflight >= s->l->conf->max_replies_owed;
+}
+
+/* Framing was held and need not be any more: go on at the end of the turn. */
+static void auth_wake(struct sl_session *s)
+{
+    if (s->auth_hold && !auth_waits(s)) {
+        s->auth_hold = 0;
+        sl_sess_resume_later(s);
+    }
+}
+
+/* One non-push upstream reply has ended. Returns 1 when local replies are
+ * now due (the caller flushes the upstream bytes before them). */
+/* A reply paid what was owed: if it answers a pending AUTH and is not an
+ * error, the client is now who that AUTH said. */
+static void paid_one(struct sl_session *s)
+{
+    s->paid_total++;
+    if (s->auth_next != NULL && s->paid_total == s->auth_seq) {
+        /* Inside a transaction the AUTH's own element of EXEC's reply
+         * says; +QUEUED said nothing. */
+        uint8_t first = s->auth_pick != NULL ? s->auth_pick->found : s->reply_first;
+        if (first != 0 && first != '-' && first != '!')
+            *s->ident = *s->auth_next;
+        auth_drop(s);
+        auth_wake(s);
+    }
+    sl_sess_paid(s);
+}
+
+static int reply_ended(struct sl_session *s)
+{
+    if (s->seg_n > 0) {
+        struct sl_reply_seg *g = &s->segs[s->seg_head];
+        if (g->n == 0)
+            return 1; /* unsolicited (pub/sub): locals waited for the boundary */
+        g->n--;
+        if (g->flags & SL_SEG_MARK)
+            sl_sess_paid(s); /* an unsubscribe-all's: not in owed_total */
+        else
+            paid_one(s);
+        return g->n == 0;
+    }
+    if (s->tail_n > 0) {
+        s->tail_n--;
+        paid_one(s);
+    }
+    return 0;
+}
+
+/* A request sluice refuses: how many replies the client expects for it
+ * (the rejection goes in their place); under CLIENT REPLY SKIP a PING
+ * takes its place upstream (see sl_rconn_refused). */
+static uint32_t refused(struct sl_session *s)
+{
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    int send_ping;
+    uint32_t n = sl_rconn_refused(&s->rc, &send_ping);
+    if (send_ping && sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
+        sl_session_close(s);
+    return n;
+}
+
+/* A reply that is not a confirmation came: every unsubscribe-all ahead of
+ * it in the reply queue has had all its confirmations (Redis sends them
+ * before it answers the next command), whatever count was expected (a
+ * count gone stale, an error instead). Returns 1 if one was cut short. */
+static int settle_marks(struct sl_session *s)
+{
+    if (s->seg_n == 0)
+        return 0;
+    struct sl_reply_seg *g = &s->segs[s->seg_head];
+    if (!(g->flags & SL_SEG_MARK) || g->n == 0)
+        return 0;
+    s->inflight -= g->n;
+    sl_rconn_settled(&s->rc, g->n);
+    g->n = 0;
+    return 1;
+}
+
+/* A request goes upstream: what it changes in the connection's model, and
+ * the replies it is owed. An unsubscribe of everything queues the marker
+ * that counts its confirmations when its turn comes. */
+static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
+{
+    int unsub;
+    uint32_t n = sl_rconn_commit(&s->rc, fx, nchan, &unsub);
+    if (unsub >= 0)
+        sl_sess_local(s, NULL, (uint32_t)unsub, SL_SEG_UNSUB);
+    return n;
+}
+
+/* Bookkeeping for a request that goes upstream. */
+static void allowed(struct sl_session *s, int kind, uint32_t replies)
+{
+    if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
+        if (s->auth_in_multi && s->auth_next != NULL) {
+            /* An AUTH queued in the transaction counts by its element of
+             * EXEC's reply; DISCARD and RESET drop it unrun. */
+            if (kind == SL_PK_EXEC && s->rc.in_multi && replies == 1 &&
+                (s->auth_pick != NULL || (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL)) {
+                s->auth_seq = s->owed_total + 1;
+                s->auth_exec_framed = 0;
+            } else {
+                auth_drop(s);
+            }
+        }
+    } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
+        if (s->rc.in_multi) {
+            s->auth_in_multi = 1; /* +QUEUED says nothing */
+            s->auth_elem = s->rc.multi_queued;
+        } else if (replies == 1) {
+            s->auth_seq = s->owed_total + 1;
+        } else {
+            auth_drop(s); /* no reply to judge by */
+        }
+    }
+    sl_rconn_allowed(&s->rc, kind, replies);
+    if (replies > 0)
+        sl_sess_owe(s, replies);
+    auth_wake(s);
+}
+
+/* A rejected request: its reply is the rejection, in its place. Inside a
+ * MULTI it also dooms the EXEC, as a queuing error does in Redis. */
+static void rejected(struct sl_session *s, char *text, uint32_t len, uint32_t replies)
+{
+    s->l->stats.rejected++;
+    sl_rconn_rejected(&s->rc);
+    if (replies > 0 && text != NULL)
+        sl_sess_local(s, text, len, SL_SEG_OWNED);
+    else
+        free(text);
+}
+
+/* EXEC after a rejection inside MULTI: DISCARD goes upstream instead (the
+ * transaction must end there too), and its +OK is replaced by EXECABORT. */
+static void exec_abort(struct sl_session *s, uint32_t replies)
+{
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+    sl_rconn_exec_aborted(&s->rc);
+    if (s->auth_in_multi && s->auth_next != NULL) {
+        auth_drop(s); /* the transaction never runs */
+        auth_wake(s);
+    }
+    s->l->stats.rejected++;
+    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, discard, sizeof(discard) - 1) < 0) {
+        sl_session_close(s);
+        return;
+    }
+    /* Under CLIENT REPLY OFF or SKIP, Redis does not answer the DISCARD
+     * and the client expects nothing. */
+    if (replies == 0)
+        return;
+    sl_sess_owe(s, 1);
+    sl_sess_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
+}
+
+/* Learns who the client is from its request. AUTH and HELLO ... AUTH only
+ * count once the upstream accepts them (else anyone could spend alice's
+ * quota by sending a wrong password as alice): they prepare a candidate
+ * that the reply makes real. */
+static void observe(struct sl_session *s, const struct sl_resp_req *r, int kind)
+{
+    if (!sl_identity_learns(r) || sl_sess_ident(s) == NULL)
+        return;
+    if (kind != SL_PK_AUTH) {
+        sl_identity_observe(s->ident, r);
+        return;
+    }
+    if (s->auth_next == NULL && (s->auth_next = malloc(sizeof(*s->auth_next))) == NULL)
+        return;
+    *s->auth_next = *s->ident;
+    sl_identity_observe(s->auth_next, r);
+    s->auth_seq = 0; /* set when it is sent */
+}
+
+static void protocol_error(struct sl_session *s, const char *msg)
+{
+    s->l->stats.protocol_errors++;
+    sl_log_debug("protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
+    sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+    if (s->rc.reply_mode != SL_REPLY_ON) {
+        /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
+         * Redis says nothing either. It then keeps the connection open but
+         * reads no more of it; sluice closes it. */
+        static char none[] = "";
+        sl_sess_local(s, none, 0, SL_SEG_CLOSE);
+        return;
+    }
+    size_t n = strlen(msg);
+    char *text = malloc(n + 7);
+    if (text == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    memcpy(text, "-ERR ", 5);
+    memcpy(text + 5, msg, n);
+    memcpy(text + 5 + n, "\r\n", 2);
+    sl_sess_local(s, text, (uint32_t)(n + 7), SL_SEG_OWNED | SL_SEG_CLOSE);
+}
+
+/* Applies, in order, every entry at the head of the ring whose verdict is
+ * in; their bytes are at the start of the client chunk. */
+static void apply(struct sl_session *s)
+{
+    if (s->pend_n == 0)
+        return;
+    struct sl_buf *b = s->cin;
+    uint32_t from = b->start, to = b->start;
+    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
+        /* Take the entry out first: what follows may close the session. */
+        struct sl_pend e = s->pend[s->pend_head];
+        if (e.state == SL_PEND_WAIT)
+            break;
+        if (e.state == SL_PEND_DELAY) {
+            /* Parked: nothing behind it moves until its place comes. */
+            if (e.due_us > sl_sess_waits_now()) {
+                sl_sess_park(s, e.due_us);
+                break;
+            }
+            e.state = SL_PEND_ALLOW;
+        }
+        if (e.state == SL_PEND_ALLOW && sl_rconn_sub_wait(&s->rc, e.fx, e.kind)) {
+            s->pend[s->pend_head].state = SL_PEND_ALLOW; /* a delay is served */
+            s->sub_hold = 1;
+            break;
+        }
+        if (e.state == SL_PEND_ALLOW && e.kind == SL_PK_PLAIN && sl_sess_meters_owe(s)) {
+            /* A reject byte limit is in debt: the request waits for the
+             * take at the store, or is refused. */
+            struct sl_verdict v;
+            int g = sl_sess_meter_gate(s, e.kind, e.span, &v);
+            if (g == SL_METER_HOLD) {
+                s->meter_hold = 1;
+                break;
+            }
+            if (g == SL_METER_REFUSE) {
+                sl_sess_verdict(&s->pend[s->pend_head], &v);
+                e = s->pend[s->pend_head];
+            }
+        }
+        s->pend[s->pend_head].text = NULL;
+        s->pend_head = (s->pend_head + 1) % PEND_MAX;
+        s->pend_n--;
+        int forward = e.state == SL_PEND_ALLOW &&
+                      !(e.kind == SL_PK_EXEC && s->rc.multi_dirty) &&
+                      !(e.kind == SL_PK_TAIL && s->head_state == 2);
+        if (e.kind == SL_PK_HEAD)
+            s->req_fwd += e.span; /* sent or dropped: either way behind us */
+        if (forward) {
+            to += e.span;
+            if (e.kind == SL_PK_HEAD) {
+                /* Its replies are owed once it is whole: a request cut short
+                 * by a protocol error gets none. */
+                s->head_state = 1;
+                s->head_replies = commit(s, e.fx, e.nchan);
+            } else if (e.kind == SL_PK_TAIL) {
+                s->head_state = 0;
+                allowed(s, SL_PK_PLAIN, s->head_replies);
+                s->head_replies = 0;
+            } else {
+                allowed(s, e.kind, commit(s, e.fx, e.nchan));
+            }
+            continue;
+        }
+        sl_sess_to_upstream(s, b, from, to);
+        from = to = to + e.span; /* the request's bytes never leave */
+        if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
+            exec_abort(s, commit(s, e.fx, e.nchan)); /* DISCARD goes in its place */
+        } else if (e.kind == SL_PK_TAIL) {
+            s->head_state = 0;
+        } else {
+            if (e.kind == SL_PK_HEAD)
+                s->head_state = 2;
+            uint32_t replies = refused(s);
+            if (s->state >= SL_SESS_CLOSED) {
+                free(e.text);
+                return;
+            }
+            rejected(s, e.text, e.len, replies); /* takes the text */
+            e.text = NULL;
+        }
+        free(e.text);
+    }
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    sl_sess_to_upstream(s, b, from, to);
+    b->start = to;
+}
+
+/* header_timeout: the clock runs while sluice waits for the client to
+ * finish a request's head (the part that decides it), from when that
+ * request began. Not while requests wait on sluice (verdicts, an AUTH's
+ * answer, a full pipeline), nor once a big request was decided at its head
+ * and its body streams. A slow sender that dribbles a byte at a time keeps
+ * idle_timeout from expiring, but not this. */
+static void head_clock(struct sl_session *s)
+{
+    int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
+                  !frame_held(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
+                  s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
+    if (!waiting)
+        sl_tq_remove(&s->hq);
+    else if (s->hq.q == NULL)
+        sl_tq_touch(&s->l->heading, &s->hq, sl_sess_now_ms(s));
+}
+
+/* Takes every complete request the framer holds, in order: allowed ones
+ * with nothing waiting before them go out in one write, the rest wait in
+ * the ring for their verdicts. */
+static void process(struct sl_session *s)
+{
+    struct sl_buf *b = s->cin;
+    if (b == NULL)
+        return; /* every byte read has been framed and sent on */
+    struct sl_resp_req *r;
+    int rc = 0;
+    uint32_t from = b->start, to = b->start;
+    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) && !s->quit &&
+           (rc = sl_resp_next(s->framer, &r)) == 1) {
+        if (s->hq.q != NULL)
+            sl_tq_remove(&s->hq); /* the next request's head has its own time */
+        uint32_t span = (uint32_t)(r->size - s->req_fwd);
+        s->req_fwd = 0;
+        if (s->head_state != 0) {
+            /* The rest of a request decided at its head. */
+            if (s->pend_n == 0 && s->head_state == 1) {
+                to += span;
+                s->head_state = 0;
+                allowed(s, SL_PK_PLAIN, s->head_replies);
+                s->head_replies = 0;
+                continue;
+            }
+            sl_sess_to_upstream(s, b, from, to);
+            b->start = from = to;
+            sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, SL_FX_EMPTY, 0, SL_PK_TAIL);
+            apply(s);
+            from = to = b->start;
+            continue;
+        }
+        if (r->argc > 0)
+            s->l->stats.requests++;
+        int kind = sl_rconn_kind(r);
+        observe(s, r, kind);
+        /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
+         * what follows it is never framed, forwarded or answered. */
+        if (sl_rconn_is_quit(r))
+            s->quit = 1;
+        if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
+            /* what follows waits for the answer that says who it is */
+            s->auth_hold = 1;
+            if (kind == SL_PK_EXEC)
+                s->auth_exec_framed = 1;
+        }
+        uint32_t nchan;
+        uint8_t fx = sl_rconn_classify(r, &nchan);
+        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
+            !sl_sess_meters_owe(s)) {
+            to += span; /* the fast path: no limits, nothing waiting */
+            allowed(s, kind, commit(s, fx, nchan));
+            continue;
+        }
+        if (s->pend_n == 0) {
+            /* Nothing waits before it: when the verdict is in at once
+             * (url = local, a lease, a remembered refusal) and allows, the
+             * request joins the same write as the ones before it. */
+            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+                return;
+            struct sl_pend *e = &s->pend[s->pend_head];
+            if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
+                !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&s->rc, fx, kind)) {
+                s->pend_head = (s->pend_head + 1) % PEND_MAX;
+                s->pend_n = 0;
+                to += span;
+                allowed(s, kind, commit(s, fx, nchan));
+                continue;
+            }
+            sl_sess_to_upstream(s, b, from, to);
+            b->start = from = to;
+        } else {
+            sl_sess_to_upstream(s, b, from, to);
+            b->start = from = to;
+            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+                return;
+        }
+        apply(s);
+        if (s->state >= SL_SESS_FLUSHING)
+            return;
+        from = to = b->start;
+    }
+    sl_sess_to_upstream(s, b, from, to);
+    b->start = to;
+    if (s->state >= SL_SESS_FLUSHING)
+        return;
+    if (s->quit) {
+        sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+        b->end = b->start + sl_sess_pend_bytes(s);
+        return;
+    }
+    if (rc < 0) {
+        /* The rest is garbage, never forwarded; the requests before it
+         * that wait in the ring still go upstream and are answered first.
+         * The error waits for the ring to empty: sl_sess_resume() runs this again,
+         * and the dead framer fails again. */
+        sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+        b->end = b->start + sl_sess_pend_bytes(s);
+        if (s->pend_n == 0)
+            protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
+        return;
+    }
+    if (s->pend_n > 0 || frame_held(s)) {
+        sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
+        return;
+    }
+    /* A partial request is held until complete, unless it is big: then it
+     * is decided by its head now and its bytes stream as they come. */
+    uint32_t held = b->end - b->start;
+    if (held == 0)
+        return;
+    if (s->head_state == 1) {
+        sl_sess_to_upstream(s, b, b->start, b->end);
+    } else if (s->head_state == 2) {
+        /* dropped: a rejected big request never reaches the upstream */
+    } else if (held >= SL_STREAM_AT && sl_resp_line_len(s->framer) >= SL_STREAM_AT) {
+        /* A long line, not a payload: an inline request (at most 64 KiB)
+         * or a count line that will be refused. It is held whole: no
+         * request is decided on it, nor does it change the connection's
+         * state; one that fills the chunk without ending is too big (as
+         * Redis says once it passes 64 KiB). */
+        if (held == SL_BUF_SIZE && sl_resp_line_full(s->framer) < 0) {
+            protocol_error(s, s->framer->err);
+            b->start = b->end;
+        }
+        return;
+    } else if (held >= SL_STREAM_AT) {
+        struct sl_resp_req *head = &s->framer->req;
+        observe(s, head, sl_rconn_kind(head));
+        uint32_t nchan;
+        uint8_t fx = sl_rconn_classify(head, &nchan);
+        if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
+            return;
+        apply(s);
+        if (s->pend_n > 0)
+            sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
+        return; /* apply() moved the bytes on (or dropped them) */
+    } else {
+        return;
+    }
+    s->req_fwd += held;
+    b->start = b->end;
+}
+
+/* Frames the <n> bytes just read at the end of <b>. */
+static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
+{
+    if (s->framer == NULL && (s->framer = framer_take(s->l->conf->max_request)) == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    if (sl_resp_feed(s->framer, b->data + b->end - n, n) < 0) {
+        protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
+        return;
+    }
+    process(s);
+    if (s->state < SL_SESS_FLUSHING)
+        head_clock(s);
+}
+
+/* Sends the replies in the new bytes of <b>, with due local replies
+ * slotted in at reply boundaries, and drops a reply being swallowed. */
+static void upstream_resp(struct sl_session *s, struct sl_buf *b)
+{
+    uint32_t off = b->start;
+    uint32_t fstart = UINT32_MAX; /* where the frame in progress began, if in <b> */
+    while (off < b->end) {
+        /* At a boundary, the next reply may be one to drop (EXECABORT). */
+        if (!s->swallow && s->seg_n > 0 && sl_reply_idle(&s->scan)) {
+            struct sl_reply_seg *g = &s->segs[s->seg_head];
+            if ((g->flags & SL_SEG_SWALLOW) && g->n == 1) {
+                sl_sess_to_client(s, b, b->start, off);
+                b->start = off;
+                s->swallow = 1;
+            }
+        }
+        if (sl_reply_idle(&s->scan)) {
+            s->reply_first = (uint8_t)b->data[off];
+            sl_rconn_reply_begin(&s->rc);
+            fstart = off;
+            /* EXEC's reply, which says if the AUTH queued before it ran */
+            s->pick_on = s->auth_pick != NULL && s->paid_total + 1 == s->auth_seq &&
+                         s->reply_first != '>';
+            if (s->pick_on)
+                sl_reply_pick_init(s->auth_pick, s->auth_elem);
+        }
+        unsigned f = 0;
+        long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
+        if (n < 0) {
+            sl_log_warn("upstream protocol error", "listener=%s", s->l->name);
+            sl_sess_to_client(s, b, b->start, off);
+            b->start = b->end;
+            sl_sess_finish(s);
+            return;
+        }
+        sl_rconn_reply_bytes(&s->rc, b->data + off, (size_t)n);
+        if (s->pick_on)
+            sl_reply_pick_feed(s->auth_pick, b->data + off, (size_t)n);
+        off += (uint32_t)n;
+        if (!(f & SL_REPLY_DONE))
+            continue;
+        int confirm;
+        int push = sl_rconn_reply_end(&s->rc, (f & SL_REPLY_PUSH) != 0, &confirm);
+        if (!push && !confirm && settle_marks(s)) {
+            /* an unsubscribe-all was owed more confirmations than came:
+             * what waited for them goes out before this reply */
+            uint32_t at = fstart != UINT32_MAX && fstart >= b->start ? fstart : off;
+            sl_sess_to_client(s, b, b->start, at);
+            b->start = at;
+            sl_sess_emit_locals(s);
+            if (s->state >= SL_SESS_FLUSHING)
+                return;
+        }
+        if (s->swallow && !push) {
+            b->start = off; /* the swallowed reply never reaches the client */
+            s->swallow = 0;
+        }
+        int due = push ? (s->seg_n > 0 && s->segs[s->seg_head].n == 0) : reply_ended(s);
+        if (due) {
+            /* local replies go out here, between two upstream replies */
+            sl_sess_to_client(s, b, b->start, off);
+            b->start = off;
+            sl_sess_emit_locals(s);
+            if (s->state >= SL_SESS_FLUSHING)
+                return;
+        }
+    }
+    if (s->swallow)
+        b->start = b->end;
+    sl_sess_to_client(s, b, b->start, b->end);
+    b->start = b->end;
+    if (s->sub_hold && !sl_rconn_sub_unsure(&s->rc)) {
+        /* the confirmations told: the request waiting for them moves */
+        s->sub_hold = 0;
+        sl_sess_resume_later(s);
+    }
+}
+
+
+/* ---- the table ---------------------------------------------------------------- */
+
+static void resume(struct sl_session *s)
+{
+    apply(s);
+    if (s->pend_n == 0 && s->state < SL_SESS_FLUSHING) {
+        /* Requests framed but not yet taken, or a big one in progress. */
+        process(s);
+        if (s->state < SL_SESS_CLOSED) {
+            if (s->pend_n == 0 && !frame_held(s))
+                sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 0);
+            head_clock(s);
+            sl_sess_rx_release(&s->cin);
+            framer_release_if_idle(s);
+            sl_sess_drain_check(s);
+        }
+    }
+}
+
+/* The client's EOF: a partial request it leaves goes upstream as it is,
+ * and Redis sees the same cut. */
+static int client_eof(struct sl_session *s)
+{
+    (void)s;
+    return 1;
+}
+
+/* Everything the upstream sent is already on its way to the client:
+ * close once it has left. */
+static void upstream_eof(struct sl_session *s, int err)
+{
+    (void)err;
+    sl_sess_finish(s);
+}
+
+static void resp_init(struct sl_session *s)
+{
+    sl_reply_init(&s->scan);
+}
+
+static int at_boundary(const struct sl_session *s)
+{
+    return sl_reply_idle(&s->scan);
+}
+
+static void resp_free(struct sl_session *s)
+{
+    sl_reply_release(&s->scan);
+    if (s->framer) {
+        sl_resp_free(s->framer); /* may hold a partial request: not pooled */
+        free(s->framer);
+    }
+    free(s->auth_next);
+    free(s->auth_pick);
+}
+
+static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
+                     size_t cap)
+{
+    (void)s;
+    int n = 0;
+    switch (what) {
+    case SL_ANSWER_MAX_CLIENTS:
+        n = snprintf(out, cap, "-ERR max number of clients reached\r\n");
+        break;
+    case SL_ANSWER_NO_FD:
+        n = snprintf(out, cap, "%s", sl_listener_fd_refusal);
+        break;
+    case SL_ANSWER_UPSTREAM_DOWN:
+        n = snprintf(out, cap, "-ERR upstream unavailable\r\n");
+        break;
+    case SL_ANSWER_CONN_LIMIT:
+        n = snprintf(out, cap, "-ERR max number of clients reached (limit '%s')\r\n",
+                     limit ? limit : "");
+        break;
+    }
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+static uint32_t marker_due(struct sl_session *s, uint32_t kind)
+{
+    return sl_rconn_unsub_due(&s->rc, kind);
+}
+
+static void marker_gone(struct sl_session *s)
+{
+    sl_rconn_mark_gone(&s->rc);
+}
+
+/* As in Redis: a subscribed or MONITOR client is not idle. */
+static int busy(const struct sl_session *s)
+{
+    return sl_rconn_passthru(&s->rc);
+}
+
+const struct sl_sess_proto sl_sess_resp = {
+    .name = "resp",
+    .framed = 1,
+    .init = resp_init,
+    .at_boundary = at_boundary,
+    .client_in = client_resp,
+    .client_eof = client_eof,
+    .upstream_in = upstream_resp,
+    .upstream_eof = upstream_eof,
+    .resume = resume,
+    .release = framer_release_if_idle,
+    .free = resp_free,
+    .answer = answer,
+    .marker_due = marker_due,
+    .marker_gone = marker_gone,
+    .busy = busy,
+    .pool_drain = pool_drain,
+};

@@ -1,0 +1,106 @@
+/* sluice — inside a session: what the session core offers the protocols,
+ * and the table each protocol fills.
+ *
+ * The core (session.c) owns what every protocol shares: the two sockets,
+ * pooled chunks, pause bits and watermarks, the queue of replies owed with
+ * room for local replies, the ring of requests waiting for verdicts, byte
+ * meters, parking for `delay`, connection limits, closing and lingering.
+ * A protocol (sess_resp.c, sess_http.c, sess_tcp.c) frames what each side
+ * sends, decides what a request does to the connection, and renders local
+ * answers; it reaches the sockets only through the core's functions below.
+ * The core never asks which protocol it runs. */
+#ifndef SL_NET_SESSION_I_H
+#define SL_NET_SESSION_I_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limit/limiter.h"
+#include "net/session-t.h"
+#include "proto/req-t.h"
+
+#define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
+#define PEND_MAX     256             /* requests in order behind an undecided one */
+
+/* Local answers a session gives on its own (not to a request). */
+enum sl_answer {
+    SL_ANSWER_MAX_CLIENTS = 0, /* past max_connections */
+    SL_ANSWER_NO_FD,           /* out of descriptors for the upstream */
+    SL_ANSWER_UPSTREAM_DOWN,   /* the upstream refused or did not answer the connect */
+    SL_ANSWER_CONN_LIMIT,      /* a connection limit refused (<limit> names it) */
+};
+
+struct sl_sess_proto {
+    const char *name;
+    uint8_t     framed;      /* requests have boundaries: local answers go in order,
+                                a drain ends at a boundary, byte limits refuse requests */
+    /* a session begins (its upstream is being connected) */
+    void (*init)(struct sl_session *s);
+    /* the upstream's stream is between two replies: a local one may go */
+    int (*at_boundary)(const struct sl_session *s);
+    /* <n> bytes were just read from the client into the end of <b> */
+    void (*client_in)(struct sl_session *s, struct sl_buf *b, size_t n);
+    /* the client sent EOF; returns nonzero if the bytes it left unframed
+     * should still go upstream (before the half-close travels on) */
+    int (*client_eof)(struct sl_session *s);
+    /* bytes were read from the upstream into <b>[start, end) */
+    void (*upstream_in)(struct sl_session *s, struct sl_buf *b);
+    /* the upstream closed or failed (<err>: UV_EOF or an error) */
+    void (*upstream_eof)(struct sl_session *s, int err);
+    /* verdicts landed, a parked request's time came, a hold was lifted:
+     * move on what can move */
+    void (*resume)(struct sl_session *s);
+    /* after a read was handled: give back what an idle session need not hold */
+    void (*release)(struct sl_session *s);
+    /* the session is freed */
+    void (*free)(struct sl_session *s);
+    /* renders answer <what> (<limit>: the refusing limit, or NULL) into
+     * <out>; returns its length, 0 = close without a word */
+    size_t (*answer)(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
+                     size_t cap);
+    /* a queue marker (SL_SEG_UNSUB of <kind>) reached its turn: how many
+     * upstream replies it stands for; one left the queue */
+    uint32_t (*marker_due)(struct sl_session *s, uint32_t kind);
+    void (*marker_gone)(struct sl_session *s);
+    /* replies may come unasked: an idle-looking session is not idle */
+    int (*busy)(const struct sl_session *s);
+    /* at exit: free pooled state */
+    void (*pool_drain)(void);
+};
+
+extern const struct sl_sess_proto sl_sess_resp, sl_sess_tcp;
+
+/* ---- the core, for the protocols (session.c) ---- */
+
+uint64_t sl_sess_now_ms(struct sl_session *s);            /* loop time */
+uint64_t sl_sess_waits_now(void);                         /* the waits' clock (us) */
+void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on);
+/* Sends <len> bytes at <p> to <dst>; <b>: the chunk holding them (NULL:
+ * copied if not taken at once). 0 or a libuv error. */
+int  sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+                  size_t len);
+void sl_sess_to_upstream(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to);
+void sl_sess_to_client(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to);
+void sl_sess_owe(struct sl_session *s, uint32_t n);       /* <n> upstream replies are owed */
+void sl_sess_paid(struct sl_session *s);                  /* one reply owed was delivered */
+void sl_sess_drain_check(struct sl_session *s);
+/* Queues local reply <text> after every reply owed so far (SL_SEG_*). */
+void sl_sess_local(struct sl_session *s, char *text, uint32_t len, uint8_t flags);
+void sl_sess_emit_locals(struct sl_session *s);
+void sl_sess_finish(struct sl_session *s);                /* close once the client has all */
+void sl_sess_resume(struct sl_session *s);
+void sl_sess_resume_later(struct sl_session *s);          /* at the end of the loop turn */
+/* Asks the limiter about request <r> (complete, or the head of a big one)
+ * and queues it in order. 0, or -1 when the ring is full (or closed). */
+int  sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span, uint8_t fx,
+                     uint32_t nchan, int kind);
+void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v);
+void sl_sess_park(struct sl_session *s, uint64_t due_us);
+int  sl_sess_meters_owe(const struct sl_session *s);
+int  sl_sess_meter_gate(struct sl_session *s, int kind, uint32_t span, struct sl_verdict *v);
+struct sl_ident_state *sl_sess_ident(struct sl_session *s);
+uint32_t sl_sess_pend_bytes(const struct sl_session *s);
+void sl_sess_rx_release(struct sl_buf **slot);
+void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back when empty */
+
+#endif
