@@ -471,6 +471,21 @@ uint64_t sl_algo_ttl_us(const struct sl_algo_params *p)
     return ms > UINT64_MAX / 1000 ? UINT64_MAX : ms * 1000;
 }
 
+void sl_algo_policy(const struct sl_algo_params *p, uint64_t *quota, uint64_t *window_s)
+{
+    unsigned __int128 us = p->period_us;
+    *quota = p->amount;
+    if (p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA) {
+        /* q = burst, w = the time to refill it: q per w is the rate, and a
+         * full bucket allows all of q at once, so r <= q always holds. */
+        *quota = p->burst;
+        us = p->amount > 0 ? ((unsigned __int128)p->burst * p->period_us + p->amount - 1) / p->amount
+                           : 0;
+    }
+    unsigned __int128 s = (us + 999999) / 1000000;
+    *window_s = s < 1 ? 1 : s > UINT64_MAX ? UINT64_MAX : (uint64_t)s;
+}
+
 void sl_algo_state_free(struct sl_algo_state *st)
 {
     free(st->log);

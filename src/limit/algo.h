@@ -54,6 +54,16 @@ int sl_algo_take(struct sl_algo_state *st, const struct sl_algo_params *p, uint6
  * fixed_window, sliding_log: period_us; sliding_window: 2 * period_us. */
 uint64_t sl_algo_ttl_us(const struct sl_algo_params *p);
 
+/* The limit <p> as a quota policy "<quota> tokens per <window_s> seconds"
+ * (HTTP's RateLimit-Policy q and w, docs/http.md): for token_bucket and
+ * gcra the burst, per the time to refill it from empty; for the windows
+ * the amount, per the period. The window is rounded up to whole seconds
+ * and is at least 1, so a client that never sends more than <quota> in any
+ * <window_s> seconds is never refused by the buckets nor by fixed_window
+ * and sliding_log (sliding_window's estimate may refuse it near a window's
+ * edge). */
+void sl_algo_policy(const struct sl_algo_params *p, uint64_t *quota, uint64_t *window_s);
+
 /* Releases memory held by <st> (the sliding log ring). */
 void sl_algo_state_free(struct sl_algo_state *st);
 

@@ -63,6 +63,7 @@ struct bucket {
     uint64_t             seen_left;  /* tokens the store said were left after our last take */
     uint64_t             told_left;  /* tokens left in the store's last answer (+ lease held) ... */
     uint64_t             told_at;    /* ... given to a decision made then (us); 0: none yet */
+    uint64_t             told_reset; /* ... and when it said the quota would be whole (us) */
     uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */

@@ -315,6 +315,43 @@ static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, c
     return (size_t)snprintf(out, cap, "%s", q->identity);
 }
 
+/* ceil(<us> / 1 s) */
+static uint64_t secs_up(uint64_t us)
+{
+    return us / 1000000 + (us % 1000000 != 0);
+}
+
+/* Names limit <L> in <v>'s policy fields (limiter.h): <remaining> tokens
+ * left, the quota whole again after <reset_us>; <approx> as there. */
+static void set_policy(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
+                       uint64_t reset_us, int approx)
+{
+    snprintf(v->policy, sizeof(v->policy), "%s", L->name);
+    if (L->metric == SL_METRIC_CONNECTIONS) {
+        v->quota = L->max;
+        v->window_s = 0;
+    } else {
+        sl_algo_policy(&L->p, &v->quota, &v->window_s);
+    }
+    v->remaining = remaining;
+    v->reset_s = secs_up(reset_us);
+    v->approx = (uint8_t)approx;
+}
+
+/* Non-shadow limit <L> allowed a request, leaving <remaining> tokens, whole
+ * again after <reset_us>: an allowed verdict names the limit closest to
+ * its limit (the least remaining; the later reset on a tie). */
+static void closest(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
+                    uint64_t reset_us, int approx)
+{
+    if (v->kind != SL_VERDICT_ALLOW)
+        return;
+    if (v->policy[0] != '\0' &&
+        (remaining > v->remaining || (remaining == v->remaining && secs_up(reset_us) <= v->reset_s)))
+        return;
+    set_policy(v, L, remaining, reset_us, approx);
+}
+
 void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
                  const struct sl_algo_result *res)
 {
@@ -329,6 +366,11 @@ void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identi
     snprintf(v->limit, sizeof(v->limit), "%s", L->name);
     snprintf(v->identity, sizeof(v->identity), "%s",
              L->scope == SL_SCOPE_GLOBAL ? "*" : identity);
+    /* The quota is not whole again before the request would fit. */
+    uint64_t reset = res->reset_us;
+    if (retry != UINT64_MAX && retry > reset)
+        reset = retry;
+    set_policy(v, L, res->remaining, reset, 0);
 }
 
 /* A shadow limit would have denied: it counts, and how long the request
@@ -369,7 +411,8 @@ static int local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
     if (b == NULL) {
         if (commit)
             sl_lim_uncounted(UNCOUNTED_NO_MEMORY, "request");
-        res->allowed = 1; /* out of memory: do not punish the client */
+        /* out of memory: do not punish the client (nor name this limit) */
+        *res = (struct sl_algo_result){ .allowed = 1, .remaining = UINT64_MAX };
         return 1;
     }
     struct sl_algo_params p = L->p;
@@ -398,6 +441,8 @@ static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
         if (!local_take(lim, q, k, q->remote[k] ? share : 1, 0, &res)) {
             ok = 0;
             sl_lim_deny(v, L, q->identity, &res);
+            if (q->remote[k] && strcmp(v->limit, L->name) == 0)
+                v->approx = 1; /* standing in for the store */
         }
     }
     for (int k = 0; k < q->n; k++) {
@@ -414,6 +459,8 @@ static void decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
         if (ok) {
             local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
             allowed_after(L, v, res.retry_after_us);
+            if (res.remaining != UINT64_MAX) /* UINT64_MAX: uncounted */
+                closest(v, L, res.remaining, res.reset_us, q->remote[k]);
         } else {
             L->rejected += strcmp(v->limit, L->name) == 0;
         }
@@ -439,6 +486,7 @@ static void store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
                 v->retry_after_us = 1000000;
                 snprintf(v->limit, sizeof(v->limit), "%s", L->name);
                 snprintf(v->identity, sizeof(v->identity), "%s", q->identity);
+                set_policy(v, L, 0, v->retry_after_us, 1); /* nothing known: a guess */
                 L->fallback++;
                 L->rejected++;
                 return;
@@ -549,9 +597,14 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             e[k]->lease >= q->cost[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
-        struct sl_algo_result res = { .retry_after_us = e[k]->deny_until - q->now_us };
+        /* What is left is what the store last said, as then: approximate. */
+        struct sl_algo_result res = { .retry_after_us = e[k]->deny_until - q->now_us,
+                                      .remaining = e[k]->lease,
+                                      .reset_us = e[k]->told_reset > q->now_us
+                                                      ? e[k]->told_reset - q->now_us : 0 };
         memset(v, 0, sizeof(*v));
         sl_lim_deny(v, L, q->identity, &res);
+        v->approx = 1;
         L->rejected++;
         if (L->lease_size > 0)
             L->leased++;
@@ -592,6 +645,10 @@ static int lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             e[k]->lease -= q->cost[k];
             L->leased++;
             allowed_after(L, v, 0);
+            /* What the store last said was left, and the lease still held
+             * here: the store counted the lease, so its reset holds. */
+            closest(v, L, e[k]->told_left + e[k]->lease,
+                    e[k]->told_reset > q->now_us ? e[k]->told_reset - q->now_us : 0, 1);
         }
         return 1;
     }
@@ -793,6 +850,7 @@ static int lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
             continue;
         e->told_left = r[1] > 0 ? (uint64_t)r[1] : 0; /* for on_failure = local */
         e->told_at = at_us;
+        e->told_reset = at_us + (r[3] > 0 ? (uint64_t)r[3] : 0); /* for RateLimit's t */
         if (L->lease_size == 0) {
             if (refuses_here(L))
                 remember_refusal(L, e, q, k, vals, r);
@@ -876,6 +934,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
                 struct sl_algo_result res = {
                     .allowed = 0,
                     .retry_after_us = r[2] < 0 ? UINT64_MAX : (uint64_t)r[2],
+                    .remaining = r[1] > 0 ? (uint64_t)r[1] : 0,
+                    .reset_us = r[3] > 0 ? (uint64_t)r[3] : 0,
                 };
                 sl_lim_deny(&v, L, q->identity, &res);
             }
@@ -887,8 +947,15 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
                     struct limit *L = &lim->limits[q->idx[k]];
                     if (!q->remote[k] || L->action == SL_ACTION_SHADOW)
                         continue;
-                    int64_t wait = answer_of(q, vals, k)[2];
-                    allowed_after(L, &v, wait > 0 ? (uint64_t)wait : 0);
+                    const int64_t *r = answer_of(q, vals, k);
+                    allowed_after(L, &v, r[2] > 0 ? (uint64_t)r[2] : 0);
+                    /* The store's word after the take, and the lease
+                     * tokens it just granted here (spent only here). */
+                    uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
+                    const struct bucket *e = L->lease_size > 0
+                                                 ? lease_entry(L, q->identity, q->now_us) : NULL;
+                    closest(&v, L, left + (e != NULL ? e->lease : 0),
+                            r[3] > 0 ? (uint64_t)r[3] : 0, 0);
                 }
             }
         } else {

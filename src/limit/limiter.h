@@ -35,6 +35,22 @@ struct sl_verdict {
     uint64_t    retry_after_us;         /* when to try again */
     uint64_t    delay_us;               /* allowed after this wait (action = delay reserved it) */
     uint8_t     action;                 /* enum sl_action of the rejecting limit */
+    /* The limit that decided, for HTTP's RateLimit fields (docs/http.md,
+     * "Answers"): the rejecting limit; for an allowed request the
+     * non-shadow limit closest to its limit (the least remaining, the
+     * later reset on a tie). policy[0] == '\0' when no such limit was met
+     * (no limit, only shadow ones, or on_failure = open without local
+     * ones). */
+    char        policy[64];             /* its name */
+    uint64_t    quota;                  /* q: tokens per window (sl_algo_policy; connections: max) */
+    uint64_t    window_s;               /* w: seconds, >= 1 (connections: 0) */
+    uint64_t    remaining;              /* r: whole tokens left after this request (rounded down;
+                                           refused: what is left, the cost was not taken) */
+    uint64_t    reset_s;                /* t: seconds until the quota is whole again (rounded up;
+                                           refused: never before the retry) */
+    uint8_t     approx;                 /* r and t are what this instance knows, not the store's
+                                           word on this request (a lease, a remembered refusal,
+                                           the store away) */
 };
 
 /* What the limits of one metric on one listener ask of a byte meter. */

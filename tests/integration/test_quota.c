@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <hiredis/hiredis.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "conf/conf.h"
+#include "identity/identity.h"
 #include "integration/harness.h"
+#include "limit/limiter.h"
+#include "proto/resp.h"
+#include "store/store.h"
 
 struct world {
     struct th_proc up;       /* upstream redis */
@@ -1378,6 +1384,123 @@ static void test_identity_sources_apart(void **state)
     world_free(w);
 }
 
+/* ---- the verdict's policy fields: the store path says what the local one does ---- */
+
+struct got {
+    int               done;
+    struct sl_verdict v;
+};
+
+static void on_verdict(void *data, const struct sl_verdict *v)
+{
+    struct got *g = data;
+    g->v = *v;
+    g->done = 1;
+}
+
+/* Decides <line> with <lim> (store-backed when <loop> is not NULL: runs the
+ * loop until the answer comes) into <out>. */
+static void decide(struct sl_limiter *lim, const struct sl_conf *conf, struct sl_resp *fr,
+                   struct sl_ident_state *id, uv_loop_t *loop, const char *line,
+                   struct sl_verdict *out)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s\r\n", line);
+    assert_int_equal(sl_resp_feed(fr, buf, strlen(buf)), 0);
+    struct sl_resp_req *r;
+    assert_int_equal(sl_resp_next(fr, &r), 1);
+    sl_identity_observe(id, r);
+    struct got g = { 0 };
+    struct sl_limiter_req *h = NULL;
+    if (sl_limiter_check(lim, conf->listeners, id, 1, r, th_now_ms() * 1000, &g.v, on_verdict,
+                         &g, &h) == 0) {
+        *out = g.v;
+        return;
+    }
+    assert_non_null(loop);
+    uint64_t end = th_now_ms() + 5000;
+    while (!g.done && th_now_ms() < end)
+        uv_run(loop, UV_RUN_ONCE);
+    assert_true(g.done);
+    *out = g.v;
+}
+
+/* One sequence through a limiter deciding in process and one asking the
+ * quota store (decide.lua): each step names the same limit with the same
+ * policy and the same remaining (RateLimit's q, w, r), allowed or not. The
+ * limits do not refill within the test (per day), so the clocks (the
+ * store's TIME, this process's) do not matter. */
+static void test_verdict_remaining_store_equals_local(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    static const char limits[] =
+        "[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n"
+        "identity = resp_user client_ip\n"
+        "[limit tb]\nlistener = r\nrate = 1/d\nburst = 9\n"
+        "[limit fw]\nlistener = r\nrate = 3/d\nalgorithm = fixed_window\ncommands = DEL\n"
+        "[limit sl]\nlistener = r\nrate = 5/d\nalgorithm = sliding_log\ncommands = HSET\n";
+    char text[1024];
+    snprintf(text, sizeof(text), "[store]\nurl = local\n%s", limits);
+    struct sl_conf *cl = sl_conf_load_string(text, "local.ini", stderr);
+    snprintf(text, sizeof(text), "[store]\nurl = redis://127.0.0.1:%d\nkey_prefix = vq:\n"
+             "timeout = 2s\n%s", w->store.port, limits);
+    struct sl_conf *cs = sl_conf_load_string(text, "store.ini", stderr);
+    assert_non_null(cl);
+    assert_non_null(cs);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_store *st = sl_store_new(&loop, &cs->store, "vq");
+    assert_non_null(st);
+    uint64_t end = th_now_ms() + 5000;
+    while (!sl_store_up(st) && th_now_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(sl_store_up(st));
+    struct sl_limiter *ll = sl_limiter_new(cl, NULL), *ls = sl_limiter_new(cs, st);
+    assert_non_null(ll);
+    assert_non_null(ls);
+    struct sl_resp fl, fs;
+    assert_int_equal(sl_resp_init(&fl, 1 << 16), 0);
+    assert_int_equal(sl_resp_init(&fs, 1 << 16), 0);
+    struct sl_ident_state il, is;
+    sl_identity_init(&il, NULL);
+    sl_identity_init(&is, NULL);
+    const char *seq[] = { "AUTH bob x", "SET a 1", "DEL a", "HSET h f v", "DEL a", "SET a 1",
+                          "DEL a", "DEL a", "HSET h f v", "SET a 1", "HSET h f v", "SET a 1",
+                          "SET a 1", "HSET h f v", "SET a 1", "HSET h f v", "SET a 1" };
+    int refused = 0;
+    for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+        struct sl_verdict vl, vs;
+        decide(ll, cl, &fl, &il, NULL, seq[i], &vl);
+        decide(ls, cs, &fs, &is, &loop, seq[i], &vs);
+        if (i == 0)
+            continue; /* AUTH: tb counts it, the same on both sides */
+        print_message("%-12s local %s %s r=%" PRIu64 "  store %s %s r=%" PRIu64 "\n", seq[i],
+                      vl.kind ? "refused" : "allowed", vl.policy, vl.remaining,
+                      vs.kind ? "refused" : "allowed", vs.policy, vs.remaining);
+        assert_int_equal(vs.kind, vl.kind);
+        assert_string_equal(vs.policy, vl.policy);
+        assert_int_equal(vs.quota, vl.quota);
+        assert_int_equal(vs.window_s, vl.window_s);
+        assert_int_equal(vs.remaining, vl.remaining);
+        /* a refusal may be one the store said before, remembered */
+        if (vs.kind == SL_VERDICT_ALLOW)
+            assert_int_equal(vs.approx, 0);
+        refused += vl.kind == SL_VERDICT_REJECT;
+    }
+    assert_true(refused >= 3);
+    sl_resp_free(&fl);
+    sl_resp_free(&fs);
+    sl_limiter_release(ll);
+    sl_limiter_release(ls);
+    sl_store_close(st);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    sl_conf_free(cl);
+    sl_conf_free(cs);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1409,6 +1532,7 @@ int main(void)
         cmocka_unit_test(test_refusals_remembered_without_lease),
         cmocka_unit_test(test_store_stop_starts_from_store),
         cmocka_unit_test(test_identity_sources_apart),
+        cmocka_unit_test(test_verdict_remaining_store_equals_local),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

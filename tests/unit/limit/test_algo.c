@@ -370,6 +370,99 @@ static void test_bounds(void **state)
     assert_int_equal(sl_algo_check(&p, NULL), SL_ECONF);
 }
 
+/* The quota policy (HTTP's RateLimit-Policy q and w): the burst per the
+ * time to refill it for the buckets, the amount per the period for the
+ * windows; whole seconds rounded up, at least 1. */
+static void test_policy(void **state)
+{
+    (void)state;
+    uint64_t q, w;
+    struct sl_algo_params p = { .algo = SL_ALGO_TOKEN_BUCKET, .amount = 10, .period_us = S_US,
+                                .burst = 100 };
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(q, 100);
+    assert_int_equal(w, 10);  /* 100 tokens at 10/s: 10 s */
+    p.algo = SL_ALGO_GCRA;
+    p.burst = 15;
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(q, 15);
+    assert_int_equal(w, 2);   /* 1.5 s rounds up */
+    p.amount = 1000;
+    p.burst = 10;
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(w, 1);   /* 10 ms: at least 1 s */
+    p.amount = 1;
+    p.period_us = DAY;
+    p.burst = 5;
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(q, 5);
+    assert_int_equal(w, 5 * 86400);
+    p.amount = 3;             /* a token every 1/3 s exactly: 1 s for 3 */
+    p.period_us = S_US;
+    p.burst = 3;
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(w, 1);
+    p.burst = 4;              /* 4/3 s */
+    sl_algo_policy(&p, &q, &w);
+    assert_int_equal(w, 2);
+    enum sl_algo windows[] = { SL_ALGO_FIXED_WINDOW, SL_ALGO_SLIDING_WINDOW, SL_ALGO_SLIDING_LOG };
+    for (size_t i = 0; i < sizeof(windows) / sizeof(windows[0]); i++) {
+        struct sl_algo_params pw = { .algo = windows[i], .amount = 50, .period_us = 60 * S_US,
+                                     .burst = 7 /* ignored */ };
+        sl_algo_policy(&pw, &q, &w);
+        assert_int_equal(q, 50);
+        assert_int_equal(w, 60);
+        pw.period_us = 1500000;
+        sl_algo_policy(&pw, &q, &w);
+        assert_int_equal(w, 2);
+        pw.period_us = 100;
+        sl_algo_policy(&pw, &q, &w);
+        assert_int_equal(w, 1);
+    }
+}
+
+/* The policy's promise (docs/http.md): a client that never sends more
+ * than q in any w seconds is never refused by token_bucket, gcra,
+ * fixed_window or sliding_log. Random limits, random traffic that keeps
+ * to the policy as tightly as it can. */
+static void test_policy_is_honest(void **state)
+{
+    (void)state;
+    enum sl_algo algos[] = { SL_ALGO_TOKEN_BUCKET, SL_ALGO_GCRA, SL_ALGO_FIXED_WINDOW,
+                             SL_ALGO_SLIDING_LOG };
+    static uint64_t sent[4096];
+    for (int round = 0; round < 400; round++) {
+        enum sl_algo a = algos[round % 4];
+        struct sl_algo_params p = { .algo = a, .amount = rnd_in(1, 20),
+                                    .period_us = rnd_in(1, 3) * (rnd() % 2 ? S_US : S_US / 3),
+                                    .burst = rnd_in(1, 30) };
+        uint64_t q, w;
+        sl_algo_policy(&p, &q, &w);
+        uint64_t wu = w * S_US, now = SL_CASE_T0 + rnd_in(0, 5 * S_US);
+        struct sl_algo_state st;
+        memset(&st, 0, sizeof(st));
+        size_t n = 0, first = 0;
+        while (n < sizeof(sent) / sizeof(sent[0])) {
+            /* now: the earliest a request keeps to "at most q in (now - w, now]" */
+            while (first < n && sent[first] + wu <= now)
+                first++;
+            if (n - first >= q) {
+                now = sent[n - q] + wu;
+                continue;
+            }
+            struct sl_algo_result r;
+            assert_int_equal(sl_algo_take(&st, &p, now, 1, 1, &r), 0);
+            if (!r.allowed)
+                fail_msg("%s %" PRIu64 "/%" PRIu64 " us burst %" PRIu64 " (q %" PRIu64 " w %"
+                         PRIu64 "): refused request %zu", sl_algo_name(a), p.amount, p.period_us,
+                         p.burst, q, w, n);
+            sent[n++] = now;
+            now += rnd() % 4 == 0 ? rnd_in(0, wu) : 0;
+        }
+        sl_algo_state_free(&st);
+    }
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -392,6 +485,8 @@ int main(void)
         cmocka_unit_test(test_reload_keeps_whole_tokens),
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_policy),
+        cmocka_unit_test(test_policy_is_honest),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -286,6 +286,85 @@ static void test_cost_over_burst_never(void **state)
 }
 
 
+/* A verdict names the limit that decided, for HTTP's RateLimit fields: the
+ * rejecting one, or for an allowed request the non-shadow limit with the
+ * least remaining; q and w are its policy, r what is left after the
+ * request, t the seconds until it is whole again (docs/http.md). */
+static void test_verdict_policy_fields(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit a]\nlistener = r\nrate = 10/s\nburst = 20\n"
+                               "[limit b]\nlistener = r\nrate = 5/m\nalgorithm = fixed_window\n"
+                               "commands = DEL\n"
+                               "[limit s]\nlistener = r\nrate = 1/d\nburst = 1\naction = shadow\n");
+    struct sl_verdict v;
+    assert_true(allow(f, 1, 0, "SET k v", &v));
+    assert_string_equal(v.policy, "a"); /* s has none left, but it is shadow */
+    assert_int_equal(v.quota, 20);
+    assert_int_equal(v.window_s, 2);    /* 20 tokens at 10/s */
+    assert_int_equal(v.remaining, 19);
+    assert_int_equal(v.reset_s, 1);     /* 100 ms to be whole: 1 s */
+    assert_int_equal(v.approx, 0);
+    assert_string_equal(v.limit, "");   /* nothing rejected */
+    /* DEL meets b too, which has less left */
+    assert_true(allow(f, 1, 0, "DEL k", &v));
+    assert_string_equal(v.policy, "b");
+    assert_int_equal(v.quota, 5);
+    assert_int_equal(v.window_s, 60);
+    assert_int_equal(v.remaining, 4);
+    assert_int_equal(v.reset_s, 60);    /* the window ends at 60 s */
+    for (int i = 0; i < 18; i++)
+        assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_false(allow(f, 1, 0, "DEL k", &v));
+    assert_string_equal(v.limit, "a");  /* a is empty; b still has 4 */
+    assert_string_equal(v.policy, "a");
+    assert_int_equal(v.remaining, 0);
+    assert_int_equal(v.reset_s, 2);
+    assert_int_equal(v.retry_after_us, 100000);
+    /* 1.55 s later a holds 15 tokens; b's window ends in 58.45 s */
+    assert_true(allow(f, 1, 1550, "SET k v", &v));
+    assert_string_equal(v.policy, "a");
+    assert_int_equal(v.remaining, 14);
+    assert_int_equal(v.reset_s, 1);     /* 600 ms */
+    assert_true(allow(f, 1, 1550, "DEL k", &v));
+    assert_string_equal(v.policy, "b");
+    assert_int_equal(v.remaining, 3);
+    assert_int_equal(v.reset_s, 59);    /* 58.45 s rounds up */
+    teardown_fix(f);
+}
+
+/* Retry-After is honest for every algorithm: the same request, retried
+ * after the wait rounded up to whole seconds, is allowed. */
+static void test_retry_after_whole_seconds_honest(void **state)
+{
+    (void)state;
+    const char *algos[] = { "token_bucket", "gcra", "fixed_window", "sliding_window",
+                            "sliding_log" };
+    const char *rates[] = { "3/s", "7/m", "2/h" };
+    for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+        for (size_t k = 0; k < sizeof(rates) / sizeof(rates[0]); k++) {
+            char text[256];
+            snprintf(text, sizeof(text), "[limit x]\nlistener = r\nrate = %s\nalgorithm = %s\n",
+                     rates[k], algos[a]);
+            struct fix *f = setup_with(text);
+            uint64_t ms = 1234567; /* not on a window's edge */
+            struct sl_verdict v;
+            int n = 0;
+            while (allow(f, 1, ms, "SET k v", &v))
+                ms += 37, n++;
+            assert_true(n > 0);
+            assert_string_equal(v.policy, "x");
+            assert_int_equal(v.remaining, 0);
+            assert_false(v.never);
+            uint64_t s = (v.retry_after_us + 999999) / 1000000;
+            assert_true(s >= 1);
+            assert_true(v.reset_s >= s); /* t is never before the retry */
+            assert_true(allow(f, 1, ms + s * 1000, "SET k v", NULL));
+            teardown_fix(f);
+        }
+    }
+}
+
 /* Decides the raw RESP bytes <wire> (one request, <len> bytes). */
 static int allow_raw(struct fix *f, uint64_t ms, const char *wire, size_t len, struct sl_verdict *out)
 {
@@ -769,6 +848,8 @@ int main(void)
         cmocka_unit_test(test_shadow_changes_nothing),
         cmocka_unit_test(test_exempt_and_other_listener),
         cmocka_unit_test(test_cost_over_burst_never),
+        cmocka_unit_test(test_verdict_policy_fields),
+        cmocka_unit_test(test_retry_after_whole_seconds_honest),
         cmocka_unit_test(test_command_name_with_nul),
         cmocka_unit_test(test_command_names_with_underscore),
         cmocka_unit_test(test_exempt_checks_argc),
