@@ -86,28 +86,25 @@ enum {
 /* Byte classes in a head: what the byte-by-byte check needs. */
 enum { B_PLAIN = 0, B_CR, B_LF, B_CTL };
 
-static unsigned char hclass[256];
-static unsigned char tchar[256]; /* RFC 9110 5.6.2 token characters */
-static unsigned char hexv[256];  /* hex digit value + 1; 0 = not a hex digit */
-static int tables_ready;
+/* Constant tables (no lazy set-up: framers run on several worker threads). */
+static const unsigned char hclass[256] = {
+    [0x00 ... 0x08] = B_CTL, ['\n'] = B_LF, [0x0b ... 0x0c] = B_CTL, ['\r'] = B_CR,
+    [0x0e ... 0x1f] = B_CTL, [0x7f] = B_CTL, /* HT and everything else: plain */
+};
 
-static void tables(void)
-{
-    if (tables_ready)
-        return;
-    for (int c = 0; c < 256; c++) {
-        hclass[c] = (c < 0x20 && c != '\t') || c == 0x7f ? B_CTL : B_PLAIN;
-        tchar[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                   (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-        hexv[c] = c >= '0' && c <= '9'   ? (unsigned char)(c - '0' + 1)
-                  : c >= 'a' && c <= 'f' ? (unsigned char)(c - 'a' + 11)
-                  : c >= 'A' && c <= 'F' ? (unsigned char)(c - 'A' + 11)
-                                         : 0;
-    }
-    hclass['\r'] = B_CR;
-    hclass['\n'] = B_LF;
-    tables_ready = 1;
-}
+/* RFC 9110 5.6.2 token characters. */
+static const unsigned char tchar[256] = {
+    ['0' ... '9'] = 1, ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1,
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+};
+
+/* A hex digit's value + 1; 0 = not a hex digit. */
+static const unsigned char hexv[256] = {
+    ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15,
+    ['f'] = 16, ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16,
+};
 
 static int is_ws(unsigned char c)
 {
@@ -924,7 +921,6 @@ bad:
 
 int sl_http_init(struct sl_http *h, enum sl_http_side side, const struct sl_http_caps *caps)
 {
-    tables();
     memset(h, 0, sizeof(*h));
     h->side = (uint8_t)side;
     h->err = "";
