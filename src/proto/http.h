@@ -12,7 +12,8 @@
  *           ev == SL_HTTP_EV_END:   the message is over (the next one may follow)
  *           ev == SL_HTTP_EV_NEED:  <used> == n: every byte was taken, feed more
  *           ev == SL_HTTP_EV_ERROR: h->status (400, 413, 414, 431; 502 for a
- *                                   response) and h->err say why; dead from now on
+ *                                   response; 500 if memory ran out) and h->err
+ *                                   say why; dead from now on
  *       p += used; n -= used;
  *   }
  *
@@ -24,7 +25,11 @@
  * Content-Length and Transfer-Encoding, a Transfer-Encoding whose last
  * coding is chunked (requests; a response's other codings are delimited by
  * close), chunk sizes of hex digits only (at most 16), chunk extensions and
- * trailer fields checked like fields. */
+ * trailer fields checked like fields. Up to 4 empty lines before a request
+ * line are skipped (RFC 9112 2.2), none before a status line.
+ *
+ * Every event, every body byte and every error is the same however the
+ * input is split into calls (byte by byte included). */
 #ifndef SL_PROTO_HTTP_H
 #define SL_PROTO_HTTP_H
 
@@ -42,7 +47,8 @@ enum sl_http_ev {
 
 struct sl_http; /* the framer's state: http-t.h (private fields) */
 
-/* Prepares <h> to frame <side> under <caps> (copied). Returns 0 or SL_ENOMEM. */
+/* Prepares <h> to frame <side> under <caps> (copied; NULL or a cap of 0:
+ * the default in http-t.h). Returns 0 or SL_ENOMEM. */
 int sl_http_init(struct sl_http *h, enum sl_http_side side, const struct sl_http_caps *caps);
 
 /* Releases what <h> holds. It may be sl_http_init()ed again. */
@@ -50,7 +56,14 @@ void sl_http_free(struct sl_http *h);
 
 /* Takes bytes from <p, n> up to the next event; returns how many (0 is
  * possible, e.g. for SL_HTTP_EV_END of a message without a body), or -1
- * with SL_HTTP_EV_ERROR. At most one event per call. */
+ * with SL_HTTP_EV_ERROR. At most one event per call. SL_HTTP_EV_HEAD's
+ * bytes include empty lines skipped before the request line; END always
+ * takes 0 bytes; NEED takes all <n> (in a head: copied, so <p> may be
+ * reused). An error found in a body after some of this call's bytes were
+ * good reports those as SL_HTTP_EV_BODY first, the error on the next call.
+ * After the SL_HTTP_EV_END of a 101 or of a 2xx answering a CONNECT, the
+ * stream is no longer HTTP: nothing more is framed, every later byte is
+ * reported as SL_HTTP_EV_BODY (opaque: the caller tunnels). */
 long sl_http_parse(struct sl_http *h, const char *p, size_t n, enum sl_http_ev *ev);
 
 /* Responses: the next response answers a HEAD request (it has no body
@@ -61,8 +74,10 @@ long sl_http_parse(struct sl_http *h, const char *p, size_t n, enum sl_http_ev *
 void sl_http_expect(struct sl_http *h, int head_request, int connect_request);
 
 /* The connection was closed by the peer. Returns SL_HTTP_EV_END when that
- * ends a body delimited by close (or nothing had begun), else
- * SL_HTTP_EV_ERROR (a message cut short). */
+ * ends a body delimited by close, a tunnel, or a message whose last byte
+ * was taken, or when nothing had begun; else SL_HTTP_EV_ERROR (a message
+ * cut short: h->status 400, or 502 for a response). Either way nothing is
+ * framed after it. */
 enum sl_http_ev sl_http_eof(struct sl_http *h);
 
 /* Nonzero between messages: no byte of the next one taken yet. */
