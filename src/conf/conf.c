@@ -47,6 +47,7 @@
 #define MAX_HEADER     64            /* header:NAME, bytes of NAME */
 #define MAX_CMD        31            /* command name, bytes (struct sl_cost.cmd) */
 #define MAX_PROXIES    256           /* trusted_proxies ranges of one listener */
+#define MAX_PATH       128           /* a paths pattern, normalised: -T's lines must load again */
 
 #define S_US           1000000ULL
 #define HOUR_US        (3600ULL * S_US)
@@ -1129,10 +1130,14 @@ static int path_word(struct loader *ld, struct section *sec, const struct keywor
                      const char *w)
 {
     struct sl_limit_conf *m = sec->obj;
-    char norm[260], why[400];
+    char norm[3 * 256 + 2], why[400];
     (void)kw;
     if (sl_conf_path_pattern(w, norm, sizeof(norm), why, sizeof(why)) != NULL) {
         err(ld, ld->line, "paths: %s", why);
+        return -1;
+    }
+    if (strlen(norm) > MAX_PATH) {
+        err(ld, ld->line, "paths: '%s' is longer than %d bytes (in normal form)", w, MAX_PATH);
         return -1;
     }
     if (listed(m->paths, m->n_paths, norm))

@@ -137,7 +137,7 @@ const char *sl_conf_path_pattern(const char *w, char *out, size_t cap, char *why
             return why;
         }
     }
-    if (cap < n + 2) {
+    if (cap < SL_HTTP_PATH_NORM_CAP(n)) {
         snprintf(why, wcap, "'%s' is too long", w);
         return why;
     }

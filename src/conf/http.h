@@ -29,7 +29,7 @@ int sl_conf_cidr_has(const struct sl_cidr *c, const unsigned char a[16]);
 const char *sl_conf_method_problem(const char *w, char *why, size_t cap);
 
 /* Checks the path pattern <w> and writes its normal form (see
- * proto/http_path.h) into <out> of <cap> bytes (strlen(w) + 2 is enough).
+ * proto/http_path.h) into <out> of <cap> bytes (SL_HTTP_PATH_NORM_CAP(strlen(w)), proto/http_path.h).
  * Returns NULL, or why it is not one (written into <why>). */
 const char *sl_conf_path_pattern(const char *w, char *out, size_t cap, char *why, size_t wcap);
 

@@ -195,7 +195,8 @@ int sl_lim_http_matches(const struct limit *L, struct sl_lim_path *pp)
         return 1;
     if (pp->norm == NULL && !pp->failed) {
         size_t n = hd->path_len;
-        pp->norm = n + 2 <= sizeof(pp->small) ? pp->small : malloc(n + 2);
+        size_t cap = SL_HTTP_PATH_NORM_CAP(n);
+        pp->norm = cap <= sizeof(pp->small) ? pp->small : malloc(cap);
         if (pp->norm == NULL) {
             pp->failed = 1;
         } else if (n == 0) {

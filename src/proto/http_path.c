@@ -42,6 +42,10 @@ size_t sl_http_path_norm(const char *p, size_t n, char *out)
                 s[m++] = hex[lo];
             }
             i += 2;
+        } else if (c == '%') {
+            s[m++] = '%';
+            s[m++] = '2';
+            s[m++] = '5';
         } else {
             s[m++] = (char)c;
         }

@@ -8,7 +8,9 @@
  *
  *   - a percent-encoded unreserved character (RFC 3986 2.3: ALPHA DIGIT
  *     - . _ ~) is decoded; any other %XX keeps its encoding, hex in upper
- *     case (RFC 3986 6.2.2.1-2);
+ *     case (RFC 3986 6.2.2.1-2); a '%' that starts no escape (invalid in
+ *     a URI) becomes "%25", so that the form is a fixed point: decoding
+ *     "%3%33" must not make a new escape "%33" for a second pass;
  *   - "." and ".." segments are removed (RFC 3986 5.2.4; ".." never climbs
  *     above the root);
  *   - runs of '/' are one '/' (as nginx's merge_slashes);
@@ -28,7 +30,9 @@
 #include <stddef.h>
 
 /* Writes the normal form of the <n> bytes at <p> into <out>, which must
- * hold <n> + 2 bytes, NUL-terminated; returns its length (<= n + 1). */
+ * hold SL_HTTP_PATH_NORM_CAP(<n>) bytes, NUL-terminated; returns its
+ * length (<= 3 * n + 1). */
+#define SL_HTTP_PATH_NORM_CAP(n) (3 * (size_t)(n) + 2)
 size_t sl_http_path_norm(const char *p, size_t n, char *out);
 
 /* Whether the normalised path <path> (<n> bytes) matches <pattern>
