@@ -29,6 +29,8 @@ enum sl_algo       { SL_ALGO_TOKEN_BUCKET, SL_ALGO_GCRA, SL_ALGO_SLIDING_WINDOW,
                      SL_ALGO_SLIDING_LOG, SL_ALGO_FIXED_WINDOW };
 enum sl_action     { SL_ACTION_REJECT, SL_ACTION_DELAY, SL_ACTION_SHADOW };
 enum sl_on_failure { SL_FAIL_LOCAL, SL_FAIL_OPEN, SL_FAIL_CLOSED };
+/* rate_limit_headers = on an http listener: which rate limit fields answers carry. */
+enum sl_rl_headers { SL_RLH_DRAFT, SL_RLH_LEGACY, SL_RLH_BOTH, SL_RLH_NONE };
 
 /* <amount> tokens (requests or bytes) per <period_us> microseconds. */
 struct sl_rate {
@@ -43,10 +45,19 @@ struct sl_addr {
     struct sockaddr_storage ss;        /* resolved numeric address */
 };
 
-/* One entry of `cost = KEYS=100 SCAN=10 *=1`. */
+/* One entry of `cost = KEYS=100 SCAN=10 *=1` (resp) or `cost = POST=5 *=1` (http). */
 struct sl_cost {
-    char     cmd[32];                  /* upper-cased command name */
+    char     cmd[32];                  /* upper-cased command name; on an http listener the
+                                          method, as written (methods are case-sensitive) */
     uint64_t cost;
+};
+
+/* One entry of `trusted_proxies = 10.0.0.0/8 ::1`: an address range, in one
+ * form for both families so a check is one masked compare. */
+struct sl_cidr {
+    uint8_t addr[16];                  /* the network, host bits zero; IPv4 as ::ffff:a.b.c.d */
+    uint8_t bits;                      /* prefix length over the 128 bits (IPv4 /N: 96 + N) */
+    uint8_t v4;                        /* written as IPv4: printed back so */
 };
 
 struct sl_listener_conf {
@@ -65,6 +76,17 @@ struct sl_listener_conf {
     uint64_t       header_timeout_us;  /* a request's head must be whole within this; default 10s; 0 = never */
     uint64_t       max_replies_owed;   /* replies owed before the client is not read; default 8192 */
     uint64_t       max_request;        /* bytes, default 512mb */
+    /* protocol = http only (an error on other listeners) */
+    struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
+                                          is not read for client_ip */
+    int            n_trusted_proxies;
+    uint64_t       upstream_timeout_us; /* no response head within it: 504; default 60s; 0 = never */
+    enum sl_rl_headers rate_limit_headers; /* default draft */
+    int            forwarded_headers;  /* add X-Forwarded-For / -Proto: 1 (on, default) or 0 */
+    uint64_t       max_request_line;   /* bytes of the request line (414); default 8KiB */
+    uint64_t       max_header_line;    /* bytes of one header field line (431); default 8KiB */
+    uint64_t       max_headers;        /* header fields in one request (431); default 100 */
+    uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
     struct sl_listener_conf *next;
 };
 
@@ -83,6 +105,11 @@ struct sl_limit_conf {
     uint64_t       max_delay_us;       /* default 200ms */
     char         **commands;           /* upper-cased; NULL (n_commands 0) = every command */
     int            n_commands;
+    char         **methods;            /* http: as written (case-sensitive); NULL = every method */
+    int            n_methods;
+    char         **paths;              /* http: path patterns, normalised: exact,
+                                          prefix or glob (proto/http_path.h); NULL = every path */
+    int            n_paths;
     struct sl_cost *costs;             /* per-command costs */
     int            n_costs;
     uint64_t       default_cost;       /* `*=N` or a bare `cost = N`; default 1 */

@@ -27,6 +27,7 @@
 #include <ini.h>
 
 #include "conf/conf.h"
+#include "conf/http.h"
 #include "conf/names.h"
 #include "conf/units.h"
 #include "proto/resp_acl.h"
@@ -45,6 +46,8 @@
 #define MAX_IDENTITY   128           /* one match_identity entry, bytes */
 #define MAX_HEADER     64            /* header:NAME, bytes of NAME */
 #define MAX_CMD        31            /* command name, bytes (struct sl_cost.cmd) */
+#define MAX_PROXIES    256           /* trusted_proxies ranges of one listener */
+#define MAX_PATH       128           /* a paths pattern, normalised: -T's lines must load again */
 
 #define S_US           1000000ULL
 #define HOUR_US        (3600ULL * S_US)
@@ -113,6 +116,7 @@ struct section {
     int                   rate_sized;  /* limit: rate has a size unit ("10MiB/s") */
     int                   cost_default;/* limit: a default cost was given in `cost` */
     int                   commands_star; /* limit: `commands` listed "*" */
+    int                   methods_star;  /* limit: `methods` listed "*" */
 };
 
 /* One error, kept until the end so they can be written in line order. */
@@ -215,9 +219,12 @@ const char *const sl_conf_action_names[] = { "reject", "delay", "shadow", NULL }
 const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
                                              "client_ip", "header:NAME", "none", NULL };
+const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", NULL };
+const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
 
 static kw_setter set_admin, set_log_level, set_workers, set_limit_listener, set_url,
-    set_password_file, set_lease, set_identity, set_separator, set_rate, set_commands, set_cost;
+    set_password_file, set_lease, set_identity, set_separator, set_rate, set_commands, set_cost,
+    set_trusted_proxies, set_methods, set_paths;
 
 /* Table rows: key, (type,) struct, field, then bounds or names or setter. */
 #define NUM(k, t, st, f, lo, hi) \
@@ -265,7 +272,21 @@ static const struct keyword listener_kw[] = {
     NUM("header_timeout", KW_DURATION, struct sl_listener_conf, header_timeout_us, 0, HOUR_US),
     NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
+    /* protocol = http only (check_listener) */
+    FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
+    NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
+    ENUM("rate_limit_headers", struct sl_listener_conf, rate_limit_headers, sl_conf_rlh_names),
+    ENUM("forwarded_headers", struct sl_listener_conf, forwarded_headers, sl_conf_onoff_names),
+    NUM("max_request_line", KW_SIZE, struct sl_listener_conf, max_request_line, 64, 1u << 20),
+    NUM("max_header_line", KW_SIZE, struct sl_listener_conf, max_header_line, 64, 1u << 20),
+    NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
+    NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
 };
+
+/* The keys above that only an http listener takes. */
+static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
+    "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
+    "max_headers", "max_header_size" };
 
 static const struct keyword limit_kw[] = {
     FUNC("listener", set_limit_listener, 0),
@@ -279,6 +300,8 @@ static const struct keyword limit_kw[] = {
     NUM("max_delay", KW_DURATION, struct sl_limit_conf, max_delay_us, 0, HOUR_US),
     FUNC("commands", set_commands, KW_MULTI),
     FUNC("cost", set_cost, KW_MULTI),
+    FUNC("methods", set_methods, KW_MULTI),
+    FUNC("paths", set_paths, KW_MULTI),
     /* the source's tag on top of a value of MAX_IDENTITY: -T writes bare
      * values with it, and that line must load again */
     LIST("match_identity", struct sl_limit_conf, match_identity, n_match_identity, MAX_IDENTITY + 8),
@@ -997,7 +1020,7 @@ static int cost_word(struct loader *ld, struct section *sec, const struct keywor
     if (!command_ok(up))
         goto bad_name;
     for (int i = 0; i < m->n_costs; i++) {
-        if (strcmp(m->costs[i].cmd, up) == 0) {
+        if (strcasecmp(m->costs[i].cmd, up) == 0) {
             err(ld, ld->line, "cost: %s is given twice", up);
             return -1;
         }
@@ -1013,7 +1036,9 @@ static int cost_word(struct loader *ld, struct section *sec, const struct keywor
     }
     m->costs = nc;
     memset(&nc[m->n_costs], 0, sizeof(nc[0]));
-    memcpy(nc[m->n_costs].cmd, up, clen + 1);
+    /* As written: on an http listener it is a method, which is
+     * case-sensitive; check_limit() upper-cases command names. */
+    memcpy(nc[m->n_costs].cmd, w, clen);
     nc[m->n_costs].cost = v;
     m->n_costs++;
     return 0;
@@ -1026,6 +1051,108 @@ static void set_cost(struct loader *ld, struct section *sec, const struct keywor
                      const char *value)
 {
     each_word(ld, sec, kw, value, cost_word);
+}
+
+/* trusted_proxies = 10.0.0.0/8 fd00::/8 192.0.2.7: kept parsed (conf/http.h). */
+static int trusted_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *w)
+{
+    struct sl_listener_conf *l = sec->obj;
+    struct sl_cidr c;
+    char meant[64];
+    (void)kw;
+    int rc = sl_conf_cidr_parse(w, &c);
+    if (rc == -1) {
+        err(ld, ld->line, "trusted_proxies: expected an address or a range like 10.0.0.0/8 or "
+                          "fd00::/8, got '%s'", w);
+        return -1;
+    }
+    if (rc == -2) {
+        sl_conf_cidr_fmt(&c, meant, sizeof(meant));
+        err(ld, ld->line, "trusted_proxies: '%s' has bits set past its prefix length (the "
+                          "range is %s)", w, meant);
+        return -1;
+    }
+    for (int i = 0; i < l->n_trusted_proxies; i++)
+        if (memcmp(&l->trusted_proxies[i], &c, sizeof(c)) == 0)
+            return 0;
+    if (l->n_trusted_proxies >= MAX_PROXIES) {
+        err(ld, ld->line, "trusted_proxies: more than %d ranges", MAX_PROXIES);
+        return -1;
+    }
+    struct sl_cidr *v = realloc(l->trusted_proxies,
+                                (size_t)(l->n_trusted_proxies + 1) * sizeof(*v));
+    if (v == NULL) {
+        ld->oom = 1;
+        return -1;
+    }
+    l->trusted_proxies = v;
+    v[l->n_trusted_proxies++] = c;
+    return 0;
+}
+
+static void set_trusted_proxies(struct loader *ld, struct section *sec, const struct keyword *kw,
+                                const char *value)
+{
+    each_word(ld, sec, kw, value, trusted_word);
+}
+
+static int method_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                       const char *w)
+{
+    struct sl_limit_conf *m = sec->obj;
+    char why[160];
+    (void)kw;
+    if (strcmp(w, "*") == 0) {
+        sec->methods_star = 1;
+        return 0;
+    }
+    if (sl_conf_method_problem(w, why, sizeof(why)) != NULL) {
+        err(ld, ld->line, "methods: %s", why);
+        return -1;
+    }
+    if (listed(m->methods, m->n_methods, w))
+        return 0;
+    if (m->n_methods >= MAX_LIST) {
+        err(ld, ld->line, "methods: more than %d entries", MAX_LIST);
+        return -1;
+    }
+    return push(ld, &m->methods, &m->n_methods, w);
+}
+
+static void set_methods(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *value)
+{
+    each_word(ld, sec, kw, value, method_word);
+}
+
+static int path_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                     const char *w)
+{
+    struct sl_limit_conf *m = sec->obj;
+    char norm[3 * 256 + 2], why[400];
+    (void)kw;
+    if (sl_conf_path_pattern(w, norm, sizeof(norm), why, sizeof(why)) != NULL) {
+        err(ld, ld->line, "paths: %s", why);
+        return -1;
+    }
+    if (strlen(norm) > MAX_PATH) {
+        err(ld, ld->line, "paths: '%s' is longer than %d bytes (in normal form)", w, MAX_PATH);
+        return -1;
+    }
+    if (listed(m->paths, m->n_paths, norm))
+        return 0;
+    if (m->n_paths >= MAX_LIST) {
+        err(ld, ld->line, "paths: more than %d entries", MAX_LIST);
+        return -1;
+    }
+    return push(ld, &m->paths, &m->n_paths, norm);
+}
+
+static void set_paths(struct loader *ld, struct section *sec, const struct keyword *kw,
+                      const char *value)
+{
+    each_word(ld, sec, kw, value, path_word);
 }
 
 /* ---- sections ------------------------------------------------------------- */
@@ -1099,6 +1226,13 @@ static struct sl_listener_conf *new_listener(struct loader *ld, const char *name
     l->header_timeout_us = 10 * S_US;
     l->max_replies_owed = 8192;
     l->max_request = 512ULL * 1000 * 1000;
+    l->upstream_timeout_us = 60 * S_US;
+    l->rate_limit_headers = SL_RLH_DRAFT;
+    l->forwarded_headers = 1;
+    l->max_request_line = 8192;
+    l->max_header_line = 8192;
+    l->max_headers = 100;
+    l->max_header_size = 65536;
     *ld->ltail = l;
     ld->ltail = &l->next;
     ld->conf->n_listeners++;
@@ -1363,8 +1497,8 @@ static void on_continuation(struct loader *ld, const char *value)
     }
     if (!(kw->flags & KW_MULTI)) {
         err(ld, ld->line, "unexpected indented line: it would continue '%s', which takes one "
-                          "value (only commands, cost, identity and match_identity continue "
-                          "on indented lines)", kw->name);
+                          "value (only commands, cost, identity, match_identity, methods, "
+                          "paths and trusted_proxies continue on indented lines)", kw->name);
         return;
     }
     /* Debian's inih 55 leaves inline comments in continuation values. */
@@ -1477,6 +1611,12 @@ static void check_listener(struct loader *ld, struct section *sec)
         if (s == SL_ID_HEADER && l->protocol != SL_PROTO_HTTP)
             err(ld, id_line, "identity: header:%s needs protocol = http (this listener is %s)",
                 l->identity_header[i], sl_conf_proto_names[l->protocol]);
+    }
+    for (size_t k = 0; k < N_OF(http_only_keys) && l->protocol != SL_PROTO_HTTP; k++) {
+        int line = key_line(sec, http_only_keys[k]);
+        if (line != 0)
+            err(ld, line, "%s: only for http listeners (this listener is %s)", http_only_keys[k],
+                sl_conf_proto_names[l->protocol]);
     }
     if (!has_listen)
         return;
@@ -1637,7 +1777,7 @@ static void resolve_matches(struct loader *ld, struct section *sec)
         if (hashed) {
             const char *h = w + tn + 1;
             size_t hn = strspn(h, "0123456789abcdef");
-            if (src == SL_ID_HEADER || hn != 16 || h[hn] != '\0') {
+            if (hn != 16 || h[hn] != '\0') {
                 err(ld, line, "match_identity: '%s' is not a hashed identity (%s# and 16 "
                               "lowercase hex digits, as /stats shows it)", w, tags[src]);
                 continue;
@@ -1646,21 +1786,59 @@ static void resolve_matches(struct loader *ld, struct section *sec)
             err(ld, line, "match_identity: '%s' has no value after '%s:'", w, tags[src]);
             continue;
         }
-        if (src == SL_ID_HEADER) {
+        if (src == SL_ID_HEADER && !hashed) {
+            /* header:NAME:VALUE, or header:VALUE when the limit's listeners
+             * have one header source (rewritten to the first form). */
             const char *hdr = w + tn + 1;
             const char *colon = strchr(hdr, ':');
-            if (colon == NULL || colon == hdr || colon[1] == '\0') {
-                err(ld, line, "match_identity: '%s': expected header:NAME:VALUE", w);
+            char name[MAX_HEADER + 1] = "";
+            int found = 0;
+            if (colon != NULL && colon != hdr && colon - hdr <= MAX_HEADER) {
+                snprintf(name, sizeof(name), "%.*s", (int)(colon - hdr), hdr);
+                for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next)
+                    found |= limit_on(m, l) && has_source(l, SL_ID_HEADER, name);
+            }
+            if (found) {
+                if (colon[1] == '\0')
+                    err(ld, line, "match_identity: '%s' has no value after '%s:'", w, name);
                 continue;
             }
-            char name[MAX_HEADER + 1];
-            snprintf(name, sizeof(name), "%.*s", (int)(colon - hdr), hdr);
-            int found = 0;
-            for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next)
-                found |= limit_on(m, l) && has_source(l, SL_ID_HEADER, name);
-            if (!found)
+            const char *only = NULL;
+            int several = 0;
+            for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next) {
+                for (int k = 0; limit_on(m, l) && k < l->n_identity; k++) {
+                    if (l->identity[k] != SL_ID_HEADER)
+                        continue;
+                    if (only == NULL)
+                        only = l->identity_header[k];
+                    else if (strcasecmp(only, l->identity_header[k]) != 0)
+                        several = 1;
+                }
+            }
+            if (only == NULL) {
                 err(ld, line, "match_identity: '%s' can never match: no listener of this limit "
-                              "has identity source header:%s", w, name);
+                              "has identity source header:%s", w, name[0] ? name : "NAME");
+                continue;
+            }
+            if (several) {
+                err(ld, line, "match_identity: '%s': the listeners of this limit have more than "
+                              "one header source; write header:NAME:VALUE", w);
+                continue;
+            }
+            char buf[MAX_IDENTITY + MAX_HEADER + 16];
+            int n = snprintf(buf, sizeof(buf), "header:%s:%s", only, hdr);
+            for (int k = 7; k < n && buf[k] != ':'; k++)
+                buf[k] = (char)tolower((unsigned char)buf[k]);
+            if (strlen(buf) > MAX_IDENTITY + 8) { /* -T's line must load again */
+                err(ld, line, "match_identity: '%s' is longer than %d bytes", buf,
+                    MAX_IDENTITY + 8);
+                continue;
+            }
+            char *d = xstrdup(ld, buf);
+            if (d == NULL)
+                return;
+            free(m->match_identity[i]);
+            m->match_identity[i] = d;
             continue;
         }
         int found = 0;
@@ -1670,6 +1848,40 @@ static void resolve_matches(struct loader *ld, struct section *sec)
         if (!found && src != SL_ID_CLIENT_IP)
             err(ld, line, "match_identity: '%s' can never match: no listener of this limit has "
                           "identity source %s", w, sl_conf_id_names[src]);
+    }
+}
+
+/* The names of `cost = NAME=N` are commands (upper-cased) on resp
+ * listeners and methods (kept as written: case-sensitive) on http ones;
+ * with `listener = *` the listeners must agree on which. */
+static void cost_names(struct loader *ld, struct sl_limit_conf *m, int cost_line)
+{
+    const struct sl_listener_conf *resp = NULL, *http = NULL;
+    if (m->lc != NULL) {
+        resp = m->lc->protocol == SL_PROTO_HTTP ? NULL : m->lc;
+        http = m->lc->protocol == SL_PROTO_HTTP ? m->lc : NULL;
+    } else if (m->listener != NULL && strcmp(m->listener, "*") == 0) {
+        for (const struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next) {
+            if (l->protocol == SL_PROTO_RESP && resp == NULL)
+                resp = l;
+            if (l->protocol == SL_PROTO_HTTP && http == NULL)
+                http = l;
+        }
+    }
+    if (resp != NULL && http != NULL) {
+        err(ld, cost_line, "cost: with listener = *, per-name costs need listeners of one "
+                           "protocol: names are commands on [listener %s] (resp) and methods "
+                           "on [listener %s] (http)", resp->name, http->name);
+        return;
+    }
+    for (int i = 0; i < m->n_costs; i++) {
+        char *name = m->costs[i].cmd, why[160];
+        if (http == NULL) {
+            for (char *p = name; *p; p++)
+                *p = (char)toupper((unsigned char)*p);
+        } else if (sl_conf_method_problem(name, why, sizeof(why)) != NULL) {
+            err(ld, cost_line, "cost: %s", why);
+        }
     }
 }
 
@@ -1716,29 +1928,38 @@ static void check_limit(struct loader *ld, struct section *sec)
     int commands_line = key_line(sec, "commands");
     if (sec->commands_star && m->n_commands > 0)
         err(ld, commands_line, "commands: '*' means every command; do not list names with it");
-    /* Command names exist only in RESP; with `listener = *` every listener must speak it. */
-    int per_command[2] = { m->n_commands > 0 ? commands_line : 0, m->n_costs > 0 ? cost_line : 0 };
-    const char *keys[2] = { "commands", "cost" };
-    for (int k = 0; k < 2; k++) {
-        if (!per_command[k])
+    /* Command names exist only in RESP, methods and paths only in HTTP;
+     * with `listener = *` every listener must speak the protocol. */
+    int methods_line = key_line(sec, "methods");
+    if (sec->methods_star && m->n_methods > 0)
+        err(ld, methods_line, "methods: '*' means every method; do not list names with it");
+    int per_proto[3] = { m->n_commands > 0 ? commands_line : 0, m->n_methods > 0 ? methods_line : 0,
+                         m->n_paths > 0 ? key_line(sec, "paths") : 0 };
+    const char *keys[3] = { "commands", "methods", "paths" };
+    for (int k = 0; k < 3; k++) {
+        enum sl_proto want = k == 0 ? SL_PROTO_RESP : SL_PROTO_HTTP;
+        if (!per_proto[k])
             continue;
-        if (m->lc != NULL && m->lc->protocol != SL_PROTO_RESP) {
-            err(ld, per_command[k], "%s: only for resp listeners ([listener %s] is %s)", keys[k],
-                m->lc->name, sl_conf_proto_names[m->lc->protocol]);
+        if (m->lc != NULL && m->lc->protocol != want) {
+            err(ld, per_proto[k], "%s: only for %s listeners ([listener %s] is %s)", keys[k],
+                sl_conf_proto_names[want], m->lc->name, sl_conf_proto_names[m->lc->protocol]);
         } else if (m->lc == NULL && m->listener != NULL && strcmp(m->listener, "*") == 0) {
             for (struct sl_listener_conf *l = ld->conf->listeners; l; l = l->next) {
-                if (l->protocol != SL_PROTO_RESP) {
-                    err(ld, per_command[k], "%s: only for resp listeners (listener = * includes "
-                "[listener %s], which is %s)", keys[k], l->name,
+                if (l->protocol != want) {
+                    err(ld, per_proto[k], "%s: only for %s listeners (listener = * includes "
+                "[listener %s], which is %s)", keys[k], sl_conf_proto_names[want], l->name,
                 sl_conf_proto_names[l->protocol]);
                     break;
                 }
             }
         }
     }
+    /* Per-name costs: commands on resp, methods on http. */
+    if (m->n_costs > 0 && cost_line)
+        cost_names(ld, m, cost_line);
 
     if (cost_line && m->metric == SL_METRIC_REQUESTS && m->rate.amount != 0)
-        check_costs(ld, m, cost_line, !(m->lc != NULL && m->lc->protocol != SL_PROTO_RESP));
+        check_costs(ld, m, cost_line, !(m->lc != NULL && m->lc->protocol == SL_PROTO_TCP));
 
     int replaces_line = key_line(sec, "replaces");
     if (m->replaces != NULL) {
@@ -1940,6 +2161,7 @@ void sl_conf_free(struct sl_conf *c)
         next = l->next;
         for (int i = 0; i < SL_CONF_MAX_IDENTITY; i++)
             free(l->identity_header[i]);
+        free(l->trusted_proxies);
         free(l->name);
         free(l);
     }
@@ -1948,6 +2170,8 @@ void sl_conf_free(struct sl_conf *c)
         free(m->name);
         free(m->listener);
         free_strv(m->commands, m->n_commands);
+        free_strv(m->methods, m->n_methods);
+        free_strv(m->paths, m->n_paths);
         free(m->costs);
         free_strv(m->match_identity, m->n_match_identity);
         free(m->replaces);

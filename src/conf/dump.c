@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conf/conf.h"
+#include "conf/http.h"
 #include "conf/names.h"
 #include "conf/units.h"
 
@@ -92,6 +93,23 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv_u64(out, "max_replies_owed", l->max_replies_owed);
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
+    if (l->protocol != SL_PROTO_HTTP)
+        return; /* the keys below are errors elsewhere */
+    for (int i = 0; i < l->n_trusted_proxies; i++) {
+        sl_conf_cidr_fmt(&l->trusted_proxies[i], b, sizeof(b));
+        word(&w, "trusted_proxies", b);
+    }
+    words_end(&w);
+    kv_duration(out, "upstream_timeout", l->upstream_timeout_us);
+    kv(out, "rate_limit_headers", sl_conf_rlh_names[l->rate_limit_headers]);
+    kv(out, "forwarded_headers", sl_conf_onoff_names[l->forwarded_headers ? 1 : 0]);
+    sl_fmt_size(l->max_request_line, b, sizeof(b));
+    kv(out, "max_request_line", b);
+    sl_fmt_size(l->max_header_line, b, sizeof(b));
+    kv(out, "max_header_line", b);
+    kv_u64(out, "max_headers", l->max_headers);
+    sl_fmt_size(l->max_header_size, b, sizeof(b));
+    kv(out, "max_header_size", b);
 }
 
 static void dump_limit(FILE *out, const struct sl_limit_conf *m)
@@ -114,6 +132,12 @@ static void dump_limit(FILE *out, const struct sl_limit_conf *m)
     kv_duration(out, "max_delay", m->max_delay_us);
     for (int i = 0; i < m->n_commands; i++)
         word(&w, "commands", m->commands[i]);
+    words_end(&w);
+    for (int i = 0; i < m->n_methods; i++)
+        word(&w, "methods", m->methods[i]);
+    words_end(&w);
+    for (int i = 0; i < m->n_paths; i++)
+        word(&w, "paths", m->paths[i]);
     words_end(&w);
     /* cost is only accepted with metric = requests. */
     if (m->metric == SL_METRIC_REQUESTS) {

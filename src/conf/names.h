@@ -11,5 +11,7 @@ extern const char *const sl_conf_algo_names[];    /* enum sl_algo */
 extern const char *const sl_conf_action_names[];  /* enum sl_action */
 extern const char *const sl_conf_fail_names[];    /* enum sl_on_failure */
 extern const char *const sl_conf_id_names[];      /* enum sl_id_source ("header:NAME") */
+extern const char *const sl_conf_rlh_names[];     /* enum sl_rl_headers */
+extern const char *const sl_conf_onoff_names[];   /* off, on: 0, 1 */
 
 #endif

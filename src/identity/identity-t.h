@@ -6,7 +6,9 @@
 
 /* An identity names its source, so that no source can stand in for
  * another: "user:carol" (resp_user), "name:carol" (client_name),
- * "prefix:tenant" (key_prefix), "ip:127.0.0.1" (client_ip), "all" (none).
+ * "prefix:tenant" (key_prefix), "ip:127.0.0.1" (client_ip), "all" (none),
+ * and for header:NAME only the hashed form "header#..." (a header value is
+ * often a secret: an API key).
  * A value that cannot be kept as is (see identity.h) becomes its source's
  * hashed form, "name#" + 16 hex digits, which no literal value can take:
  * a literal always follows a ':'. */

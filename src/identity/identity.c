@@ -23,7 +23,9 @@
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
+#include "conf/http.h"
 #include "identity/identity.h"
 #include "proto/resp.h"
 
@@ -405,7 +407,18 @@ uint64_t sl_identity_siphash(const uint8_t key[16], const void *p, size_t n)
  * (the value's full length, so two values cut to the same captured bytes
  * but of different lengths differ). The tag in the hash and in the text
  * keeps each source's hashes apart. Writes into <out>, returns the length. */
+static size_t put_hash2(enum sl_id_source src, const char *pre, size_t pn, const char *p,
+                        size_t n, uint64_t len, char *out);
+
 static size_t put_hash(enum sl_id_source src, const char *p, size_t n, uint64_t len, char *out)
+{
+    return put_hash2(src, NULL, 0, p, n, len, out);
+}
+
+/* put_hash() of the <pn> bytes at <pre> followed by the <n> at <p> (as if
+ * they were one value; <len> counts both). */
+static size_t put_hash2(enum sl_id_source src, const char *pre, size_t pn, const char *p,
+                        size_t n, uint64_t len, char *out)
 {
     static const char hex[] = "0123456789abcdef";
     const char *tag = tags[src];
@@ -417,6 +430,8 @@ static size_t put_hash(enum sl_id_source src, const char *p, size_t n, uint64_t 
         lb[i] = (unsigned char)(len >> (8 * i));
     sip_init(&s, 0x65636975736c732dull, 0x7974697469646e65ull); /* "-slsuice", "enditity" */
     sip_feed(&s, tag, tn + 1);
+    if (pn > 0)
+        sip_feed(&s, pre, pn);
     sip_feed(&s, p, n);
     sip_feed(&s, lb, sizeof(lb));
     uint64_t h = sip_end(&s);
@@ -627,6 +642,152 @@ static size_t put_ip(const struct sl_ident_state *st, char *out)
     return put_literal(SL_ID_CLIENT_IP, ip, strnlen(ip, sizeof(st->ip) - 1), out);
 }
 
+/* ---- HTTP ------------------------------------------------------------------ */
+
+#define HEADER_NAME_MAX 64 /* bytes of NAME in header:NAME (the loader's cap) */
+
+/* The identity of value <v> (<vn> bytes) of header <name> (<nn> bytes, any
+ * case): always hashed, over the lower-cased name, ':' and the value, so
+ * that an API key never shows in a log, a metric, a store key or an
+ * answer, and the same value in two headers is two identities. */
+static size_t put_header(const char *name, size_t nn, const char *v, size_t vn, char *out)
+{
+    char pre[HEADER_NAME_MAX + 1];
+    if (nn > HEADER_NAME_MAX)
+        nn = HEADER_NAME_MAX;
+    for (size_t i = 0; i < nn; i++)
+        pre[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+    pre[nn] = ':';
+    return put_hash2(SL_ID_HEADER, pre, nn + 1, v, vn, (uint64_t)(nn + 1 + vn), out);
+}
+
+/* Whether field <f> of <hd> is named <name> (<nn> bytes, any case). */
+static int field_is(const struct sl_http_head *hd, const struct sl_http_field *f,
+                    const char *name, size_t nn)
+{
+    return f->name_len == nn && strncasecmp(hd->buf + f->name, name, nn) == 0;
+}
+
+/* Parses the <n> bytes at <p> as an IPv4 or IPv6 address into <a> (IPv4
+ * and IPv4-mapped IPv6 as ::ffff:a.b.c.d). Returns 0, or -1. */
+static int parse_ip(const char *p, size_t n, unsigned char a[16])
+{
+    char buf[INET6_ADDRSTRLEN + 1];
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    memset(a, 0, 16);
+    if (inet_pton(AF_INET, buf, a + 12) == 1) {
+        a[10] = a[11] = 0xff;
+        return 0;
+    }
+    return inet_pton(AF_INET6, buf, a) == 1 ? 0 : -1;
+}
+
+static int trusted(const struct sl_listener_conf *lc, const unsigned char a[16])
+{
+    for (int i = 0; i < lc->n_trusted_proxies; i++)
+        if (sl_conf_cidr_has(&lc->trusted_proxies[i], a))
+            return 1;
+    return 0;
+}
+
+/* The client ip of an HTTP request: the peer, or, when the peer is a
+ * trusted proxy, the right-most X-Forwarded-For address that is not one
+ * (every X-Forwarded-For field, in order, each a comma list): what a
+ * trusted hop appended is the truth about the hop before it, while
+ * anything to its left may have been written by the client. If every
+ * address is trusted, the left-most; a malformed entry ends the walk
+ * (what is left of it cannot be trusted to be in order): the last good
+ * address then, or the peer. */
+static size_t put_http_ip(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                          const struct sl_http_head *hd, char *out)
+{
+    unsigned char a[16], best[16];
+    const char *peer = st != NULL ? st->ip : "unknown";
+
+    if (lc == NULL || lc->n_trusted_proxies == 0 || hd == NULL ||
+        parse_ip(peer, strnlen(peer, sizeof(st->ip)), a) != 0 || !trusted(lc, a))
+        return put_ip(st, out);
+    int have = 0; /* <best> holds an address from the header */
+    for (uint32_t k = hd->nfields; k-- > 0;) {
+        const struct sl_http_field *f = &hd->fields[k];
+        if (!field_is(hd, f, "X-Forwarded-For", 15))
+            continue;
+        const char *v = hd->buf + f->value;
+        size_t end = f->value_len;
+        for (;;) { /* the entries of this field, right to left */
+            size_t start = end;
+            while (start > 0 && v[start - 1] != ',')
+                start--;
+            size_t b = start, e = end;
+            while (b < e && (v[b] == ' ' || v[b] == '\t'))
+                b++;
+            while (e > b && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+                e--;
+            if (e > b) { /* an empty list element is no entry (RFC 9110 5.6.1) */
+                if (parse_ip(v + b, e - b, a) != 0)
+                    goto done;
+                memcpy(best, a, 16);
+                have = 1;
+                if (!trusted(lc, a))
+                    goto done;
+            }
+            if (start == 0)
+                break;
+            end = start - 1;
+        }
+    }
+done:
+    if (!have)
+        return put_ip(st, out);
+    static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    char text[INET6_ADDRSTRLEN];
+    if (memcmp(best, mapped, 12) == 0)
+        inet_ntop(AF_INET, best + 12, text, sizeof(text));
+    else
+        inet_ntop(AF_INET6, best, text, sizeof(text));
+    return put_literal(SL_ID_CLIENT_IP, text, strlen(text), out);
+}
+
+size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                          const struct sl_req *r, char out[SL_ID_MAX + 1])
+{
+    if (r == NULL || r->http == NULL)
+        return sl_identity_of(lc, st, r != NULL ? r->resp : NULL, out);
+
+    const struct sl_http_head *hd = r->http;
+    int n_src = lc != NULL ? lc->n_identity : 0;
+    if (n_src > SL_CONF_MAX_IDENTITY)
+        n_src = SL_CONF_MAX_IDENTITY;
+    for (int i = 0; i < n_src; i++) {
+        switch (lc->identity[i]) {
+        case SL_ID_HEADER: {
+            const char *name = lc->identity_header[i];
+            size_t nn = name != NULL ? strlen(name) : 0;
+            for (uint32_t k = 0; nn > 0 && k < hd->nfields; k++) {
+                const struct sl_http_field *f = &hd->fields[k];
+                /* The first field of that name; an empty one yields nothing. */
+                if (field_is(hd, f, name, nn)) {
+                    if (f->value_len > 0)
+                        return put_header(name, nn, hd->buf + f->value, f->value_len, out);
+                    break;
+                }
+            }
+            break;
+        }
+        case SL_ID_CLIENT_IP:
+            return put_http_ip(lc, st, hd, out);
+        case SL_ID_NONE:
+            return put_str(tags[SL_ID_NONE], SL_ID_MAX, out);
+        default: /* resp sources: nothing in an HTTP request */
+            break;
+        }
+    }
+    return put_http_ip(lc, st, hd, out);
+}
+
 size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
 {
     size_t len = strlen(entry);
@@ -639,7 +800,15 @@ size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
             continue;
         const char *v = entry + tn + 1;
         size_t vn = len - tn - 1;
-        if (entry[tn] == '#' || (entry[tn] == ':' && (src == SL_ID_CLIENT_IP || src == SL_ID_HEADER)))
+        if (src == SL_ID_HEADER && entry[tn] == ':') {
+            /* header:NAME:VALUE: always hashed, as header_value() does. */
+            const char *colon = memchr(v, ':', vn);
+            if (colon == NULL || colon == v || (size_t)(colon - v) > HEADER_NAME_MAX)
+                return 0;
+            return put_header(v, (size_t)(colon - v), colon + 1, vn - (size_t)(colon - v) - 1,
+                              out);
+        }
+        if (entry[tn] == '#' || (entry[tn] == ':' && src == SL_ID_CLIENT_IP))
             /* A hashed form, or a value that is never hashed: as written,
              * and too long to be any identity means no match. */
             return len <= SL_ID_MAX ? put_str(entry, len + 1, out) : 0;

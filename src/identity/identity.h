@@ -24,6 +24,7 @@
 
 #include "conf/conf-t.h"
 #include "identity/identity-t.h"
+#include "proto/req-t.h"
 #include "proto/resp-t.h"
 
 /* Sets up <st> for a new connection from <peer> (may be NULL: ip "unknown"). */
@@ -56,6 +57,26 @@ int sl_identity_learns(const struct sl_resp_req *r);
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                       const struct sl_resp_req *r, char out[SL_ID_MAX + 1]);
 
+/* Resolves the identity of request <r> whatever its protocol (NULL: no
+ * request, e.g. at accept): a RESP request (or none) as sl_identity_of();
+ * an HTTP request (r->http) by the listener's sources in order:
+ *   header:NAME  the first field NAME (any case) with a non-empty value:
+ *                always its hashed form, "header#" + 16 hex digits of
+ *                SipHash over the lower-cased NAME, ':' and the value, so
+ *                an API key never appears raw anywhere (match_identity
+ *                "header:NAME:VALUE" canonicalises to it);
+ *   client_ip    the peer's address, or, when the peer is in the
+ *                listener's trusted_proxies, the right-most address of
+ *                X-Forwarded-For (all such fields in order, comma lists)
+ *                that is not; if all are, the left-most; a malformed
+ *                entry ends the walk at the last good address (or the
+ *                peer). Without trusted_proxies the header is ignored;
+ *   none         "all";
+ * resp sources yield nothing. If no source yields, client_ip. Writes into
+ * <out>; returns the length (1..SL_ID_MAX). */
+size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                          const struct sl_req *r, char out[SL_ID_MAX + 1]);
+
 /* Index (into r->argv) of the request's first key, or -1 if the command
  * takes no key or the key is not among the captured arguments. From a
  * table of Redis 7's commands: most take their key at 1; no-key commands
@@ -83,9 +104,11 @@ size_t sl_identity_hash(enum sl_id_source src, const char *p, size_t len,
 uint64_t sl_identity_siphash(const uint8_t key[16], const void *p, size_t n);
 
 /* The identity a match_identity entry (as the configuration resolved it:
- * "user:carol", "ip:::1", "name#03b69dd1582e6208", "all") stands for, as
- * sl_identity_of() would write it: a literal value that identities carry
- * hashed ("user:" + a 100-byte name) becomes its hashed form. Writes it into
+ * "user:carol", "ip:::1", "name#03b69dd1582e6208", "all",
+ * "header:x-api-key:k123") stands for, as sl_identity_of() and
+ * sl_identity_of_req() would write it: a literal value that identities
+ * carry hashed ("user:" + a 100-byte name, every header:NAME:VALUE)
+ * becomes its hashed form. Writes it into
  * <out> and returns its length, or 0 if <entry> names no source (then it
  * matches no identity). */
 size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1]);

@@ -21,6 +21,7 @@
 #include "limit/algo.h"
 #include "limit/idtable.h"
 #include "limit/limiter.h"
+#include "proto/req-t.h"
 #include "store/store.h"
 
 #define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
@@ -86,6 +87,10 @@ struct limit {
     uint32_t       cats;         /* commands = @category ...: bits of sl_resp_acl_of() */
     char         **subcmds;      /* commands = CONTAINER|SUB ...: upper case */
     int            n_subcmds;
+    char         **methods;      /* http: methods = ..., as written; none: every method */
+    int            n_methods;
+    char         **paths;        /* http: paths = ..., normalised patterns; none: every path */
+    int            n_paths;
     struct sl_cost *costs;       /* per-command costs */
     int            n_costs;
     uint64_t       default_cost;
@@ -162,8 +167,26 @@ void sl_lim_top_count(struct limit *L, const char *id);
 /* ---- match.c ---- */
 
 /* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted),
- * CONTAINER|SUB names and @categories (bits). 0, or -1 when out of memory. */
+ * CONTAINER|SUB names and @categories (bits); copies its `methods` and
+ * `paths`. 0, or -1 when out of memory. */
 int sl_lim_copy_commands(struct limit *L, const struct sl_limit_conf *c);
+
+/* An HTTP request's path in normal form (proto/http_path.h), made on
+ * first use by sl_lim_http_matches(); sl_lim_path_done() releases it. */
+struct sl_lim_path {
+    const struct sl_http_head *hd;
+    char   *norm;      /* NULL until made; <small> or malloc'd */
+    size_t  len;
+    int     failed;    /* out of memory: no path matches */
+    char    small[512];
+};
+
+/* Whether <L> takes HTTP request <pp->hd>: a limit with `commands` takes
+ * none; its `methods` (exactly: methods are case-sensitive) and its
+ * `paths` (see proto/http_path.h) must each take it. */
+int sl_lim_http_matches(const struct limit *L, struct sl_lim_path *pp);
+
+void sl_lim_path_done(struct sl_lim_path *pp);
 
 /* Replaces the <n> match_identity entries <m> in place by the identities
  * they stand for (hashed as identities are); NULL where memory ran out. */
@@ -173,8 +196,9 @@ void sl_lim_canon_matches(char **m, int n);
  * categories are <cats>. */
 int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats);
 
-/* What request <r> (NULL: none) costs limit <L>. */
-uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_resp_req *r);
+/* What request <r> (NULL: none) costs limit <L>: per command (resp) or
+ * per method (http, case-sensitive), else the default. */
+uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *r);
 
 /* Whether <L>'s match_identity takes identity <id> (none: everyone). */
 int sl_lim_identity_matches(const struct limit *L, const char *id);

@@ -255,6 +255,8 @@ static void limiter_free(struct sl_limiter *lim)
         free(L->listener);
         free_strs(L->commands, L->n_commands);
         free_strs(L->subcmds, L->n_subcmds);
+        free_strs(L->methods, L->n_methods);
+        free_strs(L->paths, L->n_paths);
         free(L->costs);
         free_strs(L->match, L->n_match);
     }
@@ -974,7 +976,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
 }
 
 static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
-               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_resp_req *r,
+               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_req *r,
                int metric, uint64_t amount, const int *cand, int nc, uint64_t now_us,
                struct sl_verdict *v, sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
 
@@ -994,7 +996,37 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
 {
+    const struct sl_req q = { .resp = r, .http = NULL };
+    return sl_limiter_check_req(lim, lc, ident, conn_id, &q, now_us, v, cb, data, req);
+}
+
+/* HTTP: candidates by listener, method and path. */
+static int check_http(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                      const struct sl_ident_state *ident, uint64_t conn_id,
+                      const struct sl_req *r, uint64_t now_us, struct sl_verdict *v,
+                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
+{
+    struct sl_lim_path pp = { .hd = r->http };
+    int *cand = lim->cand, nc = 0;
+    for (int i = 0; i < lim->n; i++)
+        if (sl_lim_applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
+            sl_lim_http_matches(&lim->limits[i], &pp))
+            cand[nc++] = i;
+    sl_lim_path_done(&pp);
+    if (nc == 0)
+        return 0;
+    return run(lim, lc, ident, conn_id, r, SL_METRIC_REQUESTS, 0, cand, nc, now_us, v, cb, data, req);
+}
+
+int sl_limiter_check_req(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                         const struct sl_ident_state *ident, uint64_t conn_id,
+                         const struct sl_req *q, uint64_t now_us, struct sl_verdict *v,
+                         sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
+{
     memset(v, 0, sizeof(*v));
+    if (q != NULL && q->http != NULL)
+        return check_http(lim, lc, ident, conn_id, q, now_us, v, cb, data, req);
+    const struct sl_resp_req *r = q != NULL ? q->resp : NULL;
     if (sl_lim_exempt(r))
         return 0;
     uint32_t cats = lim->any_cats ? sl_resp_acl_of(r) : 0;
@@ -1007,7 +1039,7 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
             cand[nc++] = i;
     if (nc == 0)
         return 0;
-    return run(lim, lc, ident, conn_id, r, SL_METRIC_REQUESTS, 0, cand, nc, now_us, v, cb, data, req);
+    return run(lim, lc, ident, conn_id, q, SL_METRIC_REQUESTS, 0, cand, nc, now_us, v, cb, data, req);
 }
 
 int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
@@ -1075,7 +1107,7 @@ int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf 
 }
 
 static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
-               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_resp_req *r,
+               const struct sl_ident_state *ident, uint64_t conn_id, const struct sl_req *r,
                int metric, uint64_t amount, const int *cand, int nc, uint64_t now_us,
                struct sl_verdict *v, sl_limiter_cb *cb, void *data, struct sl_limiter_req **req)
 {
@@ -1085,7 +1117,7 @@ static int run(struct sl_limiter *lim, const struct sl_listener_conf *lc,
     q->metric = (uint8_t)metric;
     q->now_us = now_us;
     q->conn_id = conn_id;
-    sl_identity_of(lc, ident, r, q->identity);
+    sl_identity_of_req(lc, ident, r, q->identity);
 
     /* match_identity, then tiers: a matching limit replacing X removes X. */
     uint8_t *keep = lim->keep;

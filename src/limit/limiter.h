@@ -16,6 +16,7 @@
 
 #include "conf/conf-t.h"
 #include "identity/identity-t.h"
+#include "proto/req-t.h"
 #include "proto/resp-t.h"
 
 struct sl_limiter;
@@ -91,6 +92,18 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_ident_state *ident, uint64_t conn_id,
                      const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
+
+/* Like sl_limiter_check() for request <r> of any protocol (exactly one of
+ * r->resp, r->http set): a RESP request as sl_limiter_check() decides it;
+ * an HTTP request meets the limits of its listener whose `methods` (exact:
+ * methods are case-sensitive) and `paths` (on the path's normal form, see
+ * proto/http_path.h) take it, costs their per-method `cost`, and is
+ * counted for sl_identity_of_req()'s identity. sl_limiter_check() is this
+ * with r->resp only. */
+int sl_limiter_check_req(struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                         const struct sl_ident_state *ident, uint64_t conn_id,
+                         const struct sl_req *r, uint64_t now_us, struct sl_verdict *v,
+                         sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
 
 /* Like sl_limiter_check() for the limits of <metric> (bytes_in, bytes_out)
  * on listener <lc>: takes <amount> tokens (a chunk of bytes). */

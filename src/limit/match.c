@@ -21,6 +21,7 @@
 #include "identity/identity.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "proto/http_path.h"
 #include "proto/resp_acl.h"
 
 /* ---- preparing a limit's matchers (at build) ------------------------------ */
@@ -62,6 +63,18 @@ int sl_lim_copy_commands(struct limit *L, const struct sl_limit_conf *c)
     }
     if (L->n_commands > 0)
         qsort(L->commands, (size_t)L->n_commands, sizeof(char *), cmp_str);
+    char **const src[2] = { c->methods, c->paths };
+    char ***dst[2] = { &L->methods, &L->paths };
+    int n[2] = { c->n_methods, c->n_paths }, *dn[2] = { &L->n_methods, &L->n_paths };
+    for (int k = 0; k < 2; k++) {
+        if (n[k] == 0)
+            continue;
+        if ((*dst[k] = calloc((size_t)n[k], sizeof(char *))) == NULL)
+            return -1;
+        for (int i = 0; i < n[k]; i++, (*dn[k])++)
+            if (((*dst[k])[i] = strdup(src[k][i])) == NULL)
+                return -1;
+    }
     return 0;
 }
 
@@ -131,6 +144,8 @@ static int subcommand_is(const struct sl_resp_req *r, const char *name)
  * categories. */
 int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats)
 {
+    if (L->n_methods > 0 || L->n_paths > 0)
+        return 0; /* an http limit (the loader keeps them off resp listeners) */
     if (L->n_commands == 0 && L->n_subcmds == 0 && L->cats == 0)
         return 1;
     if (L->cats & cats)
@@ -155,8 +170,69 @@ int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, u
     return 0;
 }
 
-uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_resp_req *r)
+/* The method of HTTP request <hd>: <*len> bytes. */
+static const char *method_of(const struct sl_http_head *hd, size_t *len)
 {
+    *len = hd->method_len;
+    return hd->buf + hd->method_off;
+}
+
+int sl_lim_http_matches(const struct limit *L, struct sl_lim_path *pp)
+{
+    const struct sl_http_head *hd = pp->hd;
+    if (L->n_commands > 0 || L->n_subcmds > 0 || L->cats != 0)
+        return 0; /* a resp limit (the loader keeps them off http listeners) */
+    if (L->n_methods > 0) {
+        size_t mn;
+        const char *m = method_of(hd, &mn);
+        int hit = 0;
+        for (int i = 0; i < L->n_methods && !hit; i++)
+            hit = strlen(L->methods[i]) == mn && memcmp(L->methods[i], m, mn) == 0;
+        if (!hit)
+            return 0;
+    }
+    if (L->n_paths == 0)
+        return 1;
+    if (pp->norm == NULL && !pp->failed) {
+        size_t n = hd->path_len;
+        size_t cap = SL_HTTP_PATH_NORM_CAP(n);
+        pp->norm = cap <= sizeof(pp->small) ? pp->small : malloc(cap);
+        if (pp->norm == NULL) {
+            pp->failed = 1;
+        } else if (n == 0) {
+            /* authority-form (CONNECT) and "*": no path, no pattern takes it */
+            pp->norm[0] = '\0';
+            pp->len = 0;
+        } else {
+            pp->len = sl_http_path_norm(hd->buf + hd->path_off, n, pp->norm);
+        }
+    }
+    if (pp->failed || pp->len == 0)
+        return 0;
+    for (int i = 0; i < L->n_paths; i++)
+        if (sl_http_path_match(L->paths[i], pp->norm, pp->len))
+            return 1;
+    return 0;
+}
+
+void sl_lim_path_done(struct sl_lim_path *pp)
+{
+    if (pp->norm != NULL && pp->norm != pp->small)
+        free(pp->norm);
+    pp->norm = NULL;
+}
+
+uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *q)
+{
+    if (q != NULL && q->http != NULL) {
+        size_t mn;
+        const char *m = method_of(q->http, &mn);
+        for (int i = 0; i < L->n_costs; i++)
+            if (strlen(L->costs[i].cmd) == mn && memcmp(L->costs[i].cmd, m, mn) == 0)
+                return L->costs[i].cost;
+        return L->default_cost;
+    }
+    const struct sl_resp_req *r = q != NULL ? q->resp : NULL;
     if (r != NULL && arg_whole(r, 0))
         for (int i = 0; i < L->n_costs; i++)
             if (cmd_cmp(r->argv[0], r->arglen[0], L->costs[i].cmd) == 0)

@@ -764,6 +764,213 @@ static void test_client_ip(void **state)
     assert_string_equal(st.user, "");
 }
 
+/* ---- HTTP requests ---------------------------------------------------------- */
+
+#include "conf/conf.h"
+
+/* A head as the framer would give it: "<method> <path> HTTP/1.1" and the
+ * fields, given as name, value pairs (NULL-ended); values as sent, without
+ * surrounding blanks. Points into static storage (one head at a time). */
+static struct sl_http_head http_head(const char *method, const char *path,
+                                     const char *const *fv)
+{
+    static char buf[8192];
+    static struct sl_http_field fields[64];
+    struct sl_http_head hd;
+    size_t at = 0;
+    memset(&hd, 0, sizeof(hd));
+    hd.is_request = 1;
+    hd.minor = 1;
+    hd.method_off = 0;
+    hd.method_len = (uint32_t)strlen(method);
+    at += (size_t)snprintf(buf, sizeof(buf), "%s ", method);
+    hd.target_off = hd.path_off = (uint32_t)at;
+    hd.target_len = hd.path_len = (uint32_t)strlen(path);
+    at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%s HTTP/1.1\r\n", path);
+    uint32_t n = 0;
+    for (; fv != NULL && fv[2 * n] != NULL; n++) {
+        assert_true(n < 64);
+        fields[n].name = (uint32_t)at;
+        fields[n].name_len = (uint32_t)strlen(fv[2 * n]);
+        at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%s: ", fv[2 * n]);
+        fields[n].value = (uint32_t)at;
+        fields[n].value_len = (uint32_t)strlen(fv[2 * n + 1]);
+        at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%s\r\n", fv[2 * n + 1]);
+        assert_true(at < sizeof(buf) - 2);
+    }
+    at += (size_t)snprintf(buf + at, sizeof(buf) - at, "\r\n");
+    hd.buf = buf;
+    hd.len = (uint32_t)at;
+    hd.fields = fields;
+    hd.nfields = n;
+    return hd;
+}
+
+/* A listener from configuration lines after "protocol = http". */
+static struct sl_conf *http_conf(const char *lines)
+{
+    char text[1024];
+    snprintf(text, sizeof(text), "[listener w]\nlisten = 127.0.0.1:8080\n"
+             "upstream = 127.0.0.1:8081\nprotocol = http\n%s", lines);
+    struct sl_conf *c = sl_conf_load_string(text, "t.ini", stderr);
+    assert_non_null(c);
+    return c;
+}
+
+/* The identity of request <hd> on <c>'s listener from peer <peer>. */
+static const char *http_id(const struct sl_conf *c, const char *peer, const struct sl_http_head *hd)
+{
+    static char out[SL_ID_MAX + 1];
+    struct sl_ident_state st;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    if (strchr(peer, ':') != NULL) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        assert_int_equal(inet_pton(AF_INET6, peer, &a->sin6_addr), 1);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        assert_int_equal(inet_pton(AF_INET, peer, &a->sin_addr), 1);
+    }
+    sl_identity_init(&st, (const struct sockaddr *)&ss);
+    struct sl_req r = { .resp = NULL, .http = hd };
+    size_t n = sl_identity_of_req(c->listeners, &st, &r, out);
+    assert_int_equal(n, strlen(out));
+    return out;
+}
+
+/* header:NAME: always the hashed form, over the name and the value, the
+ * same a match_identity entry canonicalises to; the value shows nowhere. */
+static void test_http_header_identity(void **state)
+{
+    (void)state;
+    struct sl_conf *c = http_conf("identity = header:X-Api-Key header:X-Tenant client_ip\n");
+    char canon[SL_ID_MAX + 1], id[SL_ID_MAX + 1];
+
+    struct sl_http_head hd = http_head("GET", "/", (const char *const[]){ "x-api-key", "k123",
+                                                                      NULL });
+    snprintf(id, sizeof(id), "%s", http_id(c, "192.0.2.1", &hd));
+    assert_int_equal(strlen(id), 7 + 16);
+    assert_memory_equal(id, "header#", 7);
+    assert_int_equal(strspn(id + 7, "0123456789abcdef"), 16);
+    assert_null(strstr(id, "k123"));
+    assert_int_equal(sl_identity_canon("header:x-api-key:k123", canon), 23);
+    assert_string_equal(canon, id);
+    assert_int_equal(sl_identity_canon("header:X-API-KEY:k123", canon), 23);
+    assert_string_equal(canon, id);
+    sl_identity_canon("header:x-api-key:k124", canon);
+    assert_string_not_equal(canon, id);
+    /* The same value in another header is another identity. */
+    sl_identity_canon("header:x-tenant:k123", canon);
+    assert_string_not_equal(canon, id);
+    hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "k123", NULL });
+    assert_string_equal(http_id(c, "192.0.2.1", &hd), canon);
+    /* First source first, whatever the order of the fields; the first
+     * field of a name wins. */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "t", "X-Api-Key", "k123",
+                                                      "X-Api-Key", "other", NULL });
+    assert_string_equal(http_id(c, "192.0.2.1", &hd), id);
+    /* Absent or empty: the next source. */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "", "Host", "a", NULL });
+    assert_string_equal(http_id(c, "192.0.2.1", &hd), "ip:192.0.2.1");
+    /* A long or odd value is hashed like any other. */
+    char big[1001];
+    memset(big, 'k', 1000);
+    big[1000] = '\0';
+    big[10] = '"';
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", big, NULL });
+    const char *h = http_id(c, "192.0.2.1", &hd);
+    assert_int_equal(strlen(h), 23);
+    char entry[1100];
+    snprintf(entry, sizeof(entry), "header:X-Api-Key:%s", big);
+    sl_identity_canon(entry, canon);
+    assert_string_equal(canon, h);
+    /* Hashed forms stand for themselves; a broken entry for nothing. */
+    assert_int_equal(sl_identity_canon("header#0123456789abcdef", canon), 23);
+    assert_string_equal(canon, "header#0123456789abcdef");
+    assert_int_equal(sl_identity_canon("header:novalue", canon), 0);
+    assert_int_equal(sl_identity_canon("header::v", canon), 0);
+    sl_conf_free(c);
+
+    /* none, and the resp sources (nothing in an HTTP request). */
+    c = http_conf("identity = none\n");
+    hd = http_head("GET", "/", NULL);
+    assert_string_equal(http_id(c, "192.0.2.1", &hd), "all");
+    sl_conf_free(c);
+    /* No request, or a RESP one: as sl_identity_of(). */
+    c = http_conf("identity = header:X-Api-Key\n");
+    struct sl_ident_state st;
+    sl_identity_init(&st, NULL);
+    char out[SL_ID_MAX + 1];
+    sl_identity_of_req(c->listeners, &st, NULL, out);
+    assert_string_equal(out, "ip:unknown");
+    struct sl_req none = { NULL, NULL };
+    sl_identity_of_req(c->listeners, &st, &none, out);
+    assert_string_equal(out, "ip:unknown");
+    sl_conf_free(c);
+}
+
+/* client_ip behind trusted proxies: the right-most X-Forwarded-For
+ * address that is not a trusted proxy. */
+static void test_http_forwarded_for(void **state)
+{
+    (void)state;
+    struct sl_conf *c = http_conf("trusted_proxies = 10.0.0.0/8 fd00::/8\n");
+#define XFF(peer, want, ...)                                                                   \
+    do {                                                                                       \
+        struct sl_http_head hd_ = http_head("GET", "/", (const char *const[]){ __VA_ARGS__ }); \
+        assert_string_equal(http_id(c, peer, &hd_), want);                                     \
+    } while (0)
+    /* An untrusted peer: the header is the client's word, ignored. */
+    XFF("192.0.2.1", "ip:192.0.2.1", "X-Forwarded-For", "203.0.113.5", NULL);
+    /* A trusted peer: the address it saw. */
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "203.0.113.5", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "Host", "a", NULL);
+    /* Entries left of the first untrusted one are the client's: spoofed. */
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "6.6.6.6, 203.0.113.5, 10.1.1.1", NULL);
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "6.6.6.6,203.0.113.5,10.1.1.1", NULL);
+    /* Every field, in order, as one list. */
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "6.6.6.6", "Host", "a",
+        "x-forwarded-for", "203.0.113.5, 10.2.2.2", NULL);
+    XFF("10.0.0.1", "ip:6.6.6.6", "X-Forwarded-For", "203.0.113.5, 6.6.6.6", "Host", "a",
+        "x-forwarded-for", "10.2.2.2", NULL);
+    /* All trusted: the left-most. */
+    XFF("10.0.0.1", "ip:10.9.9.9", "X-Forwarded-For", "10.9.9.9, 10.8.8.8", NULL);
+    /* Garbage ends the walk: the last good address, or the peer. */
+    XFF("10.0.0.1", "ip:10.1.1.1", "X-Forwarded-For", "203.0.113.5, garbage, 10.1.1.1", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "203.0.113.5, unknown", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "203.0.113.5:4711", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "[2001:db8::1]", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "203.0.113.5 6.6.6.6", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For",
+        "203.0.113.5, 1111:2222:3333:4444:5555:6666:7777:8888:9999", NULL);
+    /* Empty list elements are no entries. */
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "203.0.113.5, , 10.1.1.1,", NULL);
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "", NULL);
+    /* IPv6: canonical text; a v4-mapped address is its IPv4. */
+    XFF("fd00::1", "ip:2001:db8::7", "X-Forwarded-For", "2001:DB8:0:0::7, fd00::2", NULL);
+    XFF("fd00::1", "ip:203.0.113.9", "X-Forwarded-For", "::ffff:203.0.113.9", NULL);
+    XFF("::ffff:10.0.0.1", "ip:2001:db8::7", "X-Forwarded-For", "2001:db8::7", NULL);
+    XFF("2001:db8::1", "ip:2001:db8::1", "X-Forwarded-For", "203.0.113.5", NULL);
+    XFF("fd00::1", "ip:fd00::2", "X-Forwarded-For", "garbage, fd00::2", NULL);
+    sl_conf_free(c);
+
+    /* A trusted ::ffff:a.b.c.d range is the IPv4 range. */
+    c = http_conf("trusted_proxies = ::ffff:10.0.0.0/104\n");
+    XFF("10.1.2.3", "ip:203.0.113.5", "X-Forwarded-For", "203.0.113.5", NULL);
+    sl_conf_free(c);
+    /* Without trusted_proxies the header is ignored. */
+    c = http_conf("identity = client_ip\n");
+    XFF("10.0.0.1", "ip:10.0.0.1", "X-Forwarded-For", "203.0.113.5", NULL);
+    sl_conf_free(c);
+    /* The fallback of a header source is this client ip too. */
+    c = http_conf("identity = header:X-Api-Key\ntrusted_proxies = 10.0.0.0/8\n");
+    XFF("10.0.0.1", "ip:203.0.113.5", "X-Forwarded-For", "203.0.113.5", NULL);
+    sl_conf_free(c);
+#undef XFF
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -780,6 +987,8 @@ int main(void)
         cmocka_unit_test(test_no_forgery),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_client_ip),
+        cmocka_unit_test(test_http_header_identity),
+        cmocka_unit_test(test_http_forwarded_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -835,6 +835,192 @@ static void test_busiest_not_forged(void **state)
     teardown_fix(f);
 }
 
+/* ---- HTTP requests (sl_limiter_check_req) ---------------------------------- */
+
+static const char *const http_listener =
+    "[store]\nurl = local\n"
+    "[listener w]\nlisten = 127.0.0.1:7003\nupstream = 127.0.0.1:7004\nprotocol = http\n"
+    "identity = header:X-Api-Key client_ip\n";
+
+/* A request head built by hand, as the framer gives it: <method> <path>,
+ * with an X-Api-Key field when <key> is not NULL. */
+static struct sl_http_head http_head(const char *method, const char *path, const char *key)
+{
+    static char buf[8192];
+    static struct sl_http_field field;
+    struct sl_http_head hd;
+    memset(&hd, 0, sizeof(hd));
+    hd.is_request = 1;
+    hd.minor = 1;
+    hd.method_len = (uint32_t)strlen(method);
+    hd.path_off = hd.target_off = hd.method_len + 1;
+    hd.path_len = hd.target_len = (uint32_t)strlen(path);
+    int at = snprintf(buf, sizeof(buf), "%s %s HTTP/1.1\r\n", method, path);
+    if (key != NULL) {
+        field.name = (uint32_t)at;
+        field.name_len = 9;
+        field.value = (uint32_t)at + 11;
+        field.value_len = (uint32_t)strlen(key);
+        at += snprintf(buf + at, sizeof(buf) - (size_t)at, "X-Api-Key: %s\r\n", key);
+        hd.fields = &field;
+        hd.nfields = 1;
+    }
+    at += snprintf(buf + at, sizeof(buf) - (size_t)at, "\r\n");
+    hd.buf = buf;
+    hd.len = (uint32_t)at;
+    return hd;
+}
+
+static struct fix *setup_http(const char *limits)
+{
+    static char text[4096];
+    snprintf(text, sizeof(text), "%s%s", http_listener, limits);
+    return setup_text(text);
+}
+
+/* Decides <method> <path> (API key <key>) at <ms>; returns 1 if allowed. */
+static int allow_http(struct fix *f, uint64_t ms, const char *method, const char *path,
+                      const char *key, struct sl_verdict *out)
+{
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    struct sl_http_head hd = http_head(method, path, key);
+    struct sl_req r = { .resp = NULL, .http = &hd };
+    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, ms * 1000,
+                                          &v, NULL, NULL, &h), 0);
+    if (out)
+        *out = v;
+    return v.kind == SL_VERDICT_ALLOW;
+}
+
+/* methods: exact, case-sensitive (RFC 9110 9.1); the identity is the
+ * hashed API key, never the key itself. */
+static void test_http_methods(void **state)
+{
+    (void)state;
+    struct fix *f = setup_http("[limit posts]\nlistener = w\nrate = 1/h\nburst = 2\n"
+                               "methods = POST PUT\n");
+    assert_true(allow_http(f, 0, "POST", "/", "k1", NULL));
+    assert_true(allow_http(f, 0, "PUT", "/x", "k1", NULL));
+    struct sl_verdict v;
+    assert_false(allow_http(f, 0, "POST", "/", "k1", &v));
+    assert_string_equal(v.limit, "posts");
+    char canon[SL_ID_MAX + 1];
+    sl_identity_canon("header:x-api-key:k1", canon);
+    assert_string_equal(v.identity, canon);
+    assert_null(strstr(v.identity, "k1"));
+    /* other methods, and "post", another method, are not counted */
+    assert_true(allow_http(f, 0, "GET", "/", "k1", NULL));
+    assert_true(allow_http(f, 0, "post", "/", "k1", NULL));
+    assert_true(allow_http(f, 0, "POSTS", "/", "k1", NULL));
+    assert_true(allow_http(f, 0, "POS", "/", "k1", NULL));
+    /* another key has its own bucket; no key: the client ip */
+    assert_true(allow_http(f, 0, "POST", "/", "k2", NULL));
+    assert_true(allow_http(f, 0, "POST", "/", NULL, NULL));
+    assert_true(allow_http(f, 0, "POST", "/", NULL, NULL));
+    assert_false(allow_http(f, 0, "POST", "/", NULL, &v));
+    assert_string_equal(v.identity, "ip:unknown");
+    teardown_fix(f);
+}
+
+/* paths: exact, prefix ("/api/" + '*') and globs, on the path's normal
+ * form, so a spelling of the same path is counted as that path. */
+static void test_http_paths(void **state)
+{
+    (void)state;
+    struct fix *f = setup_http("[limit api]\nlistener = w\nrate = 1/h\nburst = 4\npaths = /api/*\n"
+                               "[limit login]\nlistener = w\nrate = 1/h\nburst = 1\n"
+                               "paths = /login /v?/login\n"
+                               "[limit png]\nlistener = w\nrate = 1/h\nburst = 1\n"
+                               "paths = /img/*.png\n");
+    assert_true(allow_http(f, 0, "GET", "/api/a", "k", NULL));
+    assert_true(allow_http(f, 0, "GET", "/api/b/c", "k", NULL));
+    assert_true(allow_http(f, 0, "GET", "/%61pi/q", "k", NULL));   /* /api/q */
+    assert_true(allow_http(f, 0, "GET", "//api/./x/../y", "k", NULL)); /* /api/y */
+    struct sl_verdict v;
+    assert_false(allow_http(f, 0, "GET", "/api/", "k", &v));
+    assert_string_equal(v.limit, "api");
+    assert_true(allow_http(f, 0, "GET", "/api", "k", NULL));     /* not under /api/ */
+    assert_true(allow_http(f, 0, "GET", "/apix/1", "k", NULL));
+    assert_true(allow_http(f, 0, "GET", "/API/1", "k", NULL));   /* paths are case-sensitive */
+    assert_true(allow_http(f, 0, "GET", "/x/api/1", "k", NULL));
+
+    assert_true(allow_http(f, 0, "POST", "/login", "k", NULL));
+    assert_false(allow_http(f, 0, "POST", "/login", "k", &v));
+    assert_string_equal(v.limit, "login");
+    assert_false(allow_http(f, 0, "POST", "/v1/login", "k", NULL));
+    assert_false(allow_http(f, 0, "POST", "/./x/../login", "k", NULL)); /* /login */
+    assert_true(allow_http(f, 0, "POST", "/login/", "k", NULL)); /* another path */
+    assert_true(allow_http(f, 0, "POST", "/login2", "k", NULL));
+    assert_true(allow_http(f, 0, "POST", "/v10/login", "k", NULL));
+
+    assert_true(allow_http(f, 0, "GET", "/img/a.png", "k", NULL));
+    assert_false(allow_http(f, 0, "GET", "/img/b.png", "k", NULL));
+    assert_true(allow_http(f, 0, "GET", "/img/a/b.png", "k", NULL)); /* '*' stays in a segment */
+    assert_true(allow_http(f, 0, "GET", "/img/a.png.txt", "k", NULL));
+    /* no path (authority-form, "*"): no pattern takes it */
+    assert_true(allow_http(f, 0, "CONNECT", "", "k", NULL));
+    /* a path longer than the matcher's stack buffer */
+    char longp[4000] = "/img/";
+    memset(longp + 5, 'a', sizeof(longp) - 10);
+    strcpy(longp + sizeof(longp) - 5, ".png");
+    assert_false(allow_http(f, 0, "GET", longp, "k", NULL));
+    teardown_fix(f);
+}
+
+/* cost per method: case-sensitive names, '*' for the others. */
+static void test_http_cost_per_method(void **state)
+{
+    (void)state;
+    struct fix *f = setup_http("[limit w]\nlistener = w\nrate = 1/d\nburst = 5\n"
+                               "cost = POST=3 *=1\n");
+    assert_true(allow_http(f, 0, "POST", "/", "k", NULL));   /* 2 left */
+    assert_false(allow_http(f, 0, "POST", "/", "k", NULL));  /* 3 > 2 */
+    assert_true(allow_http(f, 0, "post", "/", "k", NULL));   /* another method: 1 */
+    assert_true(allow_http(f, 0, "GET", "/", "k", NULL));    /* 0 left */
+    assert_false(allow_http(f, 0, "GET", "/", "k", NULL));
+    teardown_fix(f);
+    /* A bare limit (no methods or paths) counts every request, and a
+     * RESP request through sl_limiter_check_req() is decided as before. */
+    f = setup_http("[limit all]\nlistener = w\nrate = 1/d\nburst = 1\n");
+    assert_true(allow_http(f, 0, "OPTIONS", "*", NULL, NULL));
+    assert_false(allow_http(f, 0, "GET", "/", NULL, NULL));
+    teardown_fix(f);
+    f = setup_with("[limit w]\nlistener = r\nrate = 1/d\nburst = 1\ncommands = SET\n");
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    struct sl_req r = { .resp = req(f, "SET a b"), .http = NULL };
+    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+                                          NULL, &h), 0);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    r.resp = req(f, "SET a b");
+    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL, NULL, &h);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT);
+    r.resp = req(f, "MULTI"); /* exempt, as through sl_limiter_check() */
+    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL, NULL, &h);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    teardown_fix(f);
+}
+
+/* match_identity on header identities: a tier for one API key. */
+static void test_http_tier_by_key(void **state)
+{
+    (void)state;
+    struct fix *f = setup_http("[limit std]\nlistener = w\nrate = 1/h\nburst = 1\n"
+                               "[limit vip]\nlistener = w\nrate = 1/h\nburst = 3\n"
+                               "match_identity = gold\nreplaces = std\n");
+    assert_true(allow_http(f, 0, "GET", "/", "gold", NULL));
+    assert_true(allow_http(f, 0, "GET", "/", "gold", NULL));
+    assert_true(allow_http(f, 0, "GET", "/", "gold", NULL));
+    struct sl_verdict v;
+    assert_false(allow_http(f, 0, "GET", "/", "gold", &v));
+    assert_string_equal(v.limit, "vip");
+    assert_true(allow_http(f, 0, "GET", "/", "silver", NULL));
+    assert_false(allow_http(f, 0, "GET", "/", "silver", &v));
+    assert_string_equal(v.limit, "std");
+    teardown_fix(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -861,6 +1047,10 @@ int main(void)
         cmocka_unit_test(test_meter_plan),
         cmocka_unit_test(test_buckets_bounded_full_first),
         cmocka_unit_test(test_busiest_not_forged),
+        cmocka_unit_test(test_http_methods),
+        cmocka_unit_test(test_http_paths),
+        cmocka_unit_test(test_http_cost_per_method),
+        cmocka_unit_test(test_http_tier_by_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,189 @@
+/* sluice — libFuzzer target for what limits and identities do with an
+ * HTTP request: path normalisation and patterns (src/proto/http_path.c),
+ * header and X-Forwarded-For identities (sl_identity_of_req) and the
+ * decision (sl_limiter_check_req, url = local).
+ *
+ * Input: byte 0 picks the peer and whether an X-Api-Key field is sent;
+ * the rest is lines: the method, the path, the API key, then one
+ * X-Forwarded-For field per line. The head is built as the framer would
+ * give it. Checked: the normal form is a fixed point, starts with '/', has
+ * no empty, "." or ".." segment; the
+ * identity is "header#" + 16 hex digits (equal to its match_identity
+ * form) or "ip:" + an address in canonical text; a verdict is whole. */
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf.h"
+#include "identity/identity.h"
+#include "limit/limiter.h"
+#include "proto/http_path.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char conf_text[] =
+    "[store]\nurl = local\n"
+    "[listener w]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\nprotocol = http\n"
+    "identity = header:X-Api-Key client_ip\ntrusted_proxies = 10.0.0.0/8 fd00::/8\n"
+    "[limit api]\nlistener = w\nrate = 100/s\nburst = 100\npaths = /api/* /v?/x /img/*.png\n"
+    "[limit writes]\nlistener = w\nrate = 50/s\nburst = 50\nmethods = POST PUT DELETE\n"
+    "cost = POST=5 *=1\n"
+    "[limit everyone]\nlistener = w\nrate = 20/s\nburst = 20\n"
+    "[limit vip]\nlistener = w\nrate = 100/s\nburst = 100\nmatch_identity = gold ip:10.0.0.1\n"
+    "replaces = everyone\n";
+
+static struct sl_conf *conf;
+static struct sl_limiter *lim;
+
+static void never(void *d, const struct sl_verdict *v)
+{
+    (void)d;
+    (void)v;
+    abort();
+}
+
+static void check_norm(const char *p, size_t n)
+{
+    if (memchr(p, '\0', n) != NULL)
+        return; /* the framer refuses control bytes in a request line */
+    char *a = malloc(SL_HTTP_PATH_NORM_CAP(n)), *b = malloc(SL_HTTP_PATH_NORM_CAP(3 * n + 1));
+    if (a == NULL || b == NULL)
+        abort();
+    size_t an = sl_http_path_norm(p, n, a);
+    if (an > 3 * n + 1 || an != strlen(a) || a[0] != '/')
+        abort();
+    if (strstr(a, "//") != NULL || strstr(a, "/./") != NULL || strstr(a, "/../") != NULL)
+        abort();
+    if ((an >= 2 && strcmp(a + an - 2, "/.") == 0) || (an >= 3 && strcmp(a + an - 3, "/..") == 0))
+        abort();
+    size_t bn = sl_http_path_norm(a, an, b);
+    if (bn != an || memcmp(a, b, an) != 0)
+        abort();
+    /* patterns: a normal path matches itself, and "/" + '*' matches all */
+    if (memchr(a, '*', an) == NULL && memchr(a, '?', an) == NULL && !sl_http_path_match(a, a, an))
+        abort();
+    if (!sl_http_path_match("/*", a, an))
+        abort();
+    free(a);
+    free(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static char buf[70000];
+    static struct sl_http_field fields[64];
+    if (conf == NULL) {
+        conf = sl_conf_load_string(conf_text, "fuzz.ini", stderr);
+        if (conf == NULL || (lim = sl_limiter_new(conf, NULL)) == NULL)
+            abort();
+    }
+    if (size < 1 || size > 60000)
+        return 0;
+    uint8_t mode = data[0];
+    const char *p = (const char *)data + 1, *end = (const char *)data + size;
+
+    /* lines */
+    const char *line[66];
+    size_t len[66];
+    int nl = 0;
+    while (nl < 66 && p <= end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (e == NULL)
+            e = end;
+        line[nl] = p;
+        len[nl++] = (size_t)(e - p);
+        p = e + 1;
+    }
+    if (nl < 2)
+        return 0;
+    check_norm(line[1], len[1]);
+
+    struct sl_http_head hd;
+    memset(&hd, 0, sizeof(hd));
+    size_t at = 0;
+    hd.method_len = (uint32_t)len[0];
+    memcpy(buf + at, line[0], len[0]);
+    at += len[0];
+    buf[at++] = ' ';
+    hd.path_off = (uint32_t)at;
+    hd.path_len = (uint32_t)len[1];
+    memcpy(buf + at, line[1], len[1]);
+    at += len[1];
+    uint32_t nf = 0;
+    for (int i = 2; i < nl && nf < 64; i++) {
+        static const char xff[] = "X-Forwarded-For", key[] = "X-Api-Key";
+        int is_key = i == 2 && (mode & 4);
+        const char *name = is_key ? key : xff;
+        fields[nf].name = (uint32_t)at;
+        fields[nf].name_len = (uint32_t)strlen(name);
+        memcpy(buf + at, name, strlen(name));
+        at += strlen(name);
+        fields[nf].value = (uint32_t)at;
+        fields[nf].value_len = (uint32_t)len[i];
+        memcpy(buf + at, line[i], len[i]);
+        at += len[i];
+        nf++;
+    }
+    hd.buf = buf;
+    hd.len = (uint32_t)at;
+    hd.fields = fields;
+    hd.nfields = nf;
+    hd.is_request = 1;
+
+    static const char *const peers[] = { "10.0.0.1", "192.0.2.1", "fd00::1", "2001:db8::1" };
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    const char *peer = peers[mode & 3];
+    if (strchr(peer, ':')) {
+        ss.ss_family = AF_INET6;
+        inet_pton(AF_INET6, peer, &((struct sockaddr_in6 *)&ss)->sin6_addr);
+    } else {
+        ss.ss_family = AF_INET;
+        inet_pton(AF_INET, peer, &((struct sockaddr_in *)&ss)->sin_addr);
+    }
+    struct sl_ident_state st;
+    sl_identity_init(&st, (const struct sockaddr *)&ss);
+    struct sl_req r = { .resp = NULL, .http = &hd };
+    char id[SL_ID_MAX + 1];
+    size_t n = sl_identity_of_req(conf->listeners, &st, &r, id);
+    if (n == 0 || n > SL_ID_MAX || strlen(id) != n)
+        abort();
+    if (strncmp(id, "header#", 7) == 0) {
+        if (n != 23 || strspn(id + 7, "0123456789abcdef") != 16 || !(mode & 4) || len[2] == 0)
+            abort();
+        char entry[70100], canon[SL_ID_MAX + 1];
+        if (memchr(line[2], '\0', len[2]) == NULL) {
+            snprintf(entry, sizeof(entry), "header:X-Api-Key:%.*s", (int)len[2], line[2]);
+            if (sl_identity_canon(entry, canon) != n || strcmp(canon, id) != 0)
+                abort();
+        }
+    } else if (strncmp(id, "ip:", 3) == 0) {
+        unsigned char a[16];
+        char text[64];
+        int v6 = strchr(id + 3, ':') != NULL;
+        if (inet_pton(v6 ? AF_INET6 : AF_INET, id + 3, a) != 1)
+            abort();
+        inet_ntop(v6 ? AF_INET6 : AF_INET, a, text, sizeof(text));
+        if (strcmp(text, id + 3) != 0)
+            abort();
+    } else {
+        abort();
+    }
+
+    struct sl_verdict v;
+    struct sl_limiter_req *h = NULL;
+    static uint64_t now_us = 1000000;
+    now_us += 997;
+    memset(&v, 0xa5, sizeof(v));
+    if (sl_limiter_check_req(lim, conf->listeners, &st, 1, &r, now_us, &v, never, NULL, &h) != 0)
+        abort();
+    if (v.kind != SL_VERDICT_ALLOW && v.kind != SL_VERDICT_REJECT)
+        abort();
+    if (v.kind == SL_VERDICT_REJECT &&
+        (memchr(v.limit, '\0', sizeof(v.limit)) == NULL || v.limit[0] == '\0' ||
+         memchr(v.identity, '\0', sizeof(v.identity)) == NULL || v.identity[0] == '\0'))
+        abort();
+    return 0;
+}
