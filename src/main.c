@@ -74,24 +74,6 @@ static struct sl_conf *load_logged(const char *path)
     return c;
 }
 
-/* protocol = http is in the configuration language, but this version has
- * no HTTP framer: such a listener relays bytes as tcp does, so request
- * limits and header: identities on it cannot hold. Says so, to <errf> (-t)
- * or to the log. */
-static void http_notice(const struct sl_conf *c, FILE *errf)
-{
-    static const char what[] = "protocol = http is relayed as tcp in this version: "
-                               "request limits and header identities on it are not enforced";
-    for (const struct sl_listener_conf *lc = c->listeners; lc != NULL; lc = lc->next) {
-        if (lc->protocol != SL_PROTO_HTTP)
-            continue;
-        if (errf != NULL)
-            fprintf(errf, "%s:%d: warning: listener %s: %s\n", c->file, lc->line, lc->name, what);
-        else
-            sl_log_warn("http listener relayed as tcp", "listener=%s note=\"%s\"", lc->name, what);
-    }
-}
-
 static void apply_level(const struct sl_conf *c)
 {
     sl_log_level = level_override >= 0 ? (enum sl_log_level)level_override : c->log_level;
@@ -197,7 +179,6 @@ int main(int argc, char **argv)
         struct sl_conf *c = load_checked(conf_path, stderr);
         if (c == NULL)
             return 1;
-        http_notice(c, stderr);
         sl_conf_warn(c, stderr);
         if (dump)
             sl_conf_dump(c, stdout);
@@ -217,8 +198,6 @@ int main(int argc, char **argv)
     if (conf == NULL)
         return 1;
     apply_level(conf);
-    if (worker_count == 0)
-        http_notice(conf, NULL);
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     if (worker_count == 0 && conf->workers > 1)

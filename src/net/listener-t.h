@@ -24,6 +24,9 @@ struct sl_listener_stats {
     uint64_t rejected;         /* requests answered by a rejection instead */
     uint64_t bytes_in;         /* bytes read from clients */
     uint64_t bytes_out;        /* bytes read from upstreams (sent on to clients) */
+    uint64_t upstream_timeouts;/* http: no response head within upstream_timeout (504) */
+    uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
+                                  (the upstream's and sluice's own) */
 };
 
 struct sl_server;
@@ -50,6 +53,7 @@ struct sl_listener {
     struct sl_tq             lingering;  /* closing sessions draining the client's input */
     struct sl_tq             gated;      /* sessions waiting for a connection limit's place */
     struct sl_tq             heading;    /* sessions part-way through a request's head, by its start */
+    struct sl_tq             awaiting;   /* http: sessions waiting for a response's head, by when */
     struct sl_listener_stats stats;      /* counters */
     uint64_t                 fd_unlogged; /* descriptor refusals not logged yet */
     uint64_t                 fd_logged_ms; /* loop time of the last such log line */

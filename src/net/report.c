@@ -38,10 +38,13 @@ static const struct lmetric lmetrics[] = {
       offsetof(struct sl_listener_stats, header_timeouts) },
     { "sluice_protocol_errors_total", "counter", "Connections closed for malformed input.",
       offsetof(struct sl_listener_stats, protocol_errors) },
-    { "sluice_requests_total", "counter", "Requests framed (resp).",
+    { "sluice_requests_total", "counter", "Requests framed (resp and http).",
       offsetof(struct sl_listener_stats, requests) },
     { "sluice_requests_rejected_total", "counter", "Requests answered by a rejection.",
       offsetof(struct sl_listener_stats, rejected) },
+    { "sluice_upstream_timeouts_total", "counter",
+      "HTTP requests answered 504: no response head within upstream_timeout.",
+      offsetof(struct sl_listener_stats, upstream_timeouts) },
     { "sluice_client_read_bytes_total", "counter", "Bytes read from clients.",
       offsetof(struct sl_listener_stats, bytes_in) },
     { "sluice_upstream_read_bytes_total", "counter", "Bytes read from upstreams (sent on to clients).",
@@ -85,6 +88,18 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
             const char *labels[] = { "listener", l->name, NULL };
             uint64_t v = *(const uint64_t *)((const char *)&st + lmetrics[i].off);
             sl_metrics_u64(m, lmetrics[i].name, labels, v);
+        }
+    }
+    static const char *const classes[5] = { "1xx", "2xx", "3xx", "4xx", "5xx" };
+    sl_metrics_family(m, "sluice_http_responses_total", "counter",
+                      "HTTP responses sent to clients (the upstream's and sluice's own), by status class.");
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        struct sl_listener_stats st;
+        if (l->conf->protocol != SL_PROTO_HTTP || !name_totals(srv, l, &st))
+            continue;
+        for (int c = 0; c < 5; c++) {
+            const char *labels[] = { "listener", l->name, "class", classes[c], NULL };
+            sl_metrics_u64(m, "sluice_http_responses_total", labels, st.http_responses[c]);
         }
     }
     sl_metrics_family(m, "sluice_buffer_chunks", "gauge", "64 KiB data chunks in use.");

@@ -756,6 +756,25 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
+/* A rejection's line (allowed requests gain nothing). */
+static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
+                           size_t cap)
+{
+    (void)s;
+    return v->kind == SL_VERDICT_REJECT ? sl_verdict_resp(v, out, cap) : 0;
+}
+
+/* header_timeout: closed without a word, as Redis would never answer. */
+static void header_late(struct sl_session *s)
+{
+    sl_session_close(s);
+}
+
+static void upstream_late(struct sl_session *s)
+{
+    (void)s; /* not used: a blocking command may wait as long as it likes */
+}
+
 static uint32_t marker_due(struct sl_session *s, uint32_t kind)
 {
     return sl_rconn_unsub_due(&s->rc, kind);
@@ -785,6 +804,9 @@ const struct sl_sess_proto sl_sess_resp = {
     .release = framer_release_if_idle,
     .free = resp_free,
     .answer = answer,
+    .verdict_text = verdict_text,
+    .header_late = header_late,
+    .upstream_late = upstream_late,
     .marker_due = marker_due,
     .marker_gone = marker_gone,
     .busy = busy,

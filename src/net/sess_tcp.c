@@ -1,6 +1,7 @@
 /* sluice — raw TCP in a session: bytes relayed as they come, both ways.
  * No request boundaries: limits count bytes and connections only, and a
  * refusal is a close. */
+#include "net/session.h"
 #include "net/session-i.h"
 
 static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
@@ -40,6 +41,18 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     return 0; /* tcp has no words: the close says it */
 }
 
+static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
+                           size_t cap)
+{
+    (void)s, (void)v, (void)out, (void)cap;
+    return 0;
+}
+
+static void late(struct sl_session *s)
+{
+    sl_session_close(s);
+}
+
 static uint32_t marker_due(struct sl_session *s, uint32_t kind)
 {
     (void)s, (void)kind;
@@ -75,6 +88,9 @@ const struct sl_sess_proto sl_sess_tcp = {
     .release = nothing,
     .free = nothing,
     .answer = answer,
+    .verdict_text = verdict_text,
+    .header_late = late,
+    .upstream_late = late,
     .marker_due = marker_due,
     .marker_gone = nothing,
     .busy = busy,

@@ -62,13 +62,21 @@ struct sl_sess_proto {
      * upstream replies it stands for; one left the queue */
     uint32_t (*marker_due)(struct sl_session *s, uint32_t kind);
     void (*marker_gone)(struct sl_session *s);
+    /* the verdict <v> on a request: its refusal (rejected) or what its
+     * answer gains (allowed: RateLimit fields), into <out>; 0 = nothing */
+    size_t (*verdict_text)(struct sl_session *s, const struct sl_verdict *v, char *out,
+                           size_t cap);
+    /* the client took longer than header_timeout to send a request's head */
+    void (*header_late)(struct sl_session *s);
+    /* no response head came within upstream_timeout (http) */
+    void (*upstream_late)(struct sl_session *s);
     /* replies may come unasked: an idle-looking session is not idle */
     int (*busy)(const struct sl_session *s);
     /* at exit: free pooled state */
     void (*pool_drain)(void);
 };
 
-extern const struct sl_sess_proto sl_sess_resp, sl_sess_tcp;
+extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;
 
 /* ---- the core, for the protocols (session.c) ---- */
 

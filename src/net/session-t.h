@@ -14,6 +14,7 @@
 
 struct sl_listener;
 struct sl_sess_proto;
+struct sl_http_sess;
 struct sl_session;
 struct sl_limiter_req;
 struct sl_ident_state;
@@ -83,6 +84,8 @@ struct sl_session {
     const struct sl_sess_proto *proto; /* what the bytes mean (net/session-i.h) */
     struct sl_tq_node   tq;         /* place in l->connecting / active / lingering */
     struct sl_tq_node   hq;         /* place in l->heading while a request's head comes */
+    struct sl_tq_node   wq;         /* http: place in l->awaiting while a response's head is due */
+    struct sl_http_sess *http;      /* http: the protocol's state (sess_http.c) */
     uint8_t             state;      /* enum sl_sess_state */
     uint8_t             cl_pause;   /* enum sl_pause bits for reading the client */
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */

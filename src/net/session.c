@@ -550,18 +550,15 @@ void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
         e->due_us = sl_sess_waits_now() + v->delay_us;
         return;
     }
-    if (v->kind == SL_VERDICT_REJECT) {
-        char line[512];
-        size_t n = sl_verdict_resp(v, line, sizeof(line));
-        e->text = malloc(n);
-        if (e->text != NULL) {
-            memcpy(e->text, line, n);
-            e->len = (uint32_t)n;
-        }
-        e->state = SL_PEND_REJECT;
-    } else {
-        e->state = SL_PEND_ALLOW;
+    char line[2048];
+    size_t n = e->s->proto->verdict_text(e->s, v, line, sizeof(line));
+    free(e->text);
+    e->text = NULL;
+    if (n > 0 && (e->text = malloc(n)) != NULL) {
+        memcpy(e->text, line, n);
+        e->len = (uint32_t)n;
     }
+    e->state = v->kind == SL_VERDICT_REJECT ? SL_PEND_REJECT : SL_PEND_ALLOW;
 }
 
 /* Verdicts landed or a parked request's time came: move what can move. */
@@ -658,7 +655,7 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
         e->state = SL_PEND_ALLOW;
         return 0;
     }
-    if (sl_limiter_check(srv->limiter, s->l->conf, s->ident, s->id, r->resp, uv_hrtime() / 1000, &v,
+    if (sl_limiter_check_req(srv->limiter, s->l->conf, s->ident, s->id, r, uv_hrtime() / 1000, &v,
                          on_verdict, e, &e->h) == 1) {
         e->state = SL_PEND_WAIT;
         return 0;
@@ -722,6 +719,7 @@ void sl_session_close(struct sl_session *s)
     s->state = SL_SESS_CLOSED;
     sl_tq_remove(&s->tq);
     sl_tq_remove(&s->hq);
+    sl_tq_remove(&s->wq);
     s->l->stats.conns_active--;
     /* Verdicts still on their way must not land: the entries go away with
      * the session. Everything else stays valid until the last close
@@ -1049,7 +1047,9 @@ void sl_session_accept(struct sl_listener *l)
     s->client.data = s;
     s->l = l;
     s->handles = 1;
-    s->proto = l->conf->protocol == SL_PROTO_RESP ? &sl_sess_resp : &sl_sess_tcp;
+    s->proto = l->conf->protocol == SL_PROTO_RESP   ? &sl_sess_resp
+             : l->conf->protocol == SL_PROTO_HTTP ? &sl_sess_http
+                                                  : &sl_sess_tcp;
     l->sessions++;
     l->stats.conns_active++;
     if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)&s->client) < 0) {
@@ -1108,7 +1108,18 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
             continue; /* turned off by a reload */
         l->stats.header_timeouts++;
         sl_log_debug("header timeout", "listener=%s", l->name);
-        sl_session_close(s);
+        s->proto->header_late(s);
+    }
+
+    uint64_t ut = l->conf->upstream_timeout_us / 1000;
+    while ((n = sl_tq_expired(&l->awaiting, now, ut ? ut : 1)) != NULL) {
+        struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, wq));
+        sl_tq_remove(n);
+        if (ut == 0)
+            continue; /* turned off by a reload */
+        l->stats.upstream_timeouts++;
+        sl_log_debug("upstream timeout", "listener=%s", l->name);
+        s->proto->upstream_late(s);
     }
 
     uint64_t idle = l->conf->idle_timeout_us / 1000;

@@ -1,0 +1,687 @@
+/* sluice — HTTP/1.1 in a session: one upstream connection per client
+ * connection, requests decided at their head, bodies streamed.
+ *
+ *   client bytes --> request framer --> head: verdict --> forwarded head
+ *                                                          (X-Forwarded-*)
+ *                                       body: streamed on (or dropped, refused)
+ *   upstream bytes --> response framer --> head (+ RateLimit fields) --> client
+ *                                          body: streamed on
+ *
+ * A request's head is held by the framer until whole (capped), decided by
+ * the limits, and sent upstream rewritten; its body is never held: its
+ * bytes go on from the chunk they were read into, or are read and dropped
+ * when the request was refused. One request is decided at a time: while
+ * its verdict is out, reading stops and the bytes behind it wait. Requests
+ * may be pipelined; responses come back in order, and the local answers
+ * (429, 400 ...) take their place in the reply queue as RESP's do.
+ *
+ * After a 101 (Upgrade) or a 2xx to CONNECT the connection is a tunnel:
+ * bytes pass as they come, byte limits still count them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/tq.h"
+#include "net/listener.h"
+#include "net/session.h"
+#include "net/session-i.h"
+#include "proto/http.h"
+#include "proto/http_answer.h"
+#include "proto/http_fwd.h"
+#include "shape/meter.h"
+
+#define HQ_MAX 32 /* requests sent upstream whose responses are still due */
+
+/* A request sent upstream, until its final response has passed. */
+struct hq {
+    char    *fields;     /* RateLimit fields its response gains (owned), or NULL */
+    uint32_t fields_len;
+    uint8_t  head;       /* a HEAD: its response has no body */
+    uint8_t  connect;    /* a CONNECT: a 2xx makes the connection a tunnel */
+};
+
+enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
+
+struct sl_http_sess {
+    struct sl_http req;      /* frames the client's requests */
+    struct sl_http res;      /* frames the upstream's responses */
+    char    *fwd;            /* the head to send when the verdict allows (owned) */
+    uint32_t fwd_len;
+    uint8_t  fwd_head, fwd_connect, fwd_upgrade, fwd_close; /* ... what that request is */
+    uint8_t  in_body;        /* the request framer is inside a body */
+    uint8_t  body;           /* what happens to it: BODY_* */
+    uint8_t  hold;           /* framing waits: an upgrade's answer, or a full queue */
+    uint8_t  last;           /* the request framed last ends the connection */
+    uint8_t  tunnel;         /* bytes pass as they are, both ways */
+    uint8_t  res_body;       /* the response framer is inside a body */
+    uint8_t  res_final;      /* ... of a final response (not a 1xx) */
+    uint8_t  res_any;        /* some byte of the response in progress came */
+    uint8_t  res_sent;       /* some byte of it went to the client */
+    uint8_t  res_close;      /* the response in progress ends the connection */
+    uint8_t  upgrade_wait;   /* an upgrade or CONNECT was sent: its answer decides */
+    struct hq q[HQ_MAX];     /* requests sent upstream, oldest first */
+    uint32_t qh, qn;
+};
+
+static void frame(struct sl_session *s);
+
+static const struct sl_listener_conf *lconf(const struct sl_session *s)
+{
+    return s->l->conf;
+}
+
+static void count_status(struct sl_session *s, int status)
+{
+    int c = status / 100;
+    if (c >= 1 && c <= 5)
+        s->l->stats.http_responses[c - 1]++;
+}
+
+/* ---- local answers ------------------------------------------------------------ */
+
+/* Queues a local answer in order; <close>: the connection ends after it,
+ * and nothing more is read. */
+static void local(struct sl_session *s, const char *text, size_t len, int close)
+{
+    char *t = malloc(len ? len : 1);
+    if (t == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    memcpy(t, text, len);
+    /* its status, for the metrics: "HTTP/1.1 NNN" */
+    if (len > 12)
+        count_status(s, atoi(text + 9));
+    if (close)
+        sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+    sl_sess_local(s, t, (uint32_t)len, SL_SEG_OWNED | (close ? SL_SEG_CLOSE : 0));
+}
+
+static void error_answer(struct sl_session *s, int status, const char *detail)
+{
+    char out[SL_HTTP_ANSWER_MAX];
+    size_t n = sl_http_answer_error(status, detail, out, sizeof(out));
+    s->l->stats.protocol_errors += status == 400 || status == 413 || status == 414 ||
+                                   status == 431;
+    s->http->last = 1;
+    local(s, out, n, 1);
+}
+
+/* ---- the upstream's deadline ------------------------------------------------ */
+
+/* upstream_timeout runs while a request sent upstream waits for its
+ * response's head: from when it was sent, or from when the response
+ * before it ended. */
+static void await_clock(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    int waiting = h->qn > 0 && !h->res_final && !h->tunnel && lconf(s)->upstream_timeout_us > 0;
+    if (!waiting)
+        sl_tq_remove(&s->wq);
+    else if (s->wq.q == NULL)
+        sl_tq_touch(&s->l->awaiting, &s->wq, sl_sess_now_ms(s));
+}
+
+/* header_timeout runs while the client is part-way through a head, with
+ * nothing of ours holding it up. */
+static void head_clock(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    int waiting = !h->in_body && !sl_http_idle(&h->req) && s->pend_n == 0 && !h->hold &&
+                  !h->tunnel && lconf(s)->header_timeout_us > 0 &&
+                  !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE | SL_PAUSE_DONE));
+    if (!waiting)
+        sl_tq_remove(&s->hq);
+    else if (s->hq.q == NULL)
+        sl_tq_touch(&s->l->heading, &s->hq, sl_sess_now_ms(s));
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+/* The request whose head waits in h->fwd goes upstream now. */
+static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
+{
+    struct sl_http_sess *h = s->http;
+    struct hq *e = &h->q[(h->qh + h->qn) % HQ_MAX];
+    e->fields = fields;
+    e->fields_len = fields_len;
+    e->head = h->fwd_head;
+    e->connect = h->fwd_connect;
+    h->qn++;
+    if (h->fwd_upgrade || h->fwd_connect)
+        h->upgrade_wait = 1;
+    int rc = sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len);
+    free(h->fwd);
+    h->fwd = NULL;
+    if (rc < 0) {
+        sl_session_close(s);
+        return;
+    }
+    h->body = BODY_FWD;
+    sl_sess_owe(s, 1);
+    await_clock(s);
+}
+
+/* The request whose head waits in h->fwd is refused with <text> (owned). */
+static void refuse(struct sl_session *s, char *text, uint32_t len)
+{
+    struct sl_http_sess *h = s->http;
+    free(h->fwd);
+    h->fwd = NULL;
+    h->body = BODY_DROP;
+    s->l->stats.rejected++;
+    if (text == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    if (len > 12)
+        count_status(s, atoi(text + 9));
+    /* A client that waits for 100-continue, or asked to close, gets the
+     * answer with Connection: close (verdict_text wrote it so): its body
+     * may never come. */
+    int close = h->fwd_close;
+    if (close) {
+        h->last = 1;
+        sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+    }
+    sl_sess_local(s, text, len, SL_SEG_OWNED | (close ? SL_SEG_CLOSE : 0));
+}
+
+/* A request's head is whole: rewrite it, and ask the limits. */
+static void on_request(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    const struct sl_http_head *hd = &h->req.head;
+    const struct sl_listener_conf *lc = lconf(s);
+    s->l->stats.requests++;
+    struct sl_ident_state *id = sl_sess_ident(s);
+    size_t cap = hd->len + SL_HTTP_FWD_EXTRA;
+    h->fwd = malloc(cap);
+    if (h->fwd == NULL || id == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    int fwd = lc->forwarded_headers;
+    h->fwd_len = (uint32_t)sl_http_fwd_request(hd, fwd ? id->ip : NULL, fwd ? "http" : NULL,
+                                               h->fwd, cap);
+    h->fwd_head = hd->method == SL_HTTP_M_HEAD;
+    h->fwd_connect = hd->method == SL_HTTP_M_CONNECT;
+    h->fwd_upgrade = hd->upgrade;
+    /* its body may never come if we refuse it: then we close after */
+    h->fwd_close = !hd->keep_alive || (hd->expect_continue && hd->body != SL_HTTP_BODY_NONE);
+    if (!hd->keep_alive)
+        h->last = 1;
+    if (h->fwd_len == 0) {
+        sl_session_close(s);
+        return;
+    }
+    if (!s->l->limited && !sl_sess_meters_owe(s)) {
+        send_head(s, NULL, 0); /* the fast path: no limits */
+        return;
+    }
+    struct sl_req r = { .http = hd };
+    if (sl_sess_enqueue(s, &r, 0, 0, 0, SL_PK_PLAIN) < 0)
+        return;
+}
+
+/* Verdicts in order: the request at the head of the ring goes or is
+ * refused once its verdict is in. */
+static void apply(struct sl_session *s)
+{
+    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
+        struct sl_pend *p = &s->pend[s->pend_head];
+        if (p->state == SL_PEND_WAIT)
+            return;
+        if (p->state == SL_PEND_DELAY) {
+            if (p->due_us > sl_sess_waits_now()) {
+                sl_sess_park(s, p->due_us);
+                return;
+            }
+            p->state = SL_PEND_ALLOW;
+        }
+        if (p->state == SL_PEND_ALLOW && sl_sess_meters_owe(s)) {
+            /* a reject byte limit is in debt: wait for its take, or refuse */
+            struct sl_verdict v;
+            int g = sl_sess_meter_gate(s, SL_PK_PLAIN, 0, &v);
+            if (g == SL_METER_HOLD) {
+                s->meter_hold = 1;
+                return;
+            }
+            if (g == SL_METER_REFUSE)
+                sl_sess_verdict(p, &v);
+        }
+        struct sl_pend e = *p;
+        p->text = NULL;
+        s->pend_head = (s->pend_head + 1) % PEND_MAX;
+        s->pend_n--;
+        if (e.state == SL_PEND_ALLOW)
+            send_head(s, e.text, e.len);
+        else
+            refuse(s, e.text, e.len);
+    }
+}
+
+/* Frames what the client sent, up to what must wait. */
+static void frame(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    struct sl_buf *b = s->cin;
+    while (b != NULL && s->state < SL_SESS_FLUSHING) {
+        if (h->tunnel) {
+            sl_sess_to_upstream(s, b, b->start, b->end);
+            b->start = b->end;
+            return;
+        }
+        if (h->last && !h->in_body) {
+            /* the last request is whole: nothing after it is read */
+            sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+            b->start = b->end;
+            return;
+        }
+        if (s->pend_n > 0 || h->hold || h->upgrade_wait) {
+            if (b->start < b->end)
+                sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
+            return;
+        }
+        if (h->qn == HQ_MAX && !h->in_body) {
+            h->hold = 1; /* a response's end lets it go */
+            sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
+            return;
+        }
+        enum sl_http_ev ev;
+        long used = sl_http_parse(&h->req, b->data + b->start, b->end - b->start, &ev);
+        if (ev == SL_HTTP_EV_ERROR) {
+            b->start = b->end;
+            if (h->in_body && h->body == BODY_FWD) {
+                /* The head went upstream and the body turned bad: the
+                 * upstream has a cut request; nothing of it can be
+                 * answered in order. */
+                sl_log_debug("bad request body", "listener=%s err=\"%s\"", s->l->name,
+                             h->req.err);
+                s->l->stats.protocol_errors++;
+                sl_session_close(s);
+                return;
+            }
+            error_answer(s, h->req.status, h->req.err);
+            return;
+        }
+        if (h->in_body) {
+            if (h->body == BODY_FWD)
+                sl_sess_to_upstream(s, b, b->start, b->start + (uint32_t)used);
+            b->start += (uint32_t)used;
+        } else {
+            b->start += (uint32_t)used; /* head bytes: the framer holds a copy */
+        }
+        if (ev == SL_HTTP_EV_NEED)
+            return;
+        if (ev == SL_HTTP_EV_HEAD) {
+            h->in_body = 1;
+            h->body = BODY_NONE;
+            on_request(s);
+            apply(s);
+        } else if (ev == SL_HTTP_EV_END) {
+            h->in_body = 0;
+            h->body = BODY_NONE;
+        }
+    }
+}
+
+static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
+{
+    (void)b, (void)n;
+    if (s->http == NULL) { /* out of memory at the start */
+        sl_session_close(s);
+        return;
+    }
+    frame(s);
+    if (s->state < SL_SESS_FLUSHING)
+        head_clock(s);
+}
+
+/* After a verdict, a delay, a meter's take or a response: go on. */
+static void resume(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    apply(s);
+    if (s->pend_n > 0 || s->state >= SL_SESS_FLUSHING)
+        return;
+    if (h->hold && h->qn < HQ_MAX)
+        h->hold = 0;
+    frame(s);
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    if (s->pend_n == 0 && !h->hold && !h->upgrade_wait)
+        sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 0);
+    head_clock(s);
+    sl_sess_rx_release(&s->cin);
+    sl_sess_ring_release(s);
+    sl_sess_drain_check(s);
+}
+
+/* A partial request at the client's EOF never goes upstream: its head
+ * was never whole, or its body was cut. */
+static int client_eof(struct sl_session *s)
+{
+    (void)s;
+    return 0;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+/* A final response ended: it paid what its request owed. Returns 1 when
+ * local answers are due (the caller sends what came before them first). */
+static int response_ended(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    if (h->qn > 0) {
+        free(h->q[h->qh].fields);
+        h->q[h->qh].fields = NULL;
+        h->qh = (h->qh + 1) % HQ_MAX;
+        h->qn--;
+    }
+    int due = 0;
+    if (s->seg_n > 0) {
+        struct sl_reply_seg *g = &s->segs[s->seg_head];
+        if (g->n > 0) {
+            g->n--;
+            sl_sess_paid(s);
+        }
+        due = g->n == 0;
+    } else if (s->tail_n > 0) {
+        s->tail_n--;
+        sl_sess_paid(s);
+    }
+    if (h->hold && h->qn < HQ_MAX)
+        sl_sess_resume_later(s);
+    return due;
+}
+
+/* The upstream's answer cannot be framed (or never came): a 502 in its
+ * place if none of it went out yet, and the connection ends. */
+static void bad_gateway(struct sl_session *s, int status, const char *why)
+{
+    struct sl_http_sess *h = s->http;
+    sl_log_warn("bad upstream response", "listener=%s err=\"%s\"", s->l->name, why);
+    if (h->res_sent || h->qn == 0) {
+        sl_sess_finish(s);
+        return;
+    }
+    char out[SL_HTTP_ANSWER_MAX];
+    size_t n = sl_http_answer_error(status, NULL, out, sizeof(out));
+    /* Its turn is now: every reply before it has passed. */
+    response_ended(s);
+    if (sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) < 0) {
+        sl_session_close(s);
+        return;
+    }
+    count_status(s, status);
+    sl_sess_finish(s);
+}
+
+/* A response's head is whole: it goes on with the fields its request
+ * earned. */
+static int on_response(struct sl_session *s, struct sl_buf *b)
+{
+    struct sl_http_sess *h = s->http;
+    const struct sl_http_head *hd = &h->res.head;
+    if (h->qn == 0) {
+        bad_gateway(s, 502, "a response no request asked for");
+        return -1;
+    }
+    struct hq *e = &h->q[h->qh];
+    h->res_final = hd->status >= 200 || hd->status == 101;
+    h->res_close = !hd->keep_alive;
+    count_status(s, hd->status);
+    const char *extra = h->res_final ? e->fields : NULL;
+    size_t elen = extra ? e->fields_len : 0;
+    char *out = malloc(hd->len + elen);
+    size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
+    int rc = n > 0 ? sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) : -1;
+    free(out);
+    (void)b;
+    if (rc < 0) {
+        sl_session_close(s);
+        return -1;
+    }
+    h->res_sent = 1;
+    if (h->res_final)
+        await_clock(s);
+    return 0;
+}
+
+static void upstream_in(struct sl_session *s, struct sl_buf *b)
+{
+    struct sl_http_sess *h = s->http;
+    if (h == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    while (b->start < b->end && s->state < SL_SESS_FLUSHING) {
+        if (h->tunnel) {
+            sl_sess_to_client(s, b, b->start, b->end);
+            b->start = b->end;
+            return;
+        }
+        if (sl_http_idle(&h->res)) {
+            h->res_any = h->res_sent = h->res_final = 0;
+            if (h->qn > 0)
+                sl_http_expect(&h->res, h->q[h->qh].head, h->q[h->qh].connect);
+        }
+        h->res_any = 1;
+        enum sl_http_ev ev;
+        long used = sl_http_parse(&h->res, b->data + b->start, b->end - b->start, &ev);
+        if (ev == SL_HTTP_EV_ERROR) {
+            b->start = b->end;
+            bad_gateway(s, 502, h->res.err);
+            return;
+        }
+        if (h->res_body) {
+            sl_sess_to_client(s, b, b->start, b->start + (uint32_t)used);
+            h->res_sent = 1;
+        }
+        b->start += (uint32_t)used;
+        if (ev == SL_HTTP_EV_NEED)
+            return;
+        if (ev == SL_HTTP_EV_HEAD) {
+            h->res_body = 1;
+            if (on_response(s, b) < 0)
+                return;
+            continue;
+        }
+        if (ev != SL_HTTP_EV_END)
+            continue;
+        h->res_body = 0;
+        if (!h->res_final)
+            continue; /* a 1xx: the final response follows */
+        int status = h->res.head.status;
+        int connect = h->q[h->qh].connect;
+        int close = h->res_close;
+        int due = response_ended(s);
+        if (h->upgrade_wait && h->qn == 0) {
+            /* the upgrade or CONNECT was answered */
+            h->upgrade_wait = 0;
+            if (status == 101 || (connect && status >= 200 && status < 300)) {
+                h->tunnel = 1;
+                sl_tq_remove(&s->wq);
+                sl_tq_remove(&s->hq);
+            }
+            sl_sess_resume_later(s);
+        }
+        if (due)
+            sl_sess_emit_locals(s);
+        await_clock(s);
+        if ((close || (h->last && h->qn == 0 && s->pend_n == 0 && !h->in_body)) &&
+            s->state < SL_SESS_FLUSHING) {
+            /* the upstream closes after it, or the client asked to: the
+             * connection ends once the client has every byte */
+            sl_sess_finish(s);
+            return;
+        }
+    }
+}
+
+static void upstream_eof(struct sl_session *s, int err)
+{
+    struct sl_http_sess *h = s->http;
+    (void)err;
+    if (h == NULL) {
+        sl_sess_finish(s);
+        return;
+    }
+    if (!h->tunnel && h->res_body && sl_http_eof(&h->res) == SL_HTTP_EV_END && h->res_final) {
+        /* a body delimited by the close */
+        h->res_body = 0;
+        if (response_ended(s))
+            sl_sess_emit_locals(s);
+    } else if (!h->tunnel && h->qn > 0 && !h->res_sent) {
+        bad_gateway(s, 502, "the upstream closed before it answered");
+        return;
+    }
+    sl_sess_finish(s);
+}
+
+/* ---- the table ---------------------------------------------------------------- */
+
+static void http_init(struct sl_session *s)
+{
+    const struct sl_listener_conf *lc = lconf(s);
+    struct sl_http_caps caps = {
+        .max_line = (uint32_t)lc->max_request_line,
+        .max_field_line = (uint32_t)lc->max_header_line,
+        .max_fields = (uint32_t)lc->max_headers,
+        .max_head = (uint32_t)lc->max_header_size,
+        .max_body = lc->max_request,
+    };
+    struct sl_http_caps rcaps = caps;
+    rcaps.max_body = UINT64_MAX; /* a response's body is the upstream's business */
+    s->http = calloc(1, sizeof(*s->http));
+    if (s->http == NULL || sl_http_init(&s->http->req, SL_HTTP_REQUESTS, &caps) < 0 ||
+        sl_http_init(&s->http->res, SL_HTTP_RESPONSES, &rcaps) < 0) {
+        /* the session cannot work: nothing is read, the sweep's timers end it */
+        free(s->http);
+        s->http = NULL;
+    }
+}
+
+static void http_free(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    if (h == NULL)
+        return;
+    sl_http_free(&h->req);
+    sl_http_free(&h->res);
+    free(h->fwd);
+    for (uint32_t i = 0; i < h->qn; i++)
+        free(h->q[(h->qh + i) % HQ_MAX].fields);
+    free(h);
+    s->http = NULL;
+}
+
+static void release(struct sl_session *s)
+{
+    sl_sess_ring_release(s);
+}
+
+static int at_boundary(const struct sl_session *s)
+{
+    return s->http == NULL || sl_http_idle(&s->http->res);
+}
+
+static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
+                     size_t cap)
+{
+    size_t n = 0;
+    switch (what) {
+    case SL_ANSWER_MAX_CLIENTS:
+        n = sl_http_answer_error(503, "max number of clients reached", out, cap);
+        break;
+    case SL_ANSWER_NO_FD:
+        n = sl_http_answer_error(503, "out of file descriptors", out, cap);
+        break;
+    case SL_ANSWER_UPSTREAM_DOWN:
+        n = sl_http_answer_error(502, "upstream unavailable", out, cap);
+        break;
+    case SL_ANSWER_CONN_LIMIT:
+        n = sl_http_answer_connections(limit ? limit : "", out, cap);
+        break;
+    }
+    if (n > 12)
+        count_status(s, atoi(out + 9));
+    return n;
+}
+
+static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
+                           size_t cap)
+{
+    const struct sl_http_sess *h = s->http;
+    enum sl_http_rl_mode mode = (enum sl_http_rl_mode)lconf(s)->rate_limit_headers;
+    if (v->kind == SL_VERDICT_REJECT)
+        return sl_http_answer_limited(v, mode, h != NULL && h->fwd_close, out, cap);
+    return sl_http_answer_fields(v, mode, out, cap);
+}
+
+/* header_timeout: 408, and the connection ends. */
+static void header_late(struct sl_session *s)
+{
+    if (s->http == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    error_answer(s, 408, NULL);
+}
+
+/* upstream_timeout: 504 in the response's place, and the connection ends. */
+static void upstream_late(struct sl_session *s)
+{
+    if (s->http == NULL || s->http->res_sent) {
+        sl_session_close(s);
+        return;
+    }
+    bad_gateway(s, 504, "no response head within upstream_timeout");
+}
+
+static uint32_t marker_due(struct sl_session *s, uint32_t kind)
+{
+    (void)s, (void)kind;
+    return 0;
+}
+
+static void marker_gone(struct sl_session *s)
+{
+    (void)s;
+}
+
+/* A tunnel's bytes may come at any time; else as RESP: quiet is idle. */
+static int busy(const struct sl_session *s)
+{
+    (void)s;
+    return 0;
+}
+
+static void pool_drain(void)
+{
+}
+
+const struct sl_sess_proto sl_sess_http = {
+    .name = "http",
+    .framed = 1,
+    .init = http_init,
+    .at_boundary = at_boundary,
+    .client_in = client_in,
+    .client_eof = client_eof,
+    .upstream_in = upstream_in,
+    .upstream_eof = upstream_eof,
+    .resume = resume,
+    .release = release,
+    .free = http_free,
+    .answer = answer,
+    .verdict_text = verdict_text,
+    .header_late = header_late,
+    .upstream_late = upstream_late,
+    .marker_due = marker_due,
+    .marker_gone = marker_gone,
+    .busy = busy,
+    .pool_drain = pool_drain,
+};

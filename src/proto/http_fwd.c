@@ -1,0 +1,111 @@
+/* sluice — what the proxy changes in a message head (see http_fwd.h). */
+#include <string.h>
+#include <strings.h>
+
+#include "proto/http_fwd.h"
+
+static int named(const struct sl_http_head *h, const struct sl_http_field *f, const char *name)
+{
+    size_t n = strlen(name);
+    return f->name_len == n && strncasecmp(h->buf + f->name, name, n) == 0;
+}
+
+/* Where field <f>'s line starts and ends (CRLF included) in the head: a
+ * line runs from its name to the next line's start. */
+static size_t line_end(const struct sl_http_head *h, const struct sl_http_field *f)
+{
+    const char *p = memchr(h->buf + f->value + f->value_len, '\n',
+                           h->len - (f->value + f->value_len));
+    return p ? (size_t)(p - h->buf) + 1 : h->len;
+}
+
+struct out {
+    char  *p;
+    size_t len, cap;
+    int    full;
+};
+
+static void put(struct out *o, const char *p, size_t n)
+{
+    if (o->full || o->len + n > o->cap) {
+        o->full = 1;
+        return;
+    }
+    memcpy(o->p + o->len, p, n);
+    o->len += n;
+}
+
+static void puts_(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+/* Where the field lines start: after the start line. */
+static size_t fields_start(const struct sl_http_head *h)
+{
+    const char *p = memchr(h->buf, '\n', h->len);
+    return p ? (size_t)(p - h->buf) + 1 : h->len;
+}
+
+size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const char *scheme,
+                           char *out, size_t cap)
+{
+    struct out o = { out, 0, cap, 0 };
+    if (scheme == NULL)
+        return sl_http_fwd_with(h, "", 0, out, cap);
+    size_t at = fields_start(h);
+    put(&o, h->buf, at);
+    int xff_done = 0;
+    for (uint32_t i = 0; i < h->nfields; i++) {
+        const struct sl_http_field *f = &h->fields[i];
+        size_t end = line_end(h, f);
+        if (named(h, f, "X-Forwarded-Proto")) {
+            /* the client's word for it is not ours to pass on */
+        } else if (named(h, f, "X-Forwarded-For")) {
+            if (!xff_done) {
+                /* every X-Forwarded-For the client sent, in order, as one
+                 * list, with the peer last */
+                puts_(&o, "X-Forwarded-For: ");
+                const char *sep = "";
+                for (uint32_t j = i; j < h->nfields; j++) {
+                    const struct sl_http_field *g = &h->fields[j];
+                    if (!named(h, g, "X-Forwarded-For") || g->value_len == 0)
+                        continue;
+                    puts_(&o, sep);
+                    put(&o, h->buf + g->value, g->value_len);
+                    sep = ", ";
+                }
+                if (peer != NULL) {
+                    puts_(&o, sep);
+                    puts_(&o, peer);
+                }
+                puts_(&o, "\r\n");
+                xff_done = 1;
+            }
+        } else {
+            put(&o, h->buf + f->name, end - f->name);
+        }
+    }
+    if (!xff_done && peer != NULL) {
+        puts_(&o, "X-Forwarded-For: ");
+        puts_(&o, peer);
+        puts_(&o, "\r\n");
+    }
+    puts_(&o, "X-Forwarded-Proto: ");
+    puts_(&o, scheme);
+    puts_(&o, "\r\n\r\n");
+    return o.full ? 0 : o.len;
+}
+
+size_t sl_http_fwd_with(const struct sl_http_head *h, const char *extra, size_t extra_len,
+                        char *out, size_t cap)
+{
+    /* the empty line is the head's last two bytes */
+    if (h->len < 2 || cap < h->len + extra_len)
+        return 0;
+    size_t body = h->len - 2;
+    memcpy(out, h->buf, body);
+    memcpy(out + body, extra, extra_len);
+    memcpy(out + body + extra_len, "\r\n", 2);
+    return h->len + extra_len;
+}

@@ -1,0 +1,35 @@
+/* sluice — what the proxy changes in a message head it passes on.
+ *
+ * Pure: a whole head in (as the framer holds it), the head to send out.
+ * sluice pairs each client connection with its own upstream connection,
+ * so the hop-by-hop fields (Connection, Keep-Alive, Upgrade, TE) pass as
+ * they are: the upstream sees the client's wishes and the client the
+ * upstream's. A request gains X-Forwarded-For (the peer's address appended
+ * to the list the client sent, as one field) and X-Forwarded-Proto (the
+ * scheme the client used; one the client sent is dropped); a response may
+ * gain fields (RateLimit) before its empty line. */
+#ifndef SL_PROTO_HTTP_FWD_H
+#define SL_PROTO_HTTP_FWD_H
+
+#include <stddef.h>
+
+#include "proto/http-t.h"
+
+/* Room a forwarded request head may need beyond the head itself. */
+#define SL_HTTP_FWD_EXTRA 160
+
+/* Writes request head <h> as it goes upstream into <out> (<cap> bytes, at
+ * least h->len + SL_HTTP_FWD_EXTRA): with <peer> (an address, or NULL)
+ * appended to X-Forwarded-For and X-Forwarded-Proto set to <scheme> (or
+ * NULL: both left as they are). Returns the length, or 0 if <cap> is too
+ * small. */
+size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const char *scheme,
+                           char *out, size_t cap);
+
+/* Writes head <h> with <extra> (<extra_len> bytes of complete field lines,
+ * each ending in CRLF) inserted before its empty line. Returns the length,
+ * or 0 if <cap> (at least h->len + extra_len) is too small. */
+size_t sl_http_fwd_with(const struct sl_http_head *h, const char *extra, size_t extra_len,
+                        char *out, size_t cap);
+
+#endif
