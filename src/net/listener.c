@@ -50,6 +50,8 @@ const char sl_listener_fd_refusal[] =
 #define FD_RECOUNT_MS 100 /* at most this often before a refusal */
 
 /* Descriptors open in this process, or -1 when /proc cannot tell. */
+static void conf_copies_free(struct sl_listener *l);
+
 static int64_t count_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -249,6 +251,7 @@ static void listener_free(struct sl_listener *l)
     while (*pp != l)
         pp = &(*pp)->next;
     *pp = l->next;
+    conf_copies_free(l);
     free(l->name);
     free(l);
 }
@@ -290,14 +293,39 @@ static void append(struct sl_server *srv, struct sl_listener *l)
     *pp = l;
 }
 
+/* The copies of the settings' pointer fields the listener owns. */
+static void conf_copies_free(struct sl_listener *l)
+{
+    for (int i = 0; i < SL_CONF_MAX_IDENTITY; i++) {
+        free(l->cf.identity_header[i]);
+        l->cf.identity_header[i] = NULL;
+    }
+    free(l->cf.trusted_proxies);
+    l->cf.trusted_proxies = NULL;
+}
+
 /* Copies the settings of <lc>: sessions may outlive the configuration that
- * made their listener (reload), so they never point into it. */
+ * made their listener (reload), so they never point into it. What sessions
+ * read through pointers (header:NAME identities, trusted_proxies) is copied
+ * too; out of memory, a header source yields nothing and no proxy is
+ * trusted. */
 static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
 {
+    conf_copies_free(l);
     l->cf = *lc;
     l->cf.name = l->name;
     l->cf.next = NULL;
-    memset(l->cf.identity_header, 0, sizeof(l->cf.identity_header));
+    for (int i = 0; i < SL_CONF_MAX_IDENTITY; i++)
+        l->cf.identity_header[i] = lc->identity_header[i] ? strdup(lc->identity_header[i]) : NULL;
+    l->cf.trusted_proxies = NULL;
+    if (lc->n_trusted_proxies > 0) {
+        size_t n = (size_t)lc->n_trusted_proxies * sizeof(*lc->trusted_proxies);
+        l->cf.trusted_proxies = malloc(n);
+        if (l->cf.trusted_proxies != NULL)
+            memcpy(l->cf.trusted_proxies, lc->trusted_proxies, n);
+        else
+            l->cf.n_trusted_proxies = 0;
+    }
     l->conf = &l->cf;
 }
 

@@ -66,6 +66,7 @@ struct sl_http_sess {
 };
 
 static void frame(struct sl_session *s);
+static int response_ended(struct sl_session *s);
 
 static const struct sl_listener_conf *lconf(const struct sl_session *s)
 {
@@ -296,13 +297,17 @@ static void frame(struct sl_session *s)
             b->start = b->end;
             if (h->in_body && h->body == BODY_FWD) {
                 /* The head went upstream and the body turned bad: the
-                 * upstream has a cut request; nothing of it can be
-                 * answered in order. */
+                 * upstream has a cut request, and the connection ends.
+                 * When it is the only one owed and nothing of its
+                 * response came, the answer is ours: its turn is now. */
                 sl_log_debug("bad request body", "listener=%s err=\"%s\"", s->l->name,
                              h->req.err);
-                s->l->stats.protocol_errors++;
-                sl_session_close(s);
-                return;
+                if (h->qn != 1 || h->res_any || s->seg_n > 0) {
+                    s->l->stats.protocol_errors++;
+                    sl_session_close(s);
+                    return;
+                }
+                response_ended(s);
             }
             error_answer(s, h->req.status, h->req.err);
             return;
@@ -364,7 +369,12 @@ static void resume(struct sl_session *s)
  * was never whole, or its body was cut. */
 static int client_eof(struct sl_session *s)
 {
-    (void)s;
+    /* Between requests, with nothing owed: the conversation is over (an
+     * upstream need not close on a half-close, and the connection's
+     * places go back at once). */
+    if (s->http != NULL && s->inflight == 0 && s->pend_n == 0 && !s->http->in_body &&
+        !s->http->tunnel)
+        sl_sess_finish(s);
     return 0;
 }
 
@@ -458,7 +468,9 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
         sl_session_close(s);
         return;
     }
-    while (b->start < b->end && s->state < SL_SESS_FLUSHING) {
+    /* A message's end takes no byte: the framer is asked once more after
+     * the last byte it took, to say so. */
+    while ((b->start < b->end || h->res_body) && s->state < SL_SESS_FLUSHING) {
         if (h->tunnel) {
             sl_sess_to_client(s, b, b->start, b->end);
             b->start = b->end;
@@ -482,7 +494,7 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
             h->res_sent = 1;
         }
         b->start += (uint32_t)used;
-        if (ev == SL_HTTP_EV_NEED)
+        if (ev == SL_HTTP_EV_NEED || (ev == SL_HTTP_EV_BODY && used == 0))
             return;
         if (ev == SL_HTTP_EV_HEAD) {
             h->res_body = 1;

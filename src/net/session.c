@@ -847,7 +847,7 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
             s->cin->start = s->cin->end;
         }
         sl_sess_rx_release(&s->cin);
-        if (s->state >= SL_SESS_CLOSED)
+        if (s->state >= SL_SESS_FLUSHING) /* the protocol ended the session */
             return;
         uv_shutdown_t *req = malloc(sizeof(*req));
         if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->upstream, on_upstream_shutdown) < 0) {
