@@ -202,6 +202,7 @@ deps-bench:
 	[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$$missing nginx-light libnginx-mod-stream"; \
 	command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing $$missing"; \
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || true; \
