@@ -15,7 +15,7 @@ TEST_PKGS := cmocka
 # Debian packages the build and the tests need; `make deps` installs what is missing.
 DEB_BUILD := pkg-config libuv1-dev libhiredis-dev libinih-dev libcmocka-dev
 DEB_TEST  := redis-server redis-tools
-DEB_BENCH := haproxy nutcracker nginx-light libnginx-mod-stream
+DEB_BENCH := haproxy nutcracker nginx-light libnginx-mod-stream wrk
 
 OPT      ?= -O2 -g
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -40,12 +40,19 @@ UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 INTEG_SRC := $(shell find tests/integration tests/lua -name 'test_*.c' 2>/dev/null | sort)
 INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := tests/integration/harness.c
+# test_http (issue 12) fails until HTTP proxying lands: `make test-build`
+# builds it, `make test-http` runs it; `make test` and `make check` leave it
+# out for now (drop it from HTTP_PENDING, and add deps-http to deps, to take
+# it in).
+HTTP_TEST    := $(BUILD)/tests/integration/test_http
+HTTP_PENDING := $(HTTP_TEST)
+RUN_INTEG    := $(filter-out $(HTTP_PENDING),$(INTEG_BIN))
 FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench install clean \
-        unit integration test-build test-redis-suite
+.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench deps-http install clean \
+        unit integration test-build test-redis-suite test-http
 
 all: $(BUILD)/sluice
 
@@ -86,7 +93,13 @@ test-build: $(BUILD)/sluice $(UNIT_BIN) $(INTEG_BIN)
 # (so pkg-config is asked only after the packages are there).
 test: deps
 	@$(MAKE) --no-print-directory test-build
-	@tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+	@tests/run.sh $(UNIT_BIN) $(RUN_INTEG)
+
+# The HTTP tests alone (real nginx, tests/integration/http_upstream.py, curl,
+# Python's http.client); HTTP_ONLY=<cmocka pattern> picks tests.
+test-http: deps deps-http
+	@$(MAKE) --no-print-directory $(BUILD)/sluice $(HTTP_TEST)
+	@tests/run.sh $(HTTP_TEST)
 
 unit: deps
 	@$(MAKE) --no-print-directory $(UNIT_BIN)
@@ -94,7 +107,7 @@ unit: deps
 
 integration: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice $(INTEG_BIN)
-	@tests/run.sh $(INTEG_BIN)
+	@tests/run.sh $(RUN_INTEG)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of everything, in its own tree.
 check: deps
@@ -102,7 +115,7 @@ check: deps
 	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' test-build
 	@SLUICE_BIN=build/san/sluice ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    tests/run.sh $(subst $(BUILD)/,build/san/,$(UNIT_BIN) $(INTEG_BIN))
+	    tests/run.sh $(subst $(BUILD)/,build/san/,$(UNIT_BIN) $(RUN_INTEG))
 
 # libFuzzer targets, built with clang against a clang build of src/.
 FUZZ_CC   := clang-14
@@ -188,7 +201,21 @@ deps-bench:
 	command -v nutcracker >/dev/null || missing="$$missing nutcracker"; \
 	[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$$missing nginx-light libnginx-mod-stream"; \
 	command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing $$missing"; \
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || true; \
+	fi
+
+# What test_http needs beyond `deps`: nginx (the real upstream), curl and
+# python3 (clients, and the test server for odd responses).
+deps-http:
+	@missing=; \
+	[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing="$$missing nginx-light"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v python3 >/dev/null || missing="$$missing python3"; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing $$missing"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || exit 1; \
 	fi

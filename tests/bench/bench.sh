@@ -7,7 +7,12 @@
 #   * one 1 GiB TCP transfer directly, through sluice (tcp listener) and through
 #     nginx's stream module;
 #   * RSS per idle connection with 5,000 idle clients (sluice; HAProxy, nutcracker
-#     and Redis itself for reference).
+#     and Redis itself for reference);
+#   * HTTP: wrk -t2 -c50 (keep-alive) against nginx directly, through sluice
+#     (no limit; an always-allowing limit, local and in a quota store with a
+#     lease), HAProxy (mode http) and nginx proxy_pass: requests/s, p99 latency,
+#     proxy CPU time per request (tests/bench/http.sh). BENCH_ONLY=http runs
+#     only these rows.
 # Rounds are interleaved (every target once per round), the table shows medians
 # and ratios to direct. See docs/benchmarks.md for the methodology and knobs.
 #
@@ -33,6 +38,8 @@ SLUICE_LIMIT=${BENCH_SLUICE_LIMIT:-0}
 SLUICE_WORKERS=${BENCH_SLUICE_WORKERS:-$(nproc)}
 STRICT=${BENCH_STRICT:-0}
 RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
+ONLY=${BENCH_ONLY:-}
+case "$ONLY" in ""|all|http) ;; *) echo "bench: BENCH_ONLY must be http (or empty: everything)" >&2; exit 2 ;; esac
 
 BENCH_BIN=build/bench
 N_STRICT=${BENCH_N_STRICT:-300000}
@@ -145,6 +152,48 @@ rss_bytes() { # pid -> VmRSS in bytes (sum over the process only)
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
+RAW="$WORK/raw.tsv"   # key <TAB> value, one line per successful measurement
+: > "$RAW"
+FAILS="$WORK/fails.txt"
+: > "$FAILS"
+
+# ---------------------------------------------------------------- table ----
+
+median() { # key -> median of the values recorded for it ("" if none)
+    awk -F'\t' -v k="$1" '$1 == k { print $2 }' "$RAW" | sort -g |
+        awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+count() { awk -F'\t' -v k="$1" '$1 == k' "$RAW" | wc -l; }
+ratio() { # a b -> a/b with 2 decimals, or ""
+    [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
+}
+fmt() { # value decimals -> formatted or n/a
+    if [ -z "$1" ]; then echo "n/a"; else awk -v v="$1" -v d="$2" 'BEGIN { printf "%.*f", d, v }'; fi
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
+
+mark() { # condition result (0 met / 1 not met / empty: not measured) -> PASS/MISS/n/a
+    case "$1" in
+        0) echo PASS ;;
+        1) echo MISS ;;
+        *) echo "n/a" ;;
+    esac
+}
+
+resp_target() { # P ratio-to-direct ratio-to-haproxy -> the RESP target column
+    local res=""
+    if [ "$1" = 1 ]; then
+        [ -n "$2" ] && { ge "$2" 0.70; res=$?; }
+        echo ">=0.70x direct: $(mark "$res")"
+    else
+        if [ -n "$2" ] && [ -n "$3" ]; then
+            res=1; ge "$2" 0.75 && ge "$3" 1.10 && res=0
+        fi
+        echo ">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
+    fi
+}
+
+
 # ---------------------------------------------------------------- setup ----
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
@@ -176,6 +225,15 @@ HAVE_HAPROXY=1; have haproxy || { log "warning: haproxy not installed: n/a"; HAV
 HAVE_NUTCRACKER=1; have nutcracker || { log "warning: nutcracker not installed: n/a"; HAVE_NUTCRACKER=0; }
 HAVE_NGINX=1
 { have nginx && [ -e "$NGINX_STREAM_SO" ]; } || { log "warning: nginx or its stream module not installed: n/a"; HAVE_NGINX=0; }
+
+# --- HTTP rows: tests/bench/http.sh; alone with BENCH_ONLY=http
+. tests/bench/http.sh
+if [ "$ONLY" = http ]; then
+    http_bench
+    http_report_only
+    [ "$HAVE_SLUICE" = 1 ] || exit 1
+    exit 0
+fi
 
 # --- upstream Redis
 REDIS_PORT=$(free_port)
@@ -366,11 +424,6 @@ ensure_target() { # target: the process behind it is still up (sluice: restart)
     esac
 }
 
-RAW="$WORK/raw.tsv"   # key <TAB> value, one line per successful measurement
-: > "$RAW"
-FAILS="$WORK/fails.txt"
-: > "$FAILS"
-
 # ----------------------------------------------------------------- RESP ----
 
 resp_run() { # target P round
@@ -453,6 +506,10 @@ done
 # The throughput part is done: stop what only it needed.
 stop nginx
 stop sink
+
+# ----------------------------------------------------------------- HTTP ----
+# Its own upstream (nginx) and proxies, started and stopped here.
+http_bench
 
 # ---------------------------------------------------------- strict mode ----
 # A limit that always allows, decided in a quota-store Redis: every request
@@ -625,40 +682,6 @@ stop redis
 
 # ---------------------------------------------------------------- table ----
 
-median() { # key -> median of the values recorded for it ("" if none)
-    awk -F'\t' -v k="$1" '$1 == k { print $2 }' "$RAW" | sort -g |
-        awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-count() { awk -F'\t' -v k="$1" '$1 == k' "$RAW" | wc -l; }
-ratio() { # a b -> a/b with 2 decimals, or ""
-    [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
-}
-fmt() { # value decimals -> formatted or n/a
-    if [ -z "$1" ]; then echo "n/a"; else awk -v v="$1" -v d="$2" 'BEGIN { printf "%.*f", d, v }'; fi
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
-
-mark() { # condition result (0 met / 1 not met / empty: not measured) -> PASS/MISS/n/a
-    case "$1" in
-        0) echo PASS ;;
-        1) echo MISS ;;
-        *) echo "n/a" ;;
-    esac
-}
-
-resp_target() { # P ratio-to-direct ratio-to-haproxy -> the RESP target column
-    local res=""
-    if [ "$1" = 1 ]; then
-        [ -n "$2" ] && { ge "$2" 0.70; res=$?; }
-        echo ">=0.70x direct: $(mark "$res")"
-    else
-        if [ -n "$2" ] && [ -n "$3" ]; then
-            res=1; ge "$2" 0.75 && ge "$3" 1.10 && res=0
-        fi
-        echo ">=0.75x direct, >=1.1x haproxy: $(mark "$res")"
-    fi
-}
-
 TABLE="$WORK/table.txt"
 ROW_FMT='%-30s %11s %11s %11s %11s %11s %8s %8s %8s  %s\n'
 {
@@ -739,6 +762,11 @@ fi
         printf '%-30s %14s %14s %8s\n' "latency -P1 $q (ms): plain/strict" "$(fmt "$(median lat:$q:plain)" 3)" \
             "$(fmt "$(median lat:$q:strict)" 3)" "+$(fmt "$(median lat:$q:added)" 3)"
     done
+} >> "$TABLE"
+
+{
+    echo
+    http_table
 } >> "$TABLE"
 
 TARGETS_TOTAL=$(grep -cE ': (PASS|MISS|n/a)$' "$TABLE")

@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -925,4 +926,291 @@ double th_metric(int port, const char *sample)
     }
     free(body);
     return v;
+}
+
+/* ---- HTTP upstreams ------------------------------------------------------ */
+
+/* SHA-256 (FIPS 180-4), small and slow enough: tests hash a few MiB. */
+static const uint32_t sha_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha_block(struct th_sha256 *c, const unsigned char *b)
+{
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)b[4 * i] << 24 | (uint32_t)b[4 * i + 1] << 16 | (uint32_t)b[4 * i + 2] << 8 |
+               b[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(v, c->h, sizeof(v));
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (ROR(v[4], 6) ^ ROR(v[4], 11) ^ ROR(v[4], 25)) +
+                      ((v[4] & v[5]) ^ (~v[4] & v[6])) + sha_k[i] + w[i];
+        uint32_t t2 = (ROR(v[0], 2) ^ ROR(v[0], 13) ^ ROR(v[0], 22)) +
+                      ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof(uint32_t));
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++)
+        c->h[i] += v[i];
+}
+
+void th_sha256_init(struct th_sha256 *c)
+{
+    static const uint32_t h0[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
+    memcpy(c->h, h0, sizeof(h0));
+    c->len = 0;
+    c->n = 0;
+}
+
+void th_sha256_update(struct th_sha256 *c, const void *p, size_t len)
+{
+    const unsigned char *s = p;
+    c->len += len;
+    while (len > 0) {
+        size_t take = 64 - c->n < len ? 64 - c->n : len;
+        memcpy(c->blk + c->n, s, take);
+        c->n += take;
+        s += take;
+        len -= take;
+        if (c->n == 64) {
+            sha_block(c, c->blk);
+            c->n = 0;
+        }
+    }
+}
+
+void th_sha256_final(struct th_sha256 *c, unsigned char out[32])
+{
+    uint64_t bits = c->len * 8;
+    unsigned char pad = 0x80, zero = 0, lenb[8];
+    th_sha256_update(c, &pad, 1);
+    while (c->n != 56)
+        th_sha256_update(c, &zero, 1);
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (unsigned char)(bits >> (56 - 8 * i));
+    th_sha256_update(c, lenb, 8);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (unsigned char)(c->h[i] >> 24);
+        out[4 * i + 1] = (unsigned char)(c->h[i] >> 16);
+        out[4 * i + 2] = (unsigned char)(c->h[i] >> 8);
+        out[4 * i + 3] = (unsigned char)c->h[i];
+    }
+}
+
+static void hex32(const unsigned char d[32], char hex[65])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+void th_sha256_hex(const void *p, size_t len, char hex[65])
+{
+    struct th_sha256 c;
+    unsigned char d[32];
+    th_sha256_init(&c);
+    th_sha256_update(&c, p, len);
+    th_sha256_final(&c, d);
+    hex32(d, hex);
+}
+
+void th_pattern(void *buf, size_t len, uint64_t off)
+{
+    unsigned char *b = buf;
+    unsigned r = (unsigned)(off % 251);
+    for (size_t i = 0; i < len; i++) {
+        b[i] = (unsigned char)((r * 7 + 13) % 251);
+        if (++r == 251)
+            r = 0;
+    }
+}
+
+static const char *nginx_bin(void)
+{
+    return access("/usr/sbin/nginx", X_OK) == 0 ? "/usr/sbin/nginx" : "nginx";
+}
+
+int th_nginx_start(struct th_nginx *n, uint64_t big_len)
+{
+    memset(n, 0, sizeof(*n));
+    snprintf(n->dir, sizeof(n->dir), "/tmp/sluice-test-nginx-XXXXXX");
+    if (mkdtemp(n->dir) == NULL)
+        return -1;
+    /* nginx's workers run as nobody when it starts as root: they must be
+     * able to read the files */
+    chmod(n->dir, 0755);
+    char path[320];
+    snprintf(path, sizeof(path), "%s/root", n->dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/tmp", n->dir);
+    mkdir(path, 0777);
+    /* /big.bin: the pattern, hashed as it is written */
+    snprintf(path, sizeof(path), "%s/root/big.bin", n->dir);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return -1;
+    struct th_sha256 sc;
+    th_sha256_init(&sc);
+    static unsigned char chunk[65536];
+    for (uint64_t off = 0; off < big_len;) {
+        size_t k = big_len - off < sizeof(chunk) ? (size_t)(big_len - off) : sizeof(chunk);
+        th_pattern(chunk, k, off);
+        th_sha256_update(&sc, chunk, k);
+        fwrite(chunk, 1, k, f);
+        off += k;
+    }
+    fclose(f);
+    chmod(path, 0644);
+    unsigned char d[32];
+    th_sha256_final(&sc, d);
+    hex32(d, n->big_sha256);
+    n->big_len = big_len;
+
+    n->proc.port = th_free_port();
+    snprintf(n->access_log, sizeof(n->access_log), "%s/access.log", n->dir);
+    snprintf(n->proc.conf, sizeof(n->proc.conf), "%s/nginx.conf", n->dir);
+    snprintf(n->proc.log, sizeof(n->proc.log), "%s/stderr.log", n->dir);
+    f = fopen(n->proc.conf, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "worker_processes 1;\n"
+            "pid %s/nginx.pid;\n"
+            "error_log %s/error.log info;\n"
+            "events { worker_connections 1024; }\n"
+            "http {\n"
+            "    log_format conn '$connection $connection_requests $status \"$request\"';\n"
+            "    access_log %s conn;\n"
+            "    client_body_temp_path %s/tmp/body;\n"
+            "    proxy_temp_path %s/tmp/proxy;\n"
+            "    keepalive_timeout 60s;\n"
+            "    keepalive_requests 100000;\n"
+            "    sendfile on;\n"
+            "    server {\n"
+            "        listen 127.0.0.1:%d;\n"
+            "        root %s/root;\n"
+            "        location = /small { default_type text/plain; return 200 \"hello from nginx\\n\"; }\n"
+            "        location / { }\n"
+            "    }\n"
+            "}\n",
+            n->dir, n->dir, n->access_log, n->dir, n->dir, n->proc.port, n->dir);
+    fclose(f);
+    char early_log[192];
+    snprintf(early_log, sizeof(early_log), "%s/error.log", n->dir);
+    char *argv[] = { (char *)nginx_bin(), "-p", n->dir, "-e", early_log, "-c", n->proc.conf,
+                     "-g", "daemon off;", NULL };
+    n->proc.pid = spawn(argv, n->proc.log);
+    if (n->proc.pid < 0 || wait_port(n->proc.port, n->proc.pid, 5000) < 0) {
+        fprintf(stderr, "nginx did not start (is it installed? `make deps` installs nginx-light)\n");
+        print_log(n->proc.log);
+        print_log(early_log);
+        th_nginx_stop(n);
+        return -1;
+    }
+    return 0;
+}
+
+void th_nginx_stop(struct th_nginx *n)
+{
+    if (n->proc.pid > 0) {
+        /* nginx's master stops its workers on SIGTERM; its whole group is
+         * killed if it does not. */
+        if (th_signal_wait(&n->proc, SIGTERM, 5000) == -1) {
+            kill(-n->proc.pid, SIGKILL);
+            kill(n->proc.pid, SIGKILL);
+            waitpid(n->proc.pid, NULL, 0);
+            untrack(n->proc.pid);
+            n->proc.pid = 0;
+        }
+    }
+    if (n->dir[0] != '\0' && getenv("TH_KEEP_LOGS") == NULL) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", n->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", n->dir);
+    }
+    n->dir[0] = '\0';
+}
+
+int th_nginx_requests(const struct th_nginx *n, int skip, int *conns)
+{
+    FILE *f = fopen(n->access_log, "r");
+    if (f == NULL)
+        return -1;
+    /* connection serials: few per test, a linear set is plenty */
+    long seen[1024];
+    int nseen = 0, requests = 0, lineno = 0;
+    char line[1024];
+    while (fgets(line, sizeof(line), f)) {
+        if (lineno++ < skip)
+            continue;
+        long c = strtol(line, NULL, 10);
+        requests++;
+        int dup = 0;
+        for (int i = 0; i < nseen && !dup; i++)
+            dup = seen[i] == c;
+        if (!dup && nseen < 1024)
+            seen[nseen++] = c;
+    }
+    fclose(f);
+    if (conns != NULL)
+        *conns = nseen;
+    return requests;
+}
+
+int th_pyup_start(struct th_proc *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->port = th_free_port();
+    char port[16];
+    snprintf(port, sizeof(port), "%d", p->port);
+    snprintf(p->log, sizeof(p->log), "/tmp/sluice-test-pyup-%d.log", p->port);
+    th_track_file(p->log);
+    char *argv[] = { "python3", "-u", "tests/integration/http_upstream.py", port, NULL };
+    p->pid = spawn(argv, p->log);
+    char want[32];
+    snprintf(want, sizeof(want), "listening %d", p->port);
+    if (p->pid < 0 || th_log_wait(p->log, want, 1, 10000) < 0) {
+        fprintf(stderr, "the Python upstream did not start\n");
+        print_log(p->log);
+        th_stop(p);
+        return -1;
+    }
+    return 0;
+}
+
+int th_pyup_stats(int port, struct th_pyup_stats *st)
+{
+    char *body = th_http_get(port, "/__stats");
+    if (body == NULL)
+        return -1;
+    const char *keys[4] = { "\"connections\":", "\"heads\":", "\"requests\":", "\"bytes\":" };
+    long *vals[4] = { &st->connections, &st->heads, &st->requests, &st->bytes };
+    int rc = 0;
+    for (int i = 0; i < 4; i++) {
+        char *at = strstr(body, keys[i]);
+        if (at == NULL)
+            rc = -1;
+        else
+            *vals[i] = strtol(at + strlen(keys[i]), NULL, 10);
+    }
+    if (rc < 0)
+        th_dump("/__stats", body, strlen(body));
+    free(body);
+    return rc;
 }

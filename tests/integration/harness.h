@@ -198,4 +198,64 @@ int th_pair_stop(struct th_proc *redis, struct th_proc *sl);
  * stderr how it ended and where its log is). */
 int th_alive_or_report(struct th_proc *p);
 
+/* ---- HTTP upstreams (test_http, the benchmark's twins) ------------------ */
+
+/* SHA-256 of <len> bytes at <p> into <out> (32 bytes); a streaming form for
+ * bodies read in pieces. */
+struct th_sha256 {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char blk[64];
+    size_t   n;
+};
+void th_sha256_init(struct th_sha256 *c);
+void th_sha256_update(struct th_sha256 *c, const void *p, size_t len);
+void th_sha256_final(struct th_sha256 *c, unsigned char out[32]);
+/* The digest of <p, len> as 64 lower-case hex digits into <hex> (65 bytes). */
+void th_sha256_hex(const void *p, size_t len, char hex[65]);
+
+/* Byte <i> of the test pattern both upstreams serve:
+ * (i * 7 + 13) mod 251 (i taken mod 251 first). Fills <len> bytes of it
+ * starting at offset <off>. */
+void th_pattern(void *buf, size_t len, uint64_t off);
+
+/* nginx from Debian, started on a free loopback port with a generated
+ * configuration (one worker, keep-alive on: keepalive_requests 100000,
+ * keepalive_timeout 60s) in a fresh directory, serving:
+ *   GET /small    200 "hello from nginx\n" (17 bytes, text/plain)
+ *   GET /big.bin  <big_len> bytes of th_pattern (a static file: sendfile)
+ *   anything else from that directory's root/ (404 when absent)
+ * Its access log has one line per request: "<connection serial>
+ * <request number on it> <status> <request line>". */
+struct th_nginx {
+    struct th_proc proc;             /* pid, port; conf = nginx.conf, log = its stderr */
+    char           dir[128];         /* the prefix directory */
+    char           access_log[192];
+    uint64_t       big_len;
+    char           big_sha256[65];   /* hex digest of /big.bin */
+};
+
+/* Returns 0, or -1 (printing why: nginx not installed, did not start). */
+int th_nginx_start(struct th_nginx *n, uint64_t big_len);
+/* Stops it (SIGTERM, then SIGKILL) and removes its directory unless
+ * TH_KEEP_LOGS is set. */
+void th_nginx_stop(struct th_nginx *n);
+/* Requests in the access log past its first <skip> lines, and in *conns
+ * (if not NULL) how many distinct connections carried them; -1 when the
+ * log is unreadable. */
+int th_nginx_requests(const struct th_nginx *n, int skip, int *conns);
+
+/* The Python upstream for odd responses, tests/integration/http_upstream.py
+ * (its header lists the paths), started on a free loopback port; waits
+ * until it listens (without connecting: connections are counted). */
+int th_pyup_start(struct th_proc *p);
+
+/* What the Python upstream saw, asked on a connection of its own (not
+ * counted): connections, request heads, whole requests, bytes received.
+ * Returns 0 or -1. */
+struct th_pyup_stats {
+    long connections, heads, requests, bytes;
+};
+int th_pyup_stats(int port, struct th_pyup_stats *st);
+
 #endif
