@@ -40,13 +40,8 @@ UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 INTEG_SRC := $(shell find tests/integration tests/lua -name 'test_*.c' 2>/dev/null | sort)
 INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
 HARNESS   := tests/integration/harness.c
-# test_http (issue 12) fails until HTTP proxying lands: `make test-build`
-# builds it, `make test-http` runs it; `make test` and `make check` leave it
-# out for now (drop it from HTTP_PENDING, and add deps-http to deps, to take
-# it in).
 HTTP_TEST    := $(BUILD)/tests/integration/test_http
-HTTP_PENDING := $(HTTP_TEST)
-RUN_INTEG    := $(filter-out $(HTTP_PENDING),$(INTEG_BIN))
+RUN_INTEG    := $(INTEG_BIN)
 FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
@@ -91,7 +86,7 @@ test-build: $(BUILD)/sluice $(UNIT_BIN) $(INTEG_BIN)
 
 # `make test`: install what is missing, then build and run everything in a sub-make
 # (so pkg-config is asked only after the packages are there).
-test: deps
+test: deps deps-http
 	@$(MAKE) --no-print-directory test-build
 	@tests/run.sh $(UNIT_BIN) $(RUN_INTEG)
 
@@ -110,7 +105,7 @@ integration: deps
 	@tests/run.sh $(RUN_INTEG)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of everything, in its own tree.
-check: deps
+check: deps deps-http
 	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
 	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' test-build
 	@SLUICE_BIN=build/san/sluice ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

@@ -525,7 +525,7 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
             sl_sess_emit_locals(s);
         await_clock(s);
         if ((close || (h->last && h->qn == 0 && s->pend_n == 0 && !h->in_body)) &&
-            s->state < SL_SESS_FLUSHING) {
+            !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the
              * connection ends once the client has every byte */
             sl_sess_finish(s);

@@ -1483,9 +1483,19 @@ static void test_connection_limit(void **state)
     struct hresp r;
     char req[256], v[64];
     get_req(req, sizeof(req), "/echo", "");
-    assert_int_equal(hc_open(&a, port), 0);
-    assert_int_equal(hc_sends(&a, req), 0);
-    assert_int_equal(hc_final(&a, 0, TH_MS, &r), 0);
+    /* the harness's probe of the port held the place until sluice saw it
+     * leave (after its upstream connect): a few milliseconds */
+    uint64_t until = th_now_ms() + TH_MS;
+    for (;;) {
+        assert_int_equal(hc_open(&a, port), 0);
+        assert_int_equal(hc_sends(&a, req), 0);
+        assert_int_equal(hc_final(&a, 0, TH_MS, &r), 0);
+        if (r.status == 200 || th_now_ms() > until)
+            break;
+        hresp_free(&r);
+        hc_close(&a);
+        usleep(20000);
+    }
     assert_int_equal(r.status, 200);
     hresp_free(&r);
     assert_int_equal(hc_open(&b, port), 0);
