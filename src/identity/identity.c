@@ -754,6 +754,8 @@ done:
 size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                           const struct sl_req *r, char out[SL_ID_MAX + 1])
 {
+    if ((r == NULL || (r->resp == NULL && r->http == NULL)) && st != NULL && st->last[0] != '\0')
+        return put_str(st->last, SL_ID_MAX + 1, out); /* bytes on http: the latest request's */
     if (r == NULL || r->http == NULL)
         return sl_identity_of(lc, st, r != NULL ? r->resp : NULL, out);
 

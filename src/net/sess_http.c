@@ -24,6 +24,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/tq.h"
+#include "identity/identity.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -218,11 +219,13 @@ static void on_request(struct sl_session *s)
         sl_session_close(s);
         return;
     }
+    struct sl_req r = { .http = hd };
+    if (s->meter[0] != NULL || s->meter[1] != NULL)
+        sl_identity_of_req(lc, id, &r, id->last); /* byte limits charge this request's */
     if (!s->l->limited && !sl_sess_meters_owe(s)) {
         send_head(s, NULL, 0); /* the fast path: no limits */
         return;
     }
-    struct sl_req r = { .http = hd };
     if (sl_sess_enqueue(s, &r, 0, 0, 0, SL_PK_PLAIN) < 0)
         return;
 }

@@ -545,11 +545,6 @@ void sl_sess_park(struct sl_session *s, uint64_t due_us)
 /* Records verdict <v> in entry <e>. */
 void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
 {
-    if (v->kind == SL_VERDICT_ALLOW && v->delay_us > 0) {
-        e->state = SL_PEND_DELAY;
-        e->due_us = sl_sess_waits_now() + v->delay_us;
-        return;
-    }
     char line[2048];
     size_t n = e->s->proto->verdict_text(e->s, v, line, sizeof(line));
     free(e->text);
@@ -559,6 +554,10 @@ void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
         e->len = (uint32_t)n;
     }
     e->state = v->kind == SL_VERDICT_REJECT ? SL_PEND_REJECT : SL_PEND_ALLOW;
+    if (v->kind == SL_VERDICT_ALLOW && v->delay_us > 0) {
+        e->state = SL_PEND_DELAY;
+        e->due_us = sl_sess_waits_now() + v->delay_us;
+    }
 }
 
 /* Verdicts landed or a parked request's time came: move what can move. */
