@@ -69,6 +69,76 @@ struct sl_http_sess {
 static void frame(struct sl_session *s);
 static int response_ended(struct sl_session *s);
 
+/* ---- batched output ---------------------------------------------------------- */
+
+/* A rewritten head is a copy; the body bytes after it in the same read go
+ * into the same write when they are few, so a small response costs one
+ * write, not two. One batch for the process (one session's one stream at
+ * a time); it is flushed before anything else is written to that stream,
+ * and at the end of every entry point (client_in, upstream_in, resume,
+ * upstream_eof), so nothing waits in it across loop turns. */
+#define OB_MAX (64 * 1024) /* body bytes are copied into a batch up to this */
+static struct {
+    char              *p;
+    uint32_t           len, cap;
+    struct sl_session *s;
+    uv_stream_t       *dst;
+} ob;
+
+static void ob_flush(void)
+{
+    struct sl_session *s = ob.s;
+    uint32_t n = ob.len;
+    ob.s = NULL;
+    ob.len = 0;
+    if (s != NULL && n > 0 && s->state < SL_SESS_CLOSED &&
+        sl_sess_send(s, ob.dst, NULL, ob.p, n) < 0)
+        sl_session_close(s);
+}
+
+/* Room for <n> more bytes in the batch for <s>'s stream <dst>: where they
+ * go, or NULL (out of memory). */
+static char *ob_room(struct sl_session *s, uv_stream_t *dst, size_t n)
+{
+    if (ob.s != NULL && (ob.s != s || ob.dst != dst))
+        ob_flush();
+    if (ob.len + n > ob.cap) {
+        size_t cap = ob.cap ? ob.cap : 16 * 1024;
+        while (cap < ob.len + n)
+            cap *= 2;
+        char *p = realloc(ob.p, cap);
+        if (p == NULL)
+            return NULL;
+        ob.p = p;
+        ob.cap = (uint32_t)cap;
+    }
+    ob.s = s;
+    ob.dst = dst;
+    return ob.p + ob.len;
+}
+
+/* Sends <from, to) of chunk <b> to <dst>: into the batch when a head waits
+ * there and the bytes are few, else after it, from the chunk itself. */
+static void ob_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
+                    uint32_t to)
+{
+    if (to <= from)
+        return;
+    if (ob.s == s && ob.dst == dst && ob.len + (to - from) <= OB_MAX) {
+        char *p = ob_room(s, dst, to - from);
+        if (p != NULL) {
+            memcpy(p, b->data + from, to - from);
+            ob.len += to - from;
+            return;
+        }
+    }
+    ob_flush();
+    if (dst == (uv_stream_t *)&s->upstream)
+        sl_sess_to_upstream(s, b, from, to);
+    else
+        sl_sess_to_client(s, b, from, to);
+}
+
 static const struct sl_listener_conf *lconf(const struct sl_session *s)
 {
     return s->l->conf;
@@ -154,13 +224,15 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     h->qn++;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
-    int rc = sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len);
-    free(h->fwd);
-    h->fwd = NULL;
-    if (rc < 0) {
+    char *p = ob_room(s, (uv_stream_t *)&s->upstream, h->fwd_len);
+    if (p == NULL) {
         sl_session_close(s);
         return;
     }
+    memcpy(p, h->fwd, h->fwd_len);
+    ob.len += h->fwd_len;
+    free(h->fwd);
+    h->fwd = NULL;
     h->body = BODY_FWD;
     sl_sess_owe(s, 1);
     await_clock(s);
@@ -274,7 +346,7 @@ static void frame(struct sl_session *s)
     struct sl_buf *b = s->cin;
     while (b != NULL && s->state < SL_SESS_FLUSHING) {
         if (h->tunnel) {
-            sl_sess_to_upstream(s, b, b->start, b->end);
+            ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -317,7 +389,7 @@ static void frame(struct sl_session *s)
         }
         if (h->in_body) {
             if (h->body == BODY_FWD)
-                sl_sess_to_upstream(s, b, b->start, b->start + (uint32_t)used);
+                ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
         } else {
             b->start += (uint32_t)used; /* head bytes: the framer holds a copy */
@@ -336,7 +408,7 @@ static void frame(struct sl_session *s)
     }
 }
 
-static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
+static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
 {
     (void)b, (void)n;
     if (s->http == NULL) { /* out of memory at the start */
@@ -349,7 +421,7 @@ static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
 }
 
 /* After a verdict, a delay, a meter's take or a response: go on. */
-static void resume(struct sl_session *s)
+static void resume_(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     apply(s);
@@ -376,8 +448,10 @@ static int client_eof(struct sl_session *s)
      * upstream need not close on a half-close, and the connection's
      * places go back at once). */
     if (s->http != NULL && s->inflight == 0 && s->pend_n == 0 && !s->http->in_body &&
-        !s->http->tunnel)
+        !s->http->tunnel) {
+        ob_flush();
         sl_sess_finish(s);
+    }
     return 0;
 }
 
@@ -418,6 +492,7 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     struct sl_http_sess *h = s->http;
     sl_log_warn("bad upstream response", "listener=%s err=\"%s\"", s->l->name, why);
     if (h->res_sent || h->qn == 0) {
+        ob_flush();
         sl_sess_finish(s);
         return;
     }
@@ -425,11 +500,13 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     size_t n = sl_http_answer_error(status, NULL, out, sizeof(out));
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
+    ob_flush();
     if (sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) < 0) {
         sl_session_close(s);
         return;
     }
     count_status(s, status);
+    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -449,22 +526,21 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     count_status(s, hd->status);
     const char *extra = h->res_final ? e->fields : NULL;
     size_t elen = extra ? e->fields_len : 0;
-    char *out = malloc(hd->len + elen);
+    char *out = ob_room(s, (uv_stream_t *)&s->client, hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
-    int rc = n > 0 ? sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) : -1;
-    free(out);
     (void)b;
-    if (rc < 0) {
+    if (n == 0) {
         sl_session_close(s);
         return -1;
     }
+    ob.len += (uint32_t)n;
     h->res_sent = 1;
     if (h->res_final)
         await_clock(s);
     return 0;
 }
 
-static void upstream_in(struct sl_session *s, struct sl_buf *b)
+static void upstream_in_(struct sl_session *s, struct sl_buf *b)
 {
     struct sl_http_sess *h = s->http;
     if (h == NULL) {
@@ -475,7 +551,7 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
      * the last byte it took, to say so. */
     while ((b->start < b->end || h->res_body) && s->state < SL_SESS_FLUSHING) {
         if (h->tunnel) {
-            sl_sess_to_client(s, b, b->start, b->end);
+            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -493,7 +569,7 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
             return;
         }
         if (h->res_body) {
-            sl_sess_to_client(s, b, b->start, b->start + (uint32_t)used);
+            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->start + (uint32_t)used);
             h->res_sent = 1;
         }
         b->start += (uint32_t)used;
@@ -524,36 +600,43 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
             }
             sl_sess_resume_later(s);
         }
-        if (due)
+        if (due) {
+            ob_flush();
             sl_sess_emit_locals(s);
+        }
         await_clock(s);
         if ((close || (h->last && h->qn == 0 && s->pend_n == 0 && !h->in_body)) &&
             !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the
              * connection ends once the client has every byte */
+            ob_flush();
             sl_sess_finish(s);
             return;
         }
     }
 }
 
-static void upstream_eof(struct sl_session *s, int err)
+static void upstream_eof_(struct sl_session *s, int err)
 {
     struct sl_http_sess *h = s->http;
     (void)err;
     if (h == NULL) {
+        ob_flush();
         sl_sess_finish(s);
         return;
     }
     if (!h->tunnel && h->res_body && sl_http_eof(&h->res) == SL_HTTP_EV_END && h->res_final) {
         /* a body delimited by the close */
         h->res_body = 0;
-        if (response_ended(s))
+        if (response_ended(s)) {
+            ob_flush();
             sl_sess_emit_locals(s);
+        }
     } else if (!h->tunnel && h->qn > 0 && !h->res_sent) {
         bad_gateway(s, 502, "the upstream closed before it answered");
         return;
     }
+    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -583,6 +666,10 @@ static void http_init(struct sl_session *s)
 static void http_free(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
+    if (ob.s == s) {
+        ob.s = NULL;
+        ob.len = 0;
+    }
     if (h == NULL)
         return;
     sl_http_free(&h->req);
@@ -638,7 +725,7 @@ static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, cha
 }
 
 /* header_timeout: 408, and the connection ends. */
-static void header_late(struct sl_session *s)
+static void header_late_(struct sl_session *s)
 {
     if (s->http == NULL) {
         sl_session_close(s);
@@ -648,7 +735,7 @@ static void header_late(struct sl_session *s)
 }
 
 /* upstream_timeout: 504 in the response's place, and the connection ends. */
-static void upstream_late(struct sl_session *s)
+static void upstream_late_(struct sl_session *s)
 {
     if (s->http == NULL || s->http->res_sent) {
         sl_session_close(s);
@@ -677,6 +764,47 @@ static int busy(const struct sl_session *s)
 
 static void pool_drain(void)
 {
+    free(ob.p);
+    ob.p = NULL;
+    ob.cap = ob.len = 0;
+    ob.s = NULL;
+}
+
+/* The entry points: whatever they batched leaves before they return. */
+static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
+{
+    client_in_(s, b, n);
+    ob_flush();
+}
+
+static void resume(struct sl_session *s)
+{
+    resume_(s);
+    ob_flush();
+}
+
+static void upstream_in(struct sl_session *s, struct sl_buf *b)
+{
+    upstream_in_(s, b);
+    ob_flush();
+}
+
+static void upstream_eof(struct sl_session *s, int err)
+{
+    upstream_eof_(s, err);
+    ob_flush();
+}
+
+static void header_late(struct sl_session *s)
+{
+    header_late_(s);
+    ob_flush();
+}
+
+static void upstream_late(struct sl_session *s)
+{
+    upstream_late_(s);
+    ob_flush();
 }
 
 const struct sl_sess_proto sl_sess_http = {
