@@ -1466,6 +1466,33 @@ static void test_methods_paths_cost(void **state)
     stop_sluice(&sl);
 }
 
+/* /metrics counts the responses clients got per listener and status
+ * class, the upstream's and sluice's own (a 429, a 400). */
+static void test_metrics_by_class(void **state)
+{
+    (void)state;
+    struct th_proc sl;
+    int port = th_free_port(), admin = th_free_port();
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "[listener mx]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "[limit once]\nlistener = mx\nrate = 1/m\nburst = 1\n",
+             port, pyup.port);
+    start_sluice(&sl, admin, 0, body, port);
+    char req[256];
+    get_req(req, sizeof(req), "/echo", "");
+    assert_int_equal(get_status(port, req), 200);
+    assert_int_equal(get_status(port, req), 429);
+    assert_int_equal(get_status(port, req), 429);
+    assert_int_equal(get_status(port, "GET / HTTP/1.1\r\nHost : x\r\n\r\n"), 400);
+    assert_int_equal(th_metric(admin, "sluice_http_responses_total{listener=\"mx\",class=\"2xx\"}"), 1);
+    assert_int_equal(th_metric(admin, "sluice_http_responses_total{listener=\"mx\",class=\"4xx\"}"), 3);
+    assert_int_equal(th_metric(admin, "sluice_http_responses_total{listener=\"mx\",class=\"5xx\"}"), 0);
+    assert_int_equal(th_metric(admin, "sluice_requests_rejected_total{listener=\"mx\"}"), 2);
+    assert_int_equal(th_metric(admin, "sluice_protocol_errors_total{listener=\"mx\"}"), 1);
+    stop_sluice(&sl);
+}
+
 /* Over a connection limit: 429 with Connection: close, then the close. */
 static void test_connection_limit(void **state)
 {
@@ -1714,6 +1741,7 @@ int main(void)
         cmocka_unit_test_teardown(test_forwarded_headers, check_alive),
         cmocka_unit_test_teardown(test_methods_paths_cost, check_alive),
         cmocka_unit_test_teardown(test_connection_limit, check_alive),
+        cmocka_unit_test_teardown(test_metrics_by_class, check_alive),
         cmocka_unit_test_teardown(test_delay_requests, check_alive),
         cmocka_unit_test_teardown(test_delay_download, check_alive),
         cmocka_unit_test_teardown(test_python_http_client, check_alive),
