@@ -115,7 +115,7 @@ def parse_responses(data, head_reqs=()):
         j = e + 4
         if st < 200 or st in (204, 304) or nreq in head_reqs:
             pass
-        elif b"chunked" in fields.get(b"transfer-encoding", b"").lower():
+        elif fields.get(b"transfer-encoding", b"").lower().split(b",")[-1].strip() == b"chunked":
             while True:
                 le = data.find(b"\r\n", j)
                 if le < 0:
