@@ -18,7 +18,7 @@ Clients: random bytes; random mutations of valid requests; each split
 (byte by byte, random chunks); valid and bad requests pipelined; heads at
 and past each cap; disconnects at every point (mid-head, mid-body, while a
 request is delayed, mid-response, in a tunnel), half-closes; Expect:
-100-continue; chunked bodies with extensions and trailers; CONNECT;
+100-continue; chunked bodies with extensions and trailers;
 Upgrade; a slowloris. Upstreams (through /raw, /switch, /hangup, /flood1xx):
 responses cut at every point, extra responses, 1xx floods, 101 unasked, bad
 chunking, close-delimited bodies, HEAD answered with a body, long heads.
