@@ -41,6 +41,7 @@ struct hq {
     uint32_t fields_len;
     uint8_t  head;       /* a HEAD: its response has no body */
     uint8_t  connect;    /* a CONNECT: a 2xx makes the connection a tunnel */
+    uint8_t  upgrade;    /* it asked to upgrade: only it may be answered 101 */
 };
 
 enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
@@ -62,12 +63,14 @@ struct sl_http_sess {
     uint8_t  res_sent;       /* some byte of it went to the client */
     uint8_t  res_close;      /* the response in progress ends the connection */
     uint8_t  upgrade_wait;   /* an upgrade or CONNECT was sent: its answer decides */
+    uint8_t  eof;            /* the client sent EOF: end once what it sent is answered */
     struct hq q[HQ_MAX];     /* requests sent upstream, oldest first */
     uint32_t qh, qn;
 };
 
 static void frame(struct sl_session *s);
 static int response_ended(struct sl_session *s);
+static void eof_check(struct sl_session *s);
 
 /* ---- batched output ---------------------------------------------------------- */
 
@@ -221,6 +224,7 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     e->fields_len = fields_len;
     e->head = h->fwd_head;
     e->connect = h->fwd_connect;
+    e->upgrade = h->fwd_upgrade;
     h->qn++;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
@@ -339,12 +343,17 @@ static void apply(struct sl_session *s)
     }
 }
 
-/* Frames what the client sent, up to what must wait. */
+/* Frames what the client sent, up to what must wait. With nothing unread
+ * (no chunk), the framer is still asked while a request is in its body:
+ * a message's end takes no byte, and a request whose last byte came
+ * before its verdict ends only when the framer is asked again. */
 static void frame(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     struct sl_buf *b = s->cin;
-    while (b != NULL && s->state < SL_SESS_FLUSHING) {
+    while ((b != NULL || h->in_body) && s->state < SL_SESS_FLUSHING) {
+        if (b == NULL && (h->tunnel || h->last))
+            return;
         if (h->tunnel) {
             ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
             b->start = b->end;
@@ -357,7 +366,7 @@ static void frame(struct sl_session *s)
             return;
         }
         if (s->pend_n > 0 || h->hold || h->upgrade_wait) {
-            if (b->start < b->end)
+            if (b != NULL && b->start < b->end)
                 sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
             return;
         }
@@ -367,9 +376,11 @@ static void frame(struct sl_session *s)
             return;
         }
         enum sl_http_ev ev;
-        long used = sl_http_parse(&h->req, b->data + b->start, b->end - b->start, &ev);
+        long used = b != NULL ? sl_http_parse(&h->req, b->data + b->start, b->end - b->start, &ev)
+                              : sl_http_parse(&h->req, "", 0, &ev);
         if (ev == SL_HTTP_EV_ERROR) {
-            b->start = b->end;
+            if (b != NULL)
+                b->start = b->end;
             if (h->in_body && h->body == BODY_FWD) {
                 /* The head went upstream and the body turned bad: the
                  * upstream has a cut request, and the connection ends.
@@ -387,7 +398,9 @@ static void frame(struct sl_session *s)
             error_answer(s, h->req.status, h->req.err);
             return;
         }
-        if (h->in_body) {
+        if (b == NULL) {
+            /* nothing was given: nothing taken */
+        } else if (h->in_body) {
             if (h->body == BODY_FWD)
                 ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
@@ -438,21 +451,38 @@ static void resume_(struct sl_session *s)
     sl_sess_rx_release(&s->cin);
     sl_sess_ring_release(s);
     sl_sess_drain_check(s);
+    eof_check(s);
 }
 
-/* A partial request at the client's EOF never goes upstream: its head
- * was never whole, or its body was cut. */
-static int client_eof(struct sl_session *s)
+/* After the client's EOF: once every whole request it sent is answered,
+ * the conversation is over (an upstream need not close on a half-close,
+ * and the connection's places go back at once). A partial request never
+ * goes upstream: a head never whole is dropped; a body cut short ends the
+ * connection (the upstream holds a cut request: nothing after it can be
+ * answered in order). */
+static void eof_check(struct sl_session *s)
 {
-    /* Between requests, with nothing owed: the conversation is over (an
-     * upstream need not close on a half-close, and the connection's
-     * places go back at once). */
-    if (s->http != NULL && s->inflight == 0 && s->pend_n == 0 && !s->http->in_body &&
-        !s->http->tunnel) {
+    struct sl_http_sess *h = s->http;
+    if (!h->eof || s->state >= SL_SESS_FLUSHING || s->pend_n > 0 || h->hold ||
+        h->upgrade_wait || (s->cin != NULL && s->cin->start < s->cin->end))
+        return; /* whole requests may still wait to be framed */
+    if (h->in_body || s->inflight == 0) {
         ob_flush();
         sl_sess_finish(s);
     }
-    return 0;
+}
+
+static int client_eof(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    if (h == NULL || h->tunnel)
+        return 0; /* a tunnel's half-close travels on */
+    /* Requests whole before the EOF (pipelined, or waiting for a verdict
+     * or a delay) still go upstream and are answered: the upstream must
+     * not see the half-close first. */
+    h->eof = 1;
+    eof_check(s);
+    return SL_EOF_KEEP;
 }
 
 /* ---- responses ---------------------------------------------------------------- */
@@ -468,6 +498,10 @@ static int response_ended(struct sl_session *s)
         h->qh = (h->qh + 1) % HQ_MAX;
         h->qn--;
     }
+    /* What was said of the response in progress is over: the next
+     * request's deadline (await_clock) and its 502/504 (nothing of its
+     * response was sent yet) go by its own response. */
+    h->res_any = h->res_sent = h->res_final = 0;
     int due = 0;
     if (s->seg_n > 0) {
         struct sl_reply_seg *g = &s->segs[s->seg_head];
@@ -521,6 +555,12 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
         return -1;
     }
     struct hq *e = &h->q[h->qh];
+    if (hd->status == 101 && !e->upgrade) {
+        /* a switch nobody asked for: what follows is not HTTP, and the
+         * requests behind would wait for answers that never come */
+        bad_gateway(s, 502, "101 to a request that did not ask to upgrade");
+        return -1;
+    }
     h->res_final = hd->status >= 200 || hd->status == 101;
     h->res_close = !hd->keep_alive;
     count_status(s, hd->status);
@@ -584,8 +624,12 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         if (ev != SL_HTTP_EV_END)
             continue;
         h->res_body = 0;
-        if (!h->res_final)
-            continue; /* a 1xx: the final response follows */
+        if (!h->res_final) {
+            /* a 1xx: the final response follows (a 502 or 504 may still
+             * take its place: the 1xx was whole) */
+            h->res_sent = 0;
+            continue;
+        }
         int status = h->res.head.status;
         int connect = h->q[h->qh].connect;
         int close = h->res_close;
@@ -605,6 +649,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             sl_sess_emit_locals(s);
         }
         await_clock(s);
+        eof_check(s);
         if ((close || (h->last && h->qn == 0 && s->pend_n == 0 && !h->in_body)) &&
             !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the

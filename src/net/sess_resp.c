@@ -701,7 +701,7 @@ static void resume(struct sl_session *s)
 static int client_eof(struct sl_session *s)
 {
     (void)s;
-    return 1;
+    return SL_EOF_FORWARD;
 }
 
 /* Everything the upstream sent is already on its way to the client:

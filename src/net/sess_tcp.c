@@ -14,7 +14,7 @@ static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
 static int client_eof(struct sl_session *s)
 {
     (void)s;
-    return 1;
+    return SL_EOF_FORWARD;
 }
 
 static void upstream_in(struct sl_session *s, struct sl_buf *b)

@@ -22,6 +22,10 @@
 #define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
 #define PEND_MAX     256             /* requests in order behind an undecided one */
 
+/* What a client's EOF does (client_eof). */
+#define SL_EOF_FORWARD 1
+#define SL_EOF_KEEP    2
+
 /* Local answers a session gives on its own (not to a request). */
 enum sl_answer {
     SL_ANSWER_MAX_CLIENTS = 0, /* past max_connections */
@@ -40,8 +44,10 @@ struct sl_sess_proto {
     int (*at_boundary)(const struct sl_session *s);
     /* <n> bytes were just read from the client into the end of <b> */
     void (*client_in)(struct sl_session *s, struct sl_buf *b, size_t n);
-    /* the client sent EOF; returns nonzero if the bytes it left unframed
-     * should still go upstream (before the half-close travels on) */
+    /* the client sent EOF; returns SL_EOF_* bits: FORWARD, the bytes it
+     * left unframed still go upstream (before the half-close travels on);
+     * KEEP, the half-close does not travel: the protocol still has whole
+     * requests to send and ends the session itself */
     int (*client_eof)(struct sl_session *s);
     /* bytes were read from the upstream into <b>[start, end) */
     void (*upstream_in)(struct sl_session *s, struct sl_buf *b);

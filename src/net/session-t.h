@@ -37,6 +37,8 @@ enum sl_pause {
     SL_PAUSE_CONNECT  = 8, /* upstream not connected yet */
     SL_PAUSE_DECIDE   = 16,/* client: requests wait for the limiter's verdicts */
     SL_PAUSE_SHAPE    = 32,/* a byte meter has no credit for this side */
+    SL_PAUSE_OWNQ     = 64,/* client: its own write queue is above the high mark (the
+                              answers its requests would get are not being read) */
 };
 
 /* A request waiting for its turn: its verdict is not in yet, or one before

@@ -210,8 +210,11 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     int to_upstream = dst == (uv_stream_t *)&s->upstream;
-    if (dst->write_queue_size < LOW_WATER)
+    if (dst->write_queue_size < LOW_WATER) {
         sl_sess_pause(s, !to_upstream, SL_PAUSE_PEERQ, 0);
+        if (!to_upstream)
+            sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 0);
+    }
     if (!to_upstream && s->state == SL_SESS_FLUSHING && dst->write_queue_size == 0)
         sl_sess_finish(s);
 }
@@ -257,8 +260,14 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
         free(w);
         return rc;
     }
-    if (dst->write_queue_size > HIGH_WATER)
+    if (dst->write_queue_size > HIGH_WATER) {
         sl_sess_pause(s, dst == (uv_stream_t *)&s->client, SL_PAUSE_PEERQ, 1);
+        /* A client that does not read what it is sent is not read either:
+         * local answers (a 429 per refused request) are made from its
+         * input and would otherwise pile up here without bound. */
+        if (dst == (uv_stream_t *)&s->client)
+            sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 1);
+    }
     return 0;
 }
 
@@ -334,7 +343,11 @@ void sl_sess_local(struct sl_session *s, char *text, uint32_t len, uint8_t flags
     g->flags = flags;
     s->seg_n++;
     s->tail_n = 0;
+    /* a local reply is owed like an upstream one: the cap holds for both
+     * (refusals made while an upstream reply is slow wait here) */
     s->inflight++;
+    if (s->inflight >= s->l->conf->max_replies_owed)
+        sl_sess_pause(s, 0, SL_PAUSE_INFLIGHT, 1);
     sl_sess_emit_locals(s);
 }
 
@@ -841,12 +854,17 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
          * request, and what it answers still reaches the client. */
         s->cl_eof = 1;
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
-        if (s->cin && s->cin->end > s->cin->start && s->proto->client_eof(s)) {
+        int how = s->proto->client_eof(s);
+        if ((how & SL_EOF_FORWARD) && s->cin && s->cin->end > s->cin->start) {
             sl_sess_to_upstream(s, s->cin, s->cin->start, s->cin->end);
             s->cin->start = s->cin->end;
         }
+        if (s->state >= SL_SESS_CLOSED)
+            return;
         sl_sess_rx_release(&s->cin);
-        if (s->state >= SL_SESS_FLUSHING) /* the protocol ended the session */
+        /* the protocol ended the session, or will once its requests are
+         * answered (the upstream must not see a half-close before them) */
+        if (s->state >= SL_SESS_FLUSHING || (how & SL_EOF_KEEP))
             return;
         uv_shutdown_t *req = malloc(sizeof(*req));
         if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->upstream, on_upstream_shutdown) < 0) {

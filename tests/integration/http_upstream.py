@@ -24,8 +24,15 @@ chunked (trailers included). What a request gets depends on its path:
   /malformed-cl       Content-Length: abc
   /slow?secs=N        nothing for N seconds, then 200 "late"
   /clte               both Content-Length and Transfer-Encoding: chunked
+  /switch            101 Switching Protocols, though nothing asked to upgrade
+  /hangup             closes without answering
+  /flood1xx?n=N       N interim "102 Processing" responses, then 200
+  /raw?hex=H&close=C  the bytes H (hex) as they are, as the response; then
+                      closes if C is 1 (tests/integration/http_hostile.py)
   /__stats            (not counted) JSON: connections, heads, requests,
-                      bytes received, over every other connection
+                      bytes received, over every other connection; poison:
+                      heads that carried an X-Poison field (sent only in
+                      requests sluice must refuse)
 
 A request with "Expect: 100-continue" gets "100 Continue" before its body
 is read. The pattern of N bytes is bytes((i * 7 + 13) % 251 for i in range(N)).
@@ -43,6 +50,7 @@ MAX_HEAD = 1 << 20
 lock = threading.Lock()
 serial = 0
 closed_totals = {"connections": 0, "heads": 0, "requests": 0, "bytes": 0}
+poison = 0
 live = set()
 
 
@@ -154,6 +162,7 @@ def respond(c, status, reason, headers, body=b"", head_only=False):
 def stats():
     with lock:
         t = dict(closed_totals)
+        t["poison"] = poison
         for c in live:
             if not c.control:
                 t["connections"] += 1
@@ -173,6 +182,10 @@ def handle(c):
         method, target, version = start.decode("latin-1").split(" ", 2)
         fields = read_fields(c)
         hdr = field_map(fields)
+        if "x-poison" in hdr:
+            global poison
+            with lock:
+                poison += 1
         url = urllib.parse.urlsplit(target)
         path = url.path
         q = dict(urllib.parse.parse_qsl(url.query))
@@ -244,6 +257,20 @@ def handle(c):
                     return
                 c.bytes += len(data)
                 c.send(data)
+        elif path == "/switch":
+            respond(c, 101, "Switching Protocols", [("Upgrade", "nothing")])
+            while c.sock.recv(65536):
+                pass
+            return
+        elif path == "/hangup":
+            return
+        elif path == "/flood1xx":
+            c.send(b"HTTP/1.1 102 Processing\r\n\r\n" * int(q.get("n", "100")))
+            respond(c, 200, "OK", [("Content-Length", 2)] + ka, b"ok", head)
+        elif path == "/raw":
+            c.send(bytes.fromhex(q.get("hex", "")))
+            if q.get("close") == "1":
+                return
         elif path == "/malformed":
             c.send(b"HTTX/9.9 what is this\r\n\r\nhello")
             return

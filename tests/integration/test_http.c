@@ -1164,6 +1164,170 @@ static void test_504_upstream_timeout(void **state)
     stop_sluice(&sl);
 }
 
+/* upstream_timeout holds for every request of a keep-alive connection,
+ * not only the first: the deadline and the 504 go by the request's own
+ * response (they once looked at the previous response, already whole, and
+ * a second request to a stuck upstream waited for ever). An upstream that
+ * closes without answering a later request: 502 as for the first. */
+static void test_504_after_keepalive(void **state)
+{
+    (void)state;
+    struct th_proc sl;
+    int port = th_free_port();
+    char body[512];
+    snprintf(body, sizeof(body),
+             "[listener slow]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "upstream_timeout = 1s\n",
+             port, pyup.port);
+    start_sluice(&sl, 0, 0, body, port);
+    struct hc c;
+    struct hresp r;
+    assert_int_equal(hc_open(&c, port), 0);
+    assert_int_equal(hc_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+    assert_int_equal(r.status, 200);
+    hresp_free(&r);
+    uint64_t t0 = th_now_ms();
+    assert_int_equal(hc_sends(&c, "GET /slow?secs=5 HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(hc_final(&c, 0, 4000, &r), 0);
+    uint64_t took = th_now_ms() - t0;
+    fprintf(stderr, "second request: %d after %llu ms (upstream_timeout 1s)\n", r.status,
+            (unsigned long long)took);
+    assert_int_equal(r.status, 504);
+    assert_true(took >= 900 && took <= 3000);
+    hresp_free(&r);
+    assert_true(hc_closes(&c, 1000));
+    hc_close(&c);
+    /* an upstream that closes without answering the second request: 502 */
+    assert_int_equal(hc_open(&c, port), 0);
+    assert_int_equal(hc_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+    hresp_free(&r);
+    assert_int_equal(hc_sends(&c, "GET /hangup HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+    assert_int_equal(r.status, 502);
+    hresp_free(&r);
+    assert_true(hc_closes(&c, 1000));
+    hc_close(&c);
+    stop_sluice(&sl);
+}
+
+/* A 101 to a request that did not ask to upgrade is a 502, not a tunnel
+ * nobody agreed to (sluice once passed it on and then swallowed every
+ * byte after it, the requests behind it unanswered). */
+static void test_101_unasked(void **state)
+{
+    (void)state;
+    struct hc c;
+    struct hresp r;
+    assert_int_equal(hc_open(&c, py_port), 0);
+    assert_int_equal(hc_sends(&c, "GET /switch HTTP/1.1\r\nHost: t\r\n\r\n"
+                                  "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+    assert_int_equal(r.status, 502);
+    hresp_free(&r);
+    assert_true(hc_closes(&c, 1000));
+    hc_close(&c);
+}
+
+/* A client that half-closes after its requests still gets every answer,
+ * also when one waits for a delay as the EOF comes (the upstream once
+ * saw the half-close first; the delayed request went after it and was
+ * lost). */
+static void test_half_close_delayed(void **state)
+{
+    (void)state;
+    struct th_proc sl;
+    int port = th_free_port();
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "[listener dl]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "identity = client_ip\n"
+             "[limit shape]\nlistener = dl\nrate = 4/s\nburst = 1\naction = delay\nmax_delay = 10s\n",
+             port, pyup.port);
+    start_sluice(&sl, 0, 0, body, port);
+    for (int pipelined = 0; pipelined < 2; pipelined++) {
+        struct hc c;
+        struct hresp r;
+        assert_int_equal(hc_open(&c, port), 0);
+        /* the first takes the burst; those behind it wait 250 ms each */
+        assert_int_equal(hc_sends(&c, "GET /echo?i=0 HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+        assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+        hresp_free(&r);
+        if (pipelined)
+            assert_int_equal(hc_sends(&c, "GET /echo?i=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+                                          "GET /echo?i=2 HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+        else
+            assert_int_equal(hc_sends(&c, "GET /echo?i=1 HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+        usleep(50000); /* the request is parked when the EOF comes */
+        assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+        for (int i = 1; i <= 1 + pipelined; i++) {
+            assert_int_equal(hc_final(&c, 0, TH_MS, &r), 0);
+            assert_int_equal(r.status, 200);
+            char got[32], want[32];
+            snprintf(want, sizeof(want), "/echo?i=%d", i);
+            assert_true(jstr(r.body, "target", got, sizeof(got)));
+            assert_string_equal(got, want);
+            hresp_free(&r);
+        }
+        assert_true(hc_closes(&c, 2000));
+        hc_close(&c);
+        usleep(600000); /* the burst back */
+    }
+    stop_sluice(&sl);
+}
+
+/* A client that pipelines refused requests and never reads the 429s is
+ * not read either once its answers pile up: they once queued in sluice
+ * without bound, waiting behind a slow response (the cap on replies owed
+ * did not count them) or in the client's write queue (about 200 MB for
+ * one connection in 2 s). */
+static void test_unread_429s_bounded(void **state)
+{
+    (void)state;
+    struct th_proc sl;
+    int port = th_free_port(), admin = th_free_port();
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "[listener rl]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "identity = client_ip\n"
+             "[limit none_left]\nlistener = rl\nrate = 1/h\nburst = 1\n",
+             port, pyup.port);
+    start_sluice(&sl, admin, 0, body, port);
+    long rss0 = th_rss_kb(sl.pid);
+    int fd = th_connect(port);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    /* the one request allowed is slow: the 429s behind it wait their turn */
+    static const char slow[] = "GET /slow?secs=4 HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(th_write_all(fd, slow, sizeof(slow) - 1), 0);
+    assert_int_equal(th_nonblock(fd), 0);
+    static const char one[] = "GET /x HTTP/1.1\r\nHost: t\r\n\r\n";
+    char *burst = malloc(1000 * (sizeof(one) - 1));
+    for (int i = 0; i < 1000; i++)
+        memcpy(burst + i * (sizeof(one) - 1), one, sizeof(one) - 1);
+    uint64_t end = th_now_ms() + 2500;
+    size_t sent = 0;
+    while (th_now_ms() < end) {
+        ssize_t n = write(fd, burst, 1000 * (sizeof(one) - 1));
+        if (n > 0)
+            sent += (size_t)n;
+        else
+            usleep(10000);
+    }
+    free(burst);
+    double rejected = th_metric(admin, "sluice_requests_rejected_total{listener=\"rl\"}");
+    long rss1 = th_rss_kb(sl.pid);
+    fprintf(stderr, "unread 429s: %zu bytes of requests sent, %.0f refused, RSS %ld -> %ld kB\n", sent,
+            rejected, rss0, rss1);
+    /* the kernel's buffers hold a few MB of answers; sluice a few hundred kB */
+    assert_true(rejected < 60000);
+    assert_true(rss1 - rss0 < 64 * 1024);
+    close(fd);
+    stop_sluice(&sl);
+}
+
 /* ---- 4. limits and answers ---------------------------------------------------------- */
 
 /* Checks a 429 as the contract has it: Retry-After in whole seconds (>= 1),
@@ -1735,6 +1899,10 @@ int main(void)
         cmocka_unit_test_teardown(test_curl, check_alive),
         cmocka_unit_test_teardown(test_caps_414_431, check_alive),
         cmocka_unit_test_teardown(test_504_upstream_timeout, check_alive),
+        cmocka_unit_test_teardown(test_504_after_keepalive, check_alive),
+        cmocka_unit_test_teardown(test_101_unasked, check_alive),
+        cmocka_unit_test_teardown(test_half_close_delayed, check_alive),
+        cmocka_unit_test_teardown(test_unread_429s_bounded, check_alive),
         cmocka_unit_test_teardown(test_429_retry_after, check_alive),
         cmocka_unit_test_teardown(test_rate_limit_header_modes, check_alive),
         cmocka_unit_test_teardown(test_api_key_shared_store, check_alive),
