@@ -186,13 +186,13 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
 
 /* ---- the upstream's deadline ------------------------------------------------ */
 
-/* upstream_timeout runs while a request sent upstream waits for its
- * response's head: from when it was sent, or from when the response
- * before it ended. */
+/* upstream_timeout runs while responses are owed: from when a request
+ * was sent, or from the upstream's last byte (as nginx's
+ * proxy_read_timeout), so a response whose head or body stalls ends too. */
 static void await_clock(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
-    int waiting = h->qn > 0 && !h->res_final && !h->tunnel && lconf(s)->upstream_timeout_us > 0;
+    int waiting = h->qn > 0 && !h->tunnel && lconf(s)->upstream_timeout_us > 0;
     if (!waiting)
         sl_tq_remove(&s->wq);
     else if (s->wq.q == NULL)
@@ -587,6 +587,8 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         sl_session_close(s);
         return;
     }
+    if (s->wq.q != NULL) /* the upstream is alive: its deadline starts again */
+        sl_tq_touch(&s->l->awaiting, &s->wq, sl_sess_now_ms(s));
     /* A message's end takes no byte: the framer is asked once more after
      * the last byte it took, to say so. */
     while ((b->start < b->end || h->res_body) && s->state < SL_SESS_FLUSHING) {
@@ -786,7 +788,8 @@ static void upstream_late_(struct sl_session *s)
         sl_session_close(s);
         return;
     }
-    bad_gateway(s, 504, "no response head within upstream_timeout");
+    /* Part of the response went out: the close says it. */
+    bad_gateway(s, 504, "no response within upstream_timeout");
 }
 
 static uint32_t marker_due(struct sl_session *s, uint32_t kind)

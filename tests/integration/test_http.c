@@ -1161,6 +1161,22 @@ static void test_504_upstream_timeout(void **state)
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "late");
     hresp_free(&r);
+    /* a body that stalls after its head: the connection ends within
+     * upstream_timeout of the upstream's last byte (the head went out) */
+    struct hc c;
+    assert_int_equal(hc_open(&c, port), 0);
+    t0 = th_now_ms();
+    assert_int_equal(hc_sends(&c, "GET /raw?hex=485454502f312e3120323030204f4b0d0a436f6e74656e742d4c656e6774683a2031300d0a0d0a616263&close=0 HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    int f;
+    uint64_t until = th_now_ms() + TH_MS;
+    while ((f = hc_fill(&c, until)) > 0)
+        ;
+    assert_int_equal(f, 0); /* closed, not timed out */
+    took = th_now_ms() - t0;
+    fprintf(stderr, "stalled body closed after %llu ms (upstream_timeout 1s)\n", (unsigned long long)took);
+    assert_true(took >= 900 && took <= 3000);
+    assert_non_null(strstr(c.buf, "HTTP/1.1 200 OK"));
+    hc_close(&c);
     stop_sluice(&sl);
 }
 
