@@ -193,10 +193,7 @@ static void await_clock(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     int waiting = h->qn > 0 && !h->tunnel && lconf(s)->upstream_timeout_us > 0;
-    if (!waiting)
-        sl_tq_remove(&s->wq);
-    else if (s->wq.q == NULL)
-        sl_tq_touch(&s->l->awaiting, &s->wq, sl_sess_now_ms(s));
+    sl_sess_clock(s, &s->l->awaiting, &s->wq, waiting);
 }
 
 /* header_timeout runs while the client is part-way through a head, with
@@ -207,10 +204,7 @@ static void head_clock(struct sl_session *s)
     int waiting = !h->in_body && !sl_http_idle(&h->req) && s->pend_n == 0 && !h->hold &&
                   !h->tunnel && lconf(s)->header_timeout_us > 0 &&
                   !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE | SL_PAUSE_DONE));
-    if (!waiting)
-        sl_tq_remove(&s->hq);
-    else if (s->hq.q == NULL)
-        sl_tq_touch(&s->l->heading, &s->hq, sl_sess_now_ms(s));
+    sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
 }
 
 /* ---- requests ----------------------------------------------------------------- */

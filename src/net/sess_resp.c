@@ -431,10 +431,7 @@ static void head_clock(struct sl_session *s)
     int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
                   !frame_held(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
                   s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
-    if (!waiting)
-        sl_tq_remove(&s->hq);
-    else if (s->hq.q == NULL)
-        sl_tq_touch(&s->l->heading, &s->hq, sl_sess_now_ms(s));
+    sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
 }
 
 /* Takes every complete request the framer holds, in order: allowed ones

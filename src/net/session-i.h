@@ -115,6 +115,9 @@ int  sl_sess_meter_gate(struct sl_session *s, int kind, uint32_t span, struct sl
 struct sl_ident_state *sl_sess_ident(struct sl_session *s);
 uint32_t sl_sess_pend_bytes(const struct sl_session *s);
 void sl_sess_rx_release(struct sl_buf **slot);
+/* A deadline of the session: node <n> in timeout queue <q> from now on
+ * while <running> (kept where it is if already there), out of it when not. */
+void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running);
 void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back when empty */
 
 #endif

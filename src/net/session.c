@@ -79,6 +79,14 @@ uint64_t sl_sess_now_ms(struct sl_session *s)
  * requests wait for the store takes one per batch. */
 static struct sl_pool ring_pool = SL_POOL_INIT(PEND_MAX * sizeof(struct sl_pend), 16);
 
+void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running)
+{
+    if (!running)
+        sl_tq_remove(n);
+    else if (n->q == NULL)
+        sl_tq_touch(q, n, sl_sess_now_ms(s));
+}
+
 void sl_sess_ring_release(struct sl_session *s)
 {
     if (s->pend != NULL && s->pend_n == 0) {
