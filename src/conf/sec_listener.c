@@ -26,7 +26,7 @@ static const struct keyword listener_kw[] = {
     NUM("header_timeout", KW_DURATION, struct sl_listener_conf, header_timeout_us, 0, HOUR_US),
     NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
-    /* protocol = http only (check_listener) */
+    /* protocol = http only (check.c: http_only_keys, check_listener) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
     ENUM("rate_limit_headers", struct sl_listener_conf, rate_limit_headers, sl_conf_rlh_names),
