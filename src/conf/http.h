@@ -1,6 +1,7 @@
 /* sluice — the values of the configuration keys of http listeners and of
  * limits on them: address ranges (trusted_proxies), methods and path
- * patterns. Pure checks and conversions; the loader (conf.c) reports. */
+ * patterns. Pure checks and conversions; the loader reports (sec_listener.c,
+ * sec_limit.c, check.c). */
 #ifndef SL_CONF_HTTP_H
 #define SL_CONF_HTTP_H
 

@@ -1,6 +1,7 @@
 /* sluice — the words of the configuration file for each enum value, shared
- * by the loader (conf.c) and the printer (dump.c). Private to src/conf/.
- * Each array is indexed by its enum and ends with NULL. */
+ * by the loader (defined in conf.c; used by sec_*.c and check.c) and the
+ * printer (dump.c). Private to src/conf/. Each array is indexed by its enum
+ * and ends with NULL. */
 #ifndef SL_CONF_NAMES_H
 #define SL_CONF_NAMES_H
 

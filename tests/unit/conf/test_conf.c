@@ -1,7 +1,8 @@
-/* Unit tests for src/conf/conf.c and dump.c: a full file, the defaults,
- * every error path with its exact "FILE:LINE: message" text, inih's quirks
- * (continuation lines, the 200-byte line, 49-byte names, `key value`), the
- * dump round trip, and every file shipped in conf/. Run from the repo root. */
+/* Unit tests for the loader (src/conf/; conf-i.h lists its files) and dump.c:
+ * a full file, the defaults, every error path with its exact "FILE:LINE:
+ * message" text, inih's quirks (continuation lines, the 200-byte line,
+ * 49-byte names, `key value`), the dump round trip, and every file shipped
+ * in conf/. Run from the repo root. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

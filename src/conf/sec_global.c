@@ -1,0 +1,289 @@
+/* sluice — the two sections a file has at most once, [sluice] (the process:
+ * admin address, log level, workers) and [store] (where limits are counted:
+ * url, password_file, timeouts, leases): their keyword tables, the setters
+ * of their keys with rules of their own, and their defaults. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf/conf-i.h"
+#include "conf/conf.h"
+#include "conf/names.h"
+#include "conf/units.h"
+
+static kw_setter set_admin, set_log_level, set_workers, set_url, set_password_file, set_lease;
+
+static const struct keyword sluice_kw[] = {
+    FUNC("admin", set_admin, 0),
+    FUNC("log_level", set_log_level, 0),
+    NUM("shutdown_grace", KW_DURATION, struct sl_conf, shutdown_grace_us, 0, DAY_US),
+    FUNC("workers", set_workers, 0),
+};
+
+static const struct keyword store_kw[] = {
+    FUNC("url", set_url, 0),
+    FUNC("password_file", set_password_file, 0),
+    STR("key_prefix", struct sl_store_conf, key_prefix, 64),
+    NUM("connect_timeout", KW_DURATION, struct sl_store_conf, connect_timeout_us, 1000, HOUR_US),
+    NUM("timeout", KW_DURATION, struct sl_store_conf, timeout_us, 1, HOUR_US),
+    ENUM("on_failure", struct sl_store_conf, on_failure, sl_conf_fail_names),
+    FUNC("lease", set_lease, 0),
+    NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
+    NUM("max_identities", KW_U64, struct sl_store_conf, max_identities, 1, 100000000),
+};
+
+const struct kw_table sl_cf_sluice_keys = { sluice_kw, N_OF(sluice_kw) };
+const struct kw_table sl_cf_store_keys = { store_kw, N_OF(store_kw) };
+
+struct sl_conf *sl_cf_conf_new(const char *file)
+{
+    struct sl_conf *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->file = strdup(file);
+    c->store.url = strdup("local");
+    c->store.key_prefix = strdup("sluice:");
+    if (c->file == NULL || c->store.url == NULL || c->store.key_prefix == NULL) {
+        sl_conf_free(c);
+        return NULL;
+    }
+    c->has_admin = 1;
+    (void)sl_parse_addr("127.0.0.1:9121", &c->admin);
+    c->log_level = SL_LOG_INFO;
+    c->shutdown_grace_us = 10 * S_US;
+    c->workers = 1;
+    c->store.kind = SL_STORE_LOCAL;
+    c->store.connect_timeout_us = 200000;
+    c->store.timeout_us = 25000;
+    c->store.on_failure = SL_FAIL_LOCAL;
+    c->store.lease = 0;
+    c->store.connection_lease_us = 10000000;
+    c->store.max_identities = 100000;
+    return c;
+}
+
+static void set_admin(struct loader *ld, struct section *sec, const struct keyword *kw,
+                      const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    if (value[0] == '\0' || strcmp(value, "off") == 0) {
+        c->has_admin = 0;
+        return;
+    }
+    if (sl_parse_addr(value, &c->admin) != 0) {
+        sl_cf_bad(ld, kw, "an address like 127.0.0.1:9121, or nothing for off", value);
+        return;
+    }
+    c->has_admin = 1;
+}
+
+static void set_log_level(struct loader *ld, struct section *sec, const struct keyword *kw,
+                          const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    if (sl_log_level_parse(value, &c->log_level) != 0)
+        sl_cf_bad(ld, kw, "one of error | warn | info | debug", value);
+}
+
+/* workers = N | auto: auto is one per online CPU, at most MAX_WORKERS. */
+static void set_workers(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    uint64_t n;
+    c->workers_auto = 0;
+    if (strcmp(value, "auto") == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        c->workers = cpus < 1 ? 1 : cpus > MAX_WORKERS ? MAX_WORKERS : (int)cpus;
+        c->workers_auto = 1;
+    } else if (sl_cf_parse_uint(value, MAX_WORKERS, &n) == 0 && n > 0) {
+        c->workers = (int)n;
+    } else {
+        sl_cf_bad(ld, kw, "auto or a number of processes from 1 to 64", value);
+    }
+}
+
+/* Copies <v> to <out> (<cap> bytes) with what may be secret masked: the
+ * password of a userinfo ("user:***@") and everything from a query string or
+ * fragment on ("?***"), so that an error echoing a bad url cannot carry a
+ * password into the log (a reload logs every error). Returns <out>. */
+static const char *redact_url(const char *v, char *out, size_t cap)
+{
+    const char *scheme = strstr(v, "://");
+    size_t auth = scheme != NULL ? (size_t)(scheme - v) + 3 : 0;
+    size_t auth_end = auth + strcspn(v + auth, "/?#");
+    size_t tail = strcspn(v, "?#"); /* a query or fragment starts here */
+    const char *at = NULL;
+    for (size_t i = auth; i < auth_end; i++)
+        if (v[i] == '@')
+            at = v + i;
+    const char *colon = at != NULL ? memchr(v + auth, ':', (size_t)(at - (v + auth))) : NULL;
+    if (colon != NULL && (size_t)(colon - v) < tail)
+        snprintf(out, cap, "%.*s:***%.*s%s", (int)(colon - v), v,
+                 (int)(tail > (size_t)(at - v) ? tail - (size_t)(at - v) : 0), at,
+                 v[tail] != '\0' ? "?***" : "");
+    else
+        snprintf(out, cap, "%.*s%s", (int)tail, v, v[tail] != '\0' ? "?***" : "");
+    return out;
+}
+
+/* local | redis://[user@]host[:port][/db] */
+static void set_url(struct loader *ld, struct section *sec, const struct keyword *kw,
+                    const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    static const char expected[] = "local or redis://[user@]host[:port][/db] with a numeric "
+                                   "host or localhost";
+    char *user = NULL;
+    if (strcmp(value, "local") == 0) {
+        st->kind = SL_STORE_LOCAL;
+        goto done;
+    }
+    char shown[256];
+    if (strncmp(value, "redis://", 8) != 0) {
+        sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
+        return;
+    }
+    const char *p = value + 8;
+    const char *at = strchr(p, '@');
+    if (at != NULL) {
+        size_t ulen = (size_t)(at - p);
+        if (memchr(p, ':', ulen) != NULL) {
+            sl_cf_err(ld, ld->line, "url: no password in the url; put it in password_file");
+            return;
+        }
+        if (ulen == 0 || ulen > 255) {
+            sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
+            return;
+        }
+        if ((user = strndup(p, ulen)) == NULL) {
+            ld->oom = 1;
+            return;
+        }
+        p = at + 1;
+    }
+    const char *slash = strchr(p, '/');
+    size_t hlen = slash ? (size_t)(slash - p) : strlen(p);
+    uint64_t db = 0;
+    if (slash != NULL && sl_cf_parse_uint(slash + 1, 2147483647, &db) != 0)
+        goto bad_url;
+    char hostport[96];
+    if (hlen == 0 || hlen + 6 >= sizeof(hostport))
+        goto bad_url;
+    memcpy(hostport, p, hlen);
+    hostport[hlen] = '\0';
+    /* No port: Redis's. "[::1]" has colons but no port; "[::1]:7000" has one. */
+    const char *close = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
+    int has_port = close ? close[1] == ':' : strchr(hostport, ':') != NULL;
+    if (!has_port)
+        strcat(hostport, ":6379");
+    struct sl_addr addr;
+    if (sl_parse_addr(hostport, &addr) != 0)
+        goto bad_url;
+    st->kind = SL_STORE_REDIS;
+    st->addr = addr;
+    st->db = (int)db;
+done:
+    free(st->user);
+    st->user = user;
+    char *copy = sl_cf_strdup(ld, value);
+    if (copy != NULL) {
+        free(st->url);
+        st->url = copy;
+    }
+    return;
+bad_url:
+    free(user);
+    sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
+}
+
+static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,
+                              const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    char *path = NULL, *pw = NULL;
+    size_t len = 0;
+    int error = 0;
+    (void)kw;
+    if (value[0] == '\0')
+        return;
+    /* Relative to the configuration file, so `sluice -c /etc/sluice/sluice.ini`
+     * finds its secret whatever the working directory. The path kept (and
+     * printed by -T) is absolute, so a printed configuration loads from any
+     * directory; symbolic links are left as they are (a mounted secret is
+     * often one that is swapped on rotation). */
+    if (value[0] != '/') {
+        const char *dir = ld->dir; /* NULL: the working directory */
+        char cwd[4096];
+        if ((dir == NULL || dir[0] != '/') && getcwd(cwd, sizeof(cwd)) != NULL) {
+            if (asprintf(&path, "%s%s%s/%s", cwd, dir != NULL ? "/" : "", dir != NULL ? dir : "",
+                         value) < 0)
+                path = NULL;
+        } else if (asprintf(&path, "%s%s%s", dir != NULL ? dir : "",
+                            dir != NULL && strcmp(dir, "/") != 0 ? "/" : "", value) < 0) {
+            path = NULL;
+        }
+        if (path == NULL)
+            goto oom;
+    } else if ((path = strdup(value)) == NULL) {
+        goto oom;
+    }
+    pw = sl_cf_read_file(path, MAX_PASSWORD, &len, &error);
+    if (pw == NULL) {
+        if (error == EFBIG)
+            sl_cf_err(ld, ld->line,
+                      "password_file: '%s' is larger than %d bytes", path, MAX_PASSWORD);
+        else
+            sl_cf_err(ld, ld->line, "password_file: cannot read '%s': %s", path, strerror(error));
+        goto out;
+    }
+    /* One trailing newline is what `echo secret > file` leaves. */
+    if (len > 0 && pw[len - 1] == '\n')
+        pw[--len] = '\0';
+    if (len > 0 && pw[len - 1] == '\r')
+        pw[--len] = '\0';
+    if (len == 0) {
+        sl_cf_err(ld, ld->line, "password_file: '%s' is empty", path);
+        goto out;
+    }
+    if (strlen(pw) != len) {
+        sl_cf_err(ld, ld->line, "password_file: '%s' holds a NUL byte", path);
+        goto out;
+    }
+    char *file = sl_cf_strdup(ld, path);
+    if (file == NULL)
+        goto out;
+    free(st->password_file);
+    st->password_file = file;
+    st->password_file_line = ld->line;
+    if (st->password != NULL)
+        explicit_bzero(st->password, strlen(st->password));
+    free(st->password);
+    st->password = pw;
+    pw = NULL;
+    goto out;
+oom:
+    ld->oom = 1;
+out:
+    if (pw != NULL)
+        explicit_bzero(pw, len);
+    free(pw);
+    free(path);
+}
+
+static void set_lease(struct loader *ld, struct section *sec, const struct keyword *kw,
+                      const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    uint64_t n;
+    if (strcmp(value, "off") == 0)
+        st->lease = 0;
+    else if (strcmp(value, "auto") == 0)
+        st->lease = -1;
+    else if (sl_cf_parse_uint(value, MAX_LEASE, &n) == 0 && n > 0)
+        st->lease = (int64_t)n;
+    else
+        sl_cf_bad(ld, kw, "off, auto or a number of tokens from 1 to 1000000", value);
+}

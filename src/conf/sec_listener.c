@@ -1,0 +1,194 @@
+/* sluice — the [listener NAME] section: its keyword table, its defaults,
+ * and the setters of its keys with rules of their own (identity,
+ * key_prefix_separator, trusted_proxies). What a listener's keys mean
+ * together, and against other listeners, is checked in check.c. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "conf/conf-i.h"
+#include "conf/http.h"
+#include "conf/names.h"
+#include "conf/units.h"
+
+static kw_setter set_identity, set_separator, set_trusted_proxies;
+
+static const struct keyword listener_kw[] = {
+    ADDR("listen", struct sl_listener_conf, listen),
+    ENUM("protocol", struct sl_listener_conf, protocol, sl_conf_proto_names),
+    ADDR("upstream", struct sl_listener_conf, upstream),
+    FUNC("identity", set_identity, KW_MULTI),
+    FUNC("key_prefix_separator", set_separator, 0),
+    NUM("max_connections", KW_U64, struct sl_listener_conf, max_connections, 1, UINT32_MAX),
+    NUM("idle_timeout", KW_DURATION, struct sl_listener_conf, idle_timeout_us, 0, 365 * DAY_US),
+    NUM("connect_timeout", KW_DURATION, struct sl_listener_conf, connect_timeout_us, 1000, HOUR_US),
+    NUM("header_timeout", KW_DURATION, struct sl_listener_conf, header_timeout_us, 0, HOUR_US),
+    NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
+    NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
+    /* protocol = http only (check.c: http_only_keys, check_listener) */
+    FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
+    NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
+    ENUM("rate_limit_headers", struct sl_listener_conf, rate_limit_headers, sl_conf_rlh_names),
+    ENUM("forwarded_headers", struct sl_listener_conf, forwarded_headers, sl_conf_onoff_names),
+    NUM("max_request_line", KW_SIZE, struct sl_listener_conf, max_request_line, 64, 1u << 20),
+    NUM("max_header_line", KW_SIZE, struct sl_listener_conf, max_header_line, 64, 1u << 20),
+    NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
+    NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
+};
+
+_Static_assert(N_OF(listener_kw) <= MAX_KEYWORDS, "section.key_line is too small");
+const struct kw_table sl_cf_listener_keys = { listener_kw, N_OF(listener_kw) };
+
+struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name, int line)
+{
+    struct sl_listener_conf *l = calloc(1, sizeof(*l));
+    if (l == NULL || (l->name = strdup(name)) == NULL) {
+        free(l);
+        ld->oom = 1;
+        return NULL;
+    }
+    l->line = line;
+    l->protocol = SL_PROTO_RESP;
+    strcpy(l->key_prefix_separator, ":");
+    l->max_connections = 10000;
+    l->idle_timeout_us = 300 * S_US;
+    l->connect_timeout_us = 2 * S_US;
+    l->header_timeout_us = 10 * S_US;
+    l->max_replies_owed = 8192;
+    l->max_request = 512ULL * 1000 * 1000;
+    l->upstream_timeout_us = 60 * S_US;
+    l->rate_limit_headers = SL_RLH_DRAFT;
+    l->forwarded_headers = 1;
+    l->max_request_line = 8192;
+    l->max_header_line = 8192;
+    l->max_headers = 100;
+    l->max_header_size = 65536;
+    *ld->ltail = l;
+    ld->ltail = &l->next;
+    ld->conf->n_listeners++;
+    return l;
+}
+
+/* An HTTP header name: an RFC 9110 token. */
+static int is_token(const char *s)
+{
+    if (*s == '\0')
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
+            return 0;
+    return 1;
+}
+
+static int identity_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *w)
+{
+    struct sl_listener_conf *l = sec->obj;
+    int src = -1;
+    const char *header = NULL;
+    (void)kw;
+    if (strncmp(w, "header:", 7) == 0) {
+        header = w + 7;
+        if (!is_token(header) || strlen(header) > MAX_HEADER) {
+            sl_cf_err(ld, ld->line, "identity: expected header:NAME with an HTTP header name, "
+                                    "got '%s'", w);
+            return -1;
+        }
+        src = SL_ID_HEADER;
+    } else {
+        for (int i = 0; sl_conf_id_names[i]; i++)
+            if (i != SL_ID_HEADER && strcmp(sl_conf_id_names[i], w) == 0)
+                src = i;
+    }
+    if (src < 0) {
+        sl_cf_err(ld, ld->line, "identity: expected resp_user, client_name, key_prefix, client_ip, "
+                                "header:NAME or none, got '%s'", w);
+        return -1;
+    }
+    for (int i = 0; i < l->n_identity; i++) {
+        if (l->identity[i] == SL_ID_NONE) {
+            sl_cf_err(ld, ld->line, "identity: nothing can follow 'none', got '%s'", w);
+            return -1;
+        }
+        if ((int)l->identity[i] == src &&
+            (src != SL_ID_HEADER || strcasecmp(l->identity_header[i], header) == 0)) {
+            sl_cf_err(ld, ld->line, "identity: '%s' is listed twice", w);
+            return -1;
+        }
+    }
+    if (l->n_identity == SL_CONF_MAX_IDENTITY) {
+        sl_cf_err(ld, ld->line, "identity: more than %d sources", SL_CONF_MAX_IDENTITY);
+        return -1;
+    }
+    char *h = NULL;
+    if (header != NULL && (h = sl_cf_strdup(ld, header)) == NULL)
+        return -1;
+    l->identity[l->n_identity] = (enum sl_id_source)src;
+    l->identity_header[l->n_identity] = h;
+    l->n_identity++;
+    return 0;
+}
+
+static void set_identity(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *value)
+{
+    sl_cf_each_word(ld, sec, kw, value, identity_word);
+}
+
+static void set_separator(struct loader *ld, struct section *sec, const struct keyword *kw,
+                          const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    size_t n = strlen(value);
+    if (n == 0 || n >= sizeof(l->key_prefix_separator) || !sl_cf_printable(value)) {
+        sl_cf_bad(ld, kw, "1 to 7 characters without blanks", value);
+        return;
+    }
+    memcpy(l->key_prefix_separator, value, n + 1);
+}
+
+/* trusted_proxies = 10.0.0.0/8 fd00::/8 192.0.2.7: kept parsed (conf/http.h). */
+static int trusted_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *w)
+{
+    struct sl_listener_conf *l = sec->obj;
+    struct sl_cidr c;
+    char meant[64];
+    (void)kw;
+    int rc = sl_conf_cidr_parse(w, &c);
+    if (rc == -1) {
+        sl_cf_err(ld, ld->line,
+                  "trusted_proxies: expected an address or a range like 10.0.0.0/8 or "
+                  "fd00::/8, got '%s'", w);
+        return -1;
+    }
+    if (rc == -2) {
+        sl_conf_cidr_fmt(&c, meant, sizeof(meant));
+        sl_cf_err(ld, ld->line, "trusted_proxies: '%s' has bits set past its prefix length (the "
+                                "range is %s)", w, meant);
+        return -1;
+    }
+    for (int i = 0; i < l->n_trusted_proxies; i++)
+        if (memcmp(&l->trusted_proxies[i], &c, sizeof(c)) == 0)
+            return 0;
+    if (l->n_trusted_proxies >= MAX_PROXIES) {
+        sl_cf_err(ld, ld->line, "trusted_proxies: more than %d ranges", MAX_PROXIES);
+        return -1;
+    }
+    struct sl_cidr *v = realloc(l->trusted_proxies,
+                                (size_t)(l->n_trusted_proxies + 1) * sizeof(*v));
+    if (v == NULL) {
+        ld->oom = 1;
+        return -1;
+    }
+    l->trusted_proxies = v;
+    v[l->n_trusted_proxies++] = c;
+    return 0;
+}
+
+static void set_trusted_proxies(struct loader *ld, struct section *sec, const struct keyword *kw,
+                                const char *value)
+{
+    sl_cf_each_word(ld, sec, kw, value, trusted_word);
+}
