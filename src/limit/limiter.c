@@ -314,7 +314,12 @@ static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, c
         return (size_t)snprintf(out, cap, "c:%" PRIu64, q->conn_id);
     if (L->scope == SL_SCOPE_GLOBAL)
         return (size_t)snprintf(out, cap, "*");
-    return (size_t)snprintf(out, cap, "%s", q->identity);
+    size_t n = strnlen(q->identity, sizeof(q->identity));
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, q->identity, n);
+    out[n] = '\0';
+    return n;
 }
 
 /* ceil(<us> / 1 s) */
@@ -328,7 +333,9 @@ static uint64_t secs_up(uint64_t us)
 static void set_policy(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
                        uint64_t reset_us, int approx)
 {
-    snprintf(v->policy, sizeof(v->policy), "%s", L->name);
+    size_t n = strnlen(L->name, sizeof(v->policy) - 1); /* per request: no printf */
+    memcpy(v->policy, L->name, n);
+    v->policy[n] = '\0';
     if (L->metric == SL_METRIC_CONNECTIONS) {
         v->quota = L->max;
         v->window_s = 0;

@@ -120,6 +120,24 @@ static uint64_t retry_seconds(uint64_t us)
     return s < 1 ? 1 : s;
 }
 
+/* <prefix>, <v> in decimal, <suffix>: the fields of every allowed
+ * response, kept off printf. */
+static void put_num(struct out *o, const char *prefix, uint64_t v, const char *suffix)
+{
+    char d[20];
+    int n = 0;
+    do {
+        d[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    char buf[20];
+    for (int i = 0; i < n; i++)
+        buf[i] = d[n - 1 - i];
+    puts_(o, prefix);
+    put(o, buf, (size_t)n);
+    puts_(o, suffix);
+}
+
 /* The rate-limit fields of <v> for <mode>, with <r> remaining and reset
  * <t> seconds. */
 static void put_rl_fields(struct out *o, const struct sl_verdict *v, enum sl_http_rl_mode mode,
@@ -129,15 +147,17 @@ static void put_rl_fields(struct out *o, const struct sl_verdict *v, enum sl_htt
     if (mode == SL_HTTP_RL_DRAFT || mode == SL_HTTP_RL_BOTH) {
         puts_(o, "RateLimit-Policy: ");
         put_sf_string(o, v->policy, nlen);
-        putf(o, ";q=%" PRIu64 ";w=%" PRIu64 "\r\n", v->quota, v->window_s);
+        put_num(o, ";q=", v->quota, "");
+        put_num(o, ";w=", v->window_s, "\r\n");
         puts_(o, "RateLimit: ");
         put_sf_string(o, v->policy, nlen);
-        putf(o, ";r=%" PRIu64 ";t=%" PRIu64 "\r\n", r, t);
+        put_num(o, ";r=", r, "");
+        put_num(o, ";t=", t, "\r\n");
     }
     if (mode == SL_HTTP_RL_LEGACY || mode == SL_HTTP_RL_BOTH) {
-        putf(o, "X-RateLimit-Limit: %" PRIu64 "\r\n", v->quota);
-        putf(o, "X-RateLimit-Remaining: %" PRIu64 "\r\n", r);
-        putf(o, "X-RateLimit-Reset: %" PRIu64 "\r\n", t);
+        put_num(o, "X-RateLimit-Limit: ", v->quota, "\r\n");
+        put_num(o, "X-RateLimit-Remaining: ", r, "\r\n");
+        put_num(o, "X-RateLimit-Reset: ", t, "\r\n");
     }
 }
 
