@@ -109,7 +109,7 @@ static const struct known known[] = {
     { "CLIENT REPLY OFF (or SKIP) and then a protocol error",
       "normalised: Redis 7.0 leaves the connection open (no reply, input no longer read), "
       "sluice closes it; forgiven when the stream holds REPLY OFF/SKIP",
-      "docs/behaviour.md \"CLIENT REPLY OFF (or SKIP with its skip still to come) and a protocol "
+      "docs/resp.md \"CLIENT REPLY OFF (or SKIP with its skip still to come) and a protocol "
       "error\": no word is said; Redis keeps the connection open but reads no more, sluice "
       "closes it" },
     { "connection reset instead of FIN after a protocol error", "normalised: both are a close",
