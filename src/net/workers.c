@@ -753,9 +753,10 @@ static void on_master_signal(uv_signal_t *h, int signum)
     case SIGINT:
         sl_log_info(m->stopping ? "second stop signal: workers exit now" : "stopping the workers",
                     "signal=%d", signum);
-        if (!m->stopping)
+        if (!m->stopping) {
+            m->stopping = 1;
             sl_notify_stopping();
-        m->stopping = 1;
+        }
         uv_timer_stop(&m->respawn);
         signal_workers(m, SIGTERM);
         maybe_done(m);
