@@ -730,11 +730,15 @@ static void on_master_signal(uv_signal_t *h, int signum)
     case SIGHUP: {
         if (m->stopping)
             return;
-        sl_notify_reloading();
+        /* While the workers start, READY=1 is startup_done()'s to send. */
+        int tell = !m->starting;
+        if (tell)
+            sl_notify_reloading();
         struct sl_conf *c = m->load();
         if (c == NULL) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", m->conf->file);
-            sl_notify_ready();
+            if (tell)
+                sl_notify_ready();
             return;
         }
         if (c->workers != m->n)
@@ -746,7 +750,8 @@ static void on_master_signal(uv_signal_t *h, int signum)
         signal_workers(m, SIGHUP);
         /* The workers apply the file on their own loops and do not report
          * back: the master's check of it is what READY=1 stands for. */
-        sl_notify_ready();
+        if (tell)
+            sl_notify_ready();
         return;
     }
     case SIGTERM:
