@@ -22,10 +22,12 @@
 #include "conf/conf.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/notify.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/workers.h"
+#include "store/store.h"
 
 #define DEFAULT_CONF "/etc/sluice/sluice.ini"
 
@@ -89,6 +91,21 @@ static struct sl_conf *master_load(void)
     return c;
 }
 
+/* STATUS= for systemctl status: what an operator checks first. */
+static void server_status(void *data, char *buf, size_t cap)
+{
+    const struct sl_server *srv = data;
+    unsigned listeners = 0;
+    uint64_t conns = 0;
+    for (const struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        listeners += !l->retired && l->open;
+        conns += l->stats.conns_active;
+    }
+    snprintf(buf, cap, "%s listeners=%u connections=%llu store=%s",
+             srv->draining ? "draining" : "serving", listeners, (unsigned long long)conns,
+             srv->store == NULL ? "local" : sl_store_up(srv->store) ? "up" : "down");
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct sl_server *srv = h->data;
@@ -96,20 +113,26 @@ static void on_signal(uv_signal_t *h, int signum)
     case SIGHUP: {
         if (srv->draining)
             return;
+        /* READY=1 follows on every path: after a failed reload the old
+         * configuration serves on, and that is ready too. */
+        sl_notify_reloading();
         sl_log_info("reloading", "file=%s", conf_path);
         struct sl_conf *c = load_logged(conf_path);
         if (c == NULL) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready();
             return;
         }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready();
             return;
         }
         apply_level(srv->conf);
         sl_log_info("reloaded", "file=%s", conf_path);
+        sl_notify_ready();
         return;
     }
     case SIGINT:
@@ -122,6 +145,7 @@ static void on_signal(uv_signal_t *h, int signum)
             sl_server_stop(srv);
         } else {
             sl_server_drain(srv);
+            sl_notify_stopping();
         }
         return;
     case SIGUSR1:
@@ -198,6 +222,9 @@ int main(int argc, char **argv)
     if (conf == NULL)
         return 1;
     apply_level(conf);
+    /* Before the workers are started: it takes NOTIFY_SOCKET out of the
+     * environment they inherit (only the master speaks to systemd). */
+    sl_notify_init();
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     if (worker_count == 0 && conf->workers > 1)
@@ -236,11 +263,17 @@ int main(int argc, char **argv)
         sl_server_stop(&srv);
     }
     sl_log_info("started", "version=%s pid=%d file=%s", SL_VERSION, (int)getpid(), conf_path);
+    /* Every listener is bound and listening: connections queue in the
+     * backlog and are accepted on the loop's first turn. */
+    sl_notify_status_start(loop, SL_NOTIFY_STATUS_MS, server_status, &srv);
+    if (!srv.draining)
+        sl_notify_ready();
 
     uv_run(loop, UV_RUN_DEFAULT);
 
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&sigs[i], NULL);
+    sl_notify_close();
     sl_worker_detach();
     uv_run(loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(loop);

@@ -23,6 +23,7 @@
 #include "admin/admin.h"
 #include "conf/conf.h"
 #include "core/log.h"
+#include "core/notify.h"
 #include "net/listener.h"
 #include "net/workers.h"
 
@@ -258,6 +259,7 @@ static void maybe_done(struct master *m)
     for (int i = 0; i < 4; i++)
         if (!uv_is_closing((uv_handle_t *)&m->sigs[i]))
             uv_close((uv_handle_t *)&m->sigs[i], NULL);
+    sl_notify_close();
 }
 
 /* ---- rounds: questions to every worker ---------------------------------- */
@@ -492,6 +494,20 @@ static void forget_asks(struct worker *w)
     }
 }
 
+/* STATUS= from the master: connection counts live in the workers (a round
+ * would be needed to sum them: /stats has them), so it says how many are up. */
+static void master_status(void *data, char *buf, size_t cap)
+{
+    const struct master *m = data;
+    int up = 0, listeners = 0;
+    for (int i = 0; i < m->n; i++)
+        up += m->w[i].ready;
+    for (const struct sl_listener_conf *l = m->conf->listeners; l != NULL; l = l->next)
+        listeners++;
+    snprintf(buf, cap, "%s workers=%d/%d listeners=%d worker_restarts=%" PRIu64,
+             m->stopping ? "stopping" : "serving", up, m->n, listeners, m->restarts);
+}
+
 static void startup_done(struct master *m)
 {
     for (int i = 0; i < m->n; i++)
@@ -499,6 +515,9 @@ static void startup_done(struct master *m)
             return;
     m->starting = 0;
     sl_log_info("started", "version=%s pid=%d workers=%d", SL_VERSION, (int)getpid(), m->n);
+    /* Every worker has said 'R': each has bound every listener. */
+    sl_notify_status_start(m->loop, SL_NOTIFY_STATUS_MS, master_status, m);
+    sl_notify_ready();
 }
 
 static void on_frame(struct worker *w, char type, int status, const unsigned char *body, size_t len)
@@ -711,9 +730,15 @@ static void on_master_signal(uv_signal_t *h, int signum)
     case SIGHUP: {
         if (m->stopping)
             return;
+        /* While the workers start, READY=1 is startup_done()'s to send. */
+        int tell = !m->starting;
+        if (tell)
+            sl_notify_reloading();
         struct sl_conf *c = m->load();
         if (c == NULL) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", m->conf->file);
+            if (tell)
+                sl_notify_ready();
             return;
         }
         if (c->workers != m->n)
@@ -723,13 +748,20 @@ static void on_master_signal(uv_signal_t *h, int signum)
         m->conf = c;
         sl_log_info("reloading the workers", "file=%s", c->file);
         signal_workers(m, SIGHUP);
+        /* The workers apply the file on their own loops and do not report
+         * back: the master's check of it is what READY=1 stands for. */
+        if (tell)
+            sl_notify_ready();
         return;
     }
     case SIGTERM:
     case SIGINT:
         sl_log_info(m->stopping ? "second stop signal: workers exit now" : "stopping the workers",
                     "signal=%d", signum);
-        m->stopping = 1;
+        if (!m->stopping) {
+            m->stopping = 1;
+            sl_notify_stopping();
+        }
         uv_timer_stop(&m->respawn);
         signal_workers(m, SIGTERM);
         maybe_done(m);
