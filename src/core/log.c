@@ -205,14 +205,24 @@ static int hexval(char c)
     return -1;
 }
 
+/* 1 if the word at <p> (up to a space) is a continuation of an unquoted
+ * value: not empty, no '=' in it. */
+static int plain_word(const char *p)
+{
+    size_t n = strcspn(p, " ");
+    return n > 0 && memchr(p, '=', n) == NULL;
+}
+
 /* Reads one logfmt value at <*pp> into <v> (<cap> bytes; longer values
- * are cut), undoing sl_log_quote(); advances <*pp>. Returns its length. */
+ * are cut), undoing sl_log_quote(); advances <*pp>. Returns its length.
+ * An unquoted value takes the words after it up to the next key=: some
+ * callers pass text such as "err=connection refused" unquoted. */
 static size_t logfmt_value(const char **pp, char *v, size_t cap)
 {
     const char *p = *pp;
     size_t n = 0;
     if (*p != '"') {
-        while (*p != '\0' && *p != ' ') {
+        while (*p != '\0' && (*p != ' ' || plain_word(p + 1))) {
             if (n < cap)
                 v[n++] = *p;
             p++;

@@ -34,6 +34,13 @@ static void test_json_escaping(void **state)
         "\"bare\":\"\",\"empty\":\"\",\"n\":\"12\"}\n");
     assert_int_equal(n, strlen(out));
 
+    /* an unquoted value with spaces (uv_strerror() as some callers pass
+     * it) is one field up to the next key= */
+    sl_log_format_line(out, sizeof(out), SL_LOG_JSON, TS, SL_LOG_INFO, "m",
+                       "worker=1 err=connection refused n=2 tail words");
+    assert_string_equal(out, "{\"ts\":\"" TS "\",\"level\":\"info\",\"msg\":\"m\",\"worker\":\"1\","
+                             "\"err\":\"connection refused\",\"n\":\"2 tail words\"}\n");
+
     /* nothing but the three fields */
     sl_log_format_line(out, sizeof(out), SL_LOG_JSON, TS, SL_LOG_INFO, "started", "");
     assert_string_equal(out, "{\"ts\":\"" TS "\",\"level\":\"info\",\"msg\":\"started\"}\n");
