@@ -3,8 +3,8 @@
  *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]   (--version, --help)
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
- * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 is reserved for
- * reopening a log file (logs go to stderr, so it does nothing yet).
+ * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 opens log_file
+ * again by its name (logrotate's postrotate).
  *
  * With workers = N > 1 this process is the master and runs the workers
  * instead (net/workers.h); a worker (SLUICE_WORKER in its environment) runs
@@ -68,8 +68,9 @@ static struct sl_conf *load_logged(const char *path)
         return load_checked(path, stderr);
     struct sl_conf *c = load_checked(path, mem);
     fclose(mem);
+    char q[1024];
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
-        sl_log_error("configuration error", "error=\"%s\"", line);
+        sl_log_error("configuration error", "error=%s", sl_log_quote(line, strlen(line), q, sizeof(q)));
     free(text);
     if (c != NULL && worker_count == 0) /* a worker's master has said it */
         sl_conf_warn(c, NULL);
@@ -81,11 +82,29 @@ static void apply_level(const struct sl_conf *c)
     sl_log_level = level_override >= 0 ? (enum sl_log_level)level_override : c->log_level;
 }
 
+/* Sends the logs where <c> says; a file that cannot be opened is logged
+ * (to where logs went so far, which stay) and makes a reload fail. */
+static int apply_log(const struct sl_conf *c)
+{
+    int rc = sl_log_open(c->log_file, c->log_format);
+    if (rc < 0) {
+        char q[512], e[128];
+        sl_log_error("cannot open log_file", "file=%s err=%s",
+                     sl_log_quote(c->log_file, strlen(c->log_file), q, sizeof(q)),
+                     sl_log_quote(strerror(-rc), strlen(strerror(-rc)), e, sizeof(e)));
+    }
+    return rc;
+}
+
 /* A reload in the master: the workers load the file themselves. */
 static struct sl_conf *master_load(void)
 {
     sl_log_info("reloading", "file=%s", conf_path);
     struct sl_conf *c = load_logged(conf_path);
+    if (c != NULL && apply_log(c) < 0) {
+        sl_conf_free(c);
+        return NULL;
+    }
     if (c != NULL)
         apply_level(c);
     return c;
@@ -123,9 +142,15 @@ static void on_signal(uv_signal_t *h, int signum)
             sl_notify_ready();
             return;
         }
+        if (apply_log(c) < 0) {
+            sl_conf_free(c);
+            sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            return;
+        }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
+            (void)apply_log(srv->conf); /* back to the running configuration's log */
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
@@ -149,7 +174,7 @@ static void on_signal(uv_signal_t *h, int signum)
         }
         return;
     case SIGUSR1:
-        sl_log_info("SIGUSR1: logs go to stderr, nothing to reopen", "%s", "");
+        (void)sl_log_reopen();
         return;
     }
 }
@@ -221,6 +246,10 @@ int main(int argc, char **argv)
     struct sl_conf *conf = load_logged(conf_path);
     if (conf == NULL)
         return 1;
+    if (apply_log(conf) < 0) {
+        sl_conf_free(conf);
+        return 1;
+    }
     apply_level(conf);
     /* Before the workers are started: it takes NOTIFY_SOCKET out of the
      * environment they inherit (only the master speaks to systemd). */
@@ -278,6 +307,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(loop);
     int rc = srv.exit_code;
+    sl_log_rate_flush(1); /* the counts of storms not written yet */
     sl_log_info("stopped", "%s", "");
     sl_conf_free(srv.conf);
     sl_buf_pool_drain();

@@ -561,7 +561,7 @@ static void on_connection(uv_stream_t *server, int status)
 {
     struct sl_admin *a = server->data;
     if (status < 0) {
-        sl_log_warn("admin accept failed", "err=%s", uv_strerror(status));
+        sl_log_warn_rl("admin_accept_failed", "admin accept failed", "err=%s", uv_strerror(status));
         return;
     }
     if (!a->closing && a->n_conns >= MAX_CONNS) {
@@ -577,8 +577,8 @@ static void on_connection(uv_stream_t *server, int status)
     int room = a->n_conns - a->n_closing < MAX_CONNS;
     struct conn *c = a->closing || !room ? NULL : calloc(1, sizeof(*c));
     if (c == NULL) {
-        sl_log_debug("admin connection refused", "open=%d max=%d", a->n_conns - a->n_closing,
-                     MAX_CONNS);
+        sl_log_debug_rl("admin_refused", "admin connection refused", "open=%d max=%d",
+                        a->n_conns - a->n_closing, MAX_CONNS);
         reject(a, server);
         return;
     }

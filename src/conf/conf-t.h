@@ -147,6 +147,8 @@ struct sl_conf {
     int                   has_admin;   /* admin = non-empty */
     struct sl_addr        admin;       /* default 127.0.0.1:9121 */
     enum sl_log_level     log_level;   /* default info */
+    char                 *log_file;    /* absolute (resolved at load), or NULL = stderr */
+    enum sl_log_format    log_format;  /* default logfmt */
     uint64_t              shutdown_grace_us; /* default 10s */
     int                   workers;     /* processes serving traffic; default 1 */
     int                   workers_auto; /* workers = auto (one per online CPU) */

@@ -239,6 +239,7 @@ void sl_conf_free(struct sl_conf *c)
         free(c->store.password);
     }
     free(c->store.password_file);
+    free(c->log_file);
     free(c->store.url);
     free(c->store.user);
     free(c->store.key_prefix);

@@ -168,6 +168,9 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     fprintf(out, "; effective configuration of %s\n\n[sluice]\n", c->file);
     kv(out, "admin", c->has_admin ? c->admin.text : "");
     kv(out, "log_level", sl_log_level_name(c->log_level));
+    if (c->log_file != NULL)
+        kv(out, "log_file", c->log_file);
+    kv(out, "log_format", sl_log_format_names[c->log_format]);
     kv_duration(out, "shutdown_grace", c->shutdown_grace_us);
     if (c->workers_auto)
         kv(out, "workers", "auto");

@@ -13,11 +13,13 @@
 #include "conf/names.h"
 #include "conf/units.h"
 
-static kw_setter set_admin, set_log_level, set_workers, set_url, set_password_file, set_lease;
+static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
     FUNC("log_level", set_log_level, 0),
+    FUNC("log_file", set_log_file, 0),
+    ENUM("log_format", struct sl_conf, log_format, sl_log_format_names),
     NUM("shutdown_grace", KW_DURATION, struct sl_conf, shutdown_grace_us, 0, DAY_US),
     FUNC("workers", set_workers, 0),
 };
@@ -85,6 +87,49 @@ static void set_log_level(struct loader *ld, struct section *sec, const struct k
     struct sl_conf *c = sec->obj;
     if (sl_log_level_parse(value, &c->log_level) != 0)
         sl_cf_bad(ld, kw, "one of error | warn | info | debug", value);
+}
+
+/* <value> as an absolute path: a relative one is taken from the directory
+ * of the configuration file (ld->dir; NULL = the working directory), so
+ * `sluice -c /etc/sluice/sluice.ini` finds it whatever the working
+ * directory, and what -T prints loads from anywhere. Symbolic links are
+ * left as they are. malloc'd, or NULL (out of memory). */
+static char *abs_path(const struct loader *ld, const char *value)
+{
+    char *path = NULL;
+    if (value[0] == '/')
+        return strdup(value);
+    const char *dir = ld->dir;
+    char cwd[4096];
+    if ((dir == NULL || dir[0] != '/') && getcwd(cwd, sizeof(cwd)) != NULL) {
+        if (asprintf(&path, "%s%s%s/%s", cwd, dir != NULL ? "/" : "", dir != NULL ? dir : "",
+                     value) < 0)
+            path = NULL;
+    } else if (asprintf(&path, "%s%s%s", dir != NULL ? dir : "",
+                        dir != NULL && strcmp(dir, "/") != 0 ? "/" : "", value) < 0) {
+        path = NULL;
+    }
+    return path;
+}
+
+/* log_file = PATH: empty is stderr. The file is opened when the
+ * configuration is applied (startup, reload), not by -t. */
+static void set_log_file(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    (void)kw;
+    free(c->log_file);
+    c->log_file = NULL;
+    if (value[0] == '\0')
+        return;
+    char *path = abs_path(ld, value);
+    if (path == NULL) {
+        ld->oom = 1;
+        return;
+    }
+    c->log_file = sl_cf_strdup(ld, path);
+    free(path);
 }
 
 /* workers = N | auto: auto is one per online CPU, at most MAX_WORKERS. */
@@ -209,27 +254,10 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     (void)kw;
     if (value[0] == '\0')
         return;
-    /* Relative to the configuration file, so `sluice -c /etc/sluice/sluice.ini`
-     * finds its secret whatever the working directory. The path kept (and
-     * printed by -T) is absolute, so a printed configuration loads from any
-     * directory; symbolic links are left as they are (a mounted secret is
-     * often one that is swapped on rotation). */
-    if (value[0] != '/') {
-        const char *dir = ld->dir; /* NULL: the working directory */
-        char cwd[4096];
-        if ((dir == NULL || dir[0] != '/') && getcwd(cwd, sizeof(cwd)) != NULL) {
-            if (asprintf(&path, "%s%s%s/%s", cwd, dir != NULL ? "/" : "", dir != NULL ? dir : "",
-                         value) < 0)
-                path = NULL;
-        } else if (asprintf(&path, "%s%s%s", dir != NULL ? dir : "",
-                            dir != NULL && strcmp(dir, "/") != 0 ? "/" : "", value) < 0) {
-            path = NULL;
-        }
-        if (path == NULL)
-            goto oom;
-    } else if ((path = strdup(value)) == NULL) {
+    /* Relative to the configuration file, kept absolute (abs_path()); a
+     * mounted secret is often a symbolic link swapped on rotation. */
+    if ((path = abs_path(ld, value)) == NULL)
         goto oom;
-    }
     pw = sl_cf_read_file(path, MAX_PASSWORD, &len, &error);
     if (pw == NULL) {
         if (error == EFBIG)

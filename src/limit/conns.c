@@ -281,8 +281,8 @@ static void lease_on_store(void *data, int status, const int64_t *vals, int n, c
     uint64_t now_us = uv_hrtime() / 1000;
     if (status < 0 || n != 1 + 3 * ls->n) {
         if (status == 0)
-            sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
-                        1 + 3 * ls->n, err ? err : "");
+            sl_log_warn_rl("store_unexpected_reply", "quota store: unexpected reply",
+                           "values=%d expected=%d err=\"%s\"", n, 1 + 3 * ls->n, err ? err : "");
         lease_failed(ls, now_us, &v);
     } else {
         for (int k = 0; k < ls->n; k++) {

@@ -920,8 +920,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
         nremote += q->remote[k];
     if (status < 0 || n != 1 + 4 * nremote) {
         if (status == 0)
-            sl_log_warn("quota store: unexpected reply", "values=%d expected=%d err=\"%s\"", n,
-                        1 + 4 * nremote, err ? err : "");
+            sl_log_warn_rl("store_unexpected_reply", "quota store: unexpected reply",
+                           "values=%d expected=%d err=\"%s\"", n, 1 + 4 * nremote, err ? err : "");
         store_failed(lim, q, &v);
     } else if (lease_answer(lim, q, vals, answer_time(q))) {
         return; /* asked again, without the leases */

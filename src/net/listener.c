@@ -200,7 +200,8 @@ static void on_connection(uv_stream_t *h, int status)
         return;
     }
     if (status < 0) {
-        sl_log_warn("accept failed", "listener=%s err=%s", l->name, uv_strerror(status));
+        sl_log_warn_rl("accept_failed", "accept failed", "listener=%s err=%s", l->name,
+                       uv_strerror(status));
         return;
     }
     if (!fd_room(l->srv)) {
@@ -400,6 +401,7 @@ static void on_sweep(uv_timer_t *t)
         fd_count(srv);
     if (srv->limiter)
         sl_limiter_sweep(srv->limiter, uv_hrtime() / 1000);
+    sl_log_rate_flush(0); /* the counts of storms that are over */
 }
 
 /* The quota store client, for url = redis:// (NULL for local). */

@@ -380,8 +380,8 @@ static void frame(struct sl_session *s)
                  * upstream has a cut request, and the connection ends.
                  * When it is the only one owed and nothing of its
                  * response came, the answer is ours: its turn is now. */
-                sl_log_debug("bad request body", "listener=%s err=\"%s\"", s->l->name,
-                             h->req.err);
+                sl_log_debug_rl("bad_request_body", "bad request body", "listener=%s err=\"%s\"",
+                                s->l->name, h->req.err);
                 if (h->qn != 1 || h->res_any || s->seg_n > 0) {
                     s->l->stats.protocol_errors++;
                     sl_session_close(s);
@@ -518,7 +518,8 @@ static int response_ended(struct sl_session *s)
 static void bad_gateway(struct sl_session *s, int status, const char *why)
 {
     struct sl_http_sess *h = s->http;
-    sl_log_warn("bad upstream response", "listener=%s err=\"%s\"", s->l->name, why);
+    sl_log_warn_rl("bad_upstream_response", "bad upstream response", "listener=%s err=\"%s\"",
+                   s->l->name, why);
     if (h->res_sent || h->qn == 0) {
         ob_flush();
         sl_sess_finish(s);

@@ -309,7 +309,7 @@ static void observe(struct sl_session *s, const struct sl_resp_req *r, int kind)
 static void protocol_error(struct sl_session *s, const char *msg)
 {
     s->l->stats.protocol_errors++;
-    sl_log_debug("protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
+    sl_log_debug_rl("protocol_error", "protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
     if (s->rc.reply_mode != SL_REPLY_ON) {
         /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
@@ -624,7 +624,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         unsigned f = 0;
         long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
         if (n < 0) {
-            sl_log_warn("upstream protocol error", "listener=%s", s->l->name);
+            sl_log_warn_rl("upstream_protocol_error", "upstream protocol error", "listener=%s",
+                           s->l->name);
             sl_sess_to_client(s, b, b->start, off);
             b->start = b->end;
             sl_sess_finish(s);

@@ -213,7 +213,8 @@ static void on_write(uv_write_t *req, int status)
     if (s->state >= SL_SESS_CLOSED)
         return;
     if (status < 0) {
-        sl_log_debug("write failed", "listener=%s err=%s", s->l->name, uv_strerror(status));
+        sl_log_debug_rl("write_failed", "write failed", "listener=%s err=%s", s->l->name,
+                        uv_strerror(status));
         sl_session_close(s);
         return;
     }
@@ -954,8 +955,8 @@ static void upstream_failed(struct sl_session *s, int err)
         return;
     }
     s->l->stats.upstream_failed++;
-    sl_log_warn("upstream unavailable", "listener=%s upstream=%s err=%s", s->l->name,
-                s->l->conf->upstream.text, sl_strerror(err));
+    sl_log_warn_rl("upstream_unavailable", "upstream unavailable", "listener=%s upstream=%s err=%s",
+                   s->l->name, s->l->conf->upstream.text, sl_strerror(err));
     answer_close(s, SL_ANSWER_UPSTREAM_DOWN, NULL);
 }
 
@@ -1024,7 +1025,8 @@ static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
 {
     struct sl_listener *l = s->l;
     l->stats.conns_refused++;
-    sl_log_debug("connection limit: refused", "listener=%s limit=%s", l->name, v->limit);
+    sl_log_debug_rl("connection_limit", "connection limit: refused", "listener=%s limit=%s",
+                    l->name, v->limit);
     sl_lease_gave_up(s->lease, v);
     sl_lease_free(s->lease);
     s->lease = NULL;
@@ -1084,8 +1086,8 @@ void sl_session_accept(struct sl_listener *l)
     l->stats.conns_accepted++;
     if (l->stats.conns_active > l->conf->max_connections) {
         /* Accepted and then refused, as Redis does: the client learns why. */
-        sl_log_warn("max_connections reached", "listener=%s max=%llu", l->name,
-                    (unsigned long long)l->conf->max_connections);
+        sl_log_warn_rl("max_connections", "max_connections reached", "listener=%s max=%llu",
+                       l->name, (unsigned long long)l->conf->max_connections);
         l->stats.conns_refused++;
         answer_close(s, SL_ANSWER_MAX_CLIENTS, NULL);
         return;
@@ -1132,7 +1134,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         if (ht == 0)
             continue; /* turned off by a reload */
         l->stats.header_timeouts++;
-        sl_log_debug("header timeout", "listener=%s", l->name);
+        sl_log_debug_rl("header_timeout", "header timeout", "listener=%s", l->name);
         s->proto->header_late(s);
     }
 
@@ -1143,7 +1145,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         if (ut == 0)
             continue; /* turned off by a reload */
         l->stats.upstream_timeouts++;
-        sl_log_debug("upstream timeout", "listener=%s", l->name);
+        sl_log_debug_rl("upstream_timeout", "upstream timeout", "listener=%s", l->name);
         s->proto->upstream_late(s);
     }
 

@@ -767,6 +767,7 @@ static void on_master_signal(uv_signal_t *h, int signum)
         maybe_done(m);
         return;
     case SIGUSR1:
+        (void)sl_log_reopen(); /* the master's own descriptor; each worker has its own */
         signal_workers(m, SIGUSR1);
         return;
     }

@@ -917,8 +917,9 @@ static void on_reply(struct sl_store *st, uint64_t now_ns)
         if (rp->type != REDIS_REPLY_STRING) {
             const char *e = rp->type == REDIS_REPLY_ERROR ? rp->text : "unexpected reply";
             char q[160];
-            sl_log_warn("quota store script load failed", "script=%d error=%s", r->script,
-                        sl_log_quote(e, strlen(e), q, sizeof(q)));
+            sl_log_warn_rl("store_script_load", "quota store script load failed",
+                           "script=%d error=%s", r->script,
+                           sl_log_quote(e, strlen(e), q, sizeof(q)));
         }
         break;
     case K_EVAL:

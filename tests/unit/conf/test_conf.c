@@ -1421,6 +1421,38 @@ static void test_dump_long_value(void **state)
     free(d);
 }
 
+/* log_file is kept absolute (relative to the file's directory, like
+ * password_file), log_format is logfmt | json; -T prints both and its
+ * output loads again. */
+static void test_log_keys(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok(L_A);
+    assert_null(c->log_file);
+    assert_int_equal(c->log_format, SL_LOG_LOGFMT);
+    sl_conf_free(c);
+
+    c = load_ok("[sluice]\nlog_file = /var/log/sluice/sluice.log\nlog_format = json\n" L_A);
+    assert_string_equal(c->log_file, "/var/log/sluice/sluice.log");
+    assert_int_equal(c->log_format, SL_LOG_JSON);
+    sl_conf_free(c);
+
+    c = load_ok("[sluice]\nlog_file = logs/s.log\n" L_A);
+    assert_int_equal(c->log_file[0], '/');
+    size_t n = strlen(c->log_file);
+    assert_true(n > 11 && strcmp(c->log_file + n - 11, "/logs/s.log") == 0);
+    sl_conf_free(c);
+
+    c = load_ok("[sluice]\nlog_file =\n" L_A);
+    assert_null(c->log_file); /* empty: stderr */
+    sl_conf_free(c);
+
+    expect_errors("[sluice]\nlog_format = xml\n" L_A,
+                  "t.ini:2: log_format: expected one of logfmt | json, got 'xml'\n");
+    round_trip("[sluice]\nlog_file = /var/log/sluice/sluice.log\nlog_format = json\n" L_A);
+    round_trip("[sluice]\nlog_file = rel.log\n" L_A);
+}
+
 static void test_dump_round_trip(void **state)
 {
     (void)state;
@@ -1925,6 +1957,7 @@ int main(void)
         cmocka_unit_test(test_dump_password_file_absolute),
         cmocka_unit_test(test_password_file_mode_warning),
         cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_log_keys),
         cmocka_unit_test(test_dump_long_value),
         cmocka_unit_test(test_shipped_files),
     };
