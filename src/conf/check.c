@@ -6,6 +6,7 @@
  * store). Each error is reported at the line of the key it concerns. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "conf/conf.h"
 #include "conf/http.h"
 #include "conf/names.h"
+#include "conf/resolve.h"
 #include "identity/identity-t.h"
 
 /* The keys of [listener] (sec_listener.c) that only an http listener takes. */
@@ -496,8 +498,46 @@ static void check_cycles(struct loader *ld)
     }
 }
 
+/* Resolves <a> when its host is a name; a name that does not resolve is an
+ * error at <line>, and <a> is left out of the checks below (text cleared,
+ * as for a bad value). */
+static void resolve_addr(struct loader *ld, struct sl_addr *a, const char *key, int line)
+{
+    if (!a->named)
+        return;
+    char host[sizeof(a->text)];
+    snprintf(host, sizeof(host), "%s", a->text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    int rc = sl_conf_resolve(host, a->port, &a->ss);
+    if (rc != 0) {
+        sl_cf_err(ld, line, "%s: cannot resolve '%s': %s", key, host, gai_strerror(rc));
+        a->text[0] = '\0';
+    }
+}
+
+/* Names first: the checks of addresses below compare what they resolve to. */
+static void resolve_names(struct loader *ld)
+{
+    struct sl_conf *c = ld->conf;
+    if (c->has_admin && ld->sluice != NULL)
+        resolve_addr(ld, &c->admin, "admin", sl_cf_key_line(ld->sluice, "admin"));
+    if (c->store.kind == SL_STORE_REDIS && ld->store != NULL)
+        resolve_addr(ld, &c->store.addr, "url", sl_cf_key_line(ld->store, "url"));
+    for (size_t i = 0; i < ld->n_secs; i++) {
+        struct section *sec = ld->secs[i];
+        if (sec->kind != SEC_LISTENER)
+            continue;
+        struct sl_listener_conf *l = sec->obj;
+        resolve_addr(ld, &l->listen, "listen", sl_cf_key_line(sec, "listen"));
+        resolve_addr(ld, &l->upstream, "upstream", sl_cf_key_line(sec, "upstream"));
+    }
+}
+
 void sl_cf_finish(struct loader *ld)
 {
+    resolve_names(ld);
     for (size_t i = 0; i < ld->n_secs; i++)
         if (ld->secs[i]->kind == SEC_LISTENER)
             check_listener(ld, ld->secs[i]);

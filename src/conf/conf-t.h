@@ -39,10 +39,14 @@ struct sl_rate {
 };
 
 /* A socket address as written ("127.0.0.1:6380", "[::1]:6380", "*:6380",
- * "localhost:6379") and as resolved. */
+ * "localhost:6379", "redis.default.svc:6379") and as resolved. A host name
+ * is resolved when the file is loaded (conf/resolve.h); an upstream's name
+ * again at run time (core/resolve.h). */
 struct sl_addr {
     char                    text[80];  /* as written, for logs and -T */
-    struct sockaddr_storage ss;        /* resolved numeric address */
+    struct sockaddr_storage ss;        /* resolved numeric address (a name: once loaded) */
+    uint8_t                 named;     /* the host is a name, not a number */
+    uint16_t                port;      /* host order; what a name's answers are given */
 };
 
 /* One entry of `cost = KEYS=100 SCAN=10 *=1` (resp) or `cost = POST=5 *=1` (http). */
@@ -76,6 +80,8 @@ struct sl_listener_conf {
     uint64_t       header_timeout_us;  /* a request's head must be whole within this; default 10s; 0 = never */
     uint64_t       max_replies_owed;   /* replies owed before the client is not read; default 8192 */
     uint64_t       max_request;        /* bytes, default 512mb */
+    uint64_t       resolve_ttl_us;     /* an upstream name is looked up again when its answer
+                                          is older than this; default 30s; 0 = at every connect */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip */

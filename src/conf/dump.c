@@ -93,6 +93,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv_u64(out, "max_replies_owed", l->max_replies_owed);
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
+    kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
     for (int i = 0; i < l->n_trusted_proxies; i++) {

@@ -179,8 +179,7 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
                     const char *value)
 {
     struct sl_store_conf *st = sec->obj;
-    static const char expected[] = "local or redis://[user@]host[:port][/db] with a numeric "
-                                   "host or localhost";
+    static const char expected[] = "local or redis://[user@]host[:port][/db]";
     char *user = NULL;
     if (strcmp(value, "local") == 0) {
         st->kind = SL_STORE_LOCAL;

@@ -26,6 +26,7 @@ static const struct keyword listener_kw[] = {
     NUM("header_timeout", KW_DURATION, struct sl_listener_conf, header_timeout_us, 0, HOUR_US),
     NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
+    NUM("resolve_ttl", KW_DURATION, struct sl_listener_conf, resolve_ttl_us, 0, DAY_US),
     /* protocol = http only (check.c: http_only_keys, check_listener) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
@@ -57,6 +58,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->header_timeout_us = 10 * S_US;
     l->max_replies_owed = 8192;
     l->max_request = 512ULL * 1000 * 1000;
+    l->resolve_ttl_us = 30 * S_US;
     l->upstream_timeout_us = 60 * S_US;
     l->rate_limit_headers = SL_RLH_DRAFT;
     l->forwarded_headers = 1;

@@ -160,6 +160,38 @@ static int parse_port(const char *s, in_port_t *port)
     return 0;
 }
 
+/* A DNS host name (RFC 1123): labels of letters, digits, '-' (and '_', which
+ * service records and some clusters use), 1 to 63 bytes each, not starting or
+ * ending with '-'. What inet_aton would read as a number ("10.1", "0x7f")
+ * is not a name: getaddrinfo would turn it into an address nobody meant. */
+static int is_host_name(const char *h)
+{
+    size_t len = strlen(h);
+    struct in_addr ia;
+    if (len == 0 || len > 253 || inet_aton(h, &ia) != 0)
+        return 0;
+    /* Nor is what ends in an all-digit label ("256.0.0.1"): no top-level
+     * domain is one (RFC 3696, 2). */
+    const char *last = strrchr(h, '.');
+    last = last != NULL ? last + 1 : h;
+    if (strspn(last, "0123456789") == strlen(last))
+        return 0;
+    for (const char *p = h; *p;) {
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_");
+        if (n == 0 || n > 63 || p[0] == '-' || p[n - 1] == '-')
+            return 0;
+        p += n;
+        if (*p == '.') {
+            p++;
+            if (*p == '\0')
+                return 0; /* a trailing dot: not taken, so each name has one spelling */
+        } else if (*p != '\0') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int sl_parse_addr(const char *s, struct sl_addr *out)
 {
     struct sl_addr a;
@@ -184,6 +216,7 @@ int sl_parse_addr(const char *s, struct sl_addr *out)
             return -1;
         if (parse_port(port, &sin6->sin6_port) != 0)
             return -1;
+        a.port = ntohs(sin6->sin6_port);
         sin6->sin6_family = AF_INET6;
     } else {
         const char *colon = strrchr(s, ':');
@@ -194,14 +227,21 @@ int sl_parse_addr(const char *s, struct sl_addr *out)
         host[hlen] = '\0';
         port = colon + 1;
         struct sockaddr_in *sin = (struct sockaddr_in *)&a.ss;
+        if (parse_port(port, &sin->sin_port) != 0)
+            return -1;
+        a.port = ntohs(sin->sin_port);
         if (strcmp(host, "*") == 0)
             sin->sin_addr.s_addr = htonl(INADDR_ANY);
-        else if (strcmp(host, "localhost") == 0)
-            sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         /* inet_pton, not inet_aton: "10.1" and "0x7f.1" are not addresses here. */
-        else if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
-            return -1;
-        if (parse_port(port, &sin->sin_port) != 0)
+        else if (inet_pton(AF_INET, host, &sin->sin_addr) == 1)
+            ;
+        else if (is_host_name(host)) {
+            /* Resolved by the loader (conf/resolve.h): ss stays empty here. */
+            memset(&a.ss, 0, sizeof(a.ss));
+            a.named = 1;
+            *out = a;
+            return 0;
+        } else
             return -1;
         sin->sin_family = AF_INET;
     }

@@ -24,8 +24,10 @@ int sl_parse_size(const char *s, uint64_t *bytes);
  * N must be positive. */
 int sl_parse_rate(const char *s, int bytes, struct sl_rate *out);
 
-/* Parses "host:port", "[v6]:port", "*:port" (any IPv4 address) or
- * "localhost:port" (127.0.0.1) into <out>. Numeric addresses only otherwise. */
+/* Parses "a.b.c.d:port", "[v6]:port", "*:port" (any IPv4 address) or
+ * "name:port" (a DNS host name, "localhost" too) into <out>. A name is not
+ * resolved here: <out> has named = 1 and an empty ss (conf/resolve.h fills
+ * it). Does no I/O. */
 int sl_parse_addr(const char *s, struct sl_addr *out);
 
 /* Formats helpers for -T: the shortest exact unit text of a value. */

@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include "conf/conf-t.h"
+#include "core/resolve-t.h"
 #include "core/tq.h"
 #include "shape/wait-t.h"
 
@@ -25,6 +26,8 @@ struct sl_listener_stats {
     uint64_t bytes_in;         /* bytes read from clients */
     uint64_t bytes_out;        /* bytes read from upstreams (sent on to clients) */
     uint64_t upstream_timeouts;/* http: no response head within upstream_timeout (504) */
+    uint64_t resolve_failures; /* lookups of the upstream's name that failed (the last good
+                                  address stayed in use) */
     uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
                                   (the upstream's and sluice's own) */
 };
@@ -57,6 +60,8 @@ struct sl_listener {
     struct sl_listener_stats stats;      /* counters */
     uint64_t                 fd_unlogged; /* descriptor refusals not logged yet */
     uint64_t                 fd_logged_ms; /* loop time of the last such log line */
+    struct sl_resolve        up;         /* the upstream's address: sessions connect to up.ss;
+                                            a name is looked up again past resolve_ttl */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

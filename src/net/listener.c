@@ -19,6 +19,7 @@
 #include "conf/conf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/resolve.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/report.h"
@@ -252,6 +253,7 @@ static void listener_free(struct sl_listener *l)
     while (*pp != l)
         pp = &(*pp)->next;
     *pp = l->next;
+    sl_resolve_stop(&l->up);
     conf_copies_free(l);
     free(l->name);
     free(l);
@@ -328,6 +330,47 @@ static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
             l->cf.n_trusted_proxies = 0;
     }
     l->conf = &l->cf;
+    /* The loader has just resolved the upstream's name: that answer is
+     * fresh (a reload thus also refreshes it). */
+    char host[sizeof(lc->upstream.text)] = "";
+    if (lc->upstream.named) {
+        snprintf(host, sizeof(host), "%s", lc->upstream.text);
+        char *colon = strrchr(host, ':');
+        if (colon != NULL)
+            *colon = '\0';
+    }
+    sl_resolve_set(&l->up, host, lc->upstream.port, &lc->upstream.ss, uv_now(l->srv->loop));
+}
+
+/* A lookup of <r>, the upstream name of a listener, ended. Said once per
+ * change of state: a name that keeps failing is counted, not logged again. */
+static void on_upstream_resolved(struct sl_resolve *r, enum sl_resolve_event ev, int err)
+{
+    struct sl_listener *l = r->data;
+    char addr[64];
+    sl_resolve_fmt(&r->ss, addr, sizeof(addr));
+    switch (ev) {
+    case SL_RESOLVE_CHANGED:
+        sl_log_info("upstream address changed", "listener=%s upstream=%s addr=%s", l->name,
+                    l->conf->upstream.text, addr);
+        break;
+    case SL_RESOLVE_RECOVERED:
+        sl_log_info("upstream name resolved again", "listener=%s upstream=%s addr=%s", l->name,
+                    l->conf->upstream.text, addr);
+        break;
+    case SL_RESOLVE_FAILING:
+        sl_log_warn("upstream name not resolved: keeping the last address",
+                    "listener=%s upstream=%s addr=%s err=\"%s\"", l->name, l->conf->upstream.text,
+                    addr, uv_strerror(err));
+        /* fall through */
+    case SL_RESOLVE_STILL:
+        l->stats.resolve_failures++;
+        break;
+    case SL_RESOLVE_SAME:
+    case SL_RESOLVE_STALE:
+        break;
+    }
+    sl_session_resolved(l);
 }
 
 /* Makes the listening socket of <l>. A worker's has SO_REUSEPORT: every
@@ -363,6 +406,8 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
         return NULL;
     }
     l->srv = srv;
+    l->up.cb = on_upstream_resolved;
+    l->up.data = l;
     set_conf(l, lc);
     l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
     l->handle.data = l;

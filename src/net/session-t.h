@@ -95,6 +95,8 @@ struct sl_session {
     struct sl_resp_conn rc;         /* resp: what Redis makes of the connection */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */
+    uint8_t             resolving;  /* in l->connecting, waiting for a lookup of the upstream's
+                                       name (resolve_ttl = 0) before connecting */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
     uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
     uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */

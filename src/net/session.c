@@ -40,6 +40,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "core/resolve.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
@@ -979,7 +980,34 @@ static void on_connect(uv_connect_t *req, int status)
     sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 0);
 }
 
-/* Starts the upstream connection of an admitted session. */
+/* Connects the upstream socket of <s> to the listener's address now. */
+static void connect_now(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
+    uv_loop_t *loop = l->handle.loop;
+    uv_connect_t *req = malloc(sizeof(*req));
+    int rc = req ? uv_tcp_init(loop, &s->upstream) : UV_ENOMEM;
+    if (rc == 0) {
+        s->upstream.data = s;
+        s->up_up = 1;
+        s->handles++;
+        req->data = s;
+        rc = uv_tcp_connect(req, &s->upstream, (const struct sockaddr *)&l->up.ss, on_connect);
+    }
+    if (rc < 0) {
+        free(req);
+        if (s->up_up) {
+            close_handle((uv_handle_t *)&s->upstream);
+            s->up_up = 0;
+        }
+        upstream_failed(s, rc);
+    }
+}
+
+/* Starts the upstream connection of an admitted session. An upstream name
+ * whose answer is older than resolve_ttl is looked up again (off the loop);
+ * the session connects meanwhile to the last good address, or, with
+ * resolve_ttl = 0, waits for the answer (sl_session_resolved). */
 static void connect_upstream(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
@@ -989,23 +1017,27 @@ static void connect_upstream(struct sl_session *s)
         sl_session_close(s);
         return;
     }
-    uv_connect_t *req = malloc(sizeof(*req));
-    int rc = req ? uv_tcp_init(loop, &s->upstream) : UV_ENOMEM;
-    if (rc == 0) {
-        s->upstream.data = s;
-        s->up_up = 1;
-        s->handles++;
-        req->data = s;
-        rc = uv_tcp_connect(req, &s->upstream, (const struct sockaddr *)&l->conf->upstream.ss,
-                            on_connect);
+    uint64_t ttl = l->conf->resolve_ttl_us;
+    if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
+        sl_log_debug("upstream lookup not started", "listener=%s", l->name);
+    if (ttl == 0 && l->up.req != NULL) {
+        s->resolving = 1; /* connect_timeout still runs (sweep) */
+        return;
     }
-    if (rc < 0) {
-        free(req);
-        if (s->up_up) {
-            close_handle((uv_handle_t *)&s->upstream);
-            s->up_up = 0;
+    connect_now(s);
+}
+
+void sl_session_resolved(struct sl_listener *l)
+{
+    struct sl_tq_node *n = l->connecting.head;
+    while (n != NULL) {
+        struct sl_tq_node *next = n->next; /* connect_now may move or close it */
+        struct sl_session *s = sl_session_of(n);
+        if (s->resolving && s->state == SL_SESS_CONNECTING) {
+            s->resolving = 0;
+            connect_now(s);
         }
-        upstream_failed(s, rc);
+        n = next;
     }
 }
 
@@ -1119,8 +1151,10 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     while ((n = sl_tq_expired(&l->connecting, now, ct ? ct : 1)) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
-        close_handle((uv_handle_t *)&s->upstream);
+        if (s->up_up) /* not made yet while waiting for a lookup */
+            close_handle((uv_handle_t *)&s->upstream);
         s->up_up = 0;
+        s->resolving = 0;
         s->state = SL_SESS_RELAY; /* on_connect (cancelled) must not act */
         upstream_failed(s, UV_ETIMEDOUT);
     }

@@ -14,6 +14,10 @@ void sl_session_drain(struct sl_session *s);
 /* Closes both sockets now. Safe to call more than once. */
 void sl_session_close(struct sl_session *s);
 
+/* A lookup of <l>'s upstream name ended (answered or not): the sessions
+ * waiting for it (resolve_ttl = 0) connect now, to l->up.ss. */
+void sl_session_resolved(struct sl_listener *l);
+
 /* Sweep work for one listener at loop time <now> (ms): connect timeouts,
  * idle timeouts, lingering closes, and giving back idle framers. */
 void sl_session_sweep(struct sl_listener *l, uint64_t now);

@@ -46,6 +46,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/resolve.h"
 #include "store/scripts.h"
 #include "store/store.h"
 
@@ -132,6 +133,8 @@ struct sl_store {
     uv_prepare_t          prepare;       /* flush before the loop blocks */
     uv_check_t            check;         /* flush after the I/O callbacks */
     int                   handles;       /* initialized and not yet closed */
+    struct sl_resolve     res;           /* the store's address; a host name is looked up
+                                            again before each reconnect */
 
     enum conn_state       conn;
     uint8_t               tcp_open;      /* tcp initialized, its close cb pending */
@@ -1101,7 +1104,7 @@ static void start_connect(struct sl_store *st)
     st->handles++;
     st->conn = CONNECTING;
     st->connect_req.data = st;
-    rc = uv_tcp_connect(&st->connect_req, &st->tcp, (const struct sockaddr *)&st->conf.addr.ss,
+    rc = uv_tcp_connect(&st->connect_req, &st->tcp, (const struct sockaddr *)&st->res.ss,
                         on_connect);
     if (rc < 0) {
         drop_conn(st, uv_strerror(rc));
@@ -1111,12 +1114,35 @@ static void start_connect(struct sl_store *st)
     uv_timer_start(&st->connect_timer, on_connect_timeout, ms ? ms : 1, 0);
 }
 
+/* A lookup of the store's host name ended: connect to what it gave, or,
+ * when it failed, to the last good address. Said once per change. */
+static void on_resolved(struct sl_resolve *r, enum sl_resolve_event ev, int err)
+{
+    struct sl_store *st = r->data;
+    char addr[64];
+    sl_resolve_fmt(&r->ss, addr, sizeof(addr));
+    if (ev == SL_RESOLVE_CHANGED || ev == SL_RESOLVE_RECOVERED)
+        sl_log_info(ev == SL_RESOLVE_CHANGED ? "quota store address changed"
+                                             : "quota store name resolved again",
+                    "url=%s resolved=%s", st->conf.addr.text, addr);
+    else if (ev == SL_RESOLVE_FAILING)
+        sl_log_warn("quota store name not resolved: keeping the last address",
+                    "url=%s resolved=%s err=\"%s\"", st->conf.addr.text, addr, uv_strerror(err));
+    if (!st->closing && st->conn == DISCONNECTED)
+        start_connect(st);
+}
+
 static void on_retry(uv_timer_t *t)
 {
     struct sl_store *st = t->data;
     if (st->closing)
         return;
     if (st->conn == DISCONNECTED) {
+        /* A store named by a host name may have moved (a failover that
+         * repoints a DNS record): look it up again first, off the loop;
+         * on_resolved connects. */
+        if (st->res.name[0] != '\0' && sl_resolve_start(&st->res, st->loop) == 0)
+            return;
         start_connect(st);
         return;
     }
@@ -1179,6 +1205,15 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     free(st->hb_key);
     st->conf = c;
     st->hb_key = key;
+    /* Resolved by the loader just now (conf/resolve.h). */
+    char host[sizeof(c.addr.text)] = "";
+    if (c.addr.named) {
+        snprintf(host, sizeof(host), "%s", c.addr.text);
+        char *colon = strrchr(host, ':');
+        if (colon != NULL)
+            *colon = '\0';
+    }
+    sl_resolve_set(&st->res, host, c.addr.port, &c.addr.ss, uv_now(st->loop));
     uint64_t ms = (c.timeout_us + 999) / 1000;
     st->timeout_ms = ms ? ms : 1;
     return 0;
@@ -1259,6 +1294,8 @@ struct sl_store *sl_store_new(uv_loop_t *loop, const struct sl_store_conf *conf,
     st->live = 1;
     st->backoff_ms = BACKOFF_MIN_MS;
     st->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)st;
+    st->res.cb = on_resolved;
+    st->res.data = st;
     if (set_conf(st, conf) < 0 || (st->id = strdup(instance_id ? instance_id : "sluice")) == NULL ||
         (st->rbuf = malloc(READ_SIZE)) == NULL)
         goto fail;
@@ -1292,7 +1329,7 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
 {
     if (st == NULL || st->closing)
         return;
-    int reconnect = !same_addr(&st->conf.addr.ss, &conf->addr.ss) ||
+    int reconnect = !same_addr(&st->res.ss, &conf->addr.ss) ||
                     !same_str(st->conf.user, conf->user) ||
                     !same_str(st->conf.password, conf->password) || st->conf.db != conf->db;
     if (set_conf(st, conf) < 0) {
@@ -1316,6 +1353,7 @@ void sl_store_close(struct sl_store *st)
     if (st == NULL || st->closing)
         return;
     st->closing = 1; /* from here on sl_store_eval() says no */
+    sl_resolve_stop(&st->res);
     fail_all(st, "store closed");
     if (st->conn == READY && !st->writing) {
         /* Best effort: leave the heartbeat set now rather than in 5 s. */

@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "conf/conf.h"
+#include "conf/resolve.h"
 #include "conf/units.h"
 
 #define S 1000000ULL
@@ -392,8 +394,8 @@ static void test_store_url(void **state)
     assert_int_equal(port(&c->store.addr), 6379);
     sl_conf_free(c);
 
-    const char *exp = "local or redis://[user@]host[:port][/db] with a numeric host or localhost";
-    const char *bad[] = { "redis", "redis://", "redis://redis.internal:6379", "rediss://1.2.3.4",
+    const char *exp = "local or redis://[user@]host[:port][/db]";
+    const char *bad[] = { "redis", "redis://", "redis://redis..internal:6379", "rediss://1.2.3.4",
                           "redis://1.2.3.4:0", "redis://1.2.3.4/x", "redis://1.2.3.4/",
                           "redis://@1.2.3.4", "redis://1.2.3.4:6379/1/2", "LOCAL",
                           "redis://1.2.3.4/-1", "redis://1.2.3.4/2147483648" };
@@ -412,7 +414,7 @@ static void test_store_url(void **state)
 static void test_store_url_redacted(void **state)
 {
     (void)state;
-    const char *exp = "local or redis://[user@]host[:port][/db] with a numeric host or localhost";
+    const char *exp = "local or redis://[user@]host[:port][/db]";
     struct { const char *url, *shown; } cases[] = {
         { "redis://user@h:1/0?password=secret", "redis://user@h:1/0?***" },
         { "redis://1.2.3.4:1/0?password=secret", "redis://1.2.3.4:1/0?***" },
@@ -1254,6 +1256,8 @@ static void addr_equal(const struct sl_addr *a, const struct sl_addr *b)
 {
     assert_string_equal(a->text, b->text);
     assert_memory_equal(&a->ss, &b->ss, sizeof(a->ss));
+    assert_int_equal(a->named, b->named);
+    assert_int_equal(a->port, b->port);
 }
 
 static void str_equal(const char *a, const char *b)
@@ -1304,6 +1308,7 @@ static void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
         assert_int_equal(x->idle_timeout_us, y->idle_timeout_us);
         assert_int_equal(x->connect_timeout_us, y->connect_timeout_us);
         assert_int_equal(x->max_request, y->max_request);
+        assert_int_equal(x->resolve_ttl_us, y->resolve_ttl_us);
         assert_int_equal(x->n_trusted_proxies, y->n_trusted_proxies);
         for (int i = 0; i < x->n_trusted_proxies; i++) {
             assert_memory_equal(x->trusted_proxies[i].addr, y->trusted_proxies[i].addr, 16);
@@ -1489,6 +1494,92 @@ static void test_dump_round_trip(void **state)
     assert_non_null(strstr(d, "cost            = KEYS=100 SCAN=10 *=2\n"));
     assert_non_null(strstr(d, "lease           = 64\n"));
     free(d);
+    sl_conf_free(c);
+}
+
+/* ---- host names ------------------------------------------------------------ */
+
+/* The loader's resolver for the tests below: a few names, no DNS. */
+static int fake_resolve(const char *host, uint16_t port, struct sockaddr_storage *out)
+{
+    const char *ip = strcmp(host, "up.test") == 0      ? "10.0.0.7"
+                   : strcmp(host, "store.test") == 0   ? "10.0.0.9"
+                   : strcmp(host, "admin.test") == 0   ? "127.0.0.2"
+                   : strcmp(host, "listen.test") == 0  ? "127.0.0.3"
+                   : strcmp(host, "self.test") == 0    ? "127.0.0.1"
+                                                        : NULL;
+    if (ip == NULL)
+        return EAI_NONAME;
+    struct sockaddr_in *sin = (struct sockaddr_in *)out;
+    memset(out, 0, sizeof(*out));
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    inet_pton(AF_INET, ip, &sin->sin_addr);
+    return 0;
+}
+
+static const char *ip_of(const struct sl_addr *a, char *buf)
+{
+    assert_int_equal(a->ss.ss_family, AF_INET);
+    return inet_ntop(AF_INET, &((const struct sockaddr_in *)&a->ss)->sin_addr, buf, INET_ADDRSTRLEN);
+}
+
+/* upstream, listen, url and admin take host names, resolved at load; -T
+ * prints them as written; a name that does not resolve is an error at its
+ * line. */
+static void test_names(void **state)
+{
+    (void)state;
+    char ip[INET_ADDRSTRLEN];
+    sl_conf_resolve = fake_resolve;
+    static const char text[] =
+        "[sluice]\nadmin = admin.test:9121\n"
+        "[store]\nurl = redis://store.test/3\n"
+        "[listener a]\nlisten = listen.test:7001\nupstream = up.test:6380\nresolve_ttl = 0\n"
+        "[listener b]\nlisten = 127.0.0.1:7002\nupstream = 10.0.0.1:6379\n";
+    struct sl_conf *c = load_ok(text);
+    assert_string_equal(ip_of(&c->admin, ip), "127.0.0.2");
+    assert_string_equal(c->store.addr.text, "store.test:6379");
+    assert_string_equal(ip_of(&c->store.addr, ip), "10.0.0.9");
+    assert_int_equal(port(&c->store.addr), 6379);
+    const struct sl_listener_conf *a = c->listeners, *b = a->next;
+    assert_string_equal(a->upstream.text, "up.test:6380");
+    assert_int_equal(a->upstream.named, 1);
+    assert_string_equal(ip_of(&a->upstream, ip), "10.0.0.7");
+    assert_int_equal(port(&a->upstream), 6380);
+    assert_string_equal(ip_of(&a->listen, ip), "127.0.0.3");
+    assert_int_equal(a->resolve_ttl_us, 0);
+    assert_int_equal(b->resolve_ttl_us, 30 * 1000000ULL); /* the default */
+    assert_int_equal(b->upstream.named, 0);
+    char *d = dump(c);
+    assert_non_null(strstr(d, "upstream        = up.test:6380\n"));
+    assert_non_null(strstr(d, "url             = redis://store.test/3\n"));
+    assert_non_null(strstr(d, "admin           = admin.test:9121\n"));
+    assert_non_null(strstr(d, "resolve_ttl     = 0s\n"));
+    assert_non_null(strstr(d, "resolve_ttl     = 30s\n"));
+    free(d);
+    sl_conf_free(c);
+    round_trip(text);
+
+    expect_errors("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis://gone.test\n"
+                  "[listener a]\nlisten = gone.test:7001\nupstream = gone.test:6379\n",
+                  "t.ini:2: admin: cannot resolve 'gone.test': Name or service not known\n"
+                  "t.ini:4: url: cannot resolve 'gone.test': Name or service not known\n"
+                  "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n"
+                  "t.ini:7: upstream: cannot resolve 'gone.test': Name or service not known\n");
+    /* The checks compare what names resolve to: a loop is one. */
+    expect_errors("[listener a]\nlisten = 127.0.0.1:7001\nupstream = self.test:7001\n",
+                  "t.ini:3: upstream: self.test:7001 is this listener's own address (a loop)\n");
+    expect_errors(L_A "resolve_ttl = 2d\n", "t.ini:4: resolve_ttl: must be at most 1d, got '2d'\n");
+    expect_errors(L_A "resolve_ttl = soon\n",
+                  "t.ini:4: resolve_ttl: expected a duration like 250ms, 2s, 5m, got 'soon'\n");
+
+    /* The system's resolver: localhost is 127.0.0.1 (IPv4 first). */
+    sl_conf_resolve = sl_conf_resolve_system;
+    c = load_ok("[store]\nurl = redis://localhost:7000\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = localhost:6379\n");
+    assert_string_equal(ip_of(&c->listeners->upstream, ip), "127.0.0.1");
+    assert_string_equal(ip_of(&c->store.addr, ip), "127.0.0.1");
     sl_conf_free(c);
 }
 
@@ -1926,6 +2017,7 @@ int main(void)
         cmocka_unit_test(test_admin_off),
         cmocka_unit_test(test_documented_empty_forms),
         cmocka_unit_test(test_store_url),
+        cmocka_unit_test(test_names),
         cmocka_unit_test(test_store_url_redacted),
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_workers),
