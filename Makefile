@@ -46,7 +46,7 @@ FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench deps-http install clean \
+.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench deps-http deps-deploy install deb clean \
         unit integration test-build test-redis-suite test-http
 
 all: $(BUILD)/sluice
@@ -86,7 +86,7 @@ test-build: $(BUILD)/sluice $(UNIT_BIN) $(INTEG_BIN)
 
 # `make test`: install what is missing, then build and run everything in a sub-make
 # (so pkg-config is asked only after the packages are there).
-test: deps deps-http
+test: deps deps-http deps-deploy
 	@$(MAKE) --no-print-directory test-build
 	@tests/run.sh $(UNIT_BIN) $(RUN_INTEG)
 
@@ -105,7 +105,7 @@ integration: deps
 	@tests/run.sh $(RUN_INTEG)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of everything, in its own tree.
-check: deps deps-http
+check: deps deps-http deps-deploy
 	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
 	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' test-build
 	@SLUICE_BIN=build/san/sluice ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -169,9 +169,32 @@ test-redis-suite: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/redis-suite.sh
 
+# `make install` (PREFIX=/usr/local, DESTDIR for staging): the binary in
+# PREFIX/bin, sluice(8) in MANDIR/man8, conf/sluice.ini as
+# SYSCONFDIR/sluice/sluice.ini (SYSCONFDIR is /etc whatever PREFIX is: it is
+# where sluice looks without -c; an existing file is kept and the example goes
+# beside it as sluice.ini.example), and deploy/systemd/sluice.service, when
+# present, in UNITDIR with its /usr/bin/sluice changed to PREFIX/bin/sluice.
+SYSCONFDIR ?= /etc
+MANDIR     ?= $(PREFIX)/share/man
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+UNIT       := deploy/systemd/sluice.service
 install: $(BUILD)/sluice
 	install -D -m 0755 $(BUILD)/sluice $(DESTDIR)$(PREFIX)/bin/sluice
-	install -D -m 0644 conf/sluice.ini $(DESTDIR)/etc/sluice/sluice.ini.example
+	install -D -m 0644 docs/sluice.8 $(DESTDIR)$(MANDIR)/man8/sluice.8
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.ini ]; then \
+	    echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.ini (the new one is sluice.ini.example)"; \
+	    install -D -m 0644 conf/sluice.ini $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.ini.example; \
+	else install -D -m 0644 conf/sluice.ini $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.ini; fi
+	@if [ -e $(UNIT) ]; then \
+	    mkdir -p $(DESTDIR)$(UNITDIR) && \
+	    sed 's|/usr/bin/sluice|$(PREFIX)/bin/sluice|g' $(UNIT) > $(DESTDIR)$(UNITDIR)/sluice.service && \
+	    chmod 0644 $(DESTDIR)$(UNITDIR)/sluice.service; \
+	else echo "install: no $(UNIT) in this tree: no systemd unit installed"; fi
+
+# `make deb`: build/deb/sluice_VERSION_ARCH.deb (deploy/debian/build-deb.sh).
+deb: $(BUILD)/sluice
+	@deploy/debian/build-deb.sh $(BUILD) $(VERSION) $(BUILD)/deb
 
 clean:
 	rm -rf build
@@ -202,6 +225,12 @@ deps-bench:
 	    echo "deps: installing $$missing"; \
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || true; \
 	fi
+
+# What test_deploy needs beyond `deps`: python3 with PyYAML (the manifests).
+deps-deploy:
+	@python3 -c 'import yaml' 2>/dev/null || { \
+	    echo "deps: installing python3 python3-yaml"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq python3 python3-yaml >/dev/null || exit 1; }
 
 # What test_http needs beyond `deps`: nginx (the real upstream), curl and
 # python3 (clients, and the test server for odd responses).

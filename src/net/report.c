@@ -105,6 +105,17 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
             sl_metrics_u64(m, "sluice_http_responses_total", labels, st.http_responses[c]);
         }
     }
+    /* The ceiling next to sluice_connections_active, so an alert can say
+     * "near max_connections" without copying the configuration into it. */
+    sl_metrics_family(m, "sluice_connections_max", "gauge",
+                      "max_connections of the listener (a worker's share with workers > 1).");
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        struct sl_listener_stats st;
+        if (!name_totals(srv, l, &st))
+            continue;
+        const char *labels[] = { "listener", l->name, NULL };
+        sl_metrics_u64(m, "sluice_connections_max", labels, l->conf->max_connections);
+    }
     sl_metrics_family(m, "sluice_buffer_chunks", "gauge", "64 KiB data chunks in use.");
     sl_metrics_u64(m, "sluice_buffer_chunks", NULL, sl_buf_in_use());
     if (srv->limiter)
