@@ -49,9 +49,11 @@ elif ! command -v systemd-analyze >/dev/null; then
     echo "install.sh: SKIP systemd-analyze verify: systemd-analyze is not installed"
 else
     grep -q "$s/usr/local/bin/sluice" "$unit" || err "the installed unit does not run PREFIX/bin/sluice"
-    out=$(systemd-analyze verify "$unit" 2>&1) || err "systemd-analyze verify: $out"
+    # --man=no: Documentation=man:sluice(8) points at the system's man path,
+    # which a scratch install does not reach (the page is checked above)
+    out=$(systemd-analyze verify --man=no "$unit" 2>&1) || err "systemd-analyze verify: $out"
     [ -z "$out" ] || echo "install.sh: systemd-analyze verify says: $out"
-    echo "install.sh: systemd-analyze verify passes on the installed unit"
+    [ "$fail" = 0 ] && echo "install.sh: systemd-analyze verify passes on the installed unit"
 fi
 [ "$fail" = 0 ] && echo "install.sh: ok"
 exit "$fail"
