@@ -115,6 +115,13 @@ static void untrack(pid_t pid)
             tracked[i] = 0;
 }
 
+static void track(pid_t pid);
+
+void th_track_pid(pid_t pid)
+{
+    track(pid);
+}
+
 static void track(pid_t pid)
 {
     static int registered;

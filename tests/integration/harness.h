@@ -79,6 +79,10 @@ const char *th_sluice_bin(void);
  * group) and reaps whatever is still running. It also runs at exit. */
 void th_kill_all(void);
 
+/* Kills <pid> with the rest at exit or th_finish() (a process a test
+ * started by hand must not outlive a failed assertion). */
+void th_track_pid(pid_t pid);
+
 /* GET <path> from an admin endpoint on <port>: the malloc'd body (up to
  * 1 MiB), or NULL. */
 char *th_http_get(int port, const char *path);

@@ -380,11 +380,15 @@ static void run_store_failure(const char *mode)
     /* th_redis_start picks a free port; start by hand on the old one */
     pid_t pid = fork();
     if (pid == 0) {
+        /* nothing of the test's output pipes: a Redis left behind must not
+         * keep tests/run.sh waiting for their end */
         freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", (char *)NULL);
         _exit(127);
     }
+    th_track_pid(pid);
     w->store.pid = pid;
     wait_store_up(w, 0);
     redisContext *s = client(store_port);
