@@ -456,7 +456,8 @@ int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out)
     if (st->err[0] != '\0')
         return SL_EPROTO;
     for (;;) {
-        const char *p = st->in + st->pos;
+        /* nothing fed yet: no buffer (NULL + 0 is undefined in C) */
+        const char *p = st->in != NULL ? st->in + st->pos : "";
         size_t avail = st->len - st->pos;
         long long n;
         size_t dl;
