@@ -204,6 +204,25 @@ static int has_source(const struct sl_listener_conf *l, int src, const char *hea
  * rewritten here to its prefixed form, so -T prints what is matched. An
  * entry no listener of the limit can produce is an error: it would never
  * match. */
+/* Entry <i> of <m>'s match_identity becomes <buf> (its resolved form), or
+ * an error at <line> when it is too long for -T's line to load again.
+ * Returns -1 when out of memory (reported), else 0. */
+static int set_match(struct loader *ld, struct sl_limit_conf *m, int i, const char *buf,
+                     int line)
+{
+    if (strlen(buf) > MAX_IDENTITY + 8) {
+        sl_cf_err(ld, line, "match_identity: '%s' is longer than %d bytes", buf,
+                  MAX_IDENTITY + 8);
+        return 0;
+    }
+    char *d = sl_cf_strdup(ld, buf);
+    if (d == NULL)
+        return -1;
+    free(m->match_identity[i]);
+    m->match_identity[i] = d;
+    return 0;
+}
+
 static void resolve_matches(struct loader *ld, struct section *sec)
 {
     static const char *const tags[] = SL_ID_TAGS;
@@ -262,16 +281,8 @@ static void resolve_matches(struct loader *ld, struct section *sec)
             } else {
                 snprintf(buf, sizeof(buf), "%s:%s", tags[f], w);
             }
-            if (strlen(buf) > MAX_IDENTITY + 8) { /* -T's line must load again */
-                sl_cf_err(ld, line, "match_identity: '%s' is longer than %d bytes", buf,
-                          MAX_IDENTITY + 8);
-                continue;
-            }
-            char *d = sl_cf_strdup(ld, buf);
-            if (d == NULL)
+            if (set_match(ld, m, i, buf, line) < 0)
                 return;
-            free(m->match_identity[i]);
-            m->match_identity[i] = d;
             continue;
         }
         if (hashed) {
@@ -331,16 +342,8 @@ static void resolve_matches(struct loader *ld, struct section *sec)
             int n = snprintf(buf, sizeof(buf), "header:%s:%s", only, hdr);
             for (int k = 7; k < n && buf[k] != ':'; k++)
                 buf[k] = (char)tolower((unsigned char)buf[k]);
-            if (strlen(buf) > MAX_IDENTITY + 8) { /* -T's line must load again */
-                sl_cf_err(ld, line, "match_identity: '%s' is longer than %d bytes", buf,
-                          MAX_IDENTITY + 8);
-                continue;
-            }
-            char *d = sl_cf_strdup(ld, buf);
-            if (d == NULL)
+            if (set_match(ld, m, i, buf, line) < 0)
                 return;
-            free(m->match_identity[i]);
-            m->match_identity[i] = d;
             continue;
         }
         int found = 0;
