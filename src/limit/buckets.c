@@ -13,13 +13,15 @@
  *                     '-> missing, table full: evict the least worth
  *                         keeping (judge_bucket / judge_entry: in use is
  *                         pinned, as good as new goes first), then make it
- *   sl_limiter_sweep  --> renews connection places (conns.c), then drops
+ *   sl_limiter_sweep  --> renews connection places (places.c), then drops
  *                         what stayed idle past the limit's TTL */
 #include <stdlib.h>
 #include <string.h>
 
+#include "limit/buckets.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "limit/places.h"
 
 static void bucket_free(struct bucket *b)
 {
@@ -127,10 +129,10 @@ void sl_lim_bucket_drop(struct limit *L, struct bucket *b)
     bucket_free(b);
 }
 
-void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us)
+void sl_limiter_sweep(struct sl_limiter *lim)
 {
-    sl_lim_conns_renew(lim, now_us);
-    uint64_t now_ms = now_us / 1000;
+    sl_lim_places_renew(lim);
+    uint64_t now_ms = sl_clock_us(lim->clock) / 1000;
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
         struct sl_idt *tabs[2] = { &L->buckets, &L->entries };

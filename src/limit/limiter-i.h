@@ -1,16 +1,27 @@
-/* sluice — what the files of the limiter share (private to src/limit/).
+/* sluice — the limiter's private types (nothing outside src/limit/ may
+ * include this).
  *
- * The limiter is one object cut along its concepts:
+ * The limiter is one object cut along its concepts, one file and one
+ * header each:
  *
- *   limiter.c   building, deciding a request, the store round trip, token leases
+ *   limiter.c   building; a request or byte take in, its limits found, decided
  *   match.c     which limits a request meets; the limit-count check at load
+ *   inproc.c    deciding in process (url = local, connection scope), and
+ *               on_failure standing in for the store
+ *   remote.c    the store round trip: one decide.lua call, its answer
+ *   tokens.c    token leases ([store] lease) and refusals remembered from
+ *               the store, per identity
+ *   verdict.c   what a decision says: denials, RateLimit policy fields
+ *   places.c    connection places and the login queue (metric = connections)
  *   buckets.c   in-process buckets and their bounded tables
- *   conns.c     connection places and the login queue (sl_lease_*)
  *   stats.c     counters, delay histograms, busiest identities, reports
  *
- * They include this header, and nothing outside src/limit/ may. Shared
- * internal functions carry the prefix sl_lim_ and are declared here with
- * their contracts, grouped by the file that defines them. */
+ * Two kinds of things are held for a while and must not be confused: a
+ * token lease is a batch of a limit's tokens taken from the store ahead of
+ * the requests that spend them (tokens.c); a connection place is a
+ * connection's seat under a connection limit, held in the store until
+ * renewal stops (places.c, [store] connection_lease). Every time the
+ * limiter reads comes from the one clock it was built with (lim->clock). */
 #ifndef SL_LIMIT_LIMITER_I_H
 #define SL_LIMIT_LIMITER_I_H
 
@@ -22,6 +33,7 @@
 #include "limit/idtable.h"
 #include "limit/limiter.h"
 #include "proto/req-t.h"
+#include "core/clock.h"
 #include "store/store.h"
 
 #define MAX_REQ_LIMITS 16 /* limits one request (or byte take) can meet: checked at load */
@@ -117,6 +129,8 @@ struct limit {
 };
 
 /* The limiter: its limits, built once from a configuration (sl_limiter_new). */
+struct sl_places;
+
 struct sl_limiter {
     int               refs;       /* owner + pending decisions */
     struct sl_store  *store;      /* NULL: url = local */
@@ -127,7 +141,10 @@ struct sl_limiter {
     uint8_t           any_cats;   /* some limit names @categories in `commands` */
     int              *cand;       /* scratch: candidate limits of one decision (n) */
     uint8_t          *keep;       /* scratch: which of them apply to its identity (n) */
-    uint64_t          lease_ms;   /* connection leases live this long unrenewed */
+    const struct sl_clock *clock; /* every time read here */
+    struct sl_places *places;     /* the process's connection places (places.h) */
+    struct sl_places *own_places; /* ... when none was given: our own, freed with us */
+    uint64_t          place_ttl_ms; /* a connection place lives this long unrenewed */
 };
 
 /* One decision: the limits a request (byte take) met, and, while the store
@@ -149,105 +166,8 @@ struct sl_limiter_req {
     char                 identity[SL_ID_MAX + 1];
 };
 
-/* ---- stats.c ---- */
-
-/* Why work was allowed without being counted (sl_lim_uncounted). */
-enum { UNCOUNTED_NO_MEMORY, UNCOUNTED_TOO_MANY, UNCOUNTED_REASONS };
-
-/* Counts work (<what>: "request", "connection") allowed uncounted for
- * reason <why>, for /metrics; logs it at most once a second per reason. */
-void sl_lim_uncounted(int why, const char *what);
-
-/* Adds a wait of <us> to histogram <h>. */
-void sl_lim_hist_add(struct sl_delay_hist *h, uint64_t us);
-
-/* Counts one request of identity <id> in <L>'s busiest identities. */
-void sl_lim_top_count(struct limit *L, const char *id);
-
-/* ---- match.c ---- */
-
-/* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted),
- * CONTAINER|SUB names and @categories (bits); copies its `methods` and
- * `paths`. 0, or -1 when out of memory. */
-int sl_lim_copy_commands(struct limit *L, const struct sl_limit_conf *c);
-
-/* An HTTP request's path in normal form (proto/http_path.h), made on
- * first use by sl_lim_http_matches(); sl_lim_path_done() releases it. */
-struct sl_lim_path {
-    const struct sl_http_head *hd;
-    char   *norm;      /* NULL until made; <small> or malloc'd */
-    size_t  len;
-    int     failed;    /* out of memory: no path matches */
-    char    small[512];
-};
-
-/* Whether <L> takes HTTP request <pp->hd>: a limit with `commands` takes
- * none; its `methods` (exactly: methods are case-sensitive) and its
- * `paths` (see proto/http_path.h) must each take it. */
-int sl_lim_http_matches(const struct limit *L, struct sl_lim_path *pp);
-
-void sl_lim_path_done(struct sl_lim_path *pp);
-
-/* Replaces the <n> match_identity entries <m> in place by the identities
- * they stand for (hashed as identities are); NULL where memory ran out. */
-void sl_lim_canon_matches(char **m, int n);
-
-/* Whether <L>'s `commands` take request <r> (NULL: a byte take), whose
- * categories are <cats>. */
-int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats);
-
-/* What request <r> (NULL: none) costs limit <L>: per command (resp) or
- * per method (http, case-sensitive), else the default. */
-uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *r);
-
-/* Whether <L>'s match_identity takes identity <id> (none: everyone). */
-int sl_lim_identity_matches(const struct limit *L, const char *id);
-
-/* Whether request <r> is one that is never limited (MULTI, EXEC, ...). */
-int sl_lim_exempt(const struct sl_resp_req *r);
-
-/* Whether limit <L> counts <metric> on listener <lc>. */
-int sl_lim_applies(const struct limit *L, const struct sl_listener_conf *lc, int metric);
-
-/* Checks listener <l> for <metric>: writes "FILE:LINE: message" to <errf>
- * and returns 1 when one request (byte take, connection) can meet more
- * limits than a decision holds; else 0. */
-int sl_lim_check_listener_caps(const struct sl_conf *conf, const struct sl_listener_conf *l,
-                               enum sl_metric metric, FILE *errf);
-
-/* ---- limiter.c ---- */
-
-/* Fills <v> with limit <L>'s denial <res> for <identity>, unless <v>
- * already holds a stricter one (the longest wait wins). */
-void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
-                 const struct sl_algo_result *res);
-
-/* The store key of limit <L> for <id> ("*" for global scope), written in
- * <buf> of <cap> bytes; the result points into <buf>. */
-struct sl_str sl_lim_store_key(const struct sl_limiter *lim, const struct limit *L, const char *id,
-                               char *buf, size_t cap);
-
-/* ---- buckets.c ---- */
-
-/* Finds or makes the bucket <key> (<len> bytes) of <L> (an entry when
- * <key> starts with '\0'), touched at <now_ms>; a full table evicts one
- * first. NULL when out of memory. Owned by <L>'s table. */
-struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms);
-
-/* Removes bucket <b> from <L>'s table and frees it. */
-void sl_lim_bucket_drop(struct limit *L, struct bucket *b);
-
-/* Frees table <t> and every bucket in it. */
-void sl_lim_table_free(struct sl_idt *t);
-
-/* The most one take of <p> can be: what a full bucket or an empty window
- * allows. */
-uint64_t sl_lim_capacity_of(const struct sl_algo_params *p);
-
-/* ---- conns.c ---- */
-
-/* Renews every store place this process holds, in one call, when a third
- * of [store] connection_lease has passed since the last renewal. */
-void sl_lim_conns_renew(struct sl_limiter *lim, uint64_t now_us);
+/* Gives pooled decision <q> back and drops the reference it held on its
+ * limiter (limiter.c). */
+void sl_lim_req_free(struct sl_limiter_req *q);
 
 #endif

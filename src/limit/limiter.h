@@ -69,13 +69,24 @@ struct sl_meter_plan {
 
 typedef void sl_limiter_cb(void *data, const struct sl_verdict *v);
 
+struct sl_clock;
+struct sl_places;
+
+/* What a limiter works with besides its configuration. */
+struct sl_limiter_env {
+    struct sl_store       *store;  /* NULL: url = local */
+    const struct sl_clock *clock;  /* every time the limiter reads (NULL: sl_clock_mono) */
+    struct sl_places      *places; /* the process's connection places, kept across
+                                      reloads (limit/places.h); NULL: the limiter's own */
+};
+
 /* Checks what the configuration loader cannot: that every limit's numbers
  * keep the algorithms exact (docs/algorithms.md). Writes one line
  * "FILE:LINE: message" per bad limit to <errf>; returns how many. */
 int sl_limiter_validate(const struct sl_conf *conf, FILE *errf);
 
-/* Builds the limiter for <conf>; <store> is NULL for url = local. */
-struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, struct sl_store *store);
+/* Builds the limiter for <conf> in <env> (copied; NULL: all defaults). */
+struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env);
 
 /* Drops the owner's reference; freed once no decision is pending. */
 void sl_limiter_release(struct sl_limiter *lim);
@@ -85,12 +96,13 @@ void sl_limiter_release(struct sl_limiter *lim);
 int sl_limiter_active(const struct sl_limiter *lim, const char *listener);
 
 /* Decides request <r> (its command and captured arguments) from a client
- * with <ident> on listener <lc>, connection number <conn_id>, at <now_us>.
+ * with <ident> on listener <lc>, connection number <conn_id>, now (the
+ * limiter's clock).
  * Returns 0 with <v> filled, or 1 when the answer comes later through
  * <cb>(<data>, v) — then *<req> is set so the caller can cancel. */
 int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                      const struct sl_ident_state *ident, uint64_t conn_id,
-                     const struct sl_resp_req *r, uint64_t now_us, struct sl_verdict *v,
+                     const struct sl_resp_req *r, struct sl_verdict *v,
                      sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
 
 /* Like sl_limiter_check() for request <r> of any protocol (exactly one of
@@ -102,14 +114,14 @@ int sl_limiter_check(struct sl_limiter *lim, const struct sl_listener_conf *lc,
  * with r->resp only. */
 int sl_limiter_check_req(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                          const struct sl_ident_state *ident, uint64_t conn_id,
-                         const struct sl_req *r, uint64_t now_us, struct sl_verdict *v,
+                         const struct sl_req *r, struct sl_verdict *v,
                          sl_limiter_cb *cb, void *data, struct sl_limiter_req **req);
 
 /* Like sl_limiter_check() for the limits of <metric> (bytes_in, bytes_out)
  * on listener <lc>: takes <amount> tokens (a chunk of bytes). */
 int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
                     const struct sl_ident_state *ident, uint64_t conn_id, enum sl_metric metric,
-                    uint64_t amount, uint64_t now_us, struct sl_verdict *v, sl_limiter_cb *cb,
+                    uint64_t amount, struct sl_verdict *v, sl_limiter_cb *cb,
                     void *data, struct sl_limiter_req **req);
 
 /* Fills <plan> for the limits of <metric> on <lc>; returns nonzero when
@@ -117,39 +129,15 @@ int sl_limiter_take(struct sl_limiter *lim, const struct sl_listener_conf *lc,
 int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf *lc,
                     enum sl_metric metric, struct sl_meter_plan *plan);
 
-/* ---- connection limits ---- */
-
-struct sl_lease; /* a connection's places under its listener's connection limits */
-
-/* The lease for connection <conn_id> (who: <ident>, known at accept) on
- * listener <lc> at <now_us>, or NULL when no connection limit applies. */
-struct sl_lease *sl_lease_new(struct sl_limiter *lim, const struct sl_listener_conf *lc,
-                              const struct sl_ident_state *ident, uint64_t conn_id,
-                              uint64_t now_us);
-
-/* Asks for the places: 0 with <v> filled (allow, or reject: v->action says
- * whether the refusing limit queues, SL_ACTION_DELAY), or 1 when the answer
- * comes through <cb>(<data>, v). Asking again (a queued connection polling)
- * keeps its place in the queue. */
-int sl_lease_acquire(struct sl_lease *ls, uint64_t now_us, struct sl_verdict *v,
-                     sl_limiter_cb *cb, void *data);
-
-/* The login queue gave up on the connection (<v>: the last refusal of a
- * delay limit, max_delay passed): counted as that limit's rejection. */
-void sl_lease_gave_up(struct sl_lease *ls, const struct sl_verdict *v);
-
-/* The connection is gone: its places are given back (any answer still on
- * its way is dropped). NULL is fine. */
-void sl_lease_free(struct sl_lease *ls);
-
 /* The caller is gone: <cb> will not be called. */
 void sl_limiter_cancel(struct sl_limiter_req *req);
 
 /* Frees the pooled request records (at exit, so leak checkers stay quiet). */
 void sl_limiter_pool_drain(void);
 
-/* Periodic housekeeping at <now_us>: expires idle in-process buckets. */
-void sl_limiter_sweep(struct sl_limiter *lim, uint64_t now_us);
+/* Periodic housekeeping: renews the process's connection places in the
+ * store when due, expires idle in-process buckets. */
+void sl_limiter_sweep(struct sl_limiter *lim);
 
 /* Writes the per-limit metrics / the /stats JSON array of limits. */
 void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m);

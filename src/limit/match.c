@@ -21,6 +21,7 @@
 #include "identity/identity.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "limit/match.h"
 #include "proto/http_path.h"
 #include "proto/resp_acl.h"
 

@@ -1,7 +1,7 @@
 /* sluice — the limiter's statistics: what its decisions count, and the
  * reports made of it.
  *
- *   decisions (limiter.c, conns.c)
+ *   decisions (limiter.c, places.c ...)
  *     |-- per limit: allowed, rejected, shadow_hits, fallback, delayed,
  *     |              leased, held                    (struct limit)
  *     |-- sl_lim_hist_add:   how long work waited  -> struct sl_delay_hist
@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "limit/stats.h"
 
 #include <uv.h>
 

@@ -77,6 +77,9 @@ struct sl_fds {
 };
 
 /* The whole process: loop, configuration, listeners, signals' state. */
+struct sl_clock;
+struct sl_places;
+
 struct sl_server {
     uv_loop_t          *loop;       /* the one loop */
     struct sl_conf     *conf;       /* current configuration (owned) */
@@ -86,7 +89,9 @@ struct sl_server {
     uint8_t             draining;   /* SIGTERM seen: no accepts, finish and exit */
     uint8_t             stopped;    /* everything closed; the loop may end */
     int                 exit_code;  /* what main returns */
+    const struct sl_clock *clock;   /* what the limiter and the waits read (sl_clock_mono) */
     struct sl_limiter  *limiter;    /* current limits (a reload swaps it) */
+    struct sl_places   *places;     /* connection places, kept across reloads (limit/places.h) */
     struct sl_store    *store;      /* quota store client, NULL for url = local */
     struct sl_admin    *admin;      /* admin endpoint, NULL when off */
     uint64_t            next_conn;  /* connection numbers */

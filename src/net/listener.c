@@ -17,10 +17,12 @@
 
 #include "admin/admin.h"
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
 #include "limit/limiter.h"
+#include "limit/places.h"
 #include "net/listener.h"
 #include "net/report.h"
 #include "net/session.h"
@@ -445,7 +447,7 @@ static void on_sweep(uv_timer_t *t)
     if (srv->fds.limit != 0 && (uint64_t)fd_estimate(srv) * 2 > srv->fds.limit)
         fd_count(srv);
     if (srv->limiter)
-        sl_limiter_sweep(srv->limiter, uv_hrtime() / 1000);
+        sl_limiter_sweep(srv->limiter);
     sl_log_rate_flush(0); /* the counts of storms that are over */
 }
 
@@ -481,7 +483,8 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     srv->sweep.data = srv;
     uv_timer_init(loop, &srv->grace);
     srv->grace.data = srv;
-    sl_waits_init(&srv->waits, loop, NULL);
+    srv->clock = &sl_clock_mono;
+    sl_waits_init(&srv->waits, loop, srv->clock);
     sl_waits_default = &srv->waits;
     /* Verdicts from the store land in the poll phase (check runs right
      * after it) or with a timeout in the timer phase (prepare runs before
@@ -506,7 +509,9 @@ void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs)
 int sl_server_start(struct sl_server *srv)
 {
     srv->store = store_for(srv, srv->conf);
-    srv->limiter = sl_limiter_new(srv->conf, srv->store);
+    srv->places = sl_places_new();
+    const struct sl_limiter_env env = { srv->store, srv->clock, srv->places };
+    srv->limiter = srv->places != NULL ? sl_limiter_new(srv->conf, &env) : NULL;
     if (srv->limiter == NULL || (srv->conf->store.kind == SL_STORE_REDIS && srv->store == NULL)) {
         sl_log_error("cannot set up the limits", "%s", "");
         return SL_ENOMEM;
@@ -554,7 +559,9 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         store = store_for(srv, conf);
         new_store = 1;
     }
-    struct sl_limiter *lim = sl_limiter_new(conf, conf->store.kind == SL_STORE_REDIS ? store : NULL);
+    const struct sl_limiter_env env = { conf->store.kind == SL_STORE_REDIS ? store : NULL, srv->clock,
+                                        srv->places };
+    struct sl_limiter *lim = sl_limiter_new(conf, &env);
     if (lim == NULL || (conf->store.kind == SL_STORE_REDIS && store == NULL)) {
         sl_limiter_release(lim);
         if (new_store && store)
@@ -668,6 +675,8 @@ static void maybe_stopped(struct sl_server *srv)
     }
     sl_limiter_release(srv->limiter);
     srv->limiter = NULL;
+    sl_places_free(srv->places); /* every connection, and so every place, is gone */
+    srv->places = NULL;
     /* uv_close stops a timer, prepare or check handle as well */
     uv_handle_t *own[] = { (uv_handle_t *)&srv->sweep, (uv_handle_t *)&srv->grace,
                            (uv_handle_t *)&srv->turn_pre, (uv_handle_t *)&srv->turn_post };

@@ -19,7 +19,7 @@ struct sl_session;
 struct sl_limiter_req;
 struct sl_ident_state;
 struct sl_meter;
-struct sl_lease;
+struct sl_place;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -137,7 +137,7 @@ struct sl_session {
                                        login queue's next poll */
     struct sl_meter    *meter[2];   /* bytes_in (client reads), bytes_out (upstream
                                        reads); NULL when not metered */
-    struct sl_lease    *lease;      /* places under connection limits, or NULL */
+    struct sl_place    *place;      /* places under connection limits, or NULL */
     uint64_t            gate_until; /* login queue: refuse after this (us) */
 };
 

@@ -37,12 +37,14 @@
 #include <strings.h>
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/resolve.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
+#include "limit/places.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -544,7 +546,7 @@ struct sl_ident_state *sl_sess_ident(struct sl_session *s)
 
 uint64_t sl_sess_waits_now(void)
 {
-    return sl_waits_default ? sl_waits_default->now() : uv_hrtime() / 1000;
+    return sl_waits_default ? sl_waits_now(sl_waits_default) : sl_clock_us(&sl_clock_mono);
 }
 
 static struct sl_session *session_of_park(struct sl_wait *w)
@@ -677,8 +679,8 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
         e->state = SL_PEND_ALLOW;
         return 0;
     }
-    if (sl_limiter_check_req(srv->limiter, s->l->conf, s->ident, s->id, r, uv_hrtime() / 1000, &v,
-                         on_verdict, e, &e->h) == 1) {
+    if (sl_limiter_check_req(srv->limiter, s->l->conf, s->ident, s->id, r, &v, on_verdict, e,
+                             &e->h) == 1) {
         e->state = SL_PEND_WAIT;
         return 0;
     }
@@ -761,8 +763,8 @@ void sl_session_close(struct sl_session *s)
             s->meter[i] = NULL;
         }
     }
-    sl_lease_free(s->lease); /* the connection's places go back at once */
-    s->lease = NULL;
+    sl_place_free(s->place); /* the connection's places go back at once */
+    s->place = NULL;
     close_handle((uv_handle_t *)&s->client);
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);
@@ -1059,15 +1061,15 @@ static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
     l->stats.conns_refused++;
     sl_log_debug_rl("connection_limit", "connection limit: refused", "listener=%s limit=%s",
                     l->name, v->limit);
-    sl_lease_gave_up(s->lease, v);
-    sl_lease_free(s->lease);
-    s->lease = NULL;
+    sl_place_gave_up(s->place, v);
+    sl_place_free(s->place);
+    s->place = NULL;
     answer_close(s, SL_ANSWER_CONN_LIMIT, v->limit);
 }
 
 static void gate_verdict(struct sl_session *s, const struct sl_verdict *v)
 {
-    if (s->state != SL_SESS_CONNECTING || s->lease == NULL)
+    if (s->state != SL_SESS_CONNECTING || s->place == NULL)
         return;
     if (v->kind == SL_VERDICT_ALLOW) {
         connect_upstream(s);
@@ -1092,7 +1094,7 @@ static void on_gate(void *data, const struct sl_verdict *v)
 static void gate_try(struct sl_session *s)
 {
     struct sl_verdict v;
-    if (sl_lease_acquire(s->lease, sl_sess_waits_now(), &v, on_gate, s) == 0)
+    if (sl_place_acquire(s->place, &v, on_gate, s) == 0)
         gate_verdict(s, &v);
 }
 
@@ -1133,7 +1135,7 @@ void sl_session_accept(struct sl_listener *l)
     /* Connection limits: a place first (maybe after the login queue). */
     struct sl_meter_plan cp;
     if (sl_limiter_plan(l->srv->limiter, l->conf, SL_METRIC_CONNECTIONS, &cp) && sl_sess_ident(s) != NULL &&
-        (s->lease = sl_lease_new(l->srv->limiter, l->conf, s->ident, s->id, sl_sess_waits_now())) != NULL) {
+        (s->place = sl_place_new(l->srv->limiter, l->conf, s->ident, s->id)) != NULL) {
         s->gate_until = sl_sess_waits_now() + cp.max_delay_us;
         sl_tq_touch(&l->gated, &s->tq, uv_now(loop));
         gate_try(s);

@@ -44,7 +44,7 @@ int sl_meter_refused(const struct sl_meter *m, uint64_t now_us)
 static void on_due(struct sl_wait *w)
 {
     struct sl_meter *m = (struct sl_meter *)w; /* wait is the first member */
-    uint64_t now_us = sl_waits_default->now();
+    uint64_t now_us = sl_waits_now(sl_waits_default);
     if (m->grant > 0) {
         m->credit += (int64_t)m->grant;
         m->grant = 0;
@@ -87,7 +87,7 @@ static void on_take(void *data, const struct sl_verdict *v)
 {
     struct sl_meter *m = data;
     m->req = NULL;
-    uint64_t now_us = sl_waits_default ? sl_waits_default->now() : 0;
+    uint64_t now_us = sl_waits_default ? sl_waits_now(sl_waits_default) : 0;
     verdict(m, v, now_us);
     if (m->on_change)
         m->on_change(m);
@@ -118,7 +118,7 @@ static void take(struct sl_meter *m, uint64_t now_us)
     struct sl_verdict v;
     m->asked = want;
     if (sl_limiter_take(m->ctx.lim, m->ctx.lc, m->ctx.ident, m->ctx.conn_id,
-                        (enum sl_metric)m->metric, want, now_us, &v, on_take, m, &m->req) == 1)
+                        (enum sl_metric)m->metric, want, &v, on_take, m, &m->req) == 1)
         return;
     m->req = NULL;
     verdict(m, &v, now_us);

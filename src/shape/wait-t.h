@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct sl_clock;
+
 struct sl_wait;
 typedef void sl_wait_cb(struct sl_wait *w);
 
@@ -23,7 +25,7 @@ struct sl_waits {
     uint32_t         n;      /* waiters */
     uint32_t         cap;    /* heap room */
     uint8_t          armed;  /* timer running */
-    uint64_t       (*now)(void); /* the clock (microseconds); tests inject one */
+    const struct sl_clock *clock; /* microseconds (core/clock.h); tests inject one */
 };
 
 #endif

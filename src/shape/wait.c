@@ -1,13 +1,14 @@
 /* sluice — the wait heap (see wait.h). */
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "shape/wait.h"
 
 struct sl_waits *sl_waits_default;
 
-static uint64_t hr_now(void)
+uint64_t sl_waits_now(const struct sl_waits *ws)
 {
-    return uv_hrtime() / 1000;
+    return sl_clock_us(ws->clock);
 }
 
 static void put(struct sl_waits *ws, uint32_t i, struct sl_wait *w)
@@ -57,7 +58,7 @@ static void rearm(struct sl_waits *ws)
         ws->armed = 0;
         return;
     }
-    uint64_t now = ws->now(), due = ws->heap[0]->due_us;
+    uint64_t now = sl_waits_now(ws), due = ws->heap[0]->due_us;
     uint64_t ms = due > now ? (due - now + 999) / 1000 : 0;
     /* The loop's own clock may lag the waiters' by up to a millisecond. */
     uv_update_time(ws->timer.loop);
@@ -92,16 +93,16 @@ static void on_timer(uv_timer_t *t)
 {
     struct sl_waits *ws = t->data;
     ws->armed = 0;
-    sl_waits_run(ws, ws->now());
+    sl_waits_run(ws, sl_waits_now(ws));
     rearm(ws);
 }
 
-void sl_waits_init(struct sl_waits *ws, uv_loop_t *loop, uint64_t (*now)(void))
+void sl_waits_init(struct sl_waits *ws, uv_loop_t *loop, const struct sl_clock *clock)
 {
     ws->heap = NULL;
     ws->n = ws->cap = 0;
     ws->armed = 0;
-    ws->now = now ? now : hr_now;
+    ws->clock = clock ? clock : &sl_clock_mono;
     uv_timer_init(loop, &ws->timer);
     ws->timer.data = ws;
     uv_unref((uv_handle_t *)&ws->timer); /* waiters never keep the loop alive alone */

@@ -5,16 +5,19 @@
  * queue: each waits until a time. They are many and mostly short, so they
  * share one libuv timer per loop and a binary heap of embedded waiters:
  * a waiter costs 24 bytes and O(log n) to add or remove, no handle, no
- * thread, no polling. Times are microseconds on the clock <now> (by default
- * uv_hrtime / 1000); the timer is re-armed for the earliest waiter with
+ * thread, no polling. Times are microseconds on the clock it is given
+ * (core/clock.h; the server's, shared with the limiter); the timer is re-armed for the earliest waiter with
  * millisecond resolution, rounded up, so nothing fires early. */
 #ifndef SL_SHAPE_WAIT_H
 #define SL_SHAPE_WAIT_H
 
 #include "shape/wait-t.h"
 
-/* Sets up <ws> on <loop>; <now> NULL means uv_hrtime() / 1000. */
-void sl_waits_init(struct sl_waits *ws, uv_loop_t *loop, uint64_t (*now)(void));
+/* Sets up <ws> on <loop>, reading <clock> (NULL: sl_clock_mono). */
+void sl_waits_init(struct sl_waits *ws, uv_loop_t *loop, const struct sl_clock *clock);
+
+/* Now on <ws>'s clock (microseconds). */
+uint64_t sl_waits_now(const struct sl_waits *ws);
 
 /* Closes the timer and forgets every waiter (their callbacks never run). */
 void sl_waits_close(struct sl_waits *ws);

@@ -1416,8 +1416,7 @@ static void decide(struct sl_limiter *lim, const struct sl_conf *conf, struct sl
     sl_identity_observe(id, r);
     struct got g = { 0 };
     struct sl_limiter_req *h = NULL;
-    if (sl_limiter_check(lim, conf->listeners, id, 1, r, th_now_ms() * 1000, &g.v, on_verdict,
-                         &g, &h) == 0) {
+    if (sl_limiter_check(lim, conf->listeners, id, 1, r, &g.v, on_verdict, &g, &h) == 0) {
         *out = g.v;
         return;
     }
@@ -1460,7 +1459,8 @@ static void test_verdict_remaining_store_equals_local(void **state)
     while (!sl_store_up(st) && th_now_ms() < end)
         uv_run(&loop, UV_RUN_ONCE);
     assert_true(sl_store_up(st));
-    struct sl_limiter *ll = sl_limiter_new(cl, NULL), *ls = sl_limiter_new(cs, st);
+    const struct sl_limiter_env el = { NULL, NULL, NULL }, es = { st, NULL, NULL };
+    struct sl_limiter *ll = sl_limiter_new(cl, &el), *ls = sl_limiter_new(cs, &es);
     assert_non_null(ll);
     assert_non_null(ls);
     struct sl_resp fl, fs;

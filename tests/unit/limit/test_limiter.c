@@ -1,5 +1,6 @@
 /* The limiter with url = local: which limits a request meets and what they
- * say, with an injected clock (now_us is an argument). Requests come from
+ * say, on a clock the tests move by hand (every time the limiter reads is
+ * fake_clock's: no call takes or reads another). Requests come from
  * the real framer, identities from the real identity module. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,13 +15,27 @@
 #include "admin/admin.h"
 #include "conf/conf.h"
 #include "identity/identity.h"
+#include "core/clock.h"
 #include "limit/limiter.h"
+#include "limit/places.h"
 #include "proto/resp.h"
 
 static const char *const base_conf =
     "[store]\nurl = local\n"
     "[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n"
     "identity = resp_user client_ip\n";
+
+/* The one clock of every limiter here: moved by hand. */
+static uint64_t fake_us;
+
+static uint64_t fake_now(const struct sl_clock *c)
+{
+    (void)c;
+    return fake_us;
+}
+
+static const struct sl_clock fake_clock = { fake_now };
+static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL };
 
 struct fix {
     struct sl_conf    *conf;
@@ -34,7 +49,7 @@ static struct fix *setup_text(const char *text)
     struct fix *f = calloc(1, sizeof(*f));
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(f->conf);
-    f->lim = sl_limiter_new(f->conf, NULL);
+    f->lim = sl_limiter_new(f->conf, &local_env);
     assert_non_null(f->lim);
     sl_identity_init(&f->id, NULL);
     assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
@@ -74,7 +89,8 @@ static int allow(struct fix *f, uint64_t conn, uint64_t ms, const char *line, st
     struct sl_verdict v;
     struct sl_limiter_req *h = NULL;
     struct sl_resp_req *r = req(f, line);
-    int rc = sl_limiter_check(f->lim, f->conf->listeners, &f->id, conn, r, ms * 1000, &v, NULL,
+    fake_us = ms * 1000;
+    int rc = sl_limiter_check(f->lim, f->conf->listeners, &f->id, conn, r, &v, NULL,
                               NULL, &h);
     assert_int_equal(rc, 0); /* local: always decided at once */
     if (out)
@@ -269,7 +285,7 @@ static void test_cost_over_burst_never(void **state)
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(f->conf);
     f->conf->limits->costs[0].cost = 100;
-    f->lim = sl_limiter_new(f->conf, NULL);
+    f->lim = sl_limiter_new(f->conf, &local_env);
     assert_non_null(f->lim);
     sl_identity_init(&f->id, NULL);
     assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
@@ -373,7 +389,8 @@ static int allow_raw(struct fix *f, uint64_t ms, const char *wire, size_t len, s
     struct sl_resp_req *r;
     assert_int_equal(sl_resp_feed(&f->fr, wire, len), 0);
     assert_int_equal(sl_resp_next(&f->fr, &r), 1);
-    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, r, ms * 1000, &v,
+    fake_us = ms * 1000;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, r, &v,
                                       NULL, NULL, &h), 0);
     if (out)
         *out = v;
@@ -441,16 +458,17 @@ static void test_exempt_checks_argc(void **state)
     r.arglen[1] = 5;
     struct sl_verdict v;
     struct sl_limiter_req *h = NULL;
-    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+    fake_us = 0;
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL,
                                       NULL, &h), 0);
     assert_int_equal(v.kind, SL_VERDICT_ALLOW);
-    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL,
                                       NULL, &h), 0);
     assert_int_equal(v.kind, SL_VERDICT_REJECT); /* counted: not exempt */
     /* an argument longer than the capture is not compared on its cut bytes */
     r.argc = 2;
     r.arglen[1] = 5 + SL_RESP_CAPTURE_LEN;
-    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+    assert_int_equal(sl_limiter_check(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL,
                                       NULL, &h), 0);
     assert_int_equal(v.kind, SL_VERDICT_REJECT);
     teardown_fix(f);
@@ -616,7 +634,7 @@ static void test_many_tiers(void **state)
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(f->conf);
     assert_int_equal(sl_limiter_validate(f->conf, stderr), 0);
-    f->lim = sl_limiter_new(f->conf, NULL);
+    f->lim = sl_limiter_new(f->conf, &local_env);
     assert_non_null(f->lim);
     sl_identity_init(&f->id, NULL);
     assert_int_equal(sl_resp_init(&f->fr, 1 << 20), 0);
@@ -886,8 +904,9 @@ static int allow_http(struct fix *f, uint64_t ms, const char *method, const char
     struct sl_limiter_req *h = NULL;
     struct sl_http_head hd = http_head(method, path, key);
     struct sl_req r = { .resp = NULL, .http = &hd };
-    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, ms * 1000,
-                                          &v, NULL, NULL, &h), 0);
+    fake_us = ms * 1000;
+    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL, NULL,
+                                          &h), 0);
     if (out)
         *out = v;
     return v.kind == SL_VERDICT_ALLOW;
@@ -990,14 +1009,16 @@ static void test_http_cost_per_method(void **state)
     struct sl_verdict v;
     struct sl_limiter_req *h = NULL;
     struct sl_req r = { .resp = req(f, "SET a b"), .http = NULL };
-    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL,
+    fake_us = 0;
+    assert_int_equal(sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL,
                                           NULL, &h), 0);
     assert_int_equal(v.kind, SL_VERDICT_ALLOW);
     r.resp = req(f, "SET a b");
-    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL, NULL, &h);
+    fake_us = 0;
+    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL, NULL, &h);
     assert_int_equal(v.kind, SL_VERDICT_REJECT);
     r.resp = req(f, "MULTI"); /* exempt, as through sl_limiter_check() */
-    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, 0, &v, NULL, NULL, &h);
+    sl_limiter_check_req(f->lim, f->conf->listeners, &f->id, 1, &r, &v, NULL, NULL, &h);
     assert_int_equal(v.kind, SL_VERDICT_ALLOW);
     teardown_fix(f);
 }
@@ -1018,6 +1039,65 @@ static void test_http_tier_by_key(void **state)
     assert_true(allow_http(f, 0, "GET", "/", "silver", NULL));
     assert_false(allow_http(f, 0, "GET", "/", "silver", &v));
     assert_string_equal(v.limit, "std");
+    teardown_fix(f);
+}
+
+/* ---- one clock: places and the sweep read the limiter's clock too ----------- */
+
+/* The login queue measures a wait on the limiter's clock alone: a second
+ * connection queued at 0 s and let in at 2.5 s of the fake clock shows a
+ * 2,500 ms wait, whatever the real time; the sweep drops a bucket idle
+ * past its TTL on the same clock. */
+static void test_one_clock_drives_places_and_sweep(void **state)
+{
+    (void)state;
+    struct fix *f = setup_with("[limit c]\nlistener = r\nmetric = connections\nmax = 1\n"
+                               "action = delay\nmax_delay = 10s\n"
+                               "[limit q]\nlistener = r\nrate = 1/s\nburst = 1\n");
+    struct sl_verdict v;
+    fake_us = 0;
+    struct sl_place *a = sl_place_new(f->lim, f->conf->listeners, &f->id, 1);
+    struct sl_place *b = sl_place_new(f->lim, f->conf->listeners, &f->id, 2);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(sl_place_acquire(a, &v, NULL, NULL), 0);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    assert_int_equal(sl_place_acquire(b, &v, NULL, NULL), 0);
+    assert_int_equal(v.kind, SL_VERDICT_REJECT);
+    assert_int_equal(v.action, SL_ACTION_DELAY);
+    fake_us = 2500000;
+    sl_place_free(a);
+    assert_int_equal(sl_place_acquire(b, &v, NULL, NULL), 0);
+    assert_int_equal(v.kind, SL_VERDICT_ALLOW);
+    assert_true(allow(f, 1, 2500, "GET k", NULL)); /* a bucket for the sweep */
+    char buf[2048];
+    FILE *out = fmemopen(buf, sizeof(buf), "w");
+    sl_limiter_stats_json(f->lim, out);
+    fclose(out);
+    assert_non_null(strstr(buf, "\"name\":\"c\",\"algorithm\":\"gcra\",\"allowed\":2,"
+                                "\"rejected\":0,\"shadow_rejected\":0,\"fallback\":0,"
+                                "\"delayed\":1,\"max_delay_seen_ms\":2500,"));
+    assert_non_null(strstr(buf, "\"name\":\"q\",\"algorithm\":\"token_bucket\",\"allowed\":1,"));
+    const char *q = strstr(buf, "\"name\":\"q\"");
+    assert_non_null(q);
+    assert_non_null(strstr(q, "\"local_buckets\":1,"));
+    fake_us = 2500000 + 500000; /* not idle long enough yet */
+    sl_limiter_sweep(f->lim);
+    out = fmemopen(buf, sizeof(buf), "w");
+    sl_limiter_stats_json(f->lim, out);
+    fclose(out);
+    q = strstr(buf, "\"name\":\"q\"");
+    assert_non_null(q);
+    assert_non_null(strstr(q, "\"local_buckets\":1,"));
+    fake_us = 2500000 + 60000000; /* a minute later: full again, dropped */
+    sl_limiter_sweep(f->lim);
+    out = fmemopen(buf, sizeof(buf), "w");
+    sl_limiter_stats_json(f->lim, out);
+    fclose(out);
+    q = strstr(buf, "\"name\":\"q\"");
+    assert_non_null(q);
+    assert_non_null(strstr(q, "\"local_buckets\":0,"));
+    sl_place_free(b);
     teardown_fix(f);
 }
 
@@ -1051,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_http_paths),
         cmocka_unit_test(test_http_cost_per_method),
         cmocka_unit_test(test_http_tier_by_key),
+        cmocka_unit_test(test_one_clock_drives_places_and_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Byte meters under a local limiter (url = local: takes are answered at
  * once), with an injected clock: credit, debt, and the gate a resp
- * request passes (go, refused until the debt can be paid). */
+ * request passes (go, refused until the debt can be paid). The limiter's
+ * clock and the times the meter is given are one: at(t) moves it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,9 +12,28 @@
 #include <stdlib.h>
 
 #include "conf/conf.h"
+#include "core/clock.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
 #include "shape/meter.h"
+
+static uint64_t fake_us;
+
+static uint64_t fake_now(const struct sl_clock *c)
+{
+    (void)c;
+    return fake_us;
+}
+
+static const struct sl_clock fake_clock = { fake_now };
+static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL };
+
+/* Moves the clock to <t> and returns it, for the meter's now_us. */
+static uint64_t at(uint64_t t)
+{
+    fake_us = t;
+    return t;
+}
 
 struct fix {
     struct sl_conf       *conf;
@@ -36,7 +56,7 @@ static struct fix *setup_with(const char *action)
     struct fix *f = calloc(1, sizeof(*f));
     f->conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(f->conf);
-    f->lim = sl_limiter_new(f->conf, NULL);
+    f->lim = sl_limiter_new(f->conf, &local_env);
     assert_non_null(f->lim);
     sl_identity_init(&f->id, NULL);
     struct sl_meter_ctx c = { f->lim, f->conf->listeners, &f->id, 1 };
@@ -58,31 +78,31 @@ static void test_gate_refuses_until_the_debt_is_paid(void **state)
     (void)state;
     struct fix *f = setup_with("reject");
     struct sl_meter *m = &f->m;
-    sl_meter_charge(m, &f->ctx, 0, 0); /* the first take: one chunk */
+    sl_meter_charge(m, &f->ctx, 0, at(0)); /* the first take: one chunk */
     assert_int_equal(m->credit, 16384);
     assert_false(sl_meter_owes(m));
-    assert_int_equal(sl_meter_gate(m, &f->ctx, 0), SL_METER_GO);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(0)), SL_METER_GO);
 
     /* A reply of 40000 bytes: in debt, and the take for chunk + debt is
      * granted at once (56384 of the 65536 taken). */
-    sl_meter_charge(m, &f->ctx, 40000, 0);
+    sl_meter_charge(m, &f->ctx, 40000, at(0));
     assert_int_equal(m->credit, 16384);
     assert_false(sl_meter_owes(m));
 
     /* 60000 more: the bucket holds 9152; the take is refused, the meter
      * owes 43616 and refuses requests until 50848 more tokens came. */
-    sl_meter_charge(m, &f->ctx, 60000, 0);
+    sl_meter_charge(m, &f->ctx, 60000, at(0));
     assert_int_equal(m->credit, 16384 - 60000);
     assert_true(sl_meter_owes(m));
     assert_true(sl_meter_refused(m, 0));
     uint64_t until = m->refused_until_us;
     assert_in_range(until, 770000, 780000); /* 50848 / 65536 s */
-    assert_int_equal(sl_meter_gate(m, &f->ctx, 0), SL_METER_REFUSE);
-    assert_int_equal(sl_meter_gate(m, &f->ctx, until - 1000), SL_METER_REFUSE);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(0)), SL_METER_REFUSE);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(until - 1000)), SL_METER_REFUSE);
 
     /* Once the time is over the gate asks again, gets chunk + debt, and
      * lets requests go. */
-    assert_int_equal(sl_meter_gate(m, &f->ctx, until), SL_METER_GO);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(until)), SL_METER_GO);
     assert_int_equal(m->credit, 16384);
     assert_false(sl_meter_owes(m));
     assert_false(sl_meter_refused(m, until));
@@ -97,19 +117,19 @@ static void test_gate_pays_a_big_debt_in_takes(void **state)
     (void)state;
     struct fix *f = setup_with("reject");
     struct sl_meter *m = &f->m;
-    sl_meter_charge(m, &f->ctx, 0, 0);
+    sl_meter_charge(m, &f->ctx, 0, at(0));
     /* A pipeline's replies, 200000 bytes, read before any take: the
      * burst is spent on it and the meter still owes the rest. */
     m->req = (struct sl_limiter_req *)1; /* a take "at the store" */
-    sl_meter_charge(m, &f->ctx, 200000, 0);
+    sl_meter_charge(m, &f->ctx, 200000, at(0));
     assert_true(sl_meter_owes(m));
-    assert_int_equal(sl_meter_gate(m, &f->ctx, 0), SL_METER_HOLD);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(0)), SL_METER_HOLD);
     m->req = NULL; /* its answer: nothing granted yet (asked = 0) */
-    assert_int_equal(sl_meter_gate(m, &f->ctx, 0), SL_METER_REFUSE);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(0)), SL_METER_REFUSE);
     /* 3 s later the bucket is full again (65536 of it): one take of the
      * burst goes through, the next is refused. */
     uint64_t t = 3000000;
-    assert_int_equal(sl_meter_gate(m, &f->ctx, t), SL_METER_REFUSE);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(t)), SL_METER_REFUSE);
     assert_true(m->credit > 16384 - 200000);
     assert_true(m->credit < 0);
     teardown_fix(f);
@@ -121,10 +141,10 @@ static void test_delay_meter_never_gates(void **state)
     (void)state;
     struct fix *f = setup_with("delay");
     struct sl_meter *m = &f->m;
-    sl_meter_charge(m, &f->ctx, 0, 0);
+    sl_meter_charge(m, &f->ctx, 0, at(0));
     m->credit = -100000;
     assert_false(sl_meter_owes(m));
-    assert_int_equal(sl_meter_gate(m, &f->ctx, 0), SL_METER_GO);
+    assert_int_equal(sl_meter_gate(m, &f->ctx, at(0)), SL_METER_GO);
     m->credit = 0;
     teardown_fix(f);
 }

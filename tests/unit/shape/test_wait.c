@@ -11,13 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "shape/wait.h"
 
 static uint64_t fake_now;
-static uint64_t clock_fn(void)
+static uint64_t fake_clock_now(const struct sl_clock *c)
 {
+    (void)c;
     return fake_now;
 }
+static const struct sl_clock fake_clock = { fake_clock_now };
 
 #define N 1000
 static struct sl_wait ws_[N];
@@ -43,7 +46,7 @@ static void test_fires_in_due_order(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     struct sl_waits ws;
-    sl_waits_init(&ws, &loop, clock_fn);
+    sl_waits_init(&ws, &loop, &fake_clock);
     reset();
     srand(7);
     for (int i = 0; i < N; i++)
@@ -86,7 +89,7 @@ static void test_callbacks_may_add_and_cancel(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     struct sl_waits ws;
-    sl_waits_init(&ws, &loop, clock_fn);
+    sl_waits_init(&ws, &loop, &fake_clock);
     g_ws = &ws;
     reset();
     fake_now = 0;

@@ -1,0 +1,32 @@
+/* sluice — what a decision says: denials and the RateLimit policy fields
+ * (private to src/limit/; see limiter-i.h). */
+#ifndef SL_LIMIT_VERDICT_H
+#define SL_LIMIT_VERDICT_H
+
+#include "limit/limiter-i.h"
+
+/* Fills <v> with limit <L>'s denial <res> for <identity>, unless <v>
+ * already holds a stricter one (the longest wait wins). */
+void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
+                 const struct sl_algo_result *res);
+
+/* Names limit <L> in <v>'s policy fields (limiter.h): <remaining> tokens
+ * left, the quota whole again after <reset_us>; <approx> as there. */
+void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
+                       uint64_t reset_us, int approx);
+
+/* Non-shadow limit <L> allowed a request, leaving <remaining> tokens, whole
+ * again after <reset_us>: an allowed verdict <v> names the limit closest
+ * to its limit (the least remaining; the later reset on a tie). */
+void sl_lim_closest(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
+                    uint64_t reset_us, int approx);
+
+/* Shadow limit <L> would have denied: counted, with how long the request
+ * would have waited (<retry_us>; UINT64_MAX, never: not in the histogram). */
+void sl_lim_shadow_denied(struct limit *L, uint64_t retry_us);
+
+/* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the
+ * verdict <v> waits for the longest of its limits. */
+void sl_lim_allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_us);
+
+#endif
