@@ -428,6 +428,12 @@ static int start_single(struct sl_store *st)
 struct sl_store *sl_store_new(uv_loop_t *loop, const struct sl_store_conf *conf,
                               const char *instance_id)
 {
+    if (conf->kind == SL_STORE_SENTINEL) {
+        /* The lead wires Sentinel in through st->locate (issue 14, part 3). */
+        sl_log_error("quota store: url = redis-sentinel:// is not built yet", "url=%s",
+                     conf->url ? conf->url : "");
+        return NULL;
+    }
     struct sl_store *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return NULL;
@@ -465,6 +471,11 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
 {
     if (st == NULL || st->closing)
         return;
+    if (conf->kind == SL_STORE_SENTINEL) {
+        sl_log_error("quota store: url = redis-sentinel:// is not built yet: keeping the store",
+                     "url=%s", conf->url ? conf->url : "");
+        return;
+    }
     int cluster = conf->kind == SL_STORE_CLUSTER;
     int same_place = cluster == st->cluster &&
                      (cluster ? same_seeds(&st->conf, conf)
