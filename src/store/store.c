@@ -137,7 +137,8 @@ void sl_store_node_health(struct sl_store *st, struct sl_node *nd, const char *w
             sl_cluster_want_refresh(st); /* a failover may be under way */
     }
     int up = sl_store_up(st);
-    if (up != st->logged) {
+    /* A cluster is not up before its map: that is no news, a failure is. */
+    if (up != st->logged && (up || why[0] != '\0' || st->logged == 1)) {
         st->logged = up;
         if (up)
             sl_log_info("quota store up", "addr=%s", st->conf.addr.text);
