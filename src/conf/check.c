@@ -526,8 +526,12 @@ static void resolve_names(struct loader *ld)
     struct sl_conf *c = ld->conf;
     if (c->has_admin && ld->sluice != NULL)
         resolve_addr(ld, &c->admin, "admin", sl_cf_key_line(ld->sluice, "admin"));
-    if (c->store.kind == SL_STORE_REDIS && ld->store != NULL)
-        resolve_addr(ld, &c->store.addr, "url", sl_cf_key_line(ld->store, "url"));
+    if (c->store.kind != SL_STORE_LOCAL && ld->store != NULL) {
+        for (int i = 0; i < c->store.n_seeds; i++)
+            resolve_addr(ld, &c->store.seeds[i], "url", sl_cf_key_line(ld->store, "url"));
+        if (c->store.n_seeds > 0)
+            c->store.addr = c->store.seeds[0];
+    }
     for (size_t i = 0; i < ld->n_secs; i++) {
         struct section *sec = ld->secs[i];
         if (sec->kind != SEC_LISTENER)

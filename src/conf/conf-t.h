@@ -126,13 +126,19 @@ struct sl_limit_conf {
     struct sl_limit_conf *next;
 };
 
-enum sl_store_kind { SL_STORE_LOCAL, SL_STORE_REDIS };
+/* local | redis:// | redis-cluster:// | redis-sentinel:// (rediss://: issue 15) */
+enum sl_store_kind { SL_STORE_LOCAL, SL_STORE_REDIS, SL_STORE_CLUSTER, SL_STORE_SENTINEL };
 
 struct sl_store_conf {
     char              *url;            /* as written; default "local" */
     enum sl_store_kind kind;
     char              *user;           /* redis://user@..., or NULL */
-    struct sl_addr     addr;           /* redis host:port */
+    struct sl_addr     addr;           /* redis host:port; = seeds[0] */
+    struct sl_addr    *seeds;          /* every host:port of the url, in order (owned);
+                                          redis://: one, = addr; cluster: the seed nodes;
+                                          sentinel: the sentinels */
+    int                n_seeds;
+    char              *master_name;    /* redis-sentinel://.../MASTER_NAME, else NULL */
     int                db;             /* /db, default 0 */
     char              *password_file;  /* absolute (resolved at load), or NULL */
     char              *password;       /* read from password_file at load; never printed */

@@ -242,6 +242,8 @@ void sl_conf_free(struct sl_conf *c)
     free(c->log_file);
     free(c->store.url);
     free(c->store.user);
+    free(c->store.seeds);
+    free(c->store.master_name);
     free(c->store.key_prefix);
     free(c->file);
     free(c);

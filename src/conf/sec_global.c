@@ -174,25 +174,66 @@ static const char *redact_url(const char *v, char *out, size_t cap)
     return out;
 }
 
-/* local | redis://[user@]host[:port][/db] */
+/* One host[:port] of a store url (<len> bytes at <p>) into <out>; no port:
+ * <dport>. Returns 0 or -1. */
+static int url_hostport(const char *p, size_t len, const char *dport, struct sl_addr *out)
+{
+    char hostport[96];
+    if (len == 0 || len + 7 >= sizeof(hostport))
+        return -1;
+    memcpy(hostport, p, len);
+    hostport[len] = '\0';
+    /* No port: the default. "[::1]" has colons but no port; "[::1]:7000" has one. */
+    const char *close = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
+    int has_port = close ? close[1] == ':' : strchr(hostport, ':') != NULL;
+    if (!has_port) {
+        strcat(hostport, ":");
+        strcat(hostport, dport);
+    }
+    return sl_parse_addr(hostport, out);
+}
+
+#define MAX_SEEDS 32 /* host:port entries of one url */
+
+/* local | redis://[user@]host[:port][/db]
+ *       | redis-cluster://[user@]host:port[,host:port...]
+ *       | redis-sentinel://[user@]host:port[,host:port...]/MASTER_NAME[/db] */
 static void set_url(struct loader *ld, struct section *sec, const struct keyword *kw,
                     const char *value)
 {
     struct sl_store_conf *st = sec->obj;
-    static const char expected[] = "local or redis://[user@]host[:port][/db]";
-    char *user = NULL;
+    static const char expected[] =
+        "local, redis://[user@]host[:port][/db], redis-cluster://[user@]host:port[,host:port...] "
+        "or redis-sentinel://[user@]host:port[,host:port...]/MASTER_NAME[/db]";
+    char *user = NULL, *master = NULL;
+    struct sl_addr *seeds = NULL;
+    int n_seeds = 0;
+    enum sl_store_kind kind;
+    const char *dport = "6379";
     if (strcmp(value, "local") == 0) {
         st->kind = SL_STORE_LOCAL;
         goto done;
     }
     char shown[256];
-    if (strncmp(value, "redis://", 8) != 0) {
+    const char *p;
+    if (strncmp(value, "redis://", 8) == 0) {
+        kind = SL_STORE_REDIS;
+        p = value + 8;
+    } else if (strncmp(value, "redis-cluster://", 16) == 0) {
+        kind = SL_STORE_CLUSTER;
+        p = value + 16;
+    } else if (strncmp(value, "redis-sentinel://", 17) == 0) {
+        kind = SL_STORE_SENTINEL;
+        p = value + 17;
+        dport = "26379";
+    } else {
+        /* rediss:// (TLS to the store) is issue 15: a scheme of its own here. */
         sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
         return;
     }
-    const char *p = value + 8;
     const char *at = strchr(p, '@');
-    if (at != NULL) {
+    const char *slash0 = strchr(p, '/');
+    if (at != NULL && (slash0 == NULL || at < slash0)) {
         size_t ulen = (size_t)(at - p);
         if (memchr(p, ':', ulen) != NULL) {
             sl_cf_err(ld, ld->line, "url: no password in the url; put it in password_file");
@@ -211,24 +252,60 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
     const char *slash = strchr(p, '/');
     size_t hlen = slash ? (size_t)(slash - p) : strlen(p);
     uint64_t db = 0;
-    if (slash != NULL && sl_cf_parse_uint(slash + 1, 2147483647, &db) != 0)
+    if (kind == SL_STORE_SENTINEL) {
+        /* /MASTER_NAME[/db] */
+        if (slash == NULL || slash[1] == '\0' || slash[1] == '/') {
+            sl_cf_err(ld, ld->line, "url: redis-sentinel:// needs the master's name: "
+                                    "redis-sentinel://host:port[,host:port...]/MASTER_NAME[/db]");
+            goto fail;
+        }
+        const char *name = slash + 1, *dbs = strchr(name, '/');
+        size_t nlen = dbs ? (size_t)(dbs - name) : strlen(name);
+        if (nlen > 255 || (dbs != NULL && sl_cf_parse_uint(dbs + 1, 2147483647, &db) != 0))
+            goto bad_url;
+        if ((master = strndup(name, nlen)) == NULL) {
+            ld->oom = 1;
+            goto fail;
+        }
+    } else if (slash != NULL && sl_cf_parse_uint(slash + 1, 2147483647, &db) != 0) {
         goto bad_url;
-    char hostport[96];
-    if (hlen == 0 || hlen + 6 >= sizeof(hostport))
+    }
+    if (kind == SL_STORE_CLUSTER && db != 0) {
+        sl_cf_err(ld, ld->line, "url: a Redis Cluster has only database 0 (drop the /%llu)",
+                  (unsigned long long)db);
+        goto fail;
+    }
+    /* host:port[,host:port...] */
+    if ((seeds = calloc(MAX_SEEDS, sizeof(*seeds))) == NULL) {
+        ld->oom = 1;
+        goto fail;
+    }
+    for (const char *h = p; h < p + hlen;) {
+        const char *comma = memchr(h, ',', (size_t)(p + hlen - h));
+        size_t len = comma ? (size_t)(comma - h) : (size_t)(p + hlen - h);
+        if (n_seeds >= MAX_SEEDS) {
+            sl_cf_err(ld, ld->line, "url: at most %d host:port entries", MAX_SEEDS);
+            goto fail;
+        }
+        if (url_hostport(h, len, dport, &seeds[n_seeds]) != 0)
+            goto bad_url;
+        n_seeds++;
+        h += len + (comma != NULL);
+        if (comma != NULL && h == p + hlen)
+            goto bad_url; /* a trailing comma */
+    }
+    if (n_seeds == 0 || (kind == SL_STORE_REDIS && n_seeds > 1))
         goto bad_url;
-    memcpy(hostport, p, hlen);
-    hostport[hlen] = '\0';
-    /* No port: Redis's. "[::1]" has colons but no port; "[::1]:7000" has one. */
-    const char *close = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
-    int has_port = close ? close[1] == ':' : strchr(hostport, ':') != NULL;
-    if (!has_port)
-        strcat(hostport, ":6379");
-    struct sl_addr addr;
-    if (sl_parse_addr(hostport, &addr) != 0)
-        goto bad_url;
-    st->kind = SL_STORE_REDIS;
-    st->addr = addr;
+    st->kind = kind;
+    st->addr = seeds[0];
     st->db = (int)db;
+    free(st->seeds);
+    st->seeds = seeds;
+    st->n_seeds = n_seeds;
+    seeds = NULL;
+    free(st->master_name);
+    st->master_name = master;
+    master = NULL;
 done:
     free(st->user);
     st->user = user;
@@ -239,8 +316,11 @@ done:
     }
     return;
 bad_url:
-    free(user);
     sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
+fail:
+    free(user);
+    free(master);
+    free(seeds);
 }
 
 static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,

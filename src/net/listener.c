@@ -451,10 +451,10 @@ static void on_sweep(uv_timer_t *t)
     sl_log_rate_flush(0); /* the counts of storms that are over */
 }
 
-/* The quota store client, for url = redis:// (NULL for local). */
+/* The quota store client, for url = redis://, redis-cluster://, ... (NULL for local). */
 static struct sl_store *store_for(struct sl_server *srv, const struct sl_conf *c)
 {
-    if (c->store.kind != SL_STORE_REDIS)
+    if (c->store.kind == SL_STORE_LOCAL)
         return NULL;
     char host[64] = "sluice", id[128];
     gethostname(host, sizeof(host) - 1);
@@ -512,7 +512,7 @@ int sl_server_start(struct sl_server *srv)
     srv->places = sl_places_new();
     const struct sl_limiter_env env = { srv->store, srv->clock, srv->places };
     srv->limiter = srv->places != NULL ? sl_limiter_new(srv->conf, &env) : NULL;
-    if (srv->limiter == NULL || (srv->conf->store.kind == SL_STORE_REDIS && srv->store == NULL)) {
+    if (srv->limiter == NULL || (srv->conf->store.kind != SL_STORE_LOCAL && srv->store == NULL)) {
         sl_log_error("cannot set up the limits", "%s", "");
         return SL_ENOMEM;
     }
@@ -555,14 +555,14 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     /* The new limits first: without them there is nothing to swap in. */
     struct sl_store *store = srv->store;
     int new_store = 0;
-    if (conf->store.kind == SL_STORE_REDIS && store == NULL) {
+    if (conf->store.kind != SL_STORE_LOCAL && store == NULL) {
         store = store_for(srv, conf);
         new_store = 1;
     }
-    const struct sl_limiter_env env = { conf->store.kind == SL_STORE_REDIS ? store : NULL, srv->clock,
+    const struct sl_limiter_env env = { conf->store.kind != SL_STORE_LOCAL ? store : NULL, srv->clock,
                                         srv->places };
     struct sl_limiter *lim = sl_limiter_new(conf, &env);
-    if (lim == NULL || (conf->store.kind == SL_STORE_REDIS && store == NULL)) {
+    if (lim == NULL || (conf->store.kind != SL_STORE_LOCAL && store == NULL)) {
         sl_limiter_release(lim);
         if (new_store && store)
             sl_store_close(store);
@@ -600,7 +600,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     /* Swap the limits: pending decisions keep the old limiter alive. */
     sl_limiter_release(srv->limiter);
     srv->limiter = lim;
-    if (conf->store.kind == SL_STORE_REDIS) {
+    if (conf->store.kind != SL_STORE_LOCAL) {
         if (!new_store)
             sl_store_reconfigure(store, &conf->store);
         srv->store = store;

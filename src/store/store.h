@@ -43,6 +43,16 @@ enum sl_script {
  * holds its text or NULL). Called exactly once unless cancelled. */
 typedef void sl_store_cb(void *data, int status, const int64_t *vals, int n, const char *err);
 
+/* Completion of an HGET (sl_store_hget()): <status> 0 with the value in
+ * <text>, <len> bytes (borrowed: valid during the call; not NUL-terminated
+ * by contract), or <text> NULL when the field or key does not exist; or
+ * SL_ESTORE (timeout, connection lost, store down, an error reply, a value
+ * longer than SL_STORE_TEXT_CAP): <text> then holds the reason or NULL.
+ * Called exactly once unless cancelled. */
+typedef void sl_store_text_cb(void *data, int status, const char *text, size_t len);
+
+#define SL_STORE_TEXT_CAP 256 /* bytes of an HGET value kept; longer is an error */
+
 /* A byte string argument. */
 struct sl_str {
     const char *p;
@@ -70,6 +80,12 @@ struct sl_store_req *sl_store_eval(struct sl_store *st, enum sl_script id,
                                    int nargs, const struct sl_str *args,
                                    sl_store_cb *cb, void *data);
 
+/* HGET <key> <field>, routed like a script call on <key> (the node serving
+ * its slot in a cluster). Returns the request, or NULL when the store (that
+ * node) is down or out of memory: then <cb> is NOT called. */
+struct sl_store_req *sl_store_hget(struct sl_store *st, struct sl_str key, struct sl_str field,
+                                   sl_store_text_cb *cb, void *data);
+
 /* The caller no longer wants the answer (its session closed): <cb> will
  * not be called. The request still completes on the wire. <req> is valid
  * only until its <cb> has run: keep no pointer to it after that. */
@@ -95,6 +111,13 @@ struct sl_store_stats {
     uint64_t latency_le[12];  /* round trips <= 100us 250us 500us 1ms 2.5ms 5ms 10ms 25ms 50ms 100ms 250ms +Inf (cumulative NOT required: per bucket) */
     uint64_t latency_sum_us;  /* sum of round trips */
     uint64_t latency_count;   /* round trips measured */
+    uint64_t redirects_moved; /* cluster: MOVED replies followed or not */
+    uint64_t redirects_ask;   /* cluster: ASK replies */
+    uint64_t map_refreshes;   /* cluster: slot maps read */
+    uint64_t map_errors;      /* cluster: slot map requests that failed */
+    uint64_t split_calls;     /* cluster: calls whose keys were in several slots */
+    uint64_t nodes;           /* masters known (gauge; single node: 1) */
+    uint64_t nodes_up;        /* of which up (gauge) */
 };
 extern const uint64_t sl_store_latency_bounds_us[11]; /* the finite bucket bounds above */
 const struct sl_store_stats *sl_store_stats(const struct sl_store *st);

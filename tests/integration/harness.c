@@ -1221,3 +1221,189 @@ int th_pyup_stats(int port, struct th_pyup_stats *st)
     free(body);
     return rc;
 }
+
+/* ---- Redis Cluster -------------------------------------------------------- */
+
+char *th_redis_cmd(int port, const char *cmd)
+{
+    struct th_conn c;
+    if (th_conn_open(&c, port) < 0)
+        return NULL;
+    char line[1024];
+    snprintf(line, sizeof(line), "%s\r\n", cmd);
+    char *reply = NULL;
+    if (th_conn_send(&c, line) == 0)
+        reply = th_conn_reply(&c, TH_MS);
+    th_conn_close(&c);
+    return reply;
+}
+
+long th_redis_dbsize(int port)
+{
+    char *r = th_redis_cmd(port, "DBSIZE");
+    long n = r != NULL && r[0] == ':' ? strtol(r + 1, NULL, 10) : -1;
+    free(r);
+    return n;
+}
+
+void th_cluster_url(const struct th_cluster *c, char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "redis-cluster://");
+    const char *sep = "";
+    for (int i = 0; i < TH_CLUSTER_NODES && len < cap; i++) {
+        if (c->node[i].pid <= 0)
+            continue;
+        len += (size_t)snprintf(buf + len, cap - len, "%s127.0.0.1:%d", sep, c->node[i].port);
+        sep = ",";
+    }
+}
+
+/* The CLUSTER NODES text of the first running node that answers (malloc'd). */
+static char *cluster_nodes(const struct th_cluster *c)
+{
+    for (int i = 0; i < TH_CLUSTER_NODES; i++) {
+        if (c->node[i].pid <= 0)
+            continue;
+        char *r = th_redis_cmd(c->node[i].port, "CLUSTER NODES");
+        if (r != NULL && r[0] == '$')
+            return r;
+        free(r);
+    }
+    return NULL;
+}
+
+static int index_of_port(const struct th_cluster *c, int port)
+{
+    for (int i = 0; i < TH_CLUSTER_NODES; i++)
+        if (c->node[i].pid > 0 && c->node[i].port == port)
+            return i;
+    return -1;
+}
+
+int th_cluster_master_of(const struct th_cluster *c, unsigned slot)
+{
+    char *text = cluster_nodes(c);
+    if (text == NULL)
+        return -1;
+    int found = -1;
+    char *save = NULL;
+    for (char *line = strtok_r(strchr(text, '\n') + 1, "\n", &save); line != NULL && found < 0;
+         line = strtok_r(NULL, "\n", &save)) {
+        /* <id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slot>... */
+        char *f[64];
+        int n = 0;
+        char *s2 = NULL;
+        for (char *w = strtok_r(line, " \r", &s2); w != NULL && n < 64; w = strtok_r(NULL, " \r", &s2))
+            f[n++] = w;
+        if (n < 8 || strstr(f[2], "master") == NULL || strstr(f[2], "fail") != NULL)
+            continue;
+        for (int k = 8; k < n; k++) {
+            unsigned a, b;
+            if (f[k][0] == '[')
+                continue;
+            if (sscanf(f[k], "%u-%u", &a, &b) != 2) {
+                if (sscanf(f[k], "%u", &a) != 1)
+                    continue;
+                b = a;
+            }
+            if (slot >= a && slot <= b) {
+                char *colon = strchr(f[1], ':');
+                found = colon ? index_of_port(c, atoi(colon + 1)) : -1;
+                break;
+            }
+        }
+    }
+    free(text);
+    return found;
+}
+
+int th_cluster_is_master(const struct th_cluster *c, int i)
+{
+    char *r = th_redis_cmd(c->node[i].port, "CLUSTER NODES");
+    int yes = r != NULL && strstr(r, "myself,master") != NULL;
+    free(r);
+    return yes;
+}
+
+int th_cluster_wait_ok(struct th_cluster *c, int ms)
+{
+    uint64_t end = th_now_ms() + (uint64_t)ms;
+    while (th_now_ms() < end) {
+        int ok = 1;
+        for (int i = 0; i < TH_CLUSTER_NODES && ok; i++) {
+            if (c->node[i].pid <= 0)
+                continue;
+            char *r = th_redis_cmd(c->node[i].port, "CLUSTER INFO");
+            ok = r != NULL && strstr(r, "cluster_state:ok") != NULL;
+            free(r);
+        }
+        /* every slot's master runs (a dead master may still be named ok
+         * for a moment by nodes that have not marked it failed yet) */
+        for (unsigned s = 0; s < 16384 && ok; s += 5461)
+            ok = th_cluster_master_of(c, s) >= 0;
+        if (ok)
+            return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
+int th_cluster_start(struct th_cluster *c)
+{
+    memset(c, 0, sizeof(*c));
+    char cmd[2048];
+    int len = snprintf(cmd, sizeof(cmd), "timeout 60 redis-cli --cluster create");
+    for (int i = 0; i < TH_CLUSTER_NODES; i++) {
+        /* The bus port is named: port + 10000 may be past 65535. */
+        char bus[16];
+        snprintf(bus, sizeof(bus), "%d", th_free_port());
+        snprintf(c->nodes_conf[i], sizeof(c->nodes_conf[i]), "/tmp/sluice-test-nodes-%d-%d.conf",
+                 (int)getpid(), i);
+        unlink(c->nodes_conf[i]);
+        th_track_file(c->nodes_conf[i]);
+        if (th_redis_start(&c->node[i], "--cluster-enabled", "yes", "--cluster-node-timeout",
+                           "1000", "--cluster-config-file", c->nodes_conf[i], "--cluster-port", bus,
+                           (char *)NULL) < 0) {
+            fprintf(stderr, "th_cluster_start: node %d did not start\n", i);
+            th_cluster_stop(c);
+            return -1;
+        }
+        len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " 127.0.0.1:%d", c->node[i].port);
+    }
+    char log[128];
+    snprintf(log, sizeof(log), "/tmp/sluice-test-cluster-create-%d.log", (int)getpid());
+    th_track_file(log);
+    snprintf(cmd + len, sizeof(cmd) - (size_t)len, " --cluster-replicas 1 --cluster-yes >%s 2>&1",
+             log);
+    if (system(cmd) != 0 || th_cluster_wait_ok(c, 20000) < 0) {
+        fprintf(stderr, "th_cluster_start: the cluster did not form (%s)\n", log);
+        print_log(log);
+        th_cluster_stop(c);
+        return -1;
+    }
+    /* Replicas in sync: a failover then loses nothing acknowledged before. */
+    uint64_t end = th_now_ms() + 15000;
+    for (int i = 0; i < TH_CLUSTER_NODES; i++) {
+        while (!th_cluster_is_master(c, i)) {
+            char *r = th_redis_cmd(c->node[i].port, "INFO replication");
+            int up = r != NULL && strstr(r, "master_link_status:up") != NULL;
+            free(r);
+            if (up)
+                break;
+            if (th_now_ms() > end) {
+                fprintf(stderr, "th_cluster_start: replica %d not in sync\n", i);
+                th_cluster_stop(c);
+                return -1;
+            }
+            usleep(50000);
+        }
+    }
+    return 0;
+}
+
+void th_cluster_stop(struct th_cluster *c)
+{
+    for (int i = 0; i < TH_CLUSTER_NODES; i++)
+        if (c->node[i].pid > 0)
+            th_stop(&c->node[i]);
+}

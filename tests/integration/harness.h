@@ -263,3 +263,45 @@ struct th_pyup_stats {
 int th_pyup_stats(int port, struct th_pyup_stats *st);
 
 #endif
+
+/* ---- Redis Cluster -------------------------------------------------------- */
+
+#define TH_CLUSTER_NODES 6
+
+/* A real Redis Cluster on loopback: three masters with one replica each
+ * (`redis-server --cluster-enabled yes`, `redis-cli --cluster create
+ * --cluster-replicas 1`), cluster-node-timeout 1000 ms so a failover takes
+ * a few seconds. */
+struct th_cluster {
+    struct th_proc node[TH_CLUSTER_NODES];
+    char           nodes_conf[TH_CLUSTER_NODES][128]; /* each node's cluster-config-file */
+};
+
+/* Starts the nodes, creates the cluster, waits until every node says
+ * cluster_state:ok and every replica is in sync. Returns 0 or -1 (printing
+ * why; nothing left running). */
+int th_cluster_start(struct th_cluster *c);
+
+/* Stops every node and removes their files (th_track_file). */
+void th_cluster_stop(struct th_cluster *c);
+
+/* Writes "redis-cluster://127.0.0.1:P,..." naming every running node. */
+void th_cluster_url(const struct th_cluster *c, char *buf, size_t cap);
+
+/* Waits until every running node says cluster_state:ok and each of the
+ * slots' masters is a running node; 0 or -1. */
+int th_cluster_wait_ok(struct th_cluster *c, int ms);
+
+/* The index in <c> of the running master serving <slot> (as CLUSTER NODES
+ * of a running node says), or -1. */
+int th_cluster_master_of(const struct th_cluster *c, unsigned slot);
+
+/* 1 when node <i> is a master (CLUSTER NODES "myself,master"), else 0. */
+int th_cluster_is_master(const struct th_cluster *c, int i);
+
+/* Sends the inline command <cmd> (no CRLF) to 127.0.0.1:<port>; the raw
+ * reply (malloc'd) or NULL. */
+char *th_redis_cmd(int port, const char *cmd);
+
+/* DBSIZE of the redis at <port>, or -1. */
+long th_redis_dbsize(int port);

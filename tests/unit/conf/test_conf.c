@@ -371,6 +371,10 @@ static void test_documented_empty_forms(void **state)
     sl_conf_free(c);
 }
 
+#define STORE_URL_EXPECTED                                                                   \
+    "local, redis://[user@]host[:port][/db], redis-cluster://[user@]host:port[,host:port...] " \
+    "or redis-sentinel://[user@]host:port[,host:port...]/MASTER_NAME[/db]"
+
 static void test_store_url(void **state)
 {
     (void)state;
@@ -394,7 +398,7 @@ static void test_store_url(void **state)
     assert_int_equal(port(&c->store.addr), 6379);
     sl_conf_free(c);
 
-    const char *exp = "local or redis://[user@]host[:port][/db]";
+    const char *exp = STORE_URL_EXPECTED;
     const char *bad[] = { "redis", "redis://", "redis://redis..internal:6379", "rediss://1.2.3.4",
                           "redis://1.2.3.4:0", "redis://1.2.3.4/x", "redis://1.2.3.4/",
                           "redis://@1.2.3.4", "redis://1.2.3.4:6379/1/2", "LOCAL",
@@ -409,12 +413,62 @@ static void test_store_url(void **state)
                   "t.ini:2: url: no password in the url; put it in password_file\n");
 }
 
+/* url = redis-cluster:// and redis-sentinel://: every host:port in order as
+ * seeds (addr the first), the master's name, and errors at FILE:LINE. */
+static void test_store_url_cluster_sentinel(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok("[store]\nurl = redis-cluster://127.0.0.1:7000,127.0.0.2:7001,[::1]\n");
+    assert_int_equal(c->store.kind, SL_STORE_CLUSTER);
+    assert_int_equal(c->store.n_seeds, 3);
+    assert_string_equal(c->store.seeds[0].text, "127.0.0.1:7000");
+    assert_string_equal(c->store.seeds[1].text, "127.0.0.2:7001");
+    assert_int_equal(port(&c->store.seeds[2]), 6379);
+    assert_string_equal(c->store.addr.text, "127.0.0.1:7000");
+    assert_null(c->store.master_name);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-cluster://u@localhost:7000/0\n");
+    assert_string_equal(c->store.user, "u");
+    assert_int_equal(c->store.n_seeds, 1);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://127.0.0.1,127.0.0.1:26380/mymaster/3\n");
+    assert_int_equal(c->store.kind, SL_STORE_SENTINEL);
+    assert_int_equal(c->store.n_seeds, 2);
+    assert_int_equal(port(&c->store.seeds[0]), 26379);
+    assert_int_equal(port(&c->store.seeds[1]), 26380);
+    assert_string_equal(c->store.master_name, "mymaster");
+    assert_int_equal(c->store.db, 3);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis://127.0.0.1:7000\n");
+    assert_int_equal(c->store.n_seeds, 1);
+    assert_string_equal(c->store.seeds[0].text, "127.0.0.1:7000");
+    sl_conf_free(c);
+
+    const char *bad[] = { "redis-cluster://", "redis-cluster://a:1,", "redis-cluster://,a:1",
+                          "redis-cluster://1.2.3.4:1,1.2.3.4:0", "redis://1.2.3.4:1,1.2.3.4:2",
+                          "redis-sentinel://1.2.3.4:1/m/x", "redis-cluster://1.2.3.4:1/x" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[128], want[400];
+        snprintf(text, sizeof(text), "[store]\nurl = %s\n", bad[i]);
+        snprintf(want, sizeof(want), "t.ini:2: url: expected %s, got '%s'\n", STORE_URL_EXPECTED,
+                 bad[i]);
+        expect_errors(text, want);
+    }
+    expect_errors("[store]\nurl = redis-cluster://1.2.3.4:1/2\n",
+                  "t.ini:2: url: a Redis Cluster has only database 0 (drop the /2)\n");
+    expect_errors("[store]\nurl = redis-sentinel://1.2.3.4:1\n",
+                  "t.ini:2: url: redis-sentinel:// needs the master's name: "
+                  "redis-sentinel://host:port[,host:port...]/MASTER_NAME[/db]\n");
+    expect_errors("[store]\nurl = redis-cluster://u:pw@1.2.3.4:1\n",
+                  "t.ini:2: url: no password in the url; put it in password_file\n");
+}
+
 /* A bad url is echoed in the error (logged on a reload) with a userinfo
  * password and a query string masked. Before, the query string came whole. */
 static void test_store_url_redacted(void **state)
 {
     (void)state;
-    const char *exp = "local or redis://[user@]host[:port][/db]";
+    const char *exp = STORE_URL_EXPECTED;
     struct { const char *url, *shown; } cases[] = {
         { "redis://user@h:1/0?password=secret", "redis://user@h:1/0?***" },
         { "redis://1.2.3.4:1/0?password=secret", "redis://1.2.3.4:1/0?***" },
@@ -2019,6 +2073,7 @@ int main(void)
         cmocka_unit_test(test_store_url),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_store_url_redacted),
+        cmocka_unit_test(test_store_url_cluster_sentinel),
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_workers),
         cmocka_unit_test(test_cost_and_commands),
