@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "conf/conf-i.h"
+#include "conf/units.h"
 #include "conf/conf.h"
 #include "conf/http.h"
 #include "conf/names.h"
@@ -132,16 +133,6 @@ static void check_listener(struct loader *ld, struct section *sec)
             sl_cf_err(ld, listen_line, "listen: %s clashes with [listener %s] (line %d)",
                       l->listen.text, ol->name, sl_cf_key_line(o, "listen"));
     }
-}
-
-/* burst default: one second's worth of rate, rounded up, at least 1. */
-static uint64_t one_second(const struct sl_rate *r)
-{
-    uint64_t q = r->amount / r->period_us, rem = r->amount % r->period_us;
-    /* rem < period_us <= 365d in us (~3.2e13), so rem * 1e6 fits in 64 bits;
-     * q * 1e6 <= amount. */
-    uint64_t b = q * S_US + (rem * S_US + r->period_us - 1) / r->period_us;
-    return b ? b : 1;
 }
 
 /* A request that costs more than a limit can ever hold is refused forever
@@ -423,10 +414,18 @@ static void check_limit(struct loader *ld, struct section *sec)
         else if (sec->rate_sized && m->metric == SL_METRIC_REQUESTS)
             sl_cf_err(ld, rate_line, "rate: size units are for metric = bytes_in or bytes_out");
         if (m->burst == 0 && m->rate.amount != 0)
-            m->burst = one_second(&m->rate);
+            m->burst = sl_rate_one_second(&m->rate);
     }
     if (cost_line && m->metric != SL_METRIC_REQUESTS)
         sl_cf_err(ld, cost_line, "cost: only for metric = requests");
+    int overrides_line = sl_cf_key_line(sec, "overrides");
+    if (m->overrides && m->metric == SL_METRIC_CONNECTIONS)
+        sl_cf_err(ld, overrides_line, "overrides: a rate and burst per identity; not for "
+                                      "metric = connections");
+    else if (m->overrides && m->scope == SL_SCOPE_CONNECTION)
+        sl_cf_err(ld, overrides_line, "overrides: per identity; not for scope = connection");
+    if (!m->overrides && sl_cf_key_line(sec, "overrides_ttl"))
+        sl_cf_err(ld, sl_cf_key_line(sec, "overrides_ttl"), "overrides_ttl: needs overrides = store");
     if (m->lc != NULL && m->lc->protocol == SL_PROTO_TCP && m->metric == SL_METRIC_REQUESTS)
         sl_cf_err(ld, sec->line, "%s: a tcp listener has no requests to count; use metric = "
                                  "bytes_in, bytes_out or connections", t);
@@ -554,6 +553,12 @@ void sl_cf_finish(struct loader *ld)
     check_cycles(ld);
     /* In-process limits would be counted by each worker alone. */
     struct sl_conf *c = ld->conf;
+    for (size_t i = 0; i < ld->n_secs; i++) {
+        const struct sl_limit_conf *m = ld->secs[i]->obj;
+        if (ld->secs[i]->kind == SEC_LIMIT && m->overrides && c->store.kind == SL_STORE_LOCAL)
+            sl_cf_err(ld, sl_cf_key_line(ld->secs[i], "overrides"),
+                      "overrides: = store reads them from the quota store; [store] url is local");
+    }
     if (c->workers > 1 && c->store.kind == SL_STORE_LOCAL && c->n_limits > 0 && ld->sluice != NULL)
         sl_cf_err(ld, sl_cf_key_line(ld->sluice, "workers"),
                   "workers: %d processes need a shared store for their limits (url = redis://...); "

@@ -123,6 +123,9 @@ struct sl_limit_conf {
     int            n_match_identity;
     char          *replaces;           /* name of another limit, or NULL */
     struct sl_limit_conf *replaces_lc; /* resolved */
+    int            overrides;          /* overrides = store: per-identity rate and burst read
+                                          from the store's hash <key_prefix>overrides:{NAME} */
+    uint64_t       overrides_ttl_us;   /* how long an answer is used; default 5s */
     struct sl_limit_conf *next;
 };
 

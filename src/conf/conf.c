@@ -33,6 +33,7 @@ const char *const sl_conf_scope_names[]  = { "identity", "connection", "global",
 const char *const sl_conf_algo_names[]   = { "token_bucket", "gcra", "sliding_window",
                                              "sliding_log", "fixed_window", NULL };
 const char *const sl_conf_action_names[] = { "reject", "delay", "shadow", NULL };
+const char *const sl_conf_overrides_names[] = { "off", "store", NULL };
 const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
                                              "client_ip", "header:NAME", "none", NULL };

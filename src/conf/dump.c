@@ -131,6 +131,10 @@ static void dump_limit(FILE *out, const struct sl_limit_conf *m)
     kv(out, "algorithm", sl_conf_algo_names[m->algorithm]);
     kv(out, "action", sl_conf_action_names[m->action]);
     kv_duration(out, "max_delay", m->max_delay_us);
+    if (m->overrides) { /* only then: files without them print as before */
+        kv(out, "overrides", sl_conf_overrides_names[m->overrides]);
+        kv_duration(out, "overrides_ttl", m->overrides_ttl_us);
+    }
     for (int i = 0; i < m->n_commands; i++)
         word(&w, "commands", m->commands[i]);
     words_end(&w);

@@ -10,6 +10,7 @@ extern const char *const sl_conf_metric_names[];  /* enum sl_metric */
 extern const char *const sl_conf_scope_names[];   /* enum sl_scope */
 extern const char *const sl_conf_algo_names[];    /* enum sl_algo */
 extern const char *const sl_conf_action_names[];  /* enum sl_action */
+extern const char *const sl_conf_overrides_names[]; /* sl_limit_conf.overrides: off, store */
 extern const char *const sl_conf_fail_names[];    /* enum sl_on_failure */
 extern const char *const sl_conf_id_names[];      /* enum sl_id_source ("header:NAME") */
 extern const char *const sl_conf_rlh_names[];     /* enum sl_rl_headers */

@@ -34,6 +34,8 @@ static const struct keyword limit_kw[] = {
      * values with it, and that line must load again */
     LIST("match_identity", struct sl_limit_conf, match_identity, n_match_identity, MAX_IDENTITY + 8),
     STR("replaces", struct sl_limit_conf, replaces, MAX_NAME),
+    ENUM("overrides", struct sl_limit_conf, overrides, sl_conf_overrides_names),
+    NUM("overrides_ttl", KW_DURATION, struct sl_limit_conf, overrides_ttl_us, 100000, DAY_US),
 };
 
 _Static_assert(N_OF(limit_kw) <= MAX_KEYWORDS, "section.key_line is too small");
@@ -54,6 +56,7 @@ struct sl_limit_conf *sl_cf_new_limit(struct loader *ld, const char *name, int l
     m->action = SL_ACTION_REJECT;
     m->max_delay_us = 200000;
     m->default_cost = 1;
+    m->overrides_ttl_us = 5000000;
     *ld->mtail = m;
     ld->mtail = &m->next;
     ld->conf->n_limits++;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "conf/conf-i.h"
 #include "conf/units.h"
 
 #define US_PER_MS  1000ULL
@@ -146,6 +147,59 @@ int sl_parse_rate(const char *s, int bytes, struct sl_rate *out)
         return -1;
     out->amount = amount;
     out->period_us = period;
+    return 0;
+}
+
+uint64_t sl_rate_one_second(const struct sl_rate *r)
+{
+    uint64_t q = r->amount / r->period_us, rem = r->amount % r->period_us;
+    /* rem < period_us <= 365d in us (~3.2e13), so rem * 1e6 fits in 64 bits;
+     * q * 1e6 <= amount. */
+    uint64_t b = q * S_US + (rem * S_US + r->period_us - 1) / r->period_us;
+    return b ? b : 1;
+}
+
+int sl_parse_override(const char *s, size_t len, int bytes, struct sl_rate *rate,
+                      uint64_t *burst, const char **why)
+{
+    char text[128], *words[3];
+    int n = 0;
+    *why = "empty";
+    if (len >= sizeof(text)) {
+        *why = "longer than 127 bytes";
+        return -1;
+    }
+    memcpy(text, s, len);
+    text[len] = '\0';
+    if (memchr(text, '\0', len) != NULL) {
+        *why = "a NUL byte";
+        return -1;
+    }
+    for (char *p = text, *save = NULL; n < 3 && (p = strtok_r(p, " \t", &save)) != NULL; p = NULL)
+        words[n++] = p;
+    if (n == 0)
+        return -1;
+    if (n > 2) {
+        *why = "expected RATE [BURST]";
+        return -1;
+    }
+    if (sl_parse_rate(words[0], bytes, rate) != 0) {
+        *why = bytes ? "RATE is not a rate like 10MiB/s or 500kb/m" : "RATE is not a rate like 500/s";
+        return -1;
+    }
+    if (rate->amount > MAX_AMOUNT || rate->period_us > MAX_PERIOD) {
+        *why = "RATE out of range";
+        return -1;
+    }
+    if (n == 1) {
+        *burst = sl_rate_one_second(rate);
+        return 0;
+    }
+    if (sl_parse_size(words[1], burst) != 0 || *burst == 0 || *burst > MAX_AMOUNT ||
+        (!bytes && strspn(words[1], "0123456789") != strlen(words[1]))) {
+        *why = "BURST is not a positive count (or size, for bytes)";
+        return -1;
+    }
     return 0;
 }
 

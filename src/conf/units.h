@@ -24,6 +24,20 @@ int sl_parse_size(const char *s, uint64_t *bytes);
  * N must be positive. */
 int sl_parse_rate(const char *s, int bytes, struct sl_rate *out);
 
+/* One second's worth of rate <r>, rounded up, at least 1: a limit's
+ * default burst. */
+uint64_t sl_rate_one_second(const struct sl_rate *r);
+
+/* A per-identity override of a limit's rate and burst, as kept in the
+ * store (overrides = store): "RATE" or "RATE BURST", blanks between, e.g.
+ * "5000/s 10000" or "10MiB/s 20MiB" (sizes only when <bytes>), <len>
+ * bytes at <s> (not NUL-terminated). RATE as sl_parse_rate() within the
+ * bounds the file's `rate` has; BURST a positive count or size within the
+ * file's bounds for `burst` (default: one second's worth of RATE).
+ * Returns 0, or -1 with <why> saying what is wrong. */
+int sl_parse_override(const char *s, size_t len, int bytes, struct sl_rate *rate,
+                      uint64_t *burst, const char **why);
+
 /* Parses "a.b.c.d:port", "[v6]:port", "*:port" (any IPv4 address) or
  * "name:port" (a DNS host name, "localhost" too) into <out>. A name is not
  * resolved here: <out> has named = 1 and an empty ss (conf/resolve.h fills

@@ -21,6 +21,7 @@
 #include "limit/buckets.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "limit/overrides.h"
 #include "limit/places.h"
 
 static void bucket_free(struct bucket *b)
@@ -135,6 +136,7 @@ void sl_limiter_sweep(struct sl_limiter *lim)
     uint64_t now_ms = sl_clock_us(lim->clock) / 1000;
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
+        sl_lim_overrides_sweep(L, now_ms * 1000);
         struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
         for (int t = 0; t < 2; t++) {
             struct sl_idt_node *n;

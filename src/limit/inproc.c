@@ -33,7 +33,7 @@ static size_t local_key(const struct limit *L, const struct sl_limiter_req *q, c
  * the rate divided by <share> (live instances when standing in for the
  * store). Returns 1 when allowed. */
 int sl_lim_local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, uint64_t share,
-               int commit, struct sl_algo_result *res)
+                      int commit, struct sl_algo_result *res)
 {
     struct limit *L = &lim->limits[q->idx[k]];
     char key[SL_ID_MAX + 32];
@@ -46,13 +46,13 @@ int sl_lim_local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
         *res = (struct sl_algo_result){ .allowed = 1, .remaining = UINT64_MAX };
         return 1;
     }
-    struct sl_algo_params p = L->p;
+    struct sl_algo_params p = q->p[k];
     if (share > 1) {
         p.amount = p.amount / share ? p.amount / share : 1;
         p.burst = p.burst / share ? p.burst / share : 1;
     }
     if (q->remote[k] && L->remember)
-        sl_lim_start_from_store(L, b, q->identity, &p);
+        sl_lim_start_from_store(L, b, q->identity, &q->p[k], &p);
     if (sl_algo_take(&b->st, &p, q->now_us, q->cost[k], commit, res) < 0)
         res->allowed = 1;
     return res->allowed;
@@ -61,7 +61,7 @@ int sl_lim_local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
 /* Decides every limit of <q> in process (remote ones too when the store is
  * standing down with on_failure = local, at <share>). Fills <v>. */
 void sl_lim_decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int with_remote,
-                  uint64_t share, struct sl_verdict *v)
+                         uint64_t share, struct sl_verdict *v)
 {
     struct sl_algo_result res;
     int ok = 1;
@@ -71,7 +71,7 @@ void sl_lim_decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
             continue;
         if (!sl_lim_local_take(lim, q, k, q->remote[k] ? share : 1, 0, &res)) {
             ok = 0;
-            sl_lim_deny(v, L, q->identity, &res);
+            sl_lim_deny(v, L, &q->p[k], q->identity, &res);
             if (q->remote[k] && strcmp(v->limit, L->name) == 0)
                 v->approx = 1; /* standing in for the store */
         }
@@ -91,7 +91,7 @@ void sl_lim_decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
             sl_lim_local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
             sl_lim_allowed_after(L, v, res.retry_after_us);
             if (res.remaining != UINT64_MAX) /* UINT64_MAX: uncounted */
-                sl_lim_closest(v, L, res.remaining, res.reset_us, q->remote[k]);
+                sl_lim_closest(v, L, &q->p[k], res.remaining, res.reset_us, q->remote[k]);
         } else {
             L->rejected += strcmp(v->limit, L->name) == 0;
         }
@@ -117,7 +117,7 @@ void sl_lim_store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
                 v->retry_after_us = 1000000;
                 snprintf(v->limit, sizeof(v->limit), "%s", L->name);
                 snprintf(v->identity, sizeof(v->identity), "%s", q->identity);
-                sl_lim_set_policy(v, L, 0, v->retry_after_us, 1); /* nothing known: a guess */
+                sl_lim_set_policy(v, L, &q->p[k], 0, v->retry_after_us, 1); /* a guess */
                 L->fallback++;
                 L->rejected++;
                 return;

@@ -11,6 +11,7 @@
  *   remote.c    the store round trip: one decide.lua call, its answer
  *   tokens.c    token leases ([store] lease) and refusals remembered from
  *               the store, per identity
+ *   overrides.c per-identity rate and burst read from the store, cached
  *   verdict.c   what a decision says: denials, RateLimit policy fields
  *   places.c    connection places and the login queue (metric = connections)
  *   buckets.c   in-process buckets and their bounded tables
@@ -116,6 +117,10 @@ struct limit {
     uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
     uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
     uint8_t        remember;     /* keeps an entry per identity (see remembers) */
+    uint64_t       ovr_ttl_us;   /* overrides = store: an answer is used this long; 0: off */
+    struct sl_idt  ovr;          /* overrides read per identity (overrides.c), bounded */
+    uint64_t       ovr_applied;  /* decisions made with an override */
+    uint64_t       ovr_malformed;/* values ignored as malformed */
     /* counters (exported) */
     uint64_t       allowed;      /* decisions that allowed */
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
@@ -161,6 +166,8 @@ struct sl_limiter_req {
     uint64_t             cost[MAX_REQ_LIMITS];
     uint8_t              remote[MAX_REQ_LIMITS]; /* decided by the store */
     uint64_t             lease_ask[MAX_REQ_LIMITS]; /* tokens asked on top of the cost */
+    struct sl_algo_params p[MAX_REQ_LIMITS]; /* each limit's numbers for this identity: its
+                                                own, or an override (overrides.c) */
     uint32_t             probe;    /* bits k: lease entries this store call answers for */
     struct sl_limiter_req *next_wait; /* in a lease entry's waiters */
     char                 identity[SL_ID_MAX + 1];
@@ -169,5 +176,10 @@ struct sl_limiter_req {
 /* Gives pooled decision <q> back and drops the reference it held on its
  * limiter (limiter.c). */
 void sl_lim_req_free(struct sl_limiter_req *q);
+
+/* Pooled decision <q> waited for the overrides of its identity: decides it
+ * now (or it waits again), calling its callback, unless cancelled
+ * (limiter.c). */
+void sl_lim_resume(struct sl_limiter_req *q);
 
 #endif

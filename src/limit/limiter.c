@@ -33,6 +33,7 @@
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
 #include "limit/match.h"
+#include "limit/overrides.h"
 #include "limit/places.h"
 #include "limit/remote.h"
 #include "limit/stats.h"
@@ -172,6 +173,9 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_li
         if (c->metric == SL_METRIC_CONNECTIONS)
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         sl_lim_tokens_init(L, store != NULL, &conf->store);
+        L->ovr_ttl_us = store != NULL && c->overrides ? c->overrides_ttl_us : 0;
+        if (L->ovr_ttl_us > 0 && sl_idt_init(&L->ovr, (size_t)cap) < 0)
+            goto fail;
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
@@ -188,6 +192,7 @@ static void limiter_free(struct sl_limiter *lim)
         struct limit *L = &lim->limits[i];
         sl_lim_table_free(&L->buckets);
         sl_lim_table_free(&L->entries);
+        sl_lim_overrides_free(L);
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
@@ -375,6 +380,61 @@ int sl_limiter_plan(const struct sl_limiter *lim, const struct sl_listener_conf 
     return plan->limits > 0;
 }
 
+/* Decides <q> (its limits and their numbers known, q->cb and q->data
+ * set) once local limits are peeked: in process when the store is away,
+ * from token leases, or with the store. Returns 0 with <v> filled, or 1
+ * when the answer comes later: *<req> is then the pooled request (<q>
+ * itself when <pooled>, which already holds its reference on <lim>). */
+static int decide(struct sl_limiter *lim, struct sl_limiter_req *q, int pooled,
+                  struct sl_verdict *v, struct sl_limiter_req **req)
+{
+    /* Local limits first: if one of them denies, the store is not asked. */
+    struct sl_algo_result res;
+    for (int k = 0; k < q->n; k++) {
+        const struct limit *L = &lim->limits[q->idx[k]];
+        if (!q->remote[k] && L->action != SL_ACTION_SHADOW &&
+            !sl_lim_local_take(lim, q, k, 1, 0, &res))
+            sl_lim_deny(v, L, &q->p[k], q->identity, &res);
+    }
+    if (v->kind == SL_VERDICT_REJECT) {
+        for (int k = 0; k < q->n; k++)
+            if (!q->remote[k] && strcmp(lim->limits[q->idx[k]].name, v->limit) == 0)
+                lim->limits[q->idx[k]].rejected++;
+        return 0;
+    }
+    if (!sl_store_up(lim->store)) {
+        sl_lim_store_failed(lim, q, v);
+        return 0;
+    }
+
+    struct bucket *wait_on = NULL;
+    int lr = sl_lim_lease_try(lim, q, v, &wait_on);
+    if (lr == 1)
+        return 0;
+    struct sl_limiter_req *heap = pooled ? q : sl_pool_take(&req_pool);
+    if (heap == NULL) {
+        sl_lim_lease_done(lim, q);
+        memset(v, 0, sizeof(*v));
+        sl_lim_store_failed(lim, q, v);
+        return 0;
+    }
+    if (!pooled)
+        *heap = *q;
+    if (lr == 2) {
+        sl_lim_lease_wait(wait_on, heap);
+    } else if (!sl_lim_send(lim, heap)) {
+        sl_lim_lease_done(lim, heap);
+        sl_lim_store_failed(lim, heap, v);
+        if (!pooled)
+            sl_pool_give(&req_pool, heap);
+        return 0;
+    }
+    if (!pooled)
+        lim->refs++;
+    *req = heap;
+    return 1;
+}
+
 /* Decides <a> against its <nc> candidate limits (lim->cand): 0 with <v>
  * filled, or 1 when the answer comes later (*<req> set). */
 static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_verdict *v,
@@ -414,6 +474,7 @@ static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_ve
         q->idx[k] = cand[c];
         q->cost[k] = a->metric == SL_METRIC_REQUESTS ? sl_lim_cost_of(L, a->r) : a->amount;
         q->remote[k] = lim->store != NULL && L->scope != SL_SCOPE_CONNECTION;
+        q->p[k] = L->p;
         nremote += q->remote[k];
         if (L->scope == SL_SCOPE_IDENTITY && a->metric == SL_METRIC_REQUESTS)
             sl_lim_top_count(&lim->limits[cand[c]], q->identity);
@@ -425,49 +486,41 @@ static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_ve
         sl_lim_decide_local(lim, q, 0, 1, v);
         return 0;
     }
-    /* Local limits first: if one of them denies, the store is not asked. */
-    struct sl_algo_result res;
-    for (int k = 0; k < q->n; k++) {
-        const struct limit *L = &lim->limits[q->idx[k]];
-        if (!q->remote[k] && L->action != SL_ACTION_SHADOW && !sl_lim_local_take(lim, q, k, 1, 0, &res))
-            sl_lim_deny(v, L, q->identity, &res);
+    q->cb = a->cb;
+    q->data = a->data;
+    struct sl_ovr *on = NULL;
+    if (sl_lim_overrides_resolve(lim, q, &on)) {
+        /* The identity's numbers are being read: nothing is taken before. */
+        struct sl_limiter_req *heap = sl_pool_take(&req_pool);
+        if (heap == NULL) {
+            sl_lim_store_failed(lim, q, v);
+            return 0;
+        }
+        *heap = *q;
+        sl_lim_overrides_wait(on, heap);
+        lim->refs++;
+        *req = heap;
+        return 1;
     }
-    if (v->kind == SL_VERDICT_REJECT) {
-        for (int k = 0; k < q->n; k++)
-            if (!q->remote[k] && strcmp(lim->limits[q->idx[k]].name, v->limit) == 0)
-                lim->limits[q->idx[k]].rejected++;
-        return 0;
-    }
-    if (!sl_store_up(lim->store)) {
-        sl_lim_store_failed(lim, q, v);
-        return 0;
-    }
+    return decide(lim, q, 0, v, req);
+}
 
-    struct bucket *wait_on = NULL;
-    int lr = sl_lim_lease_try(lim, q, v, &wait_on);
-    if (lr == 1)
-        return 0;
-    struct sl_limiter_req *heap = sl_pool_take(&req_pool);
-    if (heap == NULL) {
-        sl_lim_lease_done(lim, q);
-        memset(v, 0, sizeof(*v));
-        sl_lim_store_failed(lim, q, v);
-        return 0;
+void sl_lim_resume(struct sl_limiter_req *q)
+{
+    struct sl_limiter *lim = q->lim;
+    struct sl_ovr *on = NULL;
+    if (q->cb != NULL && sl_lim_overrides_resolve(lim, q, &on)) {
+        sl_lim_overrides_wait(on, q); /* another of its limits is being read */
+        return;
     }
-    *heap = *q;
-    heap->cb = a->cb;
-    heap->data = a->data;
-    if (lr == 2) {
-        sl_lim_lease_wait(wait_on, heap);
-    } else if (!sl_lim_send(lim, heap)) {
-        sl_pool_give(&req_pool, heap);
-        sl_lim_lease_done(lim, q);
-        sl_lim_store_failed(lim, q, v);
-        return 0;
-    }
-    lim->refs++;
-    *req = heap;
-    return 1;
+    struct sl_verdict v;
+    memset(&v, 0, sizeof(v));
+    struct sl_limiter_req *again;
+    if (q->cb != NULL && decide(lim, q, 1, &v, &again) == 1)
+        return;
+    if (q->cb != NULL)
+        q->cb(q->data, &v);
+    sl_lim_req_free(q);
 }
 
 void sl_limiter_cancel(struct sl_limiter_req *req)

@@ -220,7 +220,7 @@ static void place_local(struct sl_place *pl, uint64_t share, int fallback, uint6
         if (b != NULL && b->st.a >= max) {
             ok = 0;
             struct sl_algo_result res = { .retry_after_us = 1000000 };
-            sl_lim_deny(v, L, pl->identity, &res);
+            sl_lim_deny(v, L, &L->p, pl->identity, &res);
         }
     }
     if (!ok && v->kind != SL_VERDICT_REJECT) {
@@ -229,7 +229,7 @@ static void place_local(struct sl_place *pl, uint64_t share, int fallback, uint6
             struct limit *L = &pl->lim->limits[pl->idx[k]];
             if (L->action == SL_ACTION_DELAY) {
                 struct sl_algo_result res = { .retry_after_us = 1000000 };
-                sl_lim_deny(v, L, pl->identity, &res);
+                sl_lim_deny(v, L, &L->p, pl->identity, &res);
                 break;
             }
         }
@@ -314,7 +314,7 @@ static void place_on_store(void *data, int status, const int64_t *vals, int n, c
             }
             if (r[0] == 0) {
                 struct sl_algo_result res = { .retry_after_us = 1000000 };
-                sl_lim_deny(&v, L, pl->identity, &res);
+                sl_lim_deny(&v, L, &L->p, pl->identity, &res);
             }
         }
         if (vals[0] != 0) {

@@ -34,10 +34,11 @@ int sl_lim_send(struct sl_limiter *lim, struct sl_limiter_req *q)
             continue;
         const struct limit *L = &lim->limits[q->idx[k]];
         keys[nk] = sl_lim_store_key(lim, L, q->identity, keybuf[nk], sizeof(keybuf[nk]));
-        const char *an = sl_algo_name(L->p.algo);
+        const struct sl_algo_params *pk = &q->p[k];
+        const char *an = sl_algo_name(pk->algo);
         args[na++] = (struct sl_str){ an, strlen(an) };
-        uint64_t nums[6] = { L->p.amount, L->p.period_us, L->p.burst, q->cost[k] + q->lease_ask[k],
-                             L->action == SL_ACTION_SHADOW, L->p.max_wait_us };
+        uint64_t nums[6] = { pk->amount, pk->period_us, pk->burst, q->cost[k] + q->lease_ask[k],
+                             L->action == SL_ACTION_SHADOW, pk->max_wait_us };
         for (int f = 0; f < 6; f++) {
             args[na].p = numbuf[nk][f];
             args[na++].len = (size_t)snprintf(numbuf[nk][f], 24, "%" PRIu64, nums[f]);
@@ -104,7 +105,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
                     .remaining = r[1] > 0 ? (uint64_t)r[1] : 0,
                     .reset_us = r[3] > 0 ? (uint64_t)r[3] : 0,
                 };
-                sl_lim_deny(&v, L, q->identity, &res);
+                sl_lim_deny(&v, L, &q->p[k], q->identity, &res);
             }
         }
         if (ok) {
@@ -121,7 +122,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
                     uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
                     const struct bucket *e = L->lease_size > 0
                                                  ? sl_lim_lease_entry(L, q->identity, q->now_us) : NULL;
-                    sl_lim_closest(&v, L, left + (e != NULL ? e->lease : 0),
+                    sl_lim_closest(&v, L, &q->p[k], left + (e != NULL ? e->lease : 0),
                             r[3] > 0 ? (uint64_t)r[3] : 0, 0);
                 }
             }

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
+#include "limit/overrides.h"
 #include "limit/stats.h"
 
 #include <uv.h>
@@ -149,6 +150,29 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
         sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].held);
     }
+
+    int any_ovr = 0;
+    for (int i = 0; i < lim->n; i++)
+        any_ovr |= lim->limits[i].ovr_ttl_us > 0;
+    if (!any_ovr)
+        return;
+    sl_metrics_family(m, "sluice_limit_override_decisions_total", "counter",
+                      "Decisions made with a per-identity override read from the store "
+                      "(overrides = store).");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        if (lim->limits[i].ovr_ttl_us > 0)
+            sl_metrics_u64(m, "sluice_limit_override_decisions_total", labels,
+                           lim->limits[i].ovr_applied);
+    }
+    sl_metrics_family(m, "sluice_limit_overrides_malformed_total", "counter",
+                      "Override values in the store ignored as malformed (overrides = store).");
+    for (int i = 0; i < lim->n; i++) {
+        const char *labels[] = { "limit", lim->limits[i].name, NULL };
+        if (lim->limits[i].ovr_ttl_us > 0)
+            sl_metrics_u64(m, "sluice_limit_overrides_malformed_total", labels,
+                           lim->limits[i].ovr_malformed);
+    }
 }
 
 void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
@@ -160,10 +184,16 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
                 "%s{\"name\":\"%s\",\"algorithm\":\"%s\",\"allowed\":%" PRIu64 ",\"rejected\":%" PRIu64
                 ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
                 ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
-                ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",\"busiest\":[",
+                ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",",
                 i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
                 L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
                 L->buckets.n, L->buckets.evicted + L->entries.evicted);
+        if (L->ovr_ttl_us > 0) {
+            fputs("\"overrides\":", out);
+            sl_lim_overrides_json(L, out);
+            fputc(',', out);
+        }
+        fputs("\"busiest\":[", out);
         /* Largest sure count first: "requests" is what the identity made
          * for certain (n - err), "error" how many more it may have made
          * (see struct top). Identities are printable and quote-free (hashed

@@ -57,11 +57,10 @@ static uint64_t chunk_of(const struct limit *L)
     return n > L->lease_size ? L->lease_size : (uint64_t)n;
 }
 
-/* How long limit <L> takes to refill <tokens>, rounded up (us). */
-static uint64_t refill_us(const struct limit *L, uint64_t tokens)
+/* How long a limit of numbers <p> takes to refill <tokens>, rounded up (us). */
+static uint64_t refill_us(const struct sl_algo_params *p, uint64_t tokens)
 {
-    unsigned __int128 us = ((unsigned __int128)tokens * L->p.period_us + L->p.amount - 1) /
-                           L->p.amount;
+    unsigned __int128 us = ((unsigned __int128)tokens * p->period_us + p->amount - 1) / p->amount;
     return us > UINT32_MAX ? UINT32_MAX : (uint64_t)us;
 }
 
@@ -136,6 +135,18 @@ struct bucket *sl_lim_lease_entry(struct limit *L, const char *identity, uint64_
     return sl_lim_bucket_get(L, key, n, now_us / 1000);
 }
 
+void sl_lim_tokens_forget(struct limit *L, const char *identity)
+{
+    char key[SL_ID_MAX + 2];
+    size_t n = entry_key(L, identity, key);
+    struct bucket *e = (struct bucket *)sl_idt_peek(&L->entries, key, n);
+    if (e == NULL)
+        return;
+    e->deny_until = 0;
+    e->deny_cost = 0;
+    e->lean_until = 0;
+}
+
 /* Standing in for the store (on_failure = local), in-process bucket <b> of
  * <L> for <identity> starts from what the store last said was left (and
  * the lease tokens this instance held), in the share <p> of live
@@ -143,7 +154,7 @@ struct bucket *sl_lim_lease_entry(struct limit *L, const char *identity, uint64_
  * bucket the store emptied is not full when the store goes away. Once per
  * answer: later takes while the store is away go on from there. */
 void sl_lim_start_from_store(struct limit *L, struct bucket *b, const char *identity,
-                      const struct sl_algo_params *p)
+                             const struct sl_algo_params *whole, const struct sl_algo_params *p)
 {
     char key[SL_ID_MAX + 2];
     size_t n = entry_key(L, identity, key);
@@ -151,7 +162,7 @@ void sl_lim_start_from_store(struct limit *L, struct bucket *b, const char *iden
     if (e == NULL || e->told_at == 0 || e->told_at <= b->synced_at)
         return;
     b->synced_at = e->told_at;
-    uint64_t cap = sl_lim_capacity_of(p), full = sl_lim_capacity_of(&L->p);
+    uint64_t cap = sl_lim_capacity_of(p), full = sl_lim_capacity_of(whole);
     unsigned __int128 left = (unsigned __int128)(e->told_left + e->lease) * cap / full;
     sl_algo_state_free(&b->st);
     memset(&b->st, 0, sizeof(b->st));
@@ -170,7 +181,7 @@ void sl_lim_start_from_store(struct limit *L, struct bucket *b, const char *iden
  * for entries that are not lean (see below for lean ones). Returns 1 (decided, <v>),
  * 2 (wait) or 0 (ask the store). */
 int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl_verdict *v,
-              struct bucket **wait_on)
+                     struct bucket **wait_on)
 {
     struct bucket *e[MAX_REQ_LIMITS];
     int covered = 1, all = 1; /* all: every store-backed limit leases */
@@ -199,7 +210,7 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
                                       .reset_us = e[k]->told_reset > q->now_us
                                                       ? e[k]->told_reset - q->now_us : 0 };
         memset(v, 0, sizeof(*v));
-        sl_lim_deny(v, L, q->identity, &res);
+        sl_lim_deny(v, L, &q->p[k], q->identity, &res);
         v->approx = 1;
         L->rejected++;
         if (L->lease_size > 0)
@@ -243,7 +254,7 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             sl_lim_allowed_after(L, v, 0);
             /* What the store last said was left, and the lease still held
              * here: the store counted the lease, so its reset holds. */
-            sl_lim_closest(v, L, e[k]->told_left + e[k]->lease,
+            sl_lim_closest(v, L, &q->p[k], e[k]->told_left + e[k]->lease,
                     e[k]->told_reset > q->now_us ? e[k]->told_reset - q->now_us : 0, 1);
         }
         return 1;
@@ -370,8 +381,9 @@ static void remember_refusal(const struct limit *L, struct bucket *e,
         hold(e, L, now + (uint64_t)r[2], cost);
     } else if (r[0] != 0 && vals[0] != 0 && cost > 0 && (r[1] < 0 || (uint64_t)r[1] < cost)) {
         uint64_t until = now;
-        if ((L->p.algo == SL_ALGO_TOKEN_BUCKET || L->p.algo == SL_ALGO_GCRA) && r[3] > 0) {
-            uint64_t less = refill_us(L, L->p.burst > cost ? L->p.burst - cost : 0) + 1;
+        const struct sl_algo_params *p = &q->p[k];
+        if ((p->algo == SL_ALGO_TOKEN_BUCKET || p->algo == SL_ALGO_GCRA) && r[3] > 0) {
+            uint64_t less = refill_us(p, p->burst > cost ? p->burst - cost : 0) + 1;
             if ((uint64_t)r[3] > less)
                 until = now + (uint64_t)r[3] - less;
         }
@@ -383,7 +395,7 @@ static void remember_refusal(const struct limit *L, struct bucket *e,
  * remembered. A lease take refused is asked again for the cost alone
  * (returns 1: on_store ends there, the entries stay asked for). */
 int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const int64_t *vals,
-                 uint64_t at_us)
+                        uint64_t at_us)
 {
     int refused = 0;
     for (int k = 0; k < q->n; k++) {
@@ -417,7 +429,7 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
         } else if (r[0] == 0 && r[2] > 0) {
             /* Refused until the cost is back; with a chunk, until the chunk
              * is, and then the chunk is asked for at once. */
-            uint64_t more = L->chunk > q->cost[k] ? refill_us(L, L->chunk - q->cost[k]) : 0;
+            uint64_t more = L->chunk > q->cost[k] ? refill_us(&q->p[k], L->chunk - q->cost[k]) : 0;
             hold(e, L, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more, q->cost[k]);
         }
         if (r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
@@ -427,7 +439,7 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
              * remembered as already over). Meanwhile what is left stays
              * in the store and counts towards the chunk. */
             uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
-            uint64_t wait = L->chunk > 1 ? refill_us(L, L->chunk - left) : 0;
+            uint64_t wait = L->chunk > 1 ? refill_us(&q->p[k], L->chunk - left) : 0;
             hold(e, L, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1, q->cost[k]);
         }
     }

@@ -15,11 +15,18 @@ void sl_lim_tokens_init(struct limit *L, int has_store, const struct sl_store_co
  * left), made if missing, touched at <now_us>; NULL when out of memory. */
 struct bucket *sl_lim_lease_entry(struct limit *L, const char *identity, uint64_t now_us);
 
+/* The numbers of <L> for <identity> changed (an override came, went or
+ * changed): refusals remembered under the old ones are forgotten, so the
+ * next request asks the store. Tokens leased stay (the store counted
+ * them). */
+void sl_lim_tokens_forget(struct limit *L, const char *identity);
+
 /* Standing in for the store (on_failure = local), in-process bucket <b> of
- * <L> for <identity> starts from what the store last said was left, in the
- * share <p> of live instances (once per answer). */
+ * <L> for <identity> starts from what the store last said was left of the
+ * limit's numbers <whole> (its own, or an override), in the share <p> of
+ * live instances (once per answer). */
 void sl_lim_start_from_store(struct limit *L, struct bucket *b, const char *identity,
-                             const struct sl_algo_params *p);
+                             const struct sl_algo_params *whole, const struct sl_algo_params *p);
 
 /* Decides <q> here when its store-backed limits all lease and either hold
  * enough tokens or are known to refuse it. Else, when a lease is being

@@ -17,8 +17,9 @@ static uint64_t secs_up(uint64_t us)
 
 /* Names limit <L> in <v>'s policy fields (limiter.h): <remaining> tokens
  * left, the quota whole again after <reset_us>; <approx> as there. */
-void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
-                uint64_t reset_us, int approx)
+void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L,
+                       const struct sl_algo_params *p, uint64_t remaining, uint64_t reset_us,
+                       int approx)
 {
     size_t n = strnlen(L->name, sizeof(v->policy) - 1); /* per request: no printf */
     memcpy(v->policy, L->name, n);
@@ -27,7 +28,7 @@ void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L, uint64_t rem
         v->quota = L->max;
         v->window_s = 0;
     } else {
-        sl_algo_policy(&L->p, &v->quota, &v->window_s);
+        sl_algo_policy(p, &v->quota, &v->window_s);
     }
     v->remaining = remaining;
     v->reset_s = secs_up(reset_us);
@@ -37,19 +38,19 @@ void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L, uint64_t rem
 /* Non-shadow limit <L> allowed a request, leaving <remaining> tokens, whole
  * again after <reset_us>: an allowed verdict names the limit closest to
  * its limit (the least remaining; the later reset on a tie). */
-void sl_lim_closest(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
-             uint64_t reset_us, int approx)
+void sl_lim_closest(struct sl_verdict *v, const struct limit *L, const struct sl_algo_params *p,
+                    uint64_t remaining, uint64_t reset_us, int approx)
 {
     if (v->kind != SL_VERDICT_ALLOW)
         return;
     if (v->policy[0] != '\0' &&
         (remaining > v->remaining || (remaining == v->remaining && secs_up(reset_us) <= v->reset_s)))
         return;
-    sl_lim_set_policy(v, L, remaining, reset_us, approx);
+    sl_lim_set_policy(v, L, p, remaining, reset_us, approx);
 }
 
-void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
-                 const struct sl_algo_result *res)
+void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const struct sl_algo_params *p,
+                 const char *identity, const struct sl_algo_result *res)
 {
     uint64_t retry = res->retry_after_us;
     /* The strictest denial wins: the longest wait. */
@@ -66,7 +67,7 @@ void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identi
     uint64_t reset = res->reset_us;
     if (retry != UINT64_MAX && retry > reset)
         reset = retry;
-    sl_lim_set_policy(v, L, res->remaining, reset, 0);
+    sl_lim_set_policy(v, L, p, res->remaining, reset, 0);
 }
 
 /* A shadow limit would have denied: it counts, and how long the request

@@ -6,20 +6,23 @@
 #include "limit/limiter-i.h"
 
 /* Fills <v> with limit <L>'s denial <res> for <identity>, unless <v>
- * already holds a stricter one (the longest wait wins). */
-void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const char *identity,
-                 const struct sl_algo_result *res);
+ * already holds a stricter one (the longest wait wins). <p>: the numbers
+ * the limit had for this identity (its own, or an override). */
+void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const struct sl_algo_params *p,
+                 const char *identity, const struct sl_algo_result *res);
 
 /* Names limit <L> in <v>'s policy fields (limiter.h): <remaining> tokens
- * left, the quota whole again after <reset_us>; <approx> as there. */
-void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
-                       uint64_t reset_us, int approx);
+ * left, the quota whole again after <reset_us>; <approx> as there; <p>
+ * the limit's numbers for this identity. */
+void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L,
+                       const struct sl_algo_params *p, uint64_t remaining, uint64_t reset_us,
+                       int approx);
 
 /* Non-shadow limit <L> allowed a request, leaving <remaining> tokens, whole
  * again after <reset_us>: an allowed verdict <v> names the limit closest
  * to its limit (the least remaining; the later reset on a tie). */
-void sl_lim_closest(struct sl_verdict *v, const struct limit *L, uint64_t remaining,
-                    uint64_t reset_us, int approx);
+void sl_lim_closest(struct sl_verdict *v, const struct limit *L, const struct sl_algo_params *p,
+                    uint64_t remaining, uint64_t reset_us, int approx);
 
 /* Shadow limit <L> would have denied: counted, with how long the request
  * would have waited (<retry_us>; UINT64_MAX, never: not in the histogram). */

@@ -1505,6 +1505,107 @@ static void test_verdict_remaining_store_equals_local(void **state)
     world_free(w);
 }
 
+/* overrides = store: a per-identity rate and burst written in the store
+ * (HSET sluice:overrides:{LIMIT} IDENTITY "RATE BURST") is applied by every
+ * instance without a reload, changes live after overrides_ttl, and a
+ * malformed value is ignored (the limit's own numbers), counted and
+ * logged. The limit refills one token a day, so what is admitted is the
+ * burst in force. */
+static int incr_ok(redisContext *c, const char *key)
+{
+    redisReply *r = redisCommand(c, "INCR %s", key);
+    assert_non_null(r);
+    int ok = r->type == REDIS_REPLY_INTEGER;
+    if (!ok)
+        assert_non_null(strstr(r->str, "THROTTLED limit 'plan'"));
+    freeReplyObject(r);
+    return ok;
+}
+
+static void test_overrides_from_store(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    acl_users(w);
+    redisContext *st = client(w->store.port);
+    redisReply *r = redisCommand(st, "HSET sluice:overrides:{plan} user:alice %s user:bob %s",
+                                 "1/d 6", "lots of requests");
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    const char *lim = "[limit plan]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = INCR\n"
+                      "overrides = store\noverrides_ttl = 200ms\n";
+    start_sluice(w, 0, "timeout = 250ms", lim);
+    start_sluice(w, 1, "timeout = 250ms", lim);
+    wait_store_up(w, 0);
+    wait_store_up(w, 1);
+    redisContext *a[2], *b[2], *c = client(w->port[0]);
+    for (int i = 0; i < 2; i++) {
+        a[i] = client(w->port[i]);
+        auth(a[i], "alice");
+        b[i] = client(w->port[i]);
+        auth(b[i], "bob");
+    }
+    /* alice: her burst of 6 across both instances, then refused */
+    int n = 0;
+    for (int i = 0; i < 10; i++)
+        n += incr_ok(a[i % 2], "ka");
+    assert_int_equal(n, 6);
+    /* bob's value is malformed: the limit's own burst of 3; the client at
+     * 127.0.0.1 (no AUTH) has no override: 3 as well */
+    n = 0;
+    for (int i = 0; i < 10; i++)
+        n += incr_ok(b[i % 2], "kb");
+    assert_int_equal(n, 3);
+    n = 0;
+    for (int i = 0; i < 5; i++)
+        n += incr_ok(c, "kc");
+    assert_int_equal(n, 3);
+    assert_true(metric(w->admin[0], "sluice_limit_overrides_malformed_total{limit=\"plan\"}") >= 1);
+    assert_true(metric(w->admin[0], "sluice_limit_override_decisions_total{limit=\"plan\"}") >= 3);
+    char *stats = th_http_get(w->admin[0], "/stats");
+    assert_non_null(stats);
+    assert_non_null(strstr(stats, "\"overrides\":{\"ttl_ms\":200,"));
+    assert_non_null(strstr(stats, "{\"identity\":\"user:alice\",\"rate\":\"1/d\",\"burst\":6}"));
+    assert_null(strstr(stats, "\"identity\":\"user:bob\",\"rate\""));
+    free(stats);
+    /* The operator gives bob a fast plan: both instances apply it once
+     * their cached answer is older than overrides_ttl, without a reload. */
+    r = redisCommand(st, "HSET sluice:overrides:{plan} user:bob %s", "100/s 5");
+    freeReplyObject(r);
+    for (int i = 0; i < 2; i++) {
+        uint64_t end = th_now_ms() + 3000;
+        int ok = 0;
+        while (!ok && th_now_ms() < end) {
+            ok = incr_ok(b[i], "kb");
+            if (!ok)
+                usleep(20000); /* polling a live change: the ttl is the clock here */
+        }
+        assert_true(ok);
+    }
+    /* and taking it away brings the limit's own numbers back */
+    r = redisCommand(st, "HDEL sluice:overrides:{plan} user:alice");
+    freeReplyObject(r);
+    uint64_t end = th_now_ms() + 3000;
+    int gone = 0;
+    while (!gone && th_now_ms() < end) {
+        (void)incr_ok(a[0], "ka"); /* a stale answer is used, and asked again */
+        stats = th_http_get(w->admin[0], "/stats");
+        assert_non_null(stats);
+        gone = strstr(stats, "\"identity\":\"user:alice\",\"rate\"") == NULL;
+        free(stats);
+        if (!gone)
+            usleep(20000);
+    }
+    assert_true(gone);
+    for (int i = 0; i < 2; i++) {
+        redisFree(a[i]);
+        redisFree(b[i]);
+    }
+    redisFree(c);
+    redisFree(st);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1537,6 +1638,7 @@ int main(void)
         cmocka_unit_test(test_store_stop_starts_from_store),
         cmocka_unit_test(test_identity_sources_apart),
         cmocka_unit_test(test_verdict_remaining_store_equals_local),
+        cmocka_unit_test(test_overrides_from_store),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

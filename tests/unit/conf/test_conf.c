@@ -516,6 +516,42 @@ static void test_lease(void **state)
     }
 }
 
+/* overrides = store: needs a store, a rate (not connections) and a scope
+ * with identities; overrides_ttl only with it. */
+static void test_overrides(void **state)
+{
+    (void)state;
+    static const char head[] =
+        "[store]\nurl = redis://127.0.0.1:7000\n"
+        "[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n";
+    char text[512];
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nrate = 10/s\noverrides = store\n", head);
+    struct sl_conf *c = load_ok(text);
+    assert_int_equal(c->limits->overrides, 1);
+    assert_int_equal(c->limits->overrides_ttl_us, 5000000);
+    sl_conf_free(c);
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nrate = 10/s\noverrides = store\n"
+             "overrides_ttl = 250ms\n", head);
+    c = load_ok(text);
+    assert_int_equal(c->limits->overrides_ttl_us, 250000);
+    sl_conf_free(c);
+    expect_errors("[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n"
+                  "[limit a]\nlistener = r\nrate = 10/s\noverrides = store\n",
+                  "t.ini:7: overrides: = store reads them from the quota store; [store] url is "
+                  "local\n");
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nmetric = connections\nmax = 3\n"
+             "overrides = store\n", head);
+    expect_errors(text, "t.ini:10: overrides: a rate and burst per identity; not for "
+                        "metric = connections\n");
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nrate = 10/s\nscope = connection\n"
+             "overrides = store\n", head);
+    expect_errors(text, "t.ini:10: overrides: per identity; not for scope = connection\n");
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nrate = 10/s\noverrides_ttl = 1s\n", head);
+    expect_errors(text, "t.ini:9: overrides_ttl: needs overrides = store\n");
+    snprintf(text, sizeof(text), "%s[limit a]\nlistener = r\nrate = 10/s\noverrides = yes\n", head);
+    expect_errors(text, "t.ini:9: overrides: expected one of off | store, got 'yes'\n");
+}
+
 static void test_workers(void **state)
 {
     (void)state;
@@ -2075,6 +2111,7 @@ int main(void)
         cmocka_unit_test(test_store_url_redacted),
         cmocka_unit_test(test_store_url_cluster_sentinel),
         cmocka_unit_test(test_lease),
+        cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_workers),
         cmocka_unit_test(test_cost_and_commands),
         cmocka_unit_test(test_cost_above_capacity),

@@ -352,6 +352,42 @@ static void test_fmt_rate(void **state)
     }
 }
 
+/* A per-identity override as kept in the store: "RATE [BURST]". */
+static void test_override_values(void **state)
+{
+    (void)state;
+    struct sl_rate r;
+    uint64_t burst;
+    const char *why;
+    const char *s = "5000/s 10000";
+    assert_int_equal(sl_parse_override(s, strlen(s), 0, &r, &burst, &why), 0);
+    assert_int_equal(r.amount, 5000);
+    assert_int_equal(r.period_us, 1000000);
+    assert_int_equal(burst, 10000);
+    s = "  120/m\t";
+    assert_int_equal(sl_parse_override(s, strlen(s), 0, &r, &burst, &why), 0);
+    assert_int_equal(burst, 2); /* one second's worth, rounded up */
+    s = "10MiB/s 20MiB";
+    assert_int_equal(sl_parse_override(s, strlen(s), 1, &r, &burst, &why), 0);
+    assert_int_equal(r.amount, 10485760);
+    assert_int_equal(burst, 20971520);
+    /* not NUL-terminated: only <len> bytes count */
+    assert_int_equal(sl_parse_override("7/s 9xyz", 5, 0, &r, &burst, &why), 0);
+    assert_int_equal(burst, 9);
+    const char *bad[] = { "", "   ", "lots", "5000", "0/s", "5/s 0", "5/s 10 20", "5/s -1",
+                          "10MiB/s", "5/s 1kb", "5/x", "1099511627777/s" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        assert_int_equal(sl_parse_override(bad[i], strlen(bad[i]), 0, &r, &burst, &why), -1);
+        assert_non_null(why);
+    }
+    char nul[8] = "5/s\0 10";
+    assert_int_equal(sl_parse_override(nul, 7, 0, &r, &burst, &why), -1);
+    char long_text[200];
+    memset(long_text, '9', sizeof(long_text));
+    assert_int_equal(sl_parse_override(long_text, sizeof(long_text), 0, &r, &burst, &why), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_fmt_duration),
         cmocka_unit_test(test_fmt_size),
         cmocka_unit_test(test_fmt_rate),
+        cmocka_unit_test(test_override_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
