@@ -26,6 +26,12 @@ struct sl_sentinel_conf {
 
 #define SL_SENTINEL_MAX 16 /* sentinels in one list, at most */
 
+/* After a +switch-master, an answer naming the address it left is stale for
+ * this long (a sentinel that has not heard of the failover yet: they tell
+ * each other every 2 s). Sentinel starts no new failover of the same master
+ * within 2 x failover-timeout, far longer. */
+#define SL_SENTINEL_HOLD_MS 10000
+
 /* The master's address is known for the first time, or it changed:
  * <master> (borrowed for the call) is where the master is now. Not called
  * again for the same address. The callback may call any sl_sentinel_*
@@ -36,8 +42,10 @@ typedef void sl_sentinel_cb(void *data, const struct sockaddr_storage *master);
 struct sl_sentinel_stats {
     uint64_t rounds;          /* asking rounds started (the start, reasks, retries, resubscribes) */
     uint64_t answers;         /* a sentinel gave an address */
-    uint64_t unknown;         /* a sentinel answered nil: it does not know the master */
-    uint64_t failures;        /* a sentinel did not answer: refused, timeout, error reply, bad reply */
+    uint64_t unknown;         /* of the failures: nil, the sentinel does not know the master */
+    uint64_t failures;        /* a sentinel did not answer: refused, timeout, error reply, bad
+                                 reply, nil (unknown), a stale answer */
+    uint64_t stale;           /* of which: the address a recent +switch-master left */
     uint64_t rounds_failed;   /* no sentinel gave an address ("no master known") */
     uint64_t switch_messages; /* +switch-master messages for our master */
     uint64_t changes;         /* callbacks: the address became known or changed */

@@ -112,6 +112,9 @@ struct sl_sentinel {
 
     uint8_t                 known;                    /* <master> holds an address */
     struct sockaddr_storage master;                   /* the last one reported */
+    struct sockaddr_storage switched_from;            /* the old address of the last
+                                                         +switch-master (family 0: none) */
+    uint64_t                switched_ms;              /* loop time it was heard */
 
     uint8_t                 round_active;             /* a round is asking */
     uint8_t                 round_waiting;            /* a failed round waits for its retry */
@@ -171,7 +174,7 @@ int sl_sentinel_parse_addr(const char *ip, size_t iplen, const char *port, size_
 }
 
 int sl_sentinel_parse_switch(const char *msg, size_t len, const char *name,
-                             struct sockaddr_storage *out)
+                             struct sockaddr_storage *out, struct sockaddr_storage *old)
 {
     /* <name> <oldip> <oldport> <newip> <newport>: five words, one space apart. */
     const char *w[5];
@@ -198,7 +201,18 @@ int sl_sentinel_parse_switch(const char *msg, size_t len, const char *name,
     if (wl[0] != strlen(name) || memcmp(w[0], name, wl[0]) != 0)
         return 0;
     *out = ss;
+    if (old != NULL && sl_sentinel_parse_addr(w[1], wl[1], w[2], wl[2], old) < 0)
+        memset(old, 0, sizeof(*old));
     return 1;
+}
+
+static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
+int sl_sentinel_stale(const struct sockaddr_storage *answer, const struct sockaddr_storage *from,
+                      uint64_t switched_ms, uint64_t now_ms)
+{
+    return from->ss_family != 0 && now_ms - switched_ms < SL_SENTINEL_HOLD_MS &&
+           same_addr(answer, from);
 }
 
 static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
@@ -434,6 +448,17 @@ static void round_failed(struct sl_sentinel *s)
     char q[96], w[WHY_MAX + 8];
     s->round_active = 0;
     s->stats.rounds_failed++;
+    if (s->known) {
+        /* A re-ask no sentinel could answer: the last address stays, and no
+         * retry is armed here: the store asks again while the master fails,
+         * and +switch-master still reports a failover. */
+        char addr[64];
+        sl_resolve_fmt(&s->master, addr, sizeof(addr));
+        sl_log_warn_rl("sentinel_round_failed", "sentinel: no sentinel answered, keeping the master",
+                       "master=%s addr=%s last_error=%s", qs(s->name, q, sizeof(q)), addr,
+                       qs(s->last_why, w, sizeof(w)));
+        return;
+    }
     if (s->failing != 1) {
         /* Once per state change; each retry after it is a debug line. */
         sl_log_warn("sentinel: no master known", "master=%s sentinels=%d last_error=%s",
@@ -519,6 +544,11 @@ static void on_ask_reply(struct link *l)
         link_fail(l, "the answer is not an address");
         return;
     }
+    if (sl_sentinel_stale(&ss, &s->switched_from, s->switched_ms, uv_now(s->loop))) {
+        s->stats.stale++;
+        link_fail(l, "stale: names the master a +switch-master left");
+        return;
+    }
     s->stats.answers++;
     prefer(s, l->target);
     s->round_active = 0;
@@ -577,15 +607,18 @@ static void on_sub_reply(struct link *l)
     }
     if (rp->type == REDIS_REPLY_ARRAY && !rp->bad && rp->n == 3 && elem_is(rp, 0, "message") &&
         elem_is(rp, 1, "+switch-master")) {
-        struct sockaddr_storage ss;
-        int r = rp->elen[2] < TEXT_MAX ? sl_sentinel_parse_switch(rp->e[2], rp->elen[2], s->name, &ss)
-                                       : -1;
+        struct sockaddr_storage ss, old;
+        int r = rp->elen[2] < TEXT_MAX
+                    ? sl_sentinel_parse_switch(rp->e[2], rp->elen[2], s->name, &ss, &old)
+                    : -1;
         if (r < 0) {
             sl_log_warn_rl("sentinel_bad_switch", "sentinel: malformed +switch-master message",
                            "sentinel=%s message=%s", s->text[l->target],
                            qs(rp->e[2], why, sizeof(why)));
         } else if (r == 1) {
             s->stats.switch_messages++;
+            s->switched_from = old;
+            s->switched_ms = uv_now(s->loop);
             sl_log_info("sentinel: +switch-master", "master=%s sentinel=%s message=%s",
                         qs(s->name, q, sizeof(q)), s->text[l->target],
                         qs(rp->e[2], why, sizeof(why)));
@@ -663,7 +696,7 @@ static void link_fail(struct link *l, const char *why)
     if (!l->sub) {
         s->stats.failures++;
         snprintf(s->last_why, sizeof(s->last_why), "%.60s: %.90s", s->text[l->target], why);
-        sl_log_warn_rl("sentinel_ask_failed", "sentinel: no answer, asking the next",
+        sl_log_warn_rl("sentinel_ask_failed", "sentinel: no usable answer, asking the next",
                        "sentinel=%s reason=%s", s->text[l->target], qs(why, q, sizeof(q)));
     } else {
         sl_log_warn_rl("sentinel_sub_lost", "sentinel: subscription failed, moving to the next",

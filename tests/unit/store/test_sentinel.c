@@ -58,7 +58,7 @@ static void test_parse_addr(void **state)
 
 static int sw(const char *msg, const char *name, struct sockaddr_storage *out)
 {
-    return sl_sentinel_parse_switch(msg, strlen(msg), name, out);
+    return sl_sentinel_parse_switch(msg, strlen(msg), name, out, NULL);
 }
 
 static void test_parse_switch(void **state)
@@ -93,6 +93,36 @@ static void test_parse_switch(void **state)
     /* The old address is not checked: only the new one is used. */
     assert_int_equal(sw("mymaster old-host 6379 10.0.0.9 6379", "mymaster", &ss), 1);
     assert_string_equal(fmt(&ss), "10.0.0.9:6379");
+
+    /* ... but given when asked for, when it is numeric. */
+    struct sockaddr_storage old;
+    const char *m = "mymaster 10.0.0.1 6379 10.0.0.2 6380";
+    assert_int_equal(sl_sentinel_parse_switch(m, strlen(m), "mymaster", &ss, &old), 1);
+    assert_string_equal(fmt(&old), "10.0.0.1:6379");
+    m = "mymaster old-host 6379 10.0.0.2 6380";
+    assert_int_equal(sl_sentinel_parse_switch(m, strlen(m), "mymaster", &ss, &old), 1);
+    assert_int_equal(old.ss_family, 0);
+}
+
+static void test_stale(void **state)
+{
+    (void)state;
+    struct sockaddr_storage old, new_, none;
+    memset(&none, 0, sizeof(none));
+    assert_int_equal(addr("10.0.0.1", "6379", &old), 0);
+    assert_int_equal(addr("10.0.0.2", "6379", &new_), 0);
+    uint64_t at = 50000;
+    /* The old master named within the hold: stale; after it: believed. */
+    assert_int_equal(sl_sentinel_stale(&old, &old, at, at), 1);
+    assert_int_equal(sl_sentinel_stale(&old, &old, at, at + SL_SENTINEL_HOLD_MS - 1), 1);
+    assert_int_equal(sl_sentinel_stale(&old, &old, at, at + SL_SENTINEL_HOLD_MS), 0);
+    /* Any other address, or no switch heard: never stale. */
+    assert_int_equal(sl_sentinel_stale(&new_, &old, at, at), 0);
+    assert_int_equal(sl_sentinel_stale(&old, &none, 0, 0), 0);
+    /* Same host, another port: another address. */
+    struct sockaddr_storage other_port;
+    assert_int_equal(addr("10.0.0.1", "6380", &other_port), 0);
+    assert_int_equal(sl_sentinel_stale(&other_port, &old, at, at), 0);
 }
 
 int main(void)
@@ -100,6 +130,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_addr),
         cmocka_unit_test(test_parse_switch),
+        cmocka_unit_test(test_stale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
