@@ -444,7 +444,8 @@ static void serve_hostile(int lfd, void *arg)
         }
         if (strcmp(mode, "big") == 0) {
             /* a bulk of 100 MB announced, 200 KiB of it sent */
-            th_write_all(fd, "*2\r\n$100000000\r\n", 18);
+            const char head[] = "*2\r\n$100000000\r\n";
+            th_write_all(fd, head, sizeof(head) - 1);
             th_write_all(fd, junk, sizeof(junk));
         } else if (strcmp(mode, "deep") == 0) {
             const char deep[] = "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n";
