@@ -394,6 +394,8 @@ static void *on_integer(const redisReadTask *t, long long v)
     int i = slot(t);
     if (i == -1)
         l->rp.type = REDIS_REPLY_INTEGER;
+    else if (i == -2 && !l->rp.bad)
+        l->rp.bad = "nested reply";
     keep(&l->rp, i == -1 ? 0 : i, REDIS_REPLY_INTEGER, num, (size_t)n);
     return l;
 }
@@ -404,6 +406,8 @@ static void *on_nil(const redisReadTask *t)
     int i = slot(t);
     if (i == -1)
         l->rp.type = REDIS_REPLY_NIL;
+    else if (i == -2 && !l->rp.bad)
+        l->rp.bad = "nested reply";
     keep(&l->rp, i == -1 ? 0 : i, REDIS_REPLY_NIL, NULL, 0);
     return l;
 }

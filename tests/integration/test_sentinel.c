@@ -287,6 +287,9 @@ static void test_failover(void **state)
     struct sl_sentinel_conf ca, cb;
     conf_init(&ca, addrs_a, ports_a, 3);
     conf_init(&cb, addrs_b, ports_b, 4);
+    /* Nothing here waits on a timeout: a long one keeps a PING answered
+     * late on a busy machine from moving a subscription (and asking). */
+    ca.timeout_us = cb.timeout_us = 2000 * 1000;
     struct seen wa = { 0 }, wb = { 0 };
     struct sl_sentinel *a = sl_sentinel_new(&loop, &ca, on_master, &wa);
     struct sl_sentinel *b = sl_sentinel_new(&loop, &cb, on_master, &wb);
