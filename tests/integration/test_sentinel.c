@@ -202,7 +202,10 @@ static int group_setup(void **state)
     if (th_redis_start(&master, NULL) < 0)
         return -1;
     snprintf(mport, sizeof(mport), "%d", master.port);
-    if (th_redis_start(&replica, "--replicaof", "127.0.0.1", mport, NULL) < 0 ||
+    /* Diskless load: the replica's first sync writes no dump.rdb into the
+     * working directory. */
+    if (th_redis_start(&replica, "--replicaof", "127.0.0.1", mport, "--repl-diskless-load",
+                       "on-empty-db", NULL) < 0 ||
         th_redis_wait_info(master.port, "connected_slaves", 1, TH_MS) < 0)
         return -1;
     char extra[256];
