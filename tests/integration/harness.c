@@ -246,6 +246,52 @@ int th_redis_start(struct th_proc *p, ...)
     return -1;
 }
 
+/* Waits until the redis-server (or sentinel) at <port> answers PING. */
+static int wait_pong(int port, int ms)
+{
+    uint64_t end = th_now_ms() + (uint64_t)ms;
+    while (th_now_ms() < end) {
+        int fd = th_connect(port);
+        char buf[16] = { 0 };
+        /* -NOAUTH: it serves, and wants a password (requirepass). */
+        if (fd >= 0 && th_write_all(fd, "PING\r\n", 6) == 0 && th_read_n(fd, buf, 7, 500) == 7 &&
+            (memcmp(buf, "+PONG\r\n", 7) == 0 || memcmp(buf, "-NOAUTH", 7) == 0)) {
+            close(fd);
+            return 0;
+        }
+        if (fd >= 0)
+            close(fd);
+        usleep(10000);
+    }
+    return -1;
+}
+
+int th_sentinel_start(struct th_proc *p, const char *name, int master_port, const char *extra)
+{
+    memset(p, 0, sizeof(*p));
+    p->port = th_free_port();
+    snprintf(p->conf, sizeof(p->conf), "/tmp/sluice-test-sentinel-%d.conf", p->port);
+    snprintf(p->log, sizeof(p->log), "/tmp/sluice-test-sentinel-%d.log", p->port);
+    th_track_file(p->conf);
+    th_track_file(p->log);
+    FILE *f = fopen(p->conf, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f, "port %d\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir /tmp\n"
+               "sentinel monitor %s 127.0.0.1 %d 2\n%s\n",
+            p->port, name, master_port, extra ? extra : "");
+    fclose(f);
+    char *argv[] = { "redis-server", p->conf, "--sentinel", NULL };
+    p->pid = spawn(argv, p->log);
+    if (p->pid < 0 || wait_port(p->port, p->pid, 5000) < 0 || wait_pong(p->port, 5000) < 0) {
+        print_log(p->log);
+        if (p->pid > 0)
+            th_stop(p);
+        return -1;
+    }
+    return 0;
+}
+
 int th_sluice_start(struct th_proc *p, const char *ini, int wait)
 {
     memset(p, 0, sizeof(*p));

@@ -25,6 +25,13 @@ int th_free_port(void);
  * 0 or -1. */
 int th_redis_start(struct th_proc *p, ...);
 
+/* Starts a Redis Sentinel (`redis-server FILE --sentinel`) on a free port,
+ * with a configuration file written for it (a sentinel rewrites its own)
+ * that monitors <name> at 127.0.0.1:<master_port> with quorum 2, plus the
+ * lines <extra> (e.g. "sentinel down-after-milliseconds NAME 1000"); waits
+ * until it answers PING. Returns 0 or -1 (and prints its log). */
+int th_sentinel_start(struct th_proc *p, const char *name, int master_port, const char *extra);
+
 /* Starts build/sluice with the configuration text <ini> (written to a temp
  * file); waits until port <wait_port> accepts connections (0: do not wait).
  * Returns 0 or -1 (and prints the log). */
