@@ -37,6 +37,7 @@ struct sl_store {
     int                   handles;       /* own handles + nodes not yet freed */
     struct sl_resolve     res;           /* single node: its address, looked up again */
     sl_store_locate_fn   *locate;        /* single node: the address source */
+    struct sl_sentinel   *sentinel;      /* url = redis-sentinel://: where the master is */
 
     uint8_t               closing;       /* sl_store_close() called */
     uint8_t               cluster;       /* url = redis-cluster:// */

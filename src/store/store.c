@@ -21,6 +21,7 @@
 #include "core/resolve.h"
 #include "store/node.h"
 #include "store/scripts.h"
+#include "store/sentinel.h"
 #include "store/store-i.h"
 #include "store/store.h"
 
@@ -130,6 +131,8 @@ void sl_store_node_health(struct sl_store *st, struct sl_node *nd, const char *w
                         sl_log_quote(why, strlen(why), q, sizeof(q)));
     }
     nd->logged = (int8_t)nup;
+    if (st->sentinel != NULL && !nup && nd == st->single)
+        sl_sentinel_reask(st->sentinel); /* timeouts, a drop, -READONLY: moved? */
     if (st->cluster) {
         if (nup)
             sl_cluster_node_ready(st, nd);
@@ -180,6 +183,55 @@ static void resolve_locate(struct sl_store *st, struct sl_node *nd)
     if (st->res.name[0] != '\0' && sl_resolve_start(&st->res, st->loop) == 0)
         return;
     sl_node_connect(nd, &st->res.ss);
+}
+
+/* url = redis-sentinel://: the sentinels say where the master is. Until
+ * they have, the node waits (on_master connects it); a node that drops or
+ * fails to connect makes them be asked again (a failover may be under
+ * way), and connects meanwhile where they last said. */
+static void sentinel_locate(struct sl_store *st, struct sl_node *nd)
+{
+    struct sockaddr_storage ss;
+    sl_sentinel_reask(st->sentinel);
+    if (sl_sentinel_master(st->sentinel, &ss) == 0)
+        sl_node_connect(nd, &ss);
+}
+
+/* The sentinels named the master (first, or a new one after a failover). */
+static void on_master(void *data, const struct sockaddr_storage *master)
+{
+    struct sl_store *st = data;
+    struct sl_node *nd = st->single;
+    char addr[64];
+    sl_resolve_fmt(master, addr, sizeof(addr));
+    sl_log_info("quota store master from sentinel", "master=%s addr=%s", st->conf.master_name,
+                addr);
+    if (st->closing || nd == NULL)
+        return;
+    if (nd->conn == SL_NODE_DISCONNECTED) {
+        nd->backoff_ms = SL_NODE_BACKOFF_MIN_MS;
+        sl_node_connect(nd, master); /* waiting for an address, or backing off */
+    } else if (!sl_store_same_addr(&nd->ss, master)) {
+        /* Requests on the old master fail (on_failure); the node comes
+         * back through sentinel_locate, at the new address. */
+        nd->backoff_ms = SL_NODE_BACKOFF_MIN_MS;
+        sl_node_drop(nd, "sentinel: the master moved", 0);
+    }
+}
+
+static int start_sentinel(struct sl_store *st)
+{
+    const struct sl_sentinel_conf sc = {
+        .sentinels = st->conf.seeds,
+        .n_sentinels = st->conf.n_seeds,
+        .master_name = st->conf.master_name,
+        .connect_timeout_us = st->conf.connect_timeout_us,
+        /* The store's timeout (25 ms by default) is for scripts; a sentinel
+         * is asked rarely and may be farther: the connect timeout. */
+        .timeout_us = st->conf.connect_timeout_us,
+    };
+    st->sentinel = sl_sentinel_new(st->loop, &sc, on_master, st);
+    return st->sentinel != NULL ? 0 : -1;
 }
 
 void sl_store_node_locate(struct sl_store *st, struct sl_node *nd)
@@ -422,19 +474,16 @@ static int start_single(struct sl_store *st)
         return -1;
     st->single = nd;
     nd->master = 1;
-    sl_node_connect(nd, &st->res.ss);
+    if (st->sentinel != NULL)
+        st->locate(st, nd); /* connects once the sentinels have answered */
+    else
+        sl_node_connect(nd, &st->res.ss);
     return 0;
 }
 
 struct sl_store *sl_store_new(uv_loop_t *loop, const struct sl_store_conf *conf,
                               const char *instance_id)
 {
-    if (conf->kind == SL_STORE_SENTINEL) {
-        /* The lead wires Sentinel in through st->locate (issue 14, part 3). */
-        sl_log_error("quota store: url = redis-sentinel:// is not built yet", "url=%s",
-                     conf->url ? conf->url : "");
-        return NULL;
-    }
     struct sl_store *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return NULL;
@@ -457,6 +506,13 @@ struct sl_store *sl_store_new(uv_loop_t *loop, const struct sl_store_conf *conf,
     st->handles = 2;
     st->hb_timer.data = st->refresh_timer.data = st;
     uv_timer_start(&st->hb_timer, on_heartbeat, HEARTBEAT_MS, HEARTBEAT_MS);
+    if (conf->kind == SL_STORE_SENTINEL) {
+        st->locate = sentinel_locate;
+        if (start_sentinel(st) < 0) {
+            sl_store_close(st);
+            return NULL;
+        }
+    }
     if ((st->cluster ? sl_cluster_start(st) : start_single(st)) < 0) {
         sl_store_close(st);
         return NULL;
@@ -472,9 +528,39 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
 {
     if (st == NULL || st->closing)
         return;
-    if (conf->kind == SL_STORE_SENTINEL) {
-        sl_log_error("quota store: url = redis-sentinel:// is not built yet: keeping the store",
-                     "url=%s", conf->url ? conf->url : "");
+    int sentinel = conf->kind == SL_STORE_SENTINEL;
+    if (sentinel || st->sentinel != NULL) {
+        /* To, from or between Sentinel deployments: the same sentinels and
+         * master name keep their client; anything else starts over. */
+        int same = sentinel && st->sentinel != NULL && same_seeds(&st->conf, conf) &&
+                   same_str(st->conf.master_name, conf->master_name) &&
+                   same_str(st->conf.user, conf->user) &&
+                   same_str(st->conf.password, conf->password) && st->conf.db == conf->db;
+        if (set_conf(st, conf) < 0) {
+            sl_log_error("quota store reconfigure failed", "error=\"%s\"", sl_strerror(SL_ENOMEM));
+            return;
+        }
+        if (same)
+            return;
+        sl_sentinel_close(st->sentinel);
+        st->sentinel = NULL;
+        st->locate = resolve_locate;
+        for (int i = 0; i < st->n_nodes; i++) {
+            st->nodes[i]->master = 0;
+            sl_node_drop(st->nodes[i], "reconfigured", 1);
+        }
+        st->single = NULL;
+        st->cluster = conf->kind == SL_STORE_CLUSTER;
+        if (sentinel) {
+            st->locate = sentinel_locate;
+            if (start_sentinel(st) < 0) {
+                sl_log_error("quota store reconfigure failed", "error=\"%s\"",
+                             sl_strerror(SL_ENOMEM));
+                return;
+            }
+        }
+        if ((st->cluster ? sl_cluster_start(st) : start_single(st)) < 0)
+            sl_log_error("quota store reconfigure failed", "error=\"%s\"", sl_strerror(SL_ENOMEM));
         return;
     }
     int cluster = conf->kind == SL_STORE_CLUSTER;
@@ -512,6 +598,8 @@ void sl_store_close(struct sl_store *st)
         return;
     st->closing = 1; /* from here on sl_store_eval() says no */
     sl_resolve_stop(&st->res);
+    sl_sentinel_close(st->sentinel);
+    st->sentinel = NULL;
     struct sl_node *hb = hb_node(st);
     if (hb != NULL && hb->conn == SL_NODE_READY && !hb->writing) {
         /* Best effort: leave the heartbeat set now rather than in 5 s. */

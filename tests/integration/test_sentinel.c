@@ -21,6 +21,11 @@
  *                         an address: each is passed over, the real one answers
  *   lagging_sentinel      a fake that announces a switch but, asked, still names
  *                         the old master: that answer is not believed
+ *   sluice_failover       on a fresh deployment, build/sluice with url =
+ *                         redis-sentinel://... under load: the master is
+ *                         stopped (SIGSTOP); no request waits longer than the store's
+ *                         timeout (on_failure = local decides meanwhile) and
+ *                         decisions return to the store on the promoted replica
  *
  * Each test runs its own libuv loop in this process, closes the module and
  * checks uv_loop_close() == 0 (every handle closed). */
@@ -38,6 +43,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 #include <uv.h>
 
 #include "integration/harness.h"
@@ -594,6 +600,98 @@ static void test_lagging_sentinel(void **state)
     th_kill_server(lag);
 }
 
+/* The store behind Sentinel, through sluice, under load: a client sends
+ * INCR one after another through a limit of the store (1,000,000/s, far
+ * above what it sends: every request is admitted, by the store or by on_failure
+ * = local while the store is away). The master is SIGSTOPped (no reset
+ * tells anyone: a partition, a hung host). No request
+ * waits longer than the store's timeout plus scheduling slack; sluice
+ * decides locally meanwhile (fallback decisions counted); once the
+ * sentinels promote the replica, sluice connects there and decisions are
+ * the store's again (the limit's key lives on the new master). */
+static void test_sluice_failover(void **state)
+{
+    /* A deployment of its own: the tests above killed and stopped some. */
+    group_teardown(state);
+    memset(&master, 0, sizeof(master));
+    memset(&replica, 0, sizeof(replica));
+    memset(sent, 0, sizeof(sent));
+    memset(&plain, 0, sizeof(plain));
+    assert_int_equal(group_setup(state), 0);
+    struct th_proc up, sl;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\n"
+             "[store]\nurl = redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s\n"
+             "timeout = 100ms\non_failure = local\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "[limit all]\nlistener = r\nrate = 1000000/s\nscope = global\n",
+             admin, sent[0].port, sent[1].port, sent[2].port, NAME, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    uint64_t end = th_now_ms() + TH_MS;
+    while (th_metric(admin, "sluice_store_up") != 1 && th_now_ms() < end)
+        usleep(20 * 1000);
+    assert_true(th_metric(admin, "sluice_store_up") == 1);
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    uint64_t worst = 0, n = 0, killed_at = 0, back_at = 0;
+    double fb_at_kill = 0, fb = 0;
+    end = th_now_ms() + 30000;
+    while (th_now_ms() < end) {
+        uint64_t t0 = th_now_ms();
+        redisReply *r = redisCommand(c, "INCR k");
+        uint64_t took = th_now_ms() - t0;
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_INTEGER)
+            fprintf(stderr, "request %llu: %s\n", (unsigned long long)n, r->str);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER); /* admitted, whoever decided */
+        freeReplyObject(r);
+        n++;
+        if (killed_at != 0 && took > worst)
+            worst = took;
+        if (killed_at == 0 && n == 200) {
+            fb_at_kill = th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"all\"}");
+            /* Stopped, not killed: no reset tells sluice; requests on it
+             * meet the store's timeout (a partition, a hung host). */
+            kill(master.pid, SIGSTOP);
+            killed_at = th_now_ms();
+        }
+        if (killed_at != 0 && n % 50 == 0) {
+            fb = th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"all\"}");
+            if (fb > fb_at_kill && th_metric(admin, "sluice_store_up") == 1) {
+                back_at = th_now_ms();
+                break;
+            }
+        }
+    }
+    assert_true(back_at != 0);
+    /* Back on the store: more requests add no fallback decisions, and the
+     * limit's key is on the promoted replica. */
+    for (int i = 0; i < 100; i++) {
+        redisReply *r = redisCommand(c, "INCR k");
+        assert_non_null(r);
+        freeReplyObject(r);
+    }
+    double fb_after = th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"all\"}");
+    char *keys = redis_cmd(replica.port, "KEYS sluice:{all:*}*\r\n");
+    assert_non_null(keys);
+    print_message("sentinel failover under load: %llu requests, worst wait %llu ms after the "
+                  "kill, store back after %llu ms, %.0f decided locally meanwhile\n",
+                  (unsigned long long)n, (unsigned long long)worst,
+                  (unsigned long long)(back_at - killed_at), fb - fb_at_kill);
+    assert_true(worst <= 100 + 400); /* timeout, plus slack for a busy 2-core machine */
+    assert_true(fb_after - fb <= 1);
+    assert_non_null(strstr(keys, "sluice:{all:*}"));
+    free(keys);
+    redisFree(c);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    kill(master.pid, SIGKILL); /* stopped: th_kill_all's SIGTERM would wait */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -604,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_lagging_sentinel),
+        cmocka_unit_test(test_sluice_failover),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
