@@ -29,12 +29,15 @@
  *                        load takes it at once, so the first period's pattern
  *                        repeats. rate x T plus up to one amount.
  *
- * T: store decisions happen between a request's send and its reply, so the
- * upper bound takes T from the first send to the last reply, the lower from
- * the first reply to the last send (both measured, so a loaded machine that
- * sends late does not fail the test; the lower bound is asserted only when
- * the load actually offered stayed above the limit: at least 1.5x over the
- * run, no send gap over 100 ms).
+ * T and the windows' counts: the store decides a request between its send
+ * and its reply, so the upper bound takes T from the first send to the last
+ * reply and the lower from the first reply to the last send, and each takes
+ * the larger (smaller) of E counted by send times and by reply times. All
+ * measured, so a loaded machine that sends or answers late does not fail
+ * the test. The lower bound is asserted only when the load stayed above the
+ * limit and the store decided (at least 1.5x offered over the run, no send
+ * gap over 100 ms, replies within 20 ms on average, no on_failure decision);
+ * with on_failure decisions the upper bound grows by one burst.
  *
  * Asserted: strict mode admits within 2 % of E; lease mode within 2 % of E
  * plus instances x lease (the documented bound: each instance holds at most
@@ -86,21 +89,30 @@ static const char *const shorts[N_ALGO] = { "tb", "gcra", "sw", "sl", "fw" };
 static const char *const modes[N_MODE] = { "strict", "lease" };
 static const double share[N_INST] = { 0.8, 0.1, 0.1 }; /* uneven: one instance gets 80 % */
 
-/* What was sent for one case in one tick of the load loop. */
+/* What was sent (or answered) for one case at one moment. */
 struct sent_rec {
     int64_t  t_us; /* CLOCK_REALTIME, as the store's TIME */
     uint32_t n;
 };
 
+/* A case's requests over time, in time order (one thread sends and reads). */
+struct tline {
+    struct sent_rec *v;
+    size_t           n, cap;
+};
+
 struct fcase {
     int              algo, mode;
     char             key[32];          /* the upstream counter */
-    struct sent_rec *log;              /* in time order (one thread sends) */
-    size_t           n_log, cap_log;
+    struct tline     sent_at;          /* when requests were sent */
+    struct tline     done_at;          /* when their replies came */
     long             sent, admitted, refused, other;
     int64_t          s_first, s_last;  /* first and last send */
     int64_t          r_first, r_last;  /* first and last reply */
     int64_t          max_gap_us;       /* longest pause between two sends */
+    long             by_sec[RUN_MS / 1000 + 16]; /* admitted, by reply time from s_first */
+    double           lat_sum_us;       /* send to reply, over every request */
+    int64_t          lat_max_us;
 };
 
 struct fconn {
@@ -114,6 +126,10 @@ struct fconn {
     size_t        out_len, out_cap;
     char          in[16384];
     size_t        in_len;
+    /* the send times of the requests owed, oldest first (replies come in
+     * order): a ring of batches, at most MAX_OWED of them */
+    struct sent_rec owed[MAX_OWED];
+    int             owed_head, owed_n;
 };
 
 static int64_t realtime_us(void)
@@ -146,22 +162,24 @@ static double cpu_secs(pid_t pid)
 
 /* ---- what one perfect limiter would admit ----------------------------- */
 
-/* Requests of <c> sent in [from, to) (send times). */
-static long sent_between(const struct fcase *c, int64_t from, int64_t to)
+/* Requests of <tl> in [from, to). */
+static long sent_between(const struct tline *tl, int64_t from, int64_t to)
 {
     long n = 0;
-    for (size_t i = 0; i < c->n_log; i++)
-        if (c->log[i].t_us >= from && c->log[i].t_us < to)
-            n += c->log[i].n;
+    for (size_t i = 0; i < tl->n; i++)
+        if (tl->v[i].t_us >= from && tl->v[i].t_us < to)
+            n += tl->v[i].n;
     return n;
 }
 
-/* E for case <c> with the run lasting <t_us> from its first send (see the
- * top of the file). */
-static double expected(const struct fcase *c, int64_t t_us)
+/* E for case <c> over [s0, s0 + t_us], the requests reaching the store as
+ * <tl> says (see the top of the file). The store decides a request between
+ * its send and its reply: E from the send times and from the reply times
+ * bracket it. */
+static double expected(const struct fcase *c, const struct tline *tl, int64_t s0, int64_t t_us)
 {
     const double amount = RATE;
-    int64_t      s0 = c->s_first, end = c->s_first + t_us;
+    int64_t      end = s0 + t_us;
     switch (c->algo) {
     case 0: /* token_bucket */
     case 1: /* gcra */
@@ -169,18 +187,18 @@ static double expected(const struct fcase *c, int64_t t_us)
     case 2: { /* sliding_window */
         int64_t b1 = s0 - s0 % PERIOD_US + PERIOD_US; /* the first boundary */
         if (end <= b1)
-            return fmin(amount, (double)sent_between(c, s0, end + 1));
-        double first = fmin(amount, (double)sent_between(c, s0, b1));
+            return fmin(amount, (double)sent_between(tl, s0, end + 1));
+        double first = fmin(amount, (double)sent_between(tl, s0, b1));
         return first + amount * (double)(end - b1) / (double)PERIOD_US;
     }
     case 3: { /* sliding_log */
         int64_t k = t_us / PERIOD_US, r = t_us % PERIOD_US;
         long    seen = 0, in_r = 0;
-        for (size_t i = 0; i < c->n_log && seen < (long)amount; i++) {
-            long take = c->log[i].n;
+        for (size_t i = 0; i < tl->n && seen < (long)amount; i++) {
+            long take = tl->v[i].n;
             if (take > (long)amount - seen)
                 take = (long)amount - seen;
-            if (c->log[i].t_us - s0 < r)
+            if (tl->v[i].t_us - s0 < r)
                 in_r += take;
             seen += take;
         }
@@ -190,7 +208,7 @@ static double expected(const struct fcase *c, int64_t t_us)
         double  sum = 0;
         int64_t w = s0 - s0 % PERIOD_US;
         for (; w <= end; w += PERIOD_US) {
-            long n = sent_between(c, w > s0 ? w : s0, w + PERIOD_US < end + 1 ? w + PERIOD_US : end + 1);
+            long n = sent_between(tl, w > s0 ? w : s0, w + PERIOD_US < end + 1 ? w + PERIOD_US : end + 1);
             sum += fmin(amount, (double)n);
         }
         return sum;
@@ -239,18 +257,18 @@ static void wait_store_up(int admin)
     assert_true(th_metric(admin, "sluice_store_up") == 1);
 }
 
-static void log_sent(struct fcase *c, int64_t t, uint32_t n)
+static void tline_add(struct tline *tl, int64_t t, uint32_t n)
 {
-    if (c->n_log > 0 && c->log[c->n_log - 1].t_us == t) {
-        c->log[c->n_log - 1].n += n;
+    if (tl->n > 0 && tl->v[tl->n - 1].t_us == t) {
+        tl->v[tl->n - 1].n += n;
         return;
     }
-    if (c->n_log == c->cap_log) {
-        c->cap_log = c->cap_log ? 2 * c->cap_log : 16384;
-        c->log = realloc(c->log, c->cap_log * sizeof(*c->log));
-        assert_non_null(c->log);
+    if (tl->n == tl->cap) {
+        tl->cap = tl->cap ? 2 * tl->cap : 16384;
+        tl->v = realloc(tl->v, tl->cap * sizeof(*tl->v));
+        assert_non_null(tl->v);
     }
-    c->log[c->n_log++] = (struct sent_rec){ t, n };
+    tl->v[tl->n++] = (struct sent_rec){ t, n };
 }
 
 /* Counts the whole reply lines in <k>'s buffer (every reply to INCR is one
@@ -263,8 +281,12 @@ static void take_replies(struct fconn *k, int64_t now)
         if (nl == NULL)
             break;
         char *line = k->in + at;
-        if (line[0] == ':')
+        if (line[0] == ':') {
             k->c->admitted++;
+            int64_t sec = (now - k->c->s_first) / 1000000;
+            int     nsec = (int)(sizeof(k->c->by_sec) / sizeof(k->c->by_sec[0]));
+            k->c->by_sec[sec < 0 ? 0 : sec >= nsec ? nsec - 1 : sec]++;
+        }
         else if (strncmp(line, "-THROTTLED limit", 16) == 0)
             k->c->refused++;
         else {
@@ -272,6 +294,16 @@ static void take_replies(struct fconn *k, int64_t now)
                 th_dump("unexpected reply", line, (size_t)(nl - line) + 1);
         }
         k->answered++;
+        assert_true(k->owed_n > 0);
+        struct sent_rec *b = &k->owed[k->owed_head];
+        k->c->lat_sum_us += (double)(now - b->t_us);
+        if (now - b->t_us > k->c->lat_max_us)
+            k->c->lat_max_us = now - b->t_us;
+        if (--b->n == 0) {
+            k->owed_head = (k->owed_head + 1) % MAX_OWED;
+            k->owed_n--;
+        }
+        tline_add(&k->c->done_at, now, 1);
         if (k->c->r_first == 0)
             k->c->r_first = now;
         k->c->r_last = now;
@@ -325,6 +357,8 @@ static void drive(struct fconn *ks, int nk)
                     k->out_len += k->req_len;
                 }
                 k->sent += due;
+                /* at most MAX_OWED requests owed, so at most as many batches */
+                k->owed[(k->owed_head + k->owed_n++) % MAX_OWED] = (struct sent_rec){ now, (uint32_t)due };
                 struct fcase *c = k->c;
                 if (c->s_first == 0)
                     c->s_first = now;
@@ -332,7 +366,7 @@ static void drive(struct fconn *ks, int nk)
                     c->max_gap_us = now - c->s_last;
                 c->s_last = now;
                 c->sent += due;
-                log_sent(c, now, (uint32_t)due);
+                tline_add(&c->sent_at, now, (uint32_t)due);
                 assert_int_equal(flush_out(k), 0);
             }
         }
@@ -405,6 +439,10 @@ static void run_fleet(const char *store_url, const char *label)
                     k->rate = OFFERED * share[i] / CONNS_PER;
                     k->fd = th_connect(f->port[m][i][a]);
                     assert_true(k->fd >= 0);
+                    /* through to the upstream once (PING is not limited),
+                     * so connecting is not part of the run */
+                    assert_int_equal(th_write_all(k->fd, "*1\r\n$4\r\nPING\r\n", 14), 0);
+                    assert_int_equal(th_expect(k->fd, "+PONG\r\n", 7, TH_MS), 0);
                     assert_int_equal(th_nonblock(k->fd), 0);
                     k->req_len = (size_t)snprintf(k->req, sizeof(k->req), "*2\r\n$4\r\nINCR\r\n$%zu\r\n%s\r\n",
                                                   strlen(c->key), c->key);
@@ -434,9 +472,9 @@ static void run_fleet(const char *store_url, const char *label)
     redisContext *u = redisConnect("127.0.0.1", f->up.port);
     assert_true(u != NULL && u->err == 0);
     printf("fleet (%s): 3 instances (80/10/10 %%), %d/s shared, offered ~%.0f/s, lease = %d in lease mode\n"
-           "%-15s %-7s %7s %7s %9s %7s %8s %15s %7s %8s\n",
+           "%-15s %-7s %7s %7s %9s %7s %8s %15s %7s %8s %6s %6s\n",
            label, RATE, OFFERED, LEASE, "algorithm", "mode", "secs", "sent", "admitted", "E", "error%",
-           "allowed", "no call", "fallback");
+           "allowed", "no call", "fallback", "lat ms", "max");
     int bad = 0;
     for (int ci = 0; ci < N_MODE * N_ALGO; ci++) {
         struct fcase *c = &cases[ci];
@@ -458,19 +496,37 @@ static void run_fleet(const char *store_url, const char *label)
             leased += v > 0 ? v : 0;
         }
         int64_t t_up = c->r_last - c->s_first, t_lo = c->s_last - c->r_first;
-        double  e_up = expected(c, t_up), e_lo = expected(c, t_lo);
-        double  e = expected(c, c->s_last - c->s_first);
+        double  e_up = fmax(expected(c, &c->sent_at, c->s_first, t_up),
+                            expected(c, &c->done_at, c->r_first, c->r_last - c->r_first));
+        double  e_lo = fmin(expected(c, &c->sent_at, c->s_first, t_lo),
+                            expected(c, &c->done_at, c->r_first, t_lo));
+        double  e = expected(c, &c->sent_at, c->s_first, c->s_last - c->s_first);
         double  slack = c->mode == 1 ? (double)N_INST * LEASE : 0;
-        double  hi = 1.02 * e_up + slack, lo = 0.98 * e_lo - slack;
+        /* on_failure = local decided some (the store was slower than its
+         * timeout): the fleet may admit one burst more (docs/limits.md) */
+        double  hi = 1.02 * e_up + slack + (fallback > 0 ? (double)RATE : 0), lo = 0.98 * e_lo - slack;
         double  secs = (double)(c->s_last - c->s_first) / 1e6;
-        /* the load stayed above the limit: the lower bound applies */
-        int loaded = (double)c->sent >= 1.5 * RATE * secs && c->max_gap_us <= 100000;
+        /* The lower bound applies when the load stayed above the limit and
+         * the store decided: at least 1.5x offered, no pause in sending over
+         * 100 ms, no decision by on_failure, replies within 20 ms on average
+         * (a starved machine delays the store's takes: an exact log then
+         * admits each place later every period, and so less). */
+        double lat_ms = c->lat_sum_us / (double)(c->sent > 0 ? c->sent : 1) / 1000.0;
+        int loaded = (double)c->sent >= 1.5 * RATE * secs && c->max_gap_us <= 100000 && fallback == 0 &&
+                     lat_ms <= 20;
         double err = 100.0 * ((double)c->admitted - e) / e;
         char allowed[32];
         snprintf(allowed, sizeof(allowed), "%.0f-%.0f", lo, hi);
-        printf("%-15s %-7s %7.3f %7ld %9ld %7.0f %+8.2f %15s %7.0f %8.0f%s\n", algos[c->algo], modes[c->mode],
-               secs, c->sent, c->admitted, e, err, allowed, leased, fallback,
-               loaded ? "" : "  (load fell short: lower bound not asserted)");
+        printf("%-15s %-7s %7.3f %7ld %9ld %7.0f %+8.2f %15s %7.0f %8.0f %6.2f %6.0f%s\n", algos[c->algo],
+               modes[c->mode], secs, c->sent, c->admitted, e, err, allowed, leased, fallback, lat_ms,
+               (double)c->lat_max_us / 1000.0,
+               loaded ? "" : "  (load or store fell short: lower bound not asserted)");
+        if (getenv("FLEET_VERBOSE") != NULL) {
+            printf("  admitted per second of reply time:");
+            for (int i = 0; i <= RUN_MS / 1000 + 1; i++)
+                printf(" %ld", c->by_sec[i]);
+            printf("\n");
+        }
         if (c->admitted + c->refused != c->sent || c->other != 0 || up != c->admitted) {
             printf("  !! %s %s: %ld sent, %ld admitted + %ld refused + %ld other; upstream counted %ld\n",
                    algos[c->algo], modes[c->mode], c->sent, c->admitted, c->refused, c->other, up);
@@ -482,7 +538,8 @@ static void run_fleet(const char *store_url, const char *label)
                    algos[c->algo], modes[c->mode], c->admitted, lo, hi, e_lo, e_up);
             bad++;
         }
-        free(c->log);
+        free(c->sent_at.v);
+        free(c->done_at.v);
     }
     redisFree(u);
     for (int i = 0; i < nk; i++) {
