@@ -47,7 +47,7 @@ FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 
 .PHONY: all test run bench check fuzz fuzz-diff deps deps-bench deps-http deps-deploy install deb clean \
-        unit integration test-build test-redis-suite test-http
+        unit integration test-build test-redis-suite test-http bench-store
 
 all: $(BUILD)/sluice
 
@@ -164,6 +164,12 @@ run: deps $(BUILD)/sluice
 bench: deps deps-bench
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/bench/bench.sh
+
+# The quota store's capacity: decide-script calls a second per redis-server
+# core, and through one sluice, strict and with a lease (docs/algorithms.md#capacity).
+bench-store: deps
+	@$(MAKE) --no-print-directory $(BUILD)/sluice
+	@tests/bench/store.sh
 
 test-redis-suite: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
