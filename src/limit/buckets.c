@@ -86,7 +86,7 @@ static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
 {
     const struct judging *j = arg;
     struct bucket *e = (struct bucket *)n;
-    if (e->asking || e->waiters != NULL)
+    if (e->asking || e->waiting.head != NULL)
         return SL_IDT_PINNED;
     if (e->lease > 0 || e->deny_until > j->now_us || e->lean_until > j->now_us)
         return SL_IDT_KEEP;
@@ -142,7 +142,7 @@ void sl_limiter_sweep(struct sl_limiter *lim)
             struct sl_idt_node *n;
             while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {
                 struct bucket *b = (struct bucket *)n;
-                if (b->asking || b->waiters != NULL)
+                if (b->asking || b->waiting.head != NULL)
                     sl_idt_touch(tabs[t], n, now_ms); /* a lease entry in use */
                 else
                     sl_lim_bucket_drop(L, b);

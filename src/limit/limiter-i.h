@@ -63,6 +63,13 @@ struct sl_delay_hist {
     uint64_t max_us;                /* the longest, for /stats */
 };
 
+/* Requests waiting for one store answer (a token lease, an override), in
+ * the order they came, linked through their next_wait. */
+struct sl_lim_waiters {
+    struct sl_limiter_req  *head;
+    struct sl_limiter_req **tail;
+};
+
 /* An in-process bucket, or an entry of what the store said (key '\0' +
  * identity, see lease_entry): each kind in its own bounded table of the
  * limit (limit/idtable.h, [store] max_identities). */
@@ -80,8 +87,7 @@ struct bucket {
     uint64_t             told_reset; /* ... and when it said the quota would be whole (us) */
     uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
     uint8_t              asking;     /* a store call that answers for it is in flight */
-    struct sl_limiter_req *waiters;  /* requests waiting for that answer, in order */
-    struct sl_limiter_req **wait_tail;
+    struct sl_lim_waiters waiting;  /* requests waiting for that answer */
     char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
 };
 
@@ -169,9 +175,15 @@ struct sl_limiter_req {
     struct sl_algo_params p[MAX_REQ_LIMITS]; /* each limit's numbers for this identity: its
                                                 own, or an override (overrides.c) */
     uint32_t             probe;    /* bits k: lease entries this store call answers for */
-    struct sl_limiter_req *next_wait; /* in a lease entry's waiters */
+    struct sl_limiter_req *next_wait; /* in a struct sl_lim_waiters */
     char                 identity[SL_ID_MAX + 1];
 };
+
+/* Appends pooled request <q> to <w> (limiter.c). */
+void sl_lim_waiters_add(struct sl_lim_waiters *w, struct sl_limiter_req *q);
+
+/* Empties <w>, returning its requests in order (linked by next_wait). */
+struct sl_limiter_req *sl_lim_waiters_take(struct sl_lim_waiters *w);
 
 /* Gives pooled decision <q> back and drops the reference it held on its
  * limiter (limiter.c). */

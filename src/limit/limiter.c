@@ -50,6 +50,22 @@ void sl_limiter_pool_drain(void)
     sl_pool_drain(&req_pool);
 }
 
+void sl_lim_waiters_add(struct sl_lim_waiters *w, struct sl_limiter_req *q)
+{
+    q->next_wait = NULL;
+    if (w->head == NULL)
+        w->tail = &w->head;
+    *w->tail = q;
+    w->tail = &q->next_wait;
+}
+
+struct sl_limiter_req *sl_lim_waiters_take(struct sl_lim_waiters *w)
+{
+    struct sl_limiter_req *q = w->head;
+    w->head = NULL;
+    return q;
+}
+
 void sl_lim_req_free(struct sl_limiter_req *q)
 {
     struct sl_limiter *lim = q->lim;

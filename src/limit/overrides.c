@@ -27,8 +27,7 @@ struct sl_ovr {
     uint8_t                asking;    /* an HGET is out */
     uint64_t               at_us;     /* when the last answer came; 0: none yet */
     struct sl_algo_params  p;         /* the override, when <has> */
-    struct sl_limiter_req *waiters;   /* requests waiting for the first answer, in order */
-    struct sl_limiter_req **wait_tail;
+    struct sl_lim_waiters  waiting;   /* requests waiting for the first answer */
     char                   key[];
 };
 
@@ -57,7 +56,7 @@ static enum sl_idt_judgement judge(struct sl_idt_node *n, void *arg)
 {
     (void)arg;
     const struct sl_ovr *o = (const struct sl_ovr *)n;
-    return o->asking || o->waiters != NULL ? SL_IDT_PINNED : SL_IDT_FRESH;
+    return o->asking || o->waiting.head != NULL ? SL_IDT_PINNED : SL_IDT_FRESH;
 }
 
 static const char *ovr_id(const struct limit *L, const char *identity)
@@ -119,8 +118,7 @@ static void on_answer(void *data, int status, const char *text, size_t len)
                                      before.period_us != o->p.period_us ||
                                      before.burst != o->p.burst)))
         sl_lim_tokens_forget(L, o->key);
-    struct sl_limiter_req *w = o->waiters;
-    o->waiters = NULL;
+    struct sl_limiter_req *w = sl_lim_waiters_take(&o->waiting);
     while (w != NULL) {
         struct sl_limiter_req *next = w->next_wait;
         sl_lim_resume(w);
@@ -205,11 +203,7 @@ int sl_lim_overrides_resolve(struct sl_limiter *lim, struct sl_limiter_req *q,
 
 void sl_lim_overrides_wait(struct sl_ovr *o, struct sl_limiter_req *q)
 {
-    q->next_wait = NULL;
-    if (o->waiters == NULL)
-        o->wait_tail = &o->waiters;
-    *o->wait_tail = q;
-    o->wait_tail = &q->next_wait;
+    sl_lim_waiters_add(&o->waiting, q);
 }
 
 void sl_lim_overrides_sweep(struct limit *L, uint64_t now_us)

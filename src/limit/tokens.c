@@ -299,11 +299,7 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
 
 void sl_lim_lease_wait(struct bucket *e, struct sl_limiter_req *q)
 {
-    q->next_wait = NULL;
-    if (e->waiters == NULL)
-        e->wait_tail = &e->waiters;
-    *e->wait_tail = q;
-    e->wait_tail = &q->next_wait;
+    sl_lim_waiters_add(&e->waiting, q);
 }
 /* Decides (again) a request that waited for a lease entry's answer; it
  * holds a reference to <lim> until decided. */
@@ -346,8 +342,7 @@ void sl_lim_lease_done(struct sl_limiter *lim, struct sl_limiter_req *q)
         if (e == NULL)
             continue;
         e->asking = 0;
-        struct sl_limiter_req *w = e->waiters;
-        e->waiters = NULL;
+        struct sl_limiter_req *w = sl_lim_waiters_take(&e->waiting);
         while (w != NULL) {
             struct sl_limiter_req *next = w->next_wait;
             lease_redo(lim, w);
