@@ -48,8 +48,9 @@
  * per mode (a key_prefix each), each instance with one listener and one
  * global limit per algorithm; one load loop (non-blocking sockets,
  * pipelined INCRs paced every millisecond) drives all 60 connections.
- * run_fleet() takes the store's URL, so the same cases run against any
- * store: FLEET_STORE_URL=redis-cluster://... adds a run against it. */
+ * run_fleet() takes the store's URL: the cases run against one
+ * redis-server, then against a real Redis Cluster (three masters, one
+ * replica each). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -570,22 +571,30 @@ static void test_fleet_redis(void **state)
     th_stop(&store);
 }
 
-/* The same cases against a store someone else started (a Redis Cluster, a
- * Sentinel-managed master): FLEET_STORE_URL=redis-cluster://host:port,... */
-static void test_fleet_env_store(void **state)
+/* The same cases against a real Redis Cluster (three masters, one replica
+ * each) as the store: every limit's keys live on the master of their slot,
+ * so the ten cases spread over the masters, each still one bucket. */
+static void test_fleet_cluster(void **state)
 {
     (void)state;
-    const char *url = getenv("FLEET_STORE_URL");
-    if (url == NULL || *url == '\0')
-        skip();
-    run_fleet(url, url);
+    struct th_cluster cl;
+    assert_int_equal(th_cluster_start(&cl), 0);
+    char url[256];
+    th_cluster_url(&cl, url, sizeof(url));
+    run_fleet(url, "redis cluster, 3 masters");
+    long calls = 0;
+    for (int i = 0; i < TH_CLUSTER_NODES; i++)
+        if (th_cluster_is_master(&cl, i))
+            calls += th_redis_cmd_calls(cl.node[i].port, "evalsha");
+    printf("fleet (redis cluster): %ld script calls on the masters in all\n", calls);
+    th_cluster_stop(&cl);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fleet_redis),
-        cmocka_unit_test(test_fleet_env_store),
+        cmocka_unit_test(test_fleet_cluster),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
