@@ -1,6 +1,9 @@
-/* sluice — the asynchronous client of the quota store (a Redis).
+/* sluice — the asynchronous client of the quota store (a Redis, or a Redis
+ * Cluster: then everything below holds per master, a call goes to the
+ * master of its keys' slot, and a call whose keys are in several slots is
+ * sent as one call per slot with its reply merged: store/cluster.c).
  *
- * One TCP connection per sluice process, on the process's libuv loop.
+ * One TCP connection per sluice process (per master), on the process's libuv loop.
  * Requests made during one loop turn are written together (one pipelined
  * write); replies are parsed with hiredis's reader (object functions that
  * keep only integers and an error text); each request has its own deadline
