@@ -76,8 +76,12 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
 void sl_store_close(struct sl_store *st);
 
 /* Runs script <id> with <nkeys> keys and <nargs> arguments (copied).
- * Returns the request (to cancel it) or NULL when the store is down or out
- * of memory: then <cb> is NOT called and the caller applies on_failure. */
+ * Returns the request (to cancel it) or NULL when the store is down (in a
+ * cluster: the master of a slot of its keys) or out of memory: then <cb> is
+ * NOT called and the caller applies on_failure. In a cluster, a decide or
+ * connections call whose keys are in several slots is sent as one call per
+ * slot and <cb> gets the merged reply in the same layout (docs: "Redis
+ * Cluster as the store"); any other call goes to its first key's slot. */
 struct sl_store_req *sl_store_eval(struct sl_store *st, enum sl_script id,
                                    int nkeys, const struct sl_str *keys,
                                    int nargs, const struct sl_str *args,
