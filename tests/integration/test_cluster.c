@@ -331,7 +331,6 @@ static void test_split_connections(void **state)
     char cmd[128], *rep;
     int m2 = th_cluster_master_of(&cl, sl_slot_of_key(k2, strlen(k2)));
     snprintf(cmd, sizeof(cmd), "ZCARD %s:cn", k2);
-    uv_sleep(0);
     for (int tries = 0; tries < 100; tries++) {
         run_until(&loop, NULL, NULL, 10); /* the release goes out */
         rep = th_redis_cmd(cl.node[m2].port, cmd);
