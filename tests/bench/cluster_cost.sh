@@ -53,6 +53,7 @@ commands = INCR
 INI
     "$2" -c "$dir/$1.ini" -v warn 2>"$dir/$1.log" &
     pids="$pids $!"
+    eval PID_$(echo $1 | tr a-z A-Z)=$!
     for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
     SPORT=$p
 }
@@ -61,6 +62,8 @@ sluice cluster "$BIN" "redis-cluster://$SEEDS"; P_CLUSTER=$SPORT
 names="single cluster"
 if [ -n "$BASE" ]; then sluice base "$BASE" "redis://127.0.0.1:$ST"; P_BASE=$SPORT; names="base single cluster"; fi
 sleep 1
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # user + system, in clock ticks
+for n in $names; do eval pid=\$PID_$(echo $n | tr a-z A-Z); eval CPU0_$n=$(cpu "$pid"); done
 rps() { redis-benchmark -p "$1" -t incr -n "$N" -c 50 -q 2>/dev/null | tr '\r' '\n' |
         awk '/INCR:/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { print $i; exit } }'; }
 for r in $(seq "$ROUNDS"); do
@@ -74,5 +77,8 @@ for n in $names; do
     med=$(awk -v n="$n" '$1 == n { print $2 }' "$dir/results" | sort -n |
           awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
     all=$(awk -v n="$n" '$1 == n { printf "%s ", $2 }' "$dir/results")
-    printf "  %-8s median %10s req/s   (%s)\n" "$n" "$med" "$all"
+    eval pid=\$PID_$(echo $n | tr a-z A-Z); eval c0=\$CPU0_$n
+    us=$(awk -v a="$c0" -v b="$(cpu "$pid")" -v n="$((ROUNDS * N))" -v hz="$(getconf CLK_TCK)" \
+         'BEGIN { printf "%.1f", (b - a) / hz * 1e6 / n }')
+    printf "  %-8s median %10s req/s, sluice CPU %s us/request   (%s)\n" "$n" "$med" "$us" "$all"
 done
