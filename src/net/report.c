@@ -138,6 +138,23 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
         sl_metrics_family(m, c[i].name, "counter", c[i].help);
         sl_metrics_u64(m, c[i].name, NULL, c[i].v);
     }
+    sl_metrics_family(m, "sluice_store_redirects_total", "counter",
+                      "Redis Cluster redirections the store met (followed or not).");
+    const char *moved[] = { "kind", "moved", NULL }, *ask[] = { "kind", "ask", NULL };
+    sl_metrics_u64(m, "sluice_store_redirects_total", moved, st->redirects_moved);
+    sl_metrics_u64(m, "sluice_store_redirects_total", ask, st->redirects_ask);
+    struct { const char *name, *type, *help; uint64_t v; } cl[] = {
+        { "sluice_store_map_refreshes_total", "counter", "Redis Cluster slot maps read.", st->map_refreshes },
+        { "sluice_store_map_errors_total", "counter", "Redis Cluster slot map requests that failed.", st->map_errors },
+        { "sluice_store_split_calls_total", "counter",
+          "Store calls whose keys were in several cluster slots (sent as one call per slot).", st->split_calls },
+        { "sluice_store_nodes", "gauge", "Masters the store sends to (one for a single Redis).", st->nodes },
+        { "sluice_store_nodes_up", "gauge", "Of those, connected and answering.", st->nodes_up },
+    };
+    for (size_t i = 0; i < sizeof(cl) / sizeof(cl[0]); i++) {
+        sl_metrics_family(m, cl[i].name, cl[i].type, cl[i].help);
+        sl_metrics_u64(m, cl[i].name, NULL, cl[i].v);
+    }
     sl_metrics_family(m, "sluice_store_live_instances", "gauge",
                       "sluice instances seen in the store's heartbeat set.");
     sl_metrics_u64(m, "sluice_store_live_instances", NULL, sl_store_live_instances(srv->store));

@@ -202,6 +202,7 @@ void sl_store_map_reply(struct sl_store *st, struct sl_node *nd, const struct sl
         return;
     }
     st->stats.map_refreshes++;
+    st->map_applying = 1;
     /* The masters of the new map; every other node is retired. */
     for (int i = 0; i < st->n_nodes; i++)
         st->nodes[i]->master = 0;
@@ -222,12 +223,14 @@ void sl_store_map_reply(struct sl_store *st, struct sl_node *nd, const struct sl
         if (x->master) {
             masters++;
             down += !sl_node_up(x);
+            x->logged = (int8_t)sl_node_up(x); /* the map's line below says it */
         } else if (!x->retired) {
             sl_node_drop(x, "not a master in the slot map", 1);
         }
     }
     int first = !st->map_ok;
     st->map_ok = 1;
+    st->map_applying = 0;
     if (first)
         sl_log_info("quota store cluster map", "masters=%d slots=%d", masters, covered);
     else

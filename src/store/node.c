@@ -637,8 +637,11 @@ static int on_eval_reply(struct sl_node *nd, struct sl_store_req *r, const struc
             mark_suspect(nd, rp->text);
         complete(nd, r, status, NULL, 0, err);
     } else if (r->kind == SL_K_PROBE) {
+        /* CLUSTER INFO: a node that answers while the cluster is down
+         * (CLUSTERDOWN for every key until a failover ends) is not up. */
+        int ok = rp->type == REDIS_REPLY_STRING && strncmp(rp->text, "cluster_state:ok", 16) == 0;
         complete(nd, r, 0, NULL, 0, NULL);
-        if (errcls == 0)
+        if (ok)
             clear_suspect(nd); /* answered in time: the node serves again */
     } else {
         if (rp->bad)

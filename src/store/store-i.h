@@ -55,6 +55,7 @@ struct sl_store {
     uint64_t              map_last_ms;   /* loop ms of the last refresh sent */
     uint64_t              map_backoff_ms;/* wait before the next one after a failure */
     uint8_t               map_armed;     /* refresh_timer armed */
+    uint8_t               map_applying;  /* a new map is being put in place */
 
     struct sl_store_req  *pool;          /* free request structs */
     size_t                pool_n;

@@ -123,16 +123,21 @@ void sl_store_node_health(struct sl_store *st, struct sl_node *nd, const char *w
         return;
     char q[160];
     int nup = sl_node_up(nd);
-    if (st->cluster && nd->logged != nup && (nup || nd->logged == 1)) {
+    /* Per node, for the masters: a seed that turns out a replica comes and
+     * goes without news. */
+    if (st->cluster && nd->logged != nup && (nup || nd->logged == 1) && nd->master) {
         if (nup)
             sl_log_info("quota store node up", "node=%s", nd->name);
         else
             sl_log_warn("quota store node down", "node=%s reason=%s", nd->name,
                         sl_log_quote(why, strlen(why), q, sizeof(q)));
     }
-    nd->logged = (int8_t)nup;
+    if (!st->cluster || nd->master || !nup)
+        nd->logged = (int8_t)nup;
     if (st->sentinel != NULL && !nup && nd == st->single)
         sl_sentinel_reask(st->sentinel); /* timeouts, a drop, -READONLY: moved? */
+    if (st->map_applying)
+        return; /* the map's end says what changed, once */
     if (st->cluster) {
         if (nup)
             sl_cluster_node_ready(st, nd);
@@ -277,13 +282,13 @@ void sl_store_node_probe(struct sl_store *st, struct sl_node *nd)
     if (nd->probe_req != NULL)
         return;
     struct sl_store_req *r = sl_store_req_get(st);
-    struct sl_str argv[1] = { { "PING", 4 } };
+    struct sl_str argv[2] = { { "CLUSTER", 7 }, { "INFO", 4 } };
     if (r == NULL)
         return;
     r->kind = SL_K_PROBE;
     r->sent_ns = uv_hrtime();
     r->deadline = uv_now(st->loop) + st->timeout_ms;
-    if (sl_wire_encode(&r->cmd, 1, argv, 0, NULL, 0, NULL) < 0 || sl_node_send(nd, r, 0) < 0) {
+    if (sl_wire_encode(&r->cmd, 2, argv, 0, NULL, 0, NULL) < 0 || sl_node_send(nd, r, 0) < 0) {
         sl_store_req_put(st, r);
         return;
     }

@@ -1,6 +1,9 @@
-/* sluice — the asynchronous client of the quota store (a Redis).
+/* sluice — the asynchronous client of the quota store (a Redis, or a Redis
+ * Cluster: then everything below holds per master, a call goes to the
+ * master of its keys' slot, and a call whose keys are in several slots is
+ * sent as one call per slot with its reply merged: store/cluster.c).
  *
- * One TCP connection per sluice process, on the process's libuv loop.
+ * One TCP connection per sluice process (per master), on the process's libuv loop.
  * Requests made during one loop turn are written together (one pipelined
  * write); replies are parsed with hiredis's reader (object functions that
  * keep only integers and an error text); each request has its own deadline
@@ -73,8 +76,12 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
 void sl_store_close(struct sl_store *st);
 
 /* Runs script <id> with <nkeys> keys and <nargs> arguments (copied).
- * Returns the request (to cancel it) or NULL when the store is down or out
- * of memory: then <cb> is NOT called and the caller applies on_failure. */
+ * Returns the request (to cancel it) or NULL when the store is down (in a
+ * cluster: the master of a slot of its keys) or out of memory: then <cb> is
+ * NOT called and the caller applies on_failure. In a cluster, a decide or
+ * connections call whose keys are in several slots is sent as one call per
+ * slot and <cb> gets the merged reply in the same layout (docs: "Redis
+ * Cluster as the store"); any other call goes to its first key's slot. */
 struct sl_store_req *sl_store_eval(struct sl_store *st, enum sl_script id,
                                    int nkeys, const struct sl_str *keys,
                                    int nargs, const struct sl_str *args,

@@ -118,8 +118,8 @@ static char *put_bulk(char *p, const char *s, size_t len)
 
 /* Appends one command to <o>: `*<argc>` then the bulks of <a>, <b> and <c>
  * (<na>, <nb>, <nc> of them; any may be 0). Returns 0 or -1 (out of memory). */
-int sl_wire_encode(struct sl_obuf *o, int na, const struct sl_str *a, int nb, const struct sl_str *b,
-                  int nc, const struct sl_str *c)
+int sl_wire_encode(struct sl_obuf *o, int na, const struct sl_str *a, int nb,
+                   const struct sl_str *b, int nc, const struct sl_str *c)
 {
     const struct sl_str *part[3] = { a, b, c };
     int count[3] = { na, nb, nc };
@@ -149,7 +149,7 @@ struct sl_str sl_wire_cstr(const char *s)
 
 /* Encodes EVALSHA <sha> <nkeys> <keys...> <args...> into <o> (emptied first). */
 int sl_wire_evalsha(struct sl_obuf *o, const char *sha, int nkeys, const struct sl_str *keys,
-                          int nargs, const struct sl_str *args)
+                    int nargs, const struct sl_str *args)
 {
     char num[24];
     char *e = sl_wire_put_u64(num, (uint64_t)nkeys);

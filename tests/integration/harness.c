@@ -1407,9 +1407,15 @@ int th_cluster_start(struct th_cluster *c)
                  (int)getpid(), i);
         unlink(c->nodes_conf[i]);
         th_track_file(c->nodes_conf[i]);
+        /* A replica's full sync writes an RDB even with --save "": not in the
+         * working directory, one file per node. */
+        char rdb[64];
+        snprintf(rdb, sizeof(rdb), "sluice-test-dump-%d-%d.rdb", (int)getpid(), i);
+        snprintf(c->rdb[i], sizeof(c->rdb[i]), "/tmp/%s", rdb);
+        th_track_file(c->rdb[i]);
         if (th_redis_start(&c->node[i], "--cluster-enabled", "yes", "--cluster-node-timeout",
                            "1000", "--cluster-config-file", c->nodes_conf[i], "--cluster-port", bus,
-                           (char *)NULL) < 0) {
+                           "--dir", "/tmp", "--dbfilename", rdb, (char *)NULL) < 0) {
             fprintf(stderr, "th_cluster_start: node %d did not start\n", i);
             th_cluster_stop(c);
             return -1;

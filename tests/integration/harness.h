@@ -282,6 +282,7 @@ int th_pyup_stats(int port, struct th_pyup_stats *st);
 struct th_cluster {
     struct th_proc node[TH_CLUSTER_NODES];
     char           nodes_conf[TH_CLUSTER_NODES][128]; /* each node's cluster-config-file */
+    char           rdb[TH_CLUSTER_NODES][96];         /* each node's RDB (a replica's sync) */
 };
 
 /* Starts the nodes, creates the cluster, waits until every node says

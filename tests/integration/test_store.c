@@ -853,6 +853,69 @@ static void test_cancel(void **state)
     finish(&loop, st);
 }
 
+
+struct text_result {
+    int    called;
+    int    status;
+    int    is_null;
+    char   text[300];
+    size_t len;
+};
+
+static void on_text(void *data, int status, const char *text, size_t len)
+{
+    struct text_result *r = data;
+    r->called++;
+    r->status = status;
+    r->is_null = text == NULL;
+    r->len = len;
+    if (text != NULL)
+        snprintf(r->text, sizeof(r->text), "%.*s", (int)(len < 299 ? len : 299), text);
+}
+
+static int text_called(void *arg)
+{
+    return ((struct text_result *)arg)->called > 0;
+}
+
+/* sl_store_hget() on one Redis: a value, nil for a missing field, and an
+ * error for a value longer than SL_STORE_TEXT_CAP (never truncated). */
+static void test_hget(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_store_conf conf;
+    conf_init(&conf, redis_p.port);
+    int echo;
+    struct sl_store *st = store_up(&loop, &conf, "hget", &echo);
+    char cmd[1024], big[SL_STORE_TEXT_CAP + 2];
+    memset(big, 'y', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    snprintf(cmd, sizeof(cmd), "HSET sltest:overrides:{l} alice 5000/s ok %.*s big %s\r\n",
+             SL_STORE_TEXT_CAP, big, big);
+    char *rep = redis_cmd(redis_p.port, cmd);
+    assert_non_null(rep);
+    free(rep);
+    struct sl_str key = { "sltest:overrides:{l}", 20 };
+    struct text_result r[4];
+    memset(r, 0, sizeof(r));
+    const char *fields[4] = { "alice", "bob", "ok", "big" };
+    for (int i = 0; i < 4; i++)
+        assert_non_null(sl_store_hget(st, key, (struct sl_str){ fields[i], strlen(fields[i]) },
+                                      on_text, &r[i]));
+    assert_true(run_until(&loop, text_called, &r[3], TH_MS));
+    assert_int_equal(r[0].status, 0);
+    assert_string_equal(r[0].text, "5000/s");
+    assert_int_equal(r[0].len, 6);
+    assert_int_equal(r[1].status, 0);
+    assert_true(r[1].is_null);
+    assert_int_equal(r[2].status, 0);
+    assert_int_equal(r[2].len, SL_STORE_TEXT_CAP);
+    assert_int_equal(r[3].status, SL_ESTORE);
+    finish(&loop, st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -868,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_silent_then_reconfigure),
         cmocka_unit_test(test_close_paths),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_hget),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
