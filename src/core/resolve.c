@@ -28,7 +28,7 @@ struct sl_resolve_req {
 
 sl_resolve_lookup_fn *sl_resolve_lookup = uv_getaddrinfo;
 
-static int same_sockaddr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+int sl_resolve_same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
     if (a->ss_family != b->ss_family)
         return 0;
@@ -113,7 +113,7 @@ enum sl_resolve_event sl_resolve_apply(struct sl_resolve *r, int status,
         r->failing = 1;
         return SL_RESOLVE_FAILING;
     }
-    int was_failing = r->failing, same = same_sockaddr(&r->ss, ss);
+    int was_failing = r->failing, same = sl_resolve_same_addr(&r->ss, ss);
     r->failing = 0;
     r->ss = *ss;
     if (was_failing)

@@ -43,6 +43,10 @@ void sl_resolve_stop(struct sl_resolve *r);
 enum sl_resolve_event sl_resolve_apply(struct sl_resolve *r, int status,
                                        const struct sockaddr_storage *ss, uint64_t now_ms);
 
+/* 1 when <a> and <b> are the same IPv4 or IPv6 address and port, else 0
+ * (other families: never the same). */
+int sl_resolve_same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
 /* Picks from getaddrinfo's answers <ai> the first IPv4 address, else the
  * first IPv6 one, into <out> with <port> (host order). Returns 0, or -1 when
  * there is neither. IPv4 first: "localhost" is 127.0.0.1 as before names

@@ -72,7 +72,7 @@ struct sl_node *sl_cluster_node_of(const struct sl_store *st, unsigned slot)
 static struct sl_node *node_at_ss(struct sl_store *st, const struct sockaddr_storage *ss)
 {
     for (int i = 0; i < st->n_nodes; i++)
-        if (sl_store_same_addr(&st->nodes[i]->ss, ss)) {
+        if (sl_resolve_same_addr(&st->nodes[i]->ss, ss)) {
             if (st->nodes[i]->retired || st->nodes[i]->conn == SL_NODE_DISCONNECTED)
                 sl_node_connect(st->nodes[i], NULL);
             return st->nodes[i];

@@ -206,29 +206,12 @@ int sl_sentinel_parse_switch(const char *msg, size_t len, const char *name,
     return 1;
 }
 
-static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
 int sl_sentinel_stale(const struct sockaddr_storage *answer, const struct sockaddr_storage *from,
                       uint64_t switched_ms, uint64_t now_ms)
 {
     return from->ss_family != 0 && now_ms - switched_ms < SL_SENTINEL_HOLD_MS &&
-           same_addr(answer, from);
-}
-
-static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port &&
-               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
-    }
-    return 0;
+           sl_resolve_same_addr(answer, from);
 }
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -251,7 +234,7 @@ static const char *qs(const char *v, char *buf, size_t cap)
 /* Reports <addr> as the master unless it is the one reported last. */
 static void report(struct sl_sentinel *s, const struct sockaddr_storage *addr, const char *how)
 {
-    if (s->closing || (s->known && same_addr(&s->master, addr)))
+    if (s->closing || (s->known && sl_resolve_same_addr(&s->master, addr)))
         return;
     char now[64], before[64] = "none", q[96];
     sl_resolve_fmt(addr, now, sizeof(now));

@@ -74,8 +74,6 @@ struct sl_store_req *sl_store_eval_on(struct sl_store *st, struct sl_node *nd, i
                                       int nargs, const struct sl_str *args);
 /* 1 when <nd> takes new requests now (up, and its unsent bytes under a cap). */
 int sl_store_node_usable(const struct sl_node *nd);
-/* 1 when <a> and <b> are the same address and port. */
-int sl_store_same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 /* Makes a node of <st> (not connecting yet); NULL when the table is full or OOM. */
 struct sl_node *sl_store_add_node(struct sl_store *st, const char *name,
                                   const struct sockaddr_storage *ss);

@@ -216,7 +216,7 @@ static void on_master(void *data, const struct sockaddr_storage *master)
     if (nd->conn == SL_NODE_DISCONNECTED) {
         nd->backoff_ms = SL_NODE_BACKOFF_MIN_MS;
         sl_node_connect(nd, master); /* waiting for an address, or backing off */
-    } else if (!sl_store_same_addr(&nd->ss, master)) {
+    } else if (!sl_resolve_same_addr(&nd->ss, master)) {
         /* Requests on the old master fail (on_failure); the node comes
          * back through sentinel_locate, at the new address. */
         nd->backoff_ms = SL_NODE_BACKOFF_MIN_MS;
@@ -377,22 +377,6 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     return 0;
 }
 
-int sl_store_same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port &&
-               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
-    }
-    return memcmp(a, b, sizeof(*a)) == 0;
-}
-
 static int same_str(const char *a, const char *b)
 {
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
@@ -404,7 +388,7 @@ static int same_seeds(const struct sl_store_conf *a, const struct sl_store_conf 
     if (a->n_seeds != nb)
         return 0;
     for (int i = 0; i < nb; i++)
-        if (!sl_store_same_addr(&a->seeds[i].ss, b->seeds != NULL ? &b->seeds[i].ss : &b->addr.ss))
+        if (!sl_resolve_same_addr(&a->seeds[i].ss, b->seeds != NULL ? &b->seeds[i].ss : &b->addr.ss))
             return 0;
     return 1;
 }
@@ -473,7 +457,7 @@ static int start_single(struct sl_store *st)
 {
     struct sl_node *nd = NULL;
     for (int i = 0; i < st->n_nodes && nd == NULL; i++)
-        if (sl_store_same_addr(&st->nodes[i]->ss, &st->res.ss))
+        if (sl_resolve_same_addr(&st->nodes[i]->ss, &st->res.ss))
             nd = st->nodes[i];
     if (nd == NULL && (nd = sl_store_add_node(st, st->conf.addr.text, &st->res.ss)) == NULL)
         return -1;
@@ -571,7 +555,7 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
     int cluster = conf->kind == SL_STORE_CLUSTER;
     int same_place = cluster == st->cluster &&
                      (cluster ? same_seeds(&st->conf, conf)
-                              : sl_store_same_addr(&st->res.ss, &conf->addr.ss));
+                              : sl_resolve_same_addr(&st->res.ss, &conf->addr.ss));
     int reconnect = !same_place || !same_str(st->conf.user, conf->user) ||
                     !same_str(st->conf.password, conf->password) || st->conf.db != conf->db;
     if (set_conf(st, conf) < 0) {
