@@ -658,6 +658,39 @@ static void test_fleet_lease(void **state)
     fleet_stop(&f);
 }
 
+/* overrides = store against the cluster: the override hash
+ * sluice:overrides:{g} lives on the master of its slot; both instances read
+ * it there (an HGET routed by slot) and enforce the overridden burst
+ * together. */
+static void test_fleet_overrides(void **state)
+{
+    (void)state;
+    struct fleet f;
+    memset(&f, 0, sizeof(f));
+    const char *key = "sluice:overrides:{ov}";
+    int m = th_cluster_master_of(&cl, sl_slot_of_key(key, strlen(key)));
+    assert_true(m >= 0);
+    char *r = th_redis_cmd(cl.node[m].port, "HSET sluice:overrides:{ov} * \"1/d 7\"");
+    assert_non_null(r);
+    assert_non_null(strstr(r, ":1"));
+    free(r);
+    const char *lim = "identity = client_ip\n"
+                      "[limit ov]\nlistener = r\nrate = 1/d\nburst = 2\nscope = global\n"
+                      "commands = INCR\noverrides = store\n";
+    fleet_start(&f, 0, "timeout = 250ms", lim);
+    fleet_start(&f, 1, "timeout = 250ms", lim);
+    redisContext *c[2] = { client(f.port[0]), client(f.port[1]) };
+    long ok = 0;
+    for (int round = 0; round < 5; round++)
+        for (int i = 0; i < 2; i++)
+            ok += send_n(c[i], 2, "INCR ov%d");
+    printf("override 1/d 7 (file: burst 2), two instances: %ld of 20 admitted\n", ok);
+    assert_int_equal(ok, 7);
+    redisFree(c[0]);
+    redisFree(c[1]);
+    fleet_stop(&f);
+}
+
 static int open_ping(int port)
 {
     int fd = th_connect(port);
@@ -797,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_fleet_shares_limits),
         cmocka_unit_test(test_fleet_two_limits_two_slots),
         cmocka_unit_test(test_fleet_lease),
+        cmocka_unit_test(test_fleet_overrides),
         cmocka_unit_test(test_fleet_connections_queue),
         cmocka_unit_test(test_ask_and_moved),
         cmocka_unit_test(test_kill_master_under_load),
