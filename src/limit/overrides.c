@@ -81,9 +81,12 @@ static void on_answer(void *data, int status, const char *text, size_t len)
     struct sl_limiter *lim = o->lim;
     struct limit *L = &lim->limits[o->li];
     o->asking = 0;
-    o->at_us = sl_clock_us(lim->clock);
-    if (o->at_us == 0)
-        o->at_us = 1;
+    /* An error (timeout, store away) keeps what was cached, for another
+     * overrides_ttl; never answered yet, the next request asks again. */
+    if (status == 0 || o->at_us != 0) {
+        uint64_t now = sl_clock_us(lim->clock);
+        o->at_us = now > 0 ? now : 1;
+    }
     const uint8_t had = o->has;
     const struct sl_algo_params before = o->p;
     if (status == 0 && text == NULL) {
@@ -111,9 +114,7 @@ static void on_answer(void *data, int status, const char *text, size_t len)
             o->has = 1;
         }
     }
-    /* An error (timeout, store away) keeps what was cached, and is asked
-     * again after overrides_ttl like any answer. New numbers make what was
-     * remembered under the old ones moot. */
+    /* New numbers make what was remembered under the old ones moot. */
     if (had != o->has || (o->has && (before.amount != o->p.amount ||
                                      before.period_us != o->p.period_us ||
                                      before.burst != o->p.burst)))
@@ -143,8 +144,7 @@ static int ask(struct sl_limiter *lim, struct limit *L, struct sl_ovr *o)
     return 1;
 }
 
-/* The entry of <L> for <id>, made (and asked for) if missing; NULL when out
- * of memory. */
+/* The entry of <L> for <id>, made if missing; NULL when out of memory. */
 static struct sl_ovr *entry(struct sl_limiter *lim, int li, const char *id, uint64_t now_us)
 {
     struct limit *L = &lim->limits[li];
@@ -168,8 +168,6 @@ static struct sl_ovr *entry(struct sl_limiter *lim, int li, const char *id, uint
     o->node.len = (uint16_t)len;
     o->li = li;
     sl_idt_insert(&L->ovr, &o->node, now_us / 1000);
-    if (!ask(lim, L, o))
-        o->at_us = now_us > 0 ? now_us : 1; /* not asked: the limit's own, asked again later */
     return o;
 }
 
@@ -185,12 +183,15 @@ int sl_lim_overrides_resolve(struct sl_limiter *lim, struct sl_limiter_req *q,
         struct sl_ovr *o = entry(lim, q->idx[k], ovr_id(L, q->identity), q->now_us);
         if (o == NULL)
             continue; /* out of memory: the limit's own numbers */
-        if (o->at_us == 0) {
-            *wait_on = o; /* the first answer is on its way */
+        /* Never answered, or stale: asked (unless already). A stale one is
+         * used meanwhile; with none yet the request waits for the first,
+         * unless the store cannot be asked now (then: the limit's own). */
+        if (!o->asking && (o->at_us == 0 || q->now_us - o->at_us >= L->ovr_ttl_us))
+            ask(lim, L, o);
+        if (o->at_us == 0 && o->asking) {
+            *wait_on = o;
             return 1;
         }
-        if (!o->asking && q->now_us - o->at_us >= L->ovr_ttl_us)
-            ask(lim, L, o); /* stale: used meanwhile, asked again */
         if (o->has) {
             q->p[k] = o->p;
             applied |= 1u << k;

@@ -34,7 +34,7 @@ struct sl_store_req; /* one request in flight; opaque */
 enum sl_script {
     SL_SCRIPT_DECIDE = 0, /* lua/decide.lua (+ the algorithms): several limits, all or nothing */
     SL_SCRIPT_HEARTBEAT,  /* lua/heartbeat.lua */
-    SL_SCRIPT_CONNECTIONS,/* lua/connections.lua: connection leases and the login queue */
+    SL_SCRIPT_CONNECTIONS,/* lua/connections.lua: connection places and the login queue */
     SL_SCRIPT_COUNT
 };
 
