@@ -227,6 +227,8 @@ deps-bench:
 	command -v redis-benchmark >/dev/null || missing="$$missing redis-tools"; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	pkg-config --exists openssl 2>/dev/null || missing="$$missing libssl-dev"; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing $$missing"; \
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || true; \

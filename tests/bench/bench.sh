@@ -12,7 +12,10 @@
 #     (no limit; an always-allowing limit, local and in a quota store with a
 #     lease), HAProxy (mode http) and nginx proxy_pass: requests/s, p99 latency,
 #     proxy CPU time per request (tests/bench/http.sh). BENCH_ONLY=http runs
-#     only these rows.
+#     only these rows;
+#   * TLS: redis-benchmark --tls at -P 1 and -P 16 against Redis's TLS port,
+#     through sluice and HAProxy (TLS in, TLS out), and RSS per idle TLS
+#     connection (tests/bench/tls.sh). BENCH_ONLY=tls runs only these rows.
 # Rounds are interleaved (every target once per round), the table shows medians
 # and ratios to direct. See docs/benchmarks.md for the methodology and knobs.
 #
@@ -39,7 +42,7 @@ SLUICE_WORKERS=${BENCH_SLUICE_WORKERS:-$(nproc)}
 STRICT=${BENCH_STRICT:-0}
 RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
 ONLY=${BENCH_ONLY:-}
-case "$ONLY" in ""|all|http) ;; *) echo "bench: BENCH_ONLY must be http (or empty: everything)" >&2; exit 2 ;; esac
+case "$ONLY" in ""|all|http|tls) ;; *) echo "bench: BENCH_ONLY must be http or tls (or empty: everything)" >&2; exit 2 ;; esac
 
 BENCH_BIN=build/bench
 N_STRICT=${BENCH_N_STRICT:-300000}
@@ -228,6 +231,14 @@ HAVE_NGINX=1
 
 # --- HTTP rows: tests/bench/http.sh; alone with BENCH_ONLY=http
 . tests/bench/http.sh
+# --- TLS rows: tests/bench/tls.sh; alone with BENCH_ONLY=tls
+. tests/bench/tls.sh
+if [ "$ONLY" = tls ]; then
+    tls_bench
+    tls_report_only
+    [ "$HAVE_SLUICE" = 1 ] || exit 1
+    exit 0
+fi
 if [ "$ONLY" = http ]; then
     http_bench
     http_report_only
@@ -510,6 +521,7 @@ stop sink
 # ----------------------------------------------------------------- HTTP ----
 # Its own upstream (nginx) and proxies, started and stopped here.
 http_bench
+tls_bench
 
 # ---------------------------------------------------------- strict mode ----
 # A limit that always allows, decided in a quota-store Redis: every request
@@ -767,6 +779,7 @@ fi
 {
     echo
     http_table
+    tls_table
 } >> "$TABLE"
 
 TARGETS_TOTAL=$(grep -cE ': (PASS|MISS|n/a)$' "$TABLE")
