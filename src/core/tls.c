@@ -11,6 +11,7 @@
 #include "core/tls.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,18 @@ static const char *ossl_reason(char *buf, size_t len, const char *dflt)
 }
 
 static int empty(const char *s) { return s == NULL || s[0] == '\0'; }
+
+/* OpenSSL names a missing file "system lib": say what the system said. */
+static int unreadable(const char *key, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        fclose(f);
+        return 0;
+    }
+    errf(err, errlen, "%s %s: cannot read: %s", key, path, strerror(errno));
+    return 1;
+}
 
 /* Parses "TLSv1.2 TLSv1.3" into a version range. */
 static int parse_protocols(const char *s, int *min, int *max, char *err, size_t errlen)
@@ -244,6 +257,9 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
         goto fail;
     }
     if (!empty(conf->cert_file)) {
+        if (unreadable("tls_cert", conf->cert_file, err, errlen) ||
+            unreadable("tls_key", conf->key_file, err, errlen))
+            goto fail;
         if (SSL_CTX_use_certificate_chain_file(c->ssl, conf->cert_file) != 1) {
             errf(err, errlen, "tls_cert %s: cannot use certificate: %s", conf->cert_file,
                  ossl_reason(why, sizeof why, "?"));
@@ -268,6 +284,8 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
     int want_ca = conf->role == SL_TLS_SERVER ? conf->verify != SL_TLS_VERIFY_OFF
                                               : conf->verify != SL_TLS_VERIFY_OFF;
     if (!empty(conf->ca_file)) {
+        if (unreadable("tls_ca", conf->ca_file, err, errlen))
+            goto fail;
         if (SSL_CTX_load_verify_locations(c->ssl, conf->ca_file, NULL) != 1) {
             errf(err, errlen, "tls_ca %s: cannot load: %s", conf->ca_file,
                  ossl_reason(why, sizeof why, "?"));
