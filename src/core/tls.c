@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -80,16 +83,24 @@ static const char *ossl_reason(char *buf, size_t len, const char *dflt)
 
 static int empty(const char *s) { return s == NULL || s[0] == '\0'; }
 
-/* OpenSSL names a missing file "system lib": say what the system said. */
+#define FILE_MAX (1024 * 1024) /* a PEM file larger than this is refused */
+
+/* OpenSSL names a missing file "system lib": say what the system said. A
+ * device or a huge file is refused before OpenSSL reads it (/dev/zero
+ * would never end). */
 static int unreadable(const char *key, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (f != NULL) {
-        fclose(f);
-        return 0;
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
+    if (fd < 0) {
+        errf(err, errlen, "%s %s: cannot read: %s", key, path, strerror(errno));
+        return 1;
     }
-    errf(err, errlen, "%s %s: cannot read: %s", key, path, strerror(errno));
-    return 1;
+    int bad = fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > FILE_MAX;
+    close(fd);
+    if (bad)
+        errf(err, errlen, "%s %s: not a regular file of at most 1 MiB", key, path);
+    return bad;
 }
 
 /* Parses "TLSv1.2 TLSv1.3" into a version range. */
