@@ -85,20 +85,28 @@ static void world_start(struct world *w, int auth)
     assert_int_equal(th_redis_start(&w->up, (char *)NULL), 0);
 }
 
-/* Starts sluice with [store] lines <store_extra> and one INCR limit of 3. */
-static void sluice_start(struct world *w, const char *store_extra, const char *on_failure)
+/* Starts sluice with [store] <url> (NULL: rediss:// to the TLS port), lines
+ * <store_extra> and one INCR limit of 3. */
+static void sluice_start_url(struct world *w, const char *url, const char *store_extra,
+                             const char *on_failure)
 {
     w->port = th_free_port();
     w->admin = th_free_port();
-    char ini[2048];
+    char ini[2048], dflt[64];
+    snprintf(dflt, sizeof dflt, "rediss://127.0.0.1:%d", w->tls_port);
     snprintf(ini, sizeof ini,
              "[sluice]\nadmin = 127.0.0.1:%d\n"
-             "[store]\nurl = rediss://127.0.0.1:%d\ntimeout = 250ms\nconnect_timeout = 1s\n"
+             "[store]\nurl = %s\ntimeout = 250ms\nconnect_timeout = 1s\n"
              "on_failure = %s\n%s\n"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "[limit l]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = INCR\n",
-             w->admin, w->tls_port, on_failure, store_extra, w->port, w->up.port);
+             w->admin, url ? url : dflt, on_failure, store_extra, w->port, w->up.port);
     assert_int_equal(th_sluice_start(&w->sl, ini, w->port), 0);
+}
+
+static void sluice_start(struct world *w, const char *store_extra, const char *on_failure)
+{
+    sluice_start_url(w, NULL, store_extra, on_failure);
 }
 
 static void world_stop(struct world *w)
@@ -216,12 +224,37 @@ static void test_rediss_wrong_ca(void **state)
     world_stop(&w);
 }
 
+/* rediss-sentinel://: the sentinel (asked in plaintext) names the master
+ * at its TLS port; the master connection speaks TLS, its name checked
+ * against the certificate's IP SAN. */
+static void test_rediss_sentinel(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    struct th_proc sen;
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "tls-replication yes\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n",
+             path("server.pem"), path("server.key"), path("ca.pem"));
+    assert_int_equal(th_sentinel_start(&sen, "m", w.tls_port, extra), 0);
+    char url[128];
+    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/m", sen.port);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    sluice_start_url(&w, url, extra, "closed");
+    assert_true(store_up(&w, 5000));
+    assert_int_equal(five_incrs(&w), 3);
+    world_stop(&w);
+    th_stop(&sen);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rediss_store_decides),
         cmocka_unit_test(test_rediss_mutual_tls),
         cmocka_unit_test(test_rediss_wrong_ca),
+        cmocka_unit_test(test_rediss_sentinel),
     };
     return th_finish(cmocka_run_group_tests(tests, make_certs, remove_certs));
 }
