@@ -248,6 +248,67 @@ static void test_rediss_sentinel(void **state)
     th_stop(&sen);
 }
 
+/* rediss-cluster://: three TLS masters (tls-cluster yes: their bus and the
+ * ports they announce are TLS); the slot map's "tls-port" is where sluice
+ * connects, each node's certificate checked against its address. */
+static void test_rediss_cluster(void **state)
+{
+    (void)state;
+    struct th_proc node[3], up;
+    int tport[3];
+    char cmd[2048];
+    int len = snprintf(cmd, sizeof cmd, "timeout 60 redis-cli --tls --cacert %s --cluster create",
+                       path("ca.pem"));
+    for (int i = 0; i < 3; i++) {
+        char t[16], bus[16], conf[96], rdb[64];
+        tport[i] = th_free_port();
+        snprintf(t, sizeof t, "%d", tport[i]);
+        snprintf(bus, sizeof bus, "%d", th_free_port());
+        snprintf(conf, sizeof conf, "/tmp/sluice-test-tls-nodes-%d-%d.conf", (int)getpid(), i);
+        snprintf(rdb, sizeof rdb, "sluice-test-tls-dump-%d-%d.rdb", (int)getpid(), i);
+        unlink(conf);
+        th_track_file(conf);
+        assert_int_equal(th_redis_start(&node[i], "--tls-port", t, "--tls-cert-file",
+                                        path("server.pem"), "--tls-key-file", path("server.key"),
+                                        "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
+                                        "no", "--tls-cluster", "yes", "--tls-replication", "yes",
+                                        "--cluster-enabled", "yes", "--cluster-node-timeout",
+                                        "1000", "--cluster-config-file", conf, "--cluster-port",
+                                        bus, "--dir", "/tmp", "--dbfilename", rdb, (char *)NULL),
+                         0);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " 127.0.0.1:%d", tport[i]);
+    }
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " --cluster-yes >%s/create.log 2>&1", dir);
+    assert_int_equal(system(cmd), 0);
+    uint64_t end = th_now_ms() + 20000;
+    for (int i = 0; i < 3; i++) {
+        for (;;) {
+            char *r = th_redis_cmd(node[i].port, "CLUSTER INFO");
+            int ok = r != NULL && strstr(r, "cluster_state:ok") != NULL;
+            free(r);
+            if (ok)
+                break;
+            assert_true(th_now_ms() < end);
+            usleep(50000);
+        }
+    }
+    struct world w;
+    memset(&w, 0, sizeof w);
+    assert_int_equal(th_redis_start(&up, (char *)NULL), 0);
+    w.up = up;
+    char url[128], extra[256];
+    snprintf(url, sizeof url, "rediss-cluster://127.0.0.1:%d,127.0.0.1:%d", tport[0], tport[1]);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    sluice_start_url(&w, url, extra, "closed");
+    assert_true(store_up(&w, 10000));
+    assert_int_equal(five_incrs(&w), 3);
+    assert_true(th_log_count(w.sl.log, "quota store TLS up") >= 3); /* seed + the masters */
+    assert_int_equal(th_stop(&w.sl), 0);
+    th_stop(&w.up);
+    for (int i = 0; i < 3; i++)
+        th_stop(&node[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_rediss_mutual_tls),
         cmocka_unit_test(test_rediss_wrong_ca),
         cmocka_unit_test(test_rediss_sentinel),
+        cmocka_unit_test(test_rediss_cluster),
     };
     return th_finish(cmocka_run_group_tests(tests, make_certs, remove_certs));
 }
