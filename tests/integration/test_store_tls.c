@@ -85,6 +85,8 @@ static void world_start(struct world *w, int auth)
     assert_int_equal(th_redis_start(&w->up, (char *)NULL), 0);
 }
 
+static const char *connect_timeout = "1s"; /* [store] connect_timeout of the next start */
+
 /* Starts sluice with [store] <url> (NULL: rediss:// to the TLS port), lines
  * <store_extra> and one INCR limit of 3. */
 static void sluice_start_url(struct world *w, const char *url, const char *store_extra,
@@ -96,11 +98,12 @@ static void sluice_start_url(struct world *w, const char *url, const char *store
     snprintf(dflt, sizeof dflt, "rediss://127.0.0.1:%d", w->tls_port);
     snprintf(ini, sizeof ini,
              "[sluice]\nadmin = 127.0.0.1:%d\n"
-             "[store]\nurl = %s\ntimeout = 250ms\nconnect_timeout = 1s\n"
+             "[store]\nurl = %s\ntimeout = 250ms\nconnect_timeout = %s\n"
              "on_failure = %s\n%s\n"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "[limit l]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = INCR\n",
-             w->admin, url ? url : dflt, on_failure, store_extra, w->port, w->up.port);
+             w->admin, url ? url : dflt, connect_timeout, on_failure, store_extra, w->port,
+             w->up.port);
     assert_int_equal(th_sluice_start(&w->sl, ini, w->port), 0);
 }
 
@@ -309,6 +312,45 @@ static void test_rediss_cluster(void **state)
         th_stop(&node[i]);
 }
 
+/* A th_serve_fn that never accepts: the kernel completes the TCP handshake,
+ * nobody ever answers the ClientHello. */
+static void serve_silence(int lfd, void *arg)
+{
+    (void)lfd;
+    (void)arg;
+    for (;;)
+        pause();
+}
+
+/* A store that takes the TCP connection and never answers the TLS
+ * handshake: connect_timeout ends it ("handshake timeout"), on_failure
+ * applies (open: everything admitted), and it is tried again. */
+static void test_rediss_handshake_timeout(void **state)
+{
+    (void)state;
+    struct world w;
+    memset(&w, 0, sizeof w);
+    int port = 0;
+    pid_t silent = th_fork_server(&port, serve_silence, NULL);
+    assert_true(silent > 0);
+    assert_int_equal(th_redis_start(&w.up, (char *)NULL), 0);
+    w.tls_port = port;
+    char extra[256];
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    connect_timeout = "300ms";
+    sluice_start(&w, extra, "open");
+    connect_timeout = "1s";
+    uint64_t t0 = th_now_ms();
+    assert_int_equal(th_log_wait(w.sl.log, "reason=\"handshake timeout\"", 1, 5000), 0);
+    assert_true(th_now_ms() - t0 < 3000);
+    assert_int_equal(five_incrs(&w), 5);
+    /* and again, with backoff: the timeout is not a one-off */
+    assert_int_equal(th_log_wait(w.sl.log, "reason=\"handshake timeout\"", 3, 8000), 0);
+    assert_int_equal(th_stop(&w.sl), 0);
+    th_stop(&w.up);
+    th_kill_server(silent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_rediss_wrong_ca),
         cmocka_unit_test(test_rediss_sentinel),
         cmocka_unit_test(test_rediss_cluster),
+        cmocka_unit_test(test_rediss_handshake_timeout),
     };
     return th_finish(cmocka_run_group_tests(tests, make_certs, remove_certs));
 }
