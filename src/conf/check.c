@@ -551,6 +551,7 @@ void sl_cf_finish(struct loader *ld)
         if (ld->secs[i]->kind == SEC_LIMIT)
             check_limit(ld, ld->secs[i]);
     check_cycles(ld);
+    sl_cf_check_tls(ld);
     /* In-process limits would be counted by each worker alone. */
     struct sl_conf *c = ld->conf;
     for (size_t i = 0; i < ld->n_secs; i++) {

@@ -26,7 +26,7 @@
 
 #define MAX_FILE       (1024 * 1024) /* a configuration file larger than this is an error */
 #define MAX_NAME       49            /* inih keeps 49 bytes of section and key names */
-#define MAX_KEYWORDS   32            /* keys per section kind */
+#define MAX_KEYWORDS   48            /* keys per section kind */
 #define MAX_PASSWORD   4096          /* password_file larger than this is an error */
 #define MAX_LIST       1024          /* entries of commands / match_identity */
 #define MAX_COSTS      256           /* per-command costs of one limit */
@@ -184,6 +184,32 @@ char *sl_cf_strdup(struct loader *ld, const char *s);
  * (the caller frees it), NUL-terminated, its length in <len>. Returns NULL
  * with an errno value in <error> (EFBIG: larger than <cap>). */
 char *sl_cf_read_file(const char *path, size_t cap, size_t *len, int *error);
+
+/* <value> as an absolute path, relative ones from the configuration file's
+ * directory (sec_global.c). malloc'd, or NULL (out of memory). */
+char *sl_cf_abs_path(const struct loader *ld, const char *value);
+
+/* ---- tls.c ----------------------------------------------------------------- */
+
+/* KW_FUNC setter of a TLS file key: stores sl_cf_abs_path(<value>) in the
+ * char * at kw->off of the section's struct (empty: unset). */
+void sl_cf_set_tls_path(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *value);
+
+/* Checks the TLS keys of the [store] and of every listener together, and
+ * that the files load (a context is built and dropped), at load time. */
+void sl_cf_check_tls(struct loader *ld);
+
+/* KW_FUNC setter of tls_protocols / tls_ciphers: blank-separated words
+ * (protocols checked now), at most kw->max bytes, in the char * at kw->off. */
+void sl_cf_set_tls_words(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *value);
+
+#define TLSWORDS(k, st, f, longest) \
+    { .name = k, .type = KW_FUNC, .set = sl_cf_set_tls_words, .off = offsetof(st, f), \
+      .max = longest }
+#define TLSPATH(k, st, f) \
+    { .name = k, .type = KW_FUNC, .set = sl_cf_set_tls_path, .off = offsetof(st, f) }
 
 /* ---- read.c ---------------------------------------------------------------- */
 

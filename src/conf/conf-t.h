@@ -93,6 +93,19 @@ struct sl_listener_conf {
     uint64_t       max_header_line;    /* bytes of one header field line (431); default 8KiB */
     uint64_t       max_headers;        /* header fields in one request (431); default 100 */
     uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
+    /* TLS (docs/configuration.md): paths absolute (resolved at load) or NULL */
+    char          *tls_cert;           /* PEM chain: clients speak TLS to this listener */
+    char          *tls_key;
+    char          *tls_ca;             /* client certificates must lead here */
+    int            tls_verify_client;  /* enum sl_tls_verify: off (default) | optional | on */
+    char          *tls_protocols;      /* NULL = "TLSv1.2 TLSv1.3" */
+    char          *tls_ciphers;        /* NULL = OpenSSL's defaults */
+    int            upstream_tls;       /* 1: TLS to the upstream; default 0 */
+    char          *upstream_tls_ca;    /* NULL = the system's CA store */
+    char          *upstream_tls_sni;   /* NULL = the upstream's host as written */
+    int            upstream_tls_verify; /* 1 (default) | 0 */
+    char          *upstream_tls_cert;  /* client certificate for mutual TLS, or NULL */
+    char          *upstream_tls_key;
     struct sl_listener_conf *next;
 };
 
@@ -129,7 +142,7 @@ struct sl_limit_conf {
     struct sl_limit_conf *next;
 };
 
-/* local | redis:// | redis-cluster:// | redis-sentinel:// (rediss://: issue 15) */
+/* local | redis:// | redis-cluster:// | redis-sentinel:// (rediss*:// set tls) */
 enum sl_store_kind { SL_STORE_LOCAL, SL_STORE_REDIS, SL_STORE_CLUSTER, SL_STORE_SENTINEL };
 
 struct sl_store_conf {
@@ -155,6 +168,15 @@ struct sl_store_conf {
     int                password_file_line; /* where password_file was set (warnings) */
     uint64_t           max_identities; /* per limit: in-process buckets, and entries of what
                                           the store said, kept at most (LRU); 100000 */
+    int                tls;            /* 1: every store connection speaks TLS (a rediss://,
+                                          rediss-cluster:// or rediss-sentinel:// url, or tls = on) */
+    int                tls_opt;        /* tls = : -1 not written (default), 0 off, 1 on */
+    int                url_tls;        /* the url's scheme was rediss* */
+    char              *tls_ca;         /* paths absolute (resolved at load), or NULL */
+    char              *tls_cert;       /* client certificate for mutual TLS */
+    char              *tls_key;
+    char              *tls_sni;        /* NULL = the url's (first) host name */
+    int                tls_verify;     /* 1 (default) | 0 */
 };
 
 struct sl_conf {

@@ -39,6 +39,7 @@ const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_pr
                                              "client_ip", "header:NAME", "none", NULL };
 const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", NULL };
 const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
+const char *const sl_conf_tls_verify_names[] = { "off", "optional", "on", NULL };
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -219,6 +220,15 @@ void sl_conf_free(struct sl_conf *c)
         for (int i = 0; i < SL_CONF_MAX_IDENTITY; i++)
             free(l->identity_header[i]);
         free(l->trusted_proxies);
+        free(l->tls_cert);
+        free(l->tls_key);
+        free(l->tls_ca);
+        free(l->tls_protocols);
+        free(l->tls_ciphers);
+        free(l->upstream_tls_ca);
+        free(l->upstream_tls_sni);
+        free(l->upstream_tls_cert);
+        free(l->upstream_tls_key);
         free(l->name);
         free(l);
     }
@@ -246,6 +256,10 @@ void sl_conf_free(struct sl_conf *c)
     free(c->store.seeds);
     free(c->store.master_name);
     free(c->store.key_prefix);
+    free(c->store.tls_ca);
+    free(c->store.tls_cert);
+    free(c->store.tls_key);
+    free(c->store.tls_sni);
     free(c->file);
     free(c);
 }

@@ -69,6 +69,33 @@ static void words_end(struct words *w)
     w->col = 0;
 }
 
+static void kv_opt(FILE *out, const char *k, const char *v)
+{
+    if (v != NULL)
+        kv(out, k, v);
+}
+
+/* The TLS keys, only where TLS is on (elsewhere they are errors). */
+static void dump_listener_tls(FILE *out, const struct sl_listener_conf *l)
+{
+    if (l->tls_cert != NULL) {
+        kv(out, "tls_cert", l->tls_cert);
+        kv(out, "tls_key", l->tls_key);
+        kv_opt(out, "tls_ca", l->tls_ca);
+        kv(out, "tls_verify_client", sl_conf_tls_verify_names[l->tls_verify_client]);
+        kv(out, "tls_protocols", l->tls_protocols ? l->tls_protocols : "TLSv1.2 TLSv1.3");
+        kv_opt(out, "tls_ciphers", l->tls_ciphers);
+    }
+    if (l->upstream_tls) {
+        kv(out, "upstream_tls", "on");
+        kv_opt(out, "upstream_tls_ca", l->upstream_tls_ca);
+        kv_opt(out, "upstream_tls_sni", l->upstream_tls_sni);
+        kv(out, "upstream_tls_verify", sl_conf_onoff_names[l->upstream_tls_verify ? 1 : 0]);
+        kv_opt(out, "upstream_tls_cert", l->upstream_tls_cert);
+        kv_opt(out, "upstream_tls_key", l->upstream_tls_key);
+    }
+}
+
 static void dump_listener(FILE *out, const struct sl_listener_conf *l)
 {
     struct words w = { out, 0 };
@@ -94,6 +121,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
+    dump_listener_tls(out, l);
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
     for (int i = 0; i < l->n_trusted_proxies; i++) {
@@ -200,6 +228,14 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     }
     kv_duration(out, "connection_lease", st->connection_lease_us);
     kv_u64(out, "max_identities", st->max_identities);
+    if (st->tls) {
+        kv(out, "tls", "on");
+        kv_opt(out, "tls_ca", st->tls_ca);
+        kv_opt(out, "tls_cert", st->tls_cert);
+        kv_opt(out, "tls_key", st->tls_key);
+        kv_opt(out, "tls_sni", st->tls_sni);
+        kv(out, "tls_verify", sl_conf_onoff_names[st->tls_verify ? 1 : 0]);
+    }
 
     for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
         dump_listener(out, l);

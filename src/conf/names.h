@@ -15,5 +15,6 @@ extern const char *const sl_conf_fail_names[];    /* enum sl_on_failure */
 extern const char *const sl_conf_id_names[];      /* enum sl_id_source ("header:NAME") */
 extern const char *const sl_conf_rlh_names[];     /* enum sl_rl_headers */
 extern const char *const sl_conf_onoff_names[];   /* off, on: 0, 1 */
+extern const char *const sl_conf_tls_verify_names[]; /* enum sl_tls_verify: off, optional, on */
 
 #endif

@@ -14,6 +14,7 @@
 #include "conf/units.h"
 
 static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
+static kw_setter set_store_tls;
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
@@ -34,6 +35,12 @@ static const struct keyword store_kw[] = {
     FUNC("lease", set_lease, 0),
     NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
     NUM("max_identities", KW_U64, struct sl_store_conf, max_identities, 1, 100000000),
+    FUNC("tls", set_store_tls, 0),
+    TLSPATH("tls_ca", struct sl_store_conf, tls_ca),
+    TLSPATH("tls_cert", struct sl_store_conf, tls_cert),
+    TLSPATH("tls_key", struct sl_store_conf, tls_key),
+    STR("tls_sni", struct sl_store_conf, tls_sni, 253),
+    ENUM("tls_verify", struct sl_store_conf, tls_verify, sl_conf_onoff_names),
 };
 
 const struct kw_table sl_cf_sluice_keys = { sluice_kw, N_OF(sluice_kw) };
@@ -63,6 +70,8 @@ struct sl_conf *sl_cf_conf_new(const char *file)
     c->store.lease = 0;
     c->store.connection_lease_us = 10000000;
     c->store.max_identities = 100000;
+    c->store.tls_verify = 1;
+    c->store.tls_opt = -1;
     return c;
 }
 
@@ -111,6 +120,8 @@ static char *abs_path(const struct loader *ld, const char *value)
     }
     return path;
 }
+
+char *sl_cf_abs_path(const struct loader *ld, const char *value) { return abs_path(ld, value); }
 
 /* log_file = PATH: empty is stderr. The file is opened when the
  * configuration is applied (startup, reload), not by -t. */
@@ -212,22 +223,25 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
     const char *dport = "6379";
     if (strcmp(value, "local") == 0) {
         st->kind = SL_STORE_LOCAL;
+        st->url_tls = 0;
         goto done;
     }
     char shown[256];
     const char *p;
-    if (strncmp(value, "redis://", 8) == 0) {
+    /* rediss://, rediss-cluster://, rediss-sentinel://: the same over TLS. */
+    int tls = strncmp(value, "rediss", 6) == 0;
+    const char *rest = strncmp(value, "redis", 5) == 0 ? value + 5 + tls : "";
+    if (strncmp(rest, "://", 3) == 0) {
         kind = SL_STORE_REDIS;
-        p = value + 8;
-    } else if (strncmp(value, "redis-cluster://", 16) == 0) {
+        p = rest + 3;
+    } else if (strncmp(rest, "-cluster://", 11) == 0) {
         kind = SL_STORE_CLUSTER;
-        p = value + 16;
-    } else if (strncmp(value, "redis-sentinel://", 17) == 0) {
+        p = rest + 11;
+    } else if (strncmp(rest, "-sentinel://", 12) == 0) {
         kind = SL_STORE_SENTINEL;
-        p = value + 17;
+        p = rest + 12;
         dport = "26379";
     } else {
-        /* rediss:// (TLS to the store) is issue 15: a scheme of its own here. */
         sl_cf_bad(ld, kw, expected, redact_url(value, shown, sizeof(shown)));
         return;
     }
@@ -297,6 +311,7 @@ static void set_url(struct loader *ld, struct section *sec, const struct keyword
     if (n_seeds == 0 || (kind == SL_STORE_REDIS && n_seeds > 1))
         goto bad_url;
     st->kind = kind;
+    st->url_tls = tls;
     st->addr = seeds[0];
     st->db = (int)db;
     free(st->seeds);
@@ -378,6 +393,19 @@ out:
         explicit_bzero(pw, len);
     free(pw);
     free(path);
+}
+
+/* tls = on | off: TLS to every store node (a rediss* url says on too). */
+static void set_store_tls(struct loader *ld, struct section *sec, const struct keyword *kw,
+                          const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    if (strcmp(value, "on") == 0)
+        st->tls_opt = 1;
+    else if (strcmp(value, "off") == 0)
+        st->tls_opt = 0;
+    else
+        sl_cf_bad(ld, kw, "on or off", value);
 }
 
 static void set_lease(struct loader *ld, struct section *sec, const struct keyword *kw,

@@ -36,6 +36,19 @@ static const struct keyword listener_kw[] = {
     NUM("max_header_line", KW_SIZE, struct sl_listener_conf, max_header_line, 64, 1u << 20),
     NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
     NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
+    /* TLS (checked together in conf/tls.c) */
+    TLSPATH("tls_cert", struct sl_listener_conf, tls_cert),
+    TLSPATH("tls_key", struct sl_listener_conf, tls_key),
+    TLSPATH("tls_ca", struct sl_listener_conf, tls_ca),
+    ENUM("tls_verify_client", struct sl_listener_conf, tls_verify_client, sl_conf_tls_verify_names),
+    TLSWORDS("tls_protocols", struct sl_listener_conf, tls_protocols, 64),
+    TLSWORDS("tls_ciphers", struct sl_listener_conf, tls_ciphers, 1000),
+    ENUM("upstream_tls", struct sl_listener_conf, upstream_tls, sl_conf_onoff_names),
+    TLSPATH("upstream_tls_ca", struct sl_listener_conf, upstream_tls_ca),
+    STR("upstream_tls_sni", struct sl_listener_conf, upstream_tls_sni, 253),
+    ENUM("upstream_tls_verify", struct sl_listener_conf, upstream_tls_verify, sl_conf_onoff_names),
+    TLSPATH("upstream_tls_cert", struct sl_listener_conf, upstream_tls_cert),
+    TLSPATH("upstream_tls_key", struct sl_listener_conf, upstream_tls_key),
 };
 
 _Static_assert(N_OF(listener_kw) <= MAX_KEYWORDS, "section.key_line is too small");
@@ -66,6 +79,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_header_line = 8192;
     l->max_headers = 100;
     l->max_header_size = 65536;
+    l->upstream_tls_verify = 1;
     *ld->ltail = l;
     ld->ltail = &l->next;
     ld->conf->n_listeners++;

@@ -188,7 +188,8 @@ void sl_store_map_reply(struct sl_store *st, struct sl_node *nd, const struct sl
     const char *why = err;
     if (tk != NULL && (rg = malloc(MAX_RANGES * sizeof(*rg))) != NULL)
         n = st->map_slots ? sl_slot_parse_slots(tk, rg, MAX_RANGES, &why)
-                          : sl_slot_parse_shards(tk, rg, MAX_RANGES, &why);
+                          : st->conf.tls ? sl_slot_parse_shards_tls(tk, rg, MAX_RANGES, &why)
+                                         : sl_slot_parse_shards(tk, rg, MAX_RANGES, &why);
     else if (tk != NULL)
         why = "out of memory";
     if (n < 0) {

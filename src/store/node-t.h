@@ -110,6 +110,7 @@ struct sl_node {
     uint64_t              load_seq[SL_STORE_MAX_SCRIPTS]; /* wire seq of the last SCRIPT LOAD */
     struct sl_store_req  *probe_req;     /* SL_K_PROBE in flight */
 
+    struct sl_tls        *tls;           /* TLS engine of this connection ([store] tls), or NULL */
     redisReader          *reader;        /* per connection */
     struct sl_reply       reply;
     struct sl_slot_toks  *toks;          /* SL_K_MAP reply being collected, or NULL */

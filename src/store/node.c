@@ -47,6 +47,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
+#include "core/tls.h"
 #include "store/node.h"
 #include "store/store-i.h"
 
@@ -358,14 +359,80 @@ void sl_node_try_write_now(struct sl_node *nd)
 {
     if (nd->conn != SL_NODE_READY || nd->writing || nd->out.len == 0)
         return;
+    if (nd->tls != NULL) {
+        /* Encrypted, then as much as the kernel takes now; no more. */
+        char ct[16 * 1024];
+        if (sl_tls_write(nd->tls, nd->out.p, nd->out.len) > 0) {
+            size_t n = sl_tls_take(nd->tls, ct, sizeof(ct));
+            uv_buf_t c = uv_buf_init(ct, (unsigned)n);
+            (void)uv_try_write((uv_stream_t *)&nd->tcp, &c, 1);
+        }
+        nd->out.len = 0;
+        return;
+    }
     uv_buf_t b = uv_buf_init(nd->out.p, (unsigned)nd->out.len);
     (void)uv_try_write((uv_stream_t *)&nd->tcp, &b, 1);
     nd->out.len = 0;
 }
 
+/* TLS: encrypts what is queued (as much as the engine takes) and writes
+ * the ciphertext the engine holds (handshake flights too) from wbuf: one
+ * uv_try_write, the rest with uv_write; on_write comes back here. */
+static void tls_flush(struct sl_node *nd)
+{
+    while (!nd->writing && nd->tls != NULL &&
+           (nd->conn == SL_NODE_HANDSHAKE || nd->conn == SL_NODE_READY)) {
+        if (nd->out.len > 0) {
+            ssize_t w = sl_tls_write(nd->tls, nd->out.p, nd->out.len);
+            if (w < 0) {
+                char why[300];
+                snprintf(why, sizeof(why), "TLS: %s", sl_tls_error(nd->tls));
+                drop_conn(nd, why);
+                return;
+            }
+            if (w > 0) {
+                memmove(nd->out.p, nd->out.p + w, nd->out.len - (size_t)w);
+                nd->out.len -= (size_t)w;
+            }
+        }
+        size_t pend = sl_tls_out_pending(nd->tls);
+        if (pend == 0)
+            return;
+        nd->wbuf.len = 0;
+        if (sl_wire_reserve(&nd->wbuf, pend) < 0) {
+            drop_conn(nd, "out of memory");
+            return;
+        }
+        nd->wbuf.len = sl_tls_take(nd->tls, nd->wbuf.p, pend);
+        uv_buf_t b = uv_buf_init(nd->wbuf.p, (unsigned)nd->wbuf.len);
+        int n = uv_try_write((uv_stream_t *)&nd->tcp, &b, 1);
+        if (n == (int)nd->wbuf.len) {
+            nd->wbuf.len = 0;
+            continue; /* more plaintext may be waiting for room */
+        }
+        if (n < 0 && n != UV_EAGAIN) {
+            drop_conn(nd, uv_strerror(n));
+            return;
+        }
+        if (n < 0)
+            n = 0;
+        b = uv_buf_init(nd->wbuf.p + n, (unsigned)(nd->wbuf.len - (size_t)n));
+        int rc = uv_write(&nd->write_req, (uv_stream_t *)&nd->tcp, &b, 1, on_write);
+        if (rc < 0) {
+            drop_conn(nd, uv_strerror(rc));
+            return;
+        }
+        nd->writing = 1;
+    }
+}
+
 /* Writes everything queued: one uv_try_write, the rest with uv_write. */
 static void flush(struct sl_node *nd)
 {
+    if (nd->tls != NULL) {
+        tls_flush(nd);
+        return;
+    }
     if (nd->writing || nd->out.len == 0 ||
         (nd->conn != SL_NODE_HANDSHAKE && nd->conn != SL_NODE_READY))
         return;
@@ -737,6 +804,9 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(nd->rbuf, READ_SIZE);
 }
 
+static void on_plain(struct sl_node *nd, const char *p, size_t len);
+static void tls_on_read(struct sl_node *nd, const char *p, size_t len);
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct sl_node *nd = s->data;
@@ -746,7 +816,67 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         drop_conn(nd, nread == UV_EOF ? "connection closed by the store" : uv_strerror((int)nread));
         return;
     }
-    if (redisReaderFeed(nd->reader, buf->base, (size_t)nread) != REDIS_OK) {
+    if (nd->tls != NULL)
+        tls_on_read(nd, buf->base, (size_t)nread);
+    else
+        on_plain(nd, buf->base, (size_t)nread);
+}
+
+/* A TLS failure or the store's close_notify: the connection ends. The alert
+ * goes out first (best effort) so the store's log says why too. */
+static void tls_end(struct sl_node *nd, int rc, int in_handshake)
+{
+    char why[320];
+    if (rc == SL_ECLOSED) {
+        drop_conn(nd, "connection closed by the store (TLS close_notify)");
+        return;
+    }
+    char alert[512];
+    size_t n = sl_tls_take(nd->tls, alert, sizeof(alert));
+    if (n > 0) {
+        uv_buf_t b = uv_buf_init(alert, (unsigned)n);
+        (void)uv_try_write((uv_stream_t *)&nd->tcp, &b, 1);
+    }
+    snprintf(why, sizeof(why), "%s: %s", in_handshake ? "TLS handshake failed" : "TLS",
+             sl_tls_error(nd->tls));
+    drop_conn(nd, why);
+}
+
+/* Ciphertext from the store: fed to the engine as it has room, plaintext
+ * out to the reader, then whatever the engine has to say goes out. */
+static void tls_on_read(struct sl_node *nd, const char *p, size_t len)
+{
+    char plain[16 * 1024];
+    uint64_t gen = nd->gen;
+    size_t off = 0;
+    do {
+        off += sl_tls_feed(nd->tls, p + off, len - off);
+        int in_handshake = sl_tls_state(nd->tls) == SL_TLS_HANDSHAKE;
+        for (;;) {
+            ssize_t r = sl_tls_read(nd->tls, plain, sizeof(plain));
+            if (r == SL_EAGAIN)
+                break;
+            if (r < 0) {
+                tls_end(nd, (int)r, in_handshake);
+                return;
+            }
+            on_plain(nd, plain, (size_t)r);
+            if (nd->gen != gen || nd->closing || nd->st->closing)
+                return; /* dropped or closed: the engine is gone */
+        }
+        if (in_handshake && sl_tls_state(nd->tls) == SL_TLS_OPEN)
+            sl_log_debug("quota store TLS up", "addr=%s version=%s peer=\"%s\"", nd->name,
+                         sl_tls_version(nd->tls), sl_tls_peer_name(nd->tls));
+        tls_flush(nd);
+        if (nd->gen != gen || nd->closing)
+            return;
+    } while (off < len);
+}
+
+/* Plaintext from the store: replies in wire order. */
+static void on_plain(struct sl_node *nd, const char *p, size_t len)
+{
+    if (redisReaderFeed(nd->reader, p, len) != REDIS_OK) {
         drop_conn(nd, "out of memory");
         return;
     }
@@ -825,6 +955,8 @@ static void drop_conn(struct sl_node *nd, const char *why)
         redisReaderFree(nd->reader);
         nd->reader = NULL;
     }
+    sl_tls_free(nd->tls); /* a write in flight uses wbuf, not the engine */
+    nd->tls = NULL;
     if (nd->toks != NULL)
         sl_slot_toks_reset(nd->toks);
     nd->out.len = 0;
@@ -849,6 +981,29 @@ static void on_connect_timeout(uv_timer_t *t)
 {
     struct sl_node *nd = t->data;
     drop_conn(nd, nd->conn == SL_NODE_CONNECTING ? "connect timeout" : "handshake timeout");
+}
+
+/* The name a TLS connection sends as SNI and checks the certificate for:
+ * tls_sni, else the url's host when it is a name (not for Sentinel: its
+ * hosts are the sentinels), else the node's own address. */
+static const char *tls_name(const struct sl_node *nd, char *buf, size_t cap)
+{
+    const struct sl_store_conf *c = &nd->st->conf;
+    if (c->tls_sni != NULL && c->tls_sni[0] != '\0')
+        return c->tls_sni;
+    if (c->addr.named && c->kind != SL_STORE_SENTINEL) {
+        snprintf(buf, cap, "%s", c->addr.text);
+        char *colon = strrchr(buf, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        return buf;
+    }
+    buf[0] = '\0';
+    if (nd->ss.ss_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)&nd->ss, buf, cap);
+    else
+        uv_ip4_name((const struct sockaddr_in *)&nd->ss, buf, cap);
+    return buf;
 }
 
 static void on_connect(uv_connect_t *c, int status)
@@ -877,6 +1032,21 @@ static void on_connect(uv_connect_t *c, int status)
     nd->reply.bad = NULL;
     nd->seq = 0;
     nd->conn = SL_NODE_HANDSHAKE;
+    if (st->conf.tls) {
+        /* TLS first: AUTH, SELECT and SCRIPT LOAD below wait in <out> until
+         * the engine is open; connect_timeout covers both handshakes. */
+        char name[256];
+        if (st->tls == NULL) {
+            drop_conn(nd, "TLS: no usable context (see the reload's error)");
+            return;
+        }
+        sl_tls_free(nd->tls);
+        if ((nd->tls = sl_tls_new(st->tls, tls_name(nd, name, sizeof(name)))) == NULL) {
+            drop_conn(nd, "out of memory");
+            return;
+        }
+        (void)sl_tls_handshake(nd->tls); /* the ClientHello, sent by the flush */
+    }
     int rc = uv_read_start((uv_stream_t *)&nd->tcp, on_alloc, on_read);
     if (rc < 0) {
         drop_conn(nd, uv_strerror(rc));
@@ -904,8 +1074,12 @@ static void on_connect(uv_connect_t *c, int status)
         fail |= send_load(nd, SL_K_HS_LOAD, i) < 0;
         nd->hs_pending++;
     }
-    if (fail)
+    if (fail) {
         drop_conn(nd, "out of memory");
+        return;
+    }
+    if (nd->tls != NULL)
+        tls_flush(nd);
 }
 
 static void start_connect(struct sl_node *nd)
@@ -969,6 +1143,7 @@ static void node_free(struct sl_node *nd)
     struct sl_store *st = nd->st;
     if (nd->reader != NULL)
         redisReaderFree(nd->reader);
+    sl_tls_free(nd->tls);
     if (nd->toks != NULL) {
         sl_slot_toks_free(nd->toks);
         free(nd->toks);

@@ -207,8 +207,23 @@ static int add_range(struct sl_slot_range *out, int *n, int cap, int64_t a, int6
     return 0;
 }
 
+static int parse_shards(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
+                        const char **why, int tls);
+
 int sl_slot_parse_shards(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
                          const char **why)
+{
+    return parse_shards(tk, out, cap, why, 0);
+}
+
+int sl_slot_parse_shards_tls(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
+                             const char **why)
+{
+    return parse_shards(tk, out, cap, why, 1);
+}
+
+static int parse_shards(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
+                        const char **why, int tls)
 {
     *why = "CLUSTER SHARDS: unexpected reply";
     if (tk->n == 0 || tk->t[0].type != REDIS_REPLY_ARRAY)
@@ -229,7 +244,11 @@ int sl_slot_parse_shards(const struct sl_slot_toks *tk, struct sl_slot_range *ou
                 return -1;
             const struct sl_slot_tok *role = field(tk, c, "role");
             const struct sl_slot_tok *ip = field(tk, c, "ip");
-            const struct sl_slot_tok *port = field(tk, c, "port");
+            /* A TLS cluster (tls-cluster yes) names its TLS port "tls-port"
+             * and its plaintext one, if any, "port". */
+            const struct sl_slot_tok *port = tls ? field(tk, c, "tls-port") : NULL;
+            if (port == NULL)
+                port = field(tk, c, "port");
             const struct sl_slot_tok *health = field(tk, c, "health");
             if (!is_str(role) || strcmp(role->s, "master") != 0 || !is_str(ip) || port == NULL ||
                 port->type != REDIS_REPLY_INTEGER)

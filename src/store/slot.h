@@ -72,6 +72,9 @@ struct sl_slot_range {
  * unknown); of several masters the one whose health is "online" wins. */
 int sl_slot_parse_shards(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
                          const char **why);
+/* The same for a store reached over TLS: a node's "tls-port" when it has one. */
+int sl_slot_parse_shards_tls(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
+                             const char **why);
 int sl_slot_parse_slots(const struct sl_slot_toks *tk, struct sl_slot_range *out, int cap,
                         const char **why);
 

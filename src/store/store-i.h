@@ -38,6 +38,8 @@ struct sl_store {
     struct sl_resolve     res;           /* single node: its address, looked up again */
     sl_store_locate_fn   *locate;        /* single node: the address source */
     struct sl_sentinel   *sentinel;      /* url = redis-sentinel://: where the master is */
+    struct sl_tls_ctx    *tls;           /* [store] tls: the context new connections use
+                                            (each engine holds a reference), or NULL */
 
     uint8_t               closing;       /* sl_store_close() called */
     uint8_t               cluster;       /* url = redis-cluster:// */

@@ -19,6 +19,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
+#include "core/tls.h"
 #include "store/node.h"
 #include "store/scripts.h"
 #include "store/sentinel.h"
@@ -321,7 +322,12 @@ static void free_conf_strings(struct sl_store_conf *c)
     free(c->key_prefix);
     free(c->seeds);
     free(c->master_name);
+    free(c->tls_ca);
+    free(c->tls_cert);
+    free(c->tls_key);
+    free(c->tls_sni);
     c->url = c->user = c->password_file = c->password = c->key_prefix = c->master_name = NULL;
+    c->tls_ca = c->tls_cert = c->tls_key = c->tls_sni = NULL;
     c->seeds = NULL;
     c->n_seeds = 0;
 }
@@ -340,6 +346,7 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
 {
     struct sl_store_conf c = *src;
     c.url = c.user = c.password_file = c.password = c.key_prefix = c.master_name = NULL;
+    c.tls_ca = c.tls_cert = c.tls_key = c.tls_sni = NULL;
     c.seeds = NULL;
     char *key = NULL;
     const char *prefix = src->key_prefix ? src->key_prefix : "sluice:";
@@ -349,6 +356,8 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     if (dup_str(&c.url, src->url) || dup_str(&c.user, src->user) ||
         dup_str(&c.password_file, src->password_file) || dup_str(&c.password, src->password) ||
         dup_str(&c.key_prefix, prefix) || dup_str(&c.master_name, src->master_name) ||
+        dup_str(&c.tls_ca, src->tls_ca) || dup_str(&c.tls_cert, src->tls_cert) ||
+        dup_str(&c.tls_key, src->tls_key) || dup_str(&c.tls_sni, src->tls_sni) ||
         (c.seeds = calloc((size_t)n_seeds, sizeof(*c.seeds))) == NULL ||
         (key = malloc(strlen(prefix) + 10)) == NULL) {
         free_conf_strings(&c);
@@ -359,6 +368,31 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     else
         c.seeds[0] = src->addr;
     sprintf(key, "%sinstances", prefix);
+    /* A new TLS context (files read again: a reload picks up rotated
+     * certificates) for new connections; live ones keep theirs. A file
+     * that broke since the load keeps the old context. */
+    if (c.tls) {
+        struct sl_tls_conf tc = {
+            .role = SL_TLS_CLIENT, .ca_file = c.tls_ca, .cert_file = c.tls_cert,
+            .key_file = c.tls_key, .verify = c.tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
+        };
+        char err[512];
+        struct sl_tls_ctx *ctx = NULL;
+        if (sl_tls_ctx_new(&ctx, &tc, err, sizeof(err)) != SL_OK) {
+            char q[600];
+            sl_log_error("quota store TLS settings not applied", "error=%s",
+                         sl_log_quote(err, strlen(err), q, sizeof(q)));
+        } else {
+            sl_tls_ctx_unref(st->tls);
+            st->tls = ctx;
+        }
+        if (!c.tls_verify && !st->conf.tls)
+            sl_log_warn("quota store TLS certificate NOT verified (tls_verify = off)",
+                        "addr=%s", c.addr.text);
+    } else {
+        sl_tls_ctx_unref(st->tls);
+        st->tls = NULL;
+    }
     free_conf_strings(&st->conf);
     free(st->hb_key);
     st->conf = c;
@@ -380,6 +414,15 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
 static int same_str(const char *a, const char *b)
 {
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Whether the TLS settings of <a> and <b> are the same (same file names:
+ * rotated contents reach new connections through set_conf's new context). */
+static int same_tls(const struct sl_store_conf *a, const struct sl_store_conf *b)
+{
+    return a->tls == b->tls && a->tls_verify == b->tls_verify && same_str(a->tls_ca, b->tls_ca) &&
+           same_str(a->tls_cert, b->tls_cert) && same_str(a->tls_key, b->tls_key) &&
+           same_str(a->tls_sni, b->tls_sni);
 }
 
 static int same_seeds(const struct sl_store_conf *a, const struct sl_store_conf *b)
@@ -418,6 +461,7 @@ static void store_free(struct sl_store *st)
         free(r);
     }
     free_conf_strings(&st->conf);
+    sl_tls_ctx_unref(st->tls);
     free(st->hb_key);
     free(st->id);
     free(st->slot_node);
@@ -524,7 +568,8 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
         int same = sentinel && st->sentinel != NULL && same_seeds(&st->conf, conf) &&
                    same_str(st->conf.master_name, conf->master_name) &&
                    same_str(st->conf.user, conf->user) &&
-                   same_str(st->conf.password, conf->password) && st->conf.db == conf->db;
+                   same_str(st->conf.password, conf->password) && st->conf.db == conf->db &&
+                   same_tls(&st->conf, conf);
         if (set_conf(st, conf) < 0) {
             sl_log_error("quota store reconfigure failed", "error=\"%s\"", sl_strerror(SL_ENOMEM));
             return;
@@ -557,7 +602,8 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
                      (cluster ? same_seeds(&st->conf, conf)
                               : sl_resolve_same_addr(&st->res.ss, &conf->addr.ss));
     int reconnect = !same_place || !same_str(st->conf.user, conf->user) ||
-                    !same_str(st->conf.password, conf->password) || st->conf.db != conf->db;
+                    !same_str(st->conf.password, conf->password) || st->conf.db != conf->db ||
+                    !same_tls(&st->conf, conf);
     if (set_conf(st, conf) < 0) {
         sl_log_error("quota store reconfigure failed", "error=\"%s\"", sl_strerror(SL_ENOMEM));
         return;

@@ -755,7 +755,7 @@ static void test_reload_bad_url_redacted(void **state)
 
     static const char *const urls[] = { "redis://user:secret@h:1/0?password=secret",
                                         "redis://user@1.2.3.4:1/0?password=secret",
-                                        "rediss://user:secret@h:1" };
+                                        "redisx://user:secret@h:1" };
     for (int i = 0; i < 3; i++) {
         snprintf(ini, sizeof(ini),
                  "[sluice]\nadmin =\nshutdown_grace = 2s\n"

@@ -399,7 +399,7 @@ static void test_store_url(void **state)
     sl_conf_free(c);
 
     const char *exp = STORE_URL_EXPECTED;
-    const char *bad[] = { "redis", "redis://", "redis://redis..internal:6379", "rediss://1.2.3.4",
+    const char *bad[] = { "redis", "redis://", "redis://redis..internal:6379", "redisx://1.2.3.4",
                           "redis://1.2.3.4:0", "redis://1.2.3.4/x", "redis://1.2.3.4/",
                           "redis://@1.2.3.4", "redis://1.2.3.4:6379/1/2", "LOCAL",
                           "redis://1.2.3.4/-1", "redis://1.2.3.4/2147483648" };
@@ -415,6 +415,63 @@ static void test_store_url(void **state)
 
 /* url = redis-cluster:// and redis-sentinel://: every host:port in order as
  * seeds (addr the first), the master's name, and errors at FILE:LINE. */
+/* TLS keys (issue 15): rediss* schemes, tls = on, keys that need TLS on,
+ * files checked at load. Real certificates are in tests/unit/core/test_tls.c
+ * and tests/integration/test_store_tls.c. */
+static void test_tls_keys(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok("[store]\nurl = rediss://127.0.0.1:7000/2\ntls_sni = redis.example\n");
+    assert_int_equal(c->store.kind, SL_STORE_REDIS);
+    assert_int_equal(c->store.tls, 1);
+    assert_int_equal(c->store.tls_verify, 1);
+    assert_int_equal(c->store.db, 2);
+    assert_string_equal(c->store.tls_sni, "redis.example");
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = rediss-cluster://127.0.0.1:7000,127.0.0.1:7001\n");
+    assert_int_equal(c->store.kind, SL_STORE_CLUSTER);
+    assert_int_equal(c->store.tls, 1);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = rediss-sentinel://127.0.0.1/m\ntls_verify = off\n");
+    assert_int_equal(c->store.kind, SL_STORE_SENTINEL);
+    assert_int_equal(c->store.tls, 1);
+    assert_int_equal(c->store.tls_verify, 0);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis://127.0.0.1:7000\ntls = on\n");
+    assert_int_equal(c->store.tls, 1);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis://127.0.0.1:7000\n");
+    assert_int_equal(c->store.tls, 0);
+    sl_conf_free(c);
+    expect_errors("[store]\nurl = rediss://127.0.0.1:7000\ntls = off\n",
+                  "t.ini:3: tls: off, but the url (line 2) asks for TLS (rediss...)\n");
+    expect_errors("[store]\nurl = redis://127.0.0.1:7000\ntls_ca = /nonexistent/ca.pem\n",
+                  "t.ini:3: tls_ca: TLS to the store is off (url = rediss://... or tls = on "
+                  "turns it on)\n");
+    expect_errors("[store]\nurl = rediss://127.0.0.1:7000\ntls_ca = /nonexistent/ca.pem\n",
+                  "t.ini:3: [store] tls: tls_ca /nonexistent/ca.pem: cannot read: "
+                  "No such file or directory\n");
+    expect_errors("[store]\ntls = on\n", "t.ini:2: tls: the store is local (no connection)\n");
+    expect_errors(L_A "tls_ca = /x.pem\nupstream_tls_sni = a.example\n",
+                  "t.ini:4: tls_ca: needs tls_cert and tls_key (TLS from clients is off)\n"
+                  "t.ini:5: upstream_tls_sni: needs upstream_tls = on (TLS to the upstream is off)\n");
+    expect_errors(L_A "tls_cert = /nonexistent/s.pem\ntls_key = /nonexistent/s.key\n",
+                  "t.ini:4: [listener a]: tls_cert /nonexistent/s.pem: cannot read: "
+                  "No such file or directory\n");
+    expect_errors(L_A "tls_protocols = TLSv1.2 SSLv3\n",
+                  "t.ini:4: tls_protocols: unknown or unsupported protocol 'SSLv3' "
+                  "(TLSv1.2 | TLSv1.3)\n"
+                  "t.ini:4: tls_protocols: needs tls_cert and tls_key (TLS from clients is off)\n");
+    expect_errors(L_A "tls_verify_client = maybe\n",
+                  "t.ini:4: tls_verify_client: expected one of off | optional | on, got 'maybe'\n"
+                  "t.ini:4: tls_verify_client: needs tls_cert and tls_key (TLS from clients is off)\n");
+    c = load_ok(L_A "upstream_tls = on\nupstream_tls_verify = off\nupstream_tls_sni = up.example\n");
+    assert_int_equal(c->listeners->upstream_tls, 1);
+    assert_int_equal(c->listeners->upstream_tls_verify, 0);
+    assert_string_equal(c->listeners->upstream_tls_sni, "up.example");
+    sl_conf_free(c);
+}
+
 static void test_store_url_cluster_sentinel(void **state)
 {
     (void)state;
@@ -472,8 +529,8 @@ static void test_store_url_redacted(void **state)
     struct { const char *url, *shown; } cases[] = {
         { "redis://user@h:1/0?password=secret", "redis://user@h:1/0?***" },
         { "redis://1.2.3.4:1/0?password=secret", "redis://1.2.3.4:1/0?***" },
-        { "rediss://user:secret@h:1/0?password=secret", "rediss://user:***@h:1/0?***" },
-        { "rediss://user:secret@h:1", "rediss://user:***@h:1" },
+        { "redisx://user:secret@h:1/0?password=secret", "redisx://user:***@h:1/0?***" },
+        { "redisx://user:secret@h:1", "redisx://user:***@h:1" },
         { "http://h/x#secret", "http://h/x?***" },
         { "redis://1.2.3.4/x", "redis://1.2.3.4/x" },
     };
@@ -2110,6 +2167,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_store_url_redacted),
         cmocka_unit_test(test_store_url_cluster_sentinel),
+        cmocka_unit_test(test_tls_keys),
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_workers),

@@ -43,6 +43,37 @@ static void test_crc16_and_slots(void **state)
     "\r\n$8\r\nendpoint\r\n$9\r\n" ip "\r\n$4\r\nrole\r\n" role                                \
     "\r\n$18\r\nreplication-offset\r\n:1\r\n$6\r\nhealth\r\n" health "\r\n"
 
+/* A TLS cluster's node: its TLS port as "tls-port", the plaintext one as "port". */
+static void test_parse_shards_tls_port(void **state)
+{
+    (void)state;
+    const char *reply =
+        "*1\r\n"
+        "*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
+        "*8\r\n$4\r\nport\r\n:7000\r\n$8\r\ntls-port\r\n:8000\r\n"
+        "$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n";
+    struct sl_slot_toks tk = { 0 };
+    assert_int_equal(sl_slot_toks_from_resp(&tk, reply, strlen(reply)), 0);
+    struct sl_slot_range r[2];
+    const char *why = NULL;
+    assert_int_equal(sl_slot_parse_shards(&tk, r, 2, &why), 1);
+    assert_int_equal(r[0].port, 7000);
+    assert_int_equal(sl_slot_parse_shards_tls(&tk, r, 2, &why), 1);
+    assert_int_equal(r[0].port, 8000);
+    sl_slot_toks_free(&tk);
+    /* TLS on the only port: "port" it is */
+    const char *plain_only =
+        "*1\r\n"
+        "*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
+        "*6\r\n$4\r\nport\r\n:7000\r\n"
+        "$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n";
+    memset(&tk, 0, sizeof tk);
+    assert_int_equal(sl_slot_toks_from_resp(&tk, plain_only, strlen(plain_only)), 0);
+    assert_int_equal(sl_slot_parse_shards_tls(&tk, r, 2, &why), 1);
+    assert_int_equal(r[0].port, 7000);
+    sl_slot_toks_free(&tk);
+}
+
 static void test_parse_shards(void **state)
 {
     (void)state;
@@ -157,6 +188,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc16_and_slots),
         cmocka_unit_test(test_parse_shards),
+        cmocka_unit_test(test_parse_shards_tls_port),
         cmocka_unit_test(test_parse_slots),
         cmocka_unit_test(test_token_cap),
         cmocka_unit_test(test_parse_redirect),

@@ -1,0 +1,365 @@
+/* sluice integration tests — the quota store over TLS (issue 15).
+ *
+ * A real redis-server serves TLS on one port (what sluice is given, with
+ * `url = rediss://...`) and plaintext on another (what the test inspects),
+ * with certificates made by the `openssl` command at test time: a CA, the
+ * server's for localhost / 127.0.0.1, a client's, and an unrelated CA.
+ * Decisions go through a real build/sluice. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "integration/harness.h"
+
+static char dir[64];
+
+static const char *path(const char *name)
+{
+    static char bufs[8][128];
+    static int i;
+    char *p = bufs[i++ % 8];
+    snprintf(p, 128, "%s/%s", dir, name);
+    return p;
+}
+
+static int make_certs(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/sluice-store-tls-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        return -1;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+        "set -e; cd %s; exec >log 2>&1\n"
+        "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+        "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca\n"
+        "openssl req -x509 $EC -keyout ca2.key -out ca2.pem -days 2 -subj /CN=other-ca\n"
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > srv.ext\n"
+        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext\n"
+        "sign() { openssl req $EC -keyout $1.key -out $1.csr -subj \"$2\"; "
+        "  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "  -days 2 -extfile $3 -out $1.pem; }\n"
+        "sign server /CN=localhost srv.ext\n"
+        "sign client /CN=sluice-store-client cli.ext\n",
+        dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int remove_certs(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+struct world {
+    struct th_proc store;  /* redis: plaintext on store.port, TLS on tls_port */
+    struct th_proc up;     /* the upstream redis */
+    struct th_proc sl;
+    int            tls_port;
+    int            port;   /* sluice's listener */
+    int            admin;
+};
+
+/* Starts the TLS store (clients must show a certificate when <auth>) and
+ * the upstream. */
+static void world_start(struct world *w, int auth)
+{
+    memset(w, 0, sizeof(*w));
+    w->tls_port = th_free_port();
+    char tport[16];
+    snprintf(tport, sizeof tport, "%d", w->tls_port);
+    assert_int_equal(th_redis_start(&w->store, "--tls-port", tport, "--tls-cert-file",
+                                    path("server.pem"), "--tls-key-file", path("server.key"),
+                                    "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
+                                    auth ? "yes" : "no", (char *)NULL), 0);
+    assert_int_equal(th_redis_start(&w->up, (char *)NULL), 0);
+}
+
+static const char *connect_timeout = "1s"; /* [store] connect_timeout of the next start */
+
+/* Starts sluice with [store] <url> (NULL: rediss:// to the TLS port), lines
+ * <store_extra> and one INCR limit of 3. */
+static void sluice_start_url(struct world *w, const char *url, const char *store_extra,
+                             const char *on_failure)
+{
+    w->port = th_free_port();
+    w->admin = th_free_port();
+    char ini[2048], dflt[64];
+    snprintf(dflt, sizeof dflt, "rediss://127.0.0.1:%d", w->tls_port);
+    snprintf(ini, sizeof ini,
+             "[sluice]\nadmin = 127.0.0.1:%d\n"
+             "[store]\nurl = %s\ntimeout = 250ms\nconnect_timeout = %s\n"
+             "on_failure = %s\n%s\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "[limit l]\nlistener = r\nrate = 1/d\nburst = 3\ncommands = INCR\n",
+             w->admin, url ? url : dflt, connect_timeout, on_failure, store_extra, w->port,
+             w->up.port);
+    assert_int_equal(th_sluice_start(&w->sl, ini, w->port), 0);
+}
+
+static void sluice_start(struct world *w, const char *store_extra, const char *on_failure)
+{
+    sluice_start_url(w, NULL, store_extra, on_failure);
+}
+
+static void world_stop(struct world *w)
+{
+    assert_int_equal(th_stop(&w->sl), 0);
+    th_stop(&w->up);
+    th_stop(&w->store);
+}
+
+static int store_up(struct world *w, int ms)
+{
+    uint64_t end = th_now_ms() + (uint64_t)ms;
+    while (th_now_ms() < end) {
+        if (th_metric(w->admin, "sluice_store_up") == 1)
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+/* Sends five INCRs through sluice; returns how many were admitted (the rest
+ * must be THROTTLED). */
+static int five_incrs(struct world *w)
+{
+    redisContext *c = redisConnect("127.0.0.1", w->port);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        redisReply *r = redisCommand(c, "INCR n");
+        assert_non_null(r);
+        if (r->type == REDIS_REPLY_INTEGER)
+            ok++;
+        else
+            assert_non_null(strstr(r->str, "THROTTLED"));
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    return ok;
+}
+
+/* rediss:// with the CA and an SNI name the certificate carries: the
+ * handshake, then AUTH-less SCRIPT LOAD and EVALSHA, all over TLS; the
+ * limit holds as with a plaintext store. */
+static void test_rediss_store_decides(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    char extra[512];
+    snprintf(extra, sizeof extra, "tls_ca = %s\ntls_sni = localhost", path("ca.pem"));
+    sluice_start(&w, extra, "closed");
+    assert_true(store_up(&w, 5000));
+    long before = th_redis_cmd_calls(w.store.port, "evalsha");
+    assert_int_equal(five_incrs(&w), 3);
+    /* the decisions were the store's (sluice knows only its TLS port) */
+    assert_true(th_redis_cmd_calls(w.store.port, "evalsha") >= before + 3);
+    assert_true(th_redis_info(w.store.port, "connected_clients") >= 2);
+    world_stop(&w);
+}
+
+/* The store asks for a client certificate: without one sluice is refused
+ * (logged, the store counted down, on_failure = closed rejects); with
+ * tls_cert / tls_key it decides. The name checked is the url's address
+ * (an IP SAN) when no tls_sni is given. */
+static void test_rediss_mutual_tls(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 1);
+    char extra[512];
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    sluice_start(&w, extra, "closed");
+    assert_true(th_log_wait(w.sl.log, "quota store down", 1, 5000) == 0);
+    assert_true(th_log_count(w.sl.log, "certificate required") >= 1);
+    assert_false(store_up(&w, 300));
+    assert_int_equal(five_incrs(&w), 0);
+    assert_int_equal(th_stop(&w.sl), 0);
+
+    snprintf(extra, sizeof extra, "tls_ca = %s\ntls_cert = %s\ntls_key = %s", path("ca.pem"),
+             path("client.pem"), path("client.key"));
+    sluice_start(&w, extra, "closed");
+    assert_true(store_up(&w, 5000));
+    assert_int_equal(five_incrs(&w), 3);
+    world_stop(&w);
+}
+
+/* A CA that did not sign the store's certificate: one clear log line
+ * naming the cause, and on_failure applies (local: the limit is kept in
+ * process, 3 of 5). tls_verify = off connects anyway (and says so). */
+static void test_rediss_wrong_ca(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    char extra[512];
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca2.pem"));
+    sluice_start(&w, extra, "local");
+    assert_true(th_log_wait(w.sl.log, "quota store down", 1, 5000) == 0);
+    /* "self-signed certificate in certificate chain" when the store sends
+     * its CA along, "unable to get local issuer certificate" when not */
+    assert_true(th_log_count(w.sl.log, "level=warn msg=\"quota store down\" addr=127.0.0.1:") == 1);
+    assert_true(th_log_count(w.sl.log, "reason=\"TLS handshake failed: certificate verify "
+                                       "failed: ") >= 1);
+    assert_false(store_up(&w, 300));
+    assert_int_equal(five_incrs(&w), 3);
+    assert_int_equal(th_redis_cmd_calls(w.store.port, "evalsha"), 0);
+    assert_int_equal(th_stop(&w.sl), 0);
+
+    snprintf(extra, sizeof extra, "tls_ca = %s\ntls_verify = off", path("ca2.pem"));
+    sluice_start(&w, extra, "closed");
+    assert_true(store_up(&w, 5000));
+    assert_true(th_log_count(w.sl.log, "NOT verified") >= 1);
+    assert_int_equal(five_incrs(&w), 3);
+    world_stop(&w);
+}
+
+/* rediss-sentinel://: the sentinel (asked in plaintext) names the master
+ * at its TLS port; the master connection speaks TLS, its name checked
+ * against the certificate's IP SAN. */
+static void test_rediss_sentinel(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    struct th_proc sen;
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "tls-replication yes\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n",
+             path("server.pem"), path("server.key"), path("ca.pem"));
+    assert_int_equal(th_sentinel_start(&sen, "m", w.tls_port, extra), 0);
+    char url[128];
+    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/m", sen.port);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    sluice_start_url(&w, url, extra, "closed");
+    assert_true(store_up(&w, 5000));
+    assert_int_equal(five_incrs(&w), 3);
+    world_stop(&w);
+    th_stop(&sen);
+}
+
+/* rediss-cluster://: three TLS masters (tls-cluster yes: their bus and the
+ * ports they announce are TLS); the slot map's "tls-port" is where sluice
+ * connects, each node's certificate checked against its address. */
+static void test_rediss_cluster(void **state)
+{
+    (void)state;
+    struct th_proc node[3], up;
+    int tport[3];
+    char cmd[2048];
+    int len = snprintf(cmd, sizeof cmd, "timeout 60 redis-cli --tls --cacert %s --cluster create",
+                       path("ca.pem"));
+    for (int i = 0; i < 3; i++) {
+        char t[16], bus[16], conf[96], rdb[64];
+        tport[i] = th_free_port();
+        snprintf(t, sizeof t, "%d", tport[i]);
+        snprintf(bus, sizeof bus, "%d", th_free_port());
+        snprintf(conf, sizeof conf, "/tmp/sluice-test-tls-nodes-%d-%d.conf", (int)getpid(), i);
+        snprintf(rdb, sizeof rdb, "sluice-test-tls-dump-%d-%d.rdb", (int)getpid(), i);
+        unlink(conf);
+        th_track_file(conf);
+        assert_int_equal(th_redis_start(&node[i], "--tls-port", t, "--tls-cert-file",
+                                        path("server.pem"), "--tls-key-file", path("server.key"),
+                                        "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
+                                        "no", "--tls-cluster", "yes", "--tls-replication", "yes",
+                                        "--cluster-enabled", "yes", "--cluster-node-timeout",
+                                        "1000", "--cluster-config-file", conf, "--cluster-port",
+                                        bus, "--dir", "/tmp", "--dbfilename", rdb, (char *)NULL),
+                         0);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " 127.0.0.1:%d", tport[i]);
+    }
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " --cluster-yes >%s/create.log 2>&1", dir);
+    assert_int_equal(system(cmd), 0);
+    uint64_t end = th_now_ms() + 20000;
+    for (int i = 0; i < 3; i++) {
+        for (;;) {
+            char *r = th_redis_cmd(node[i].port, "CLUSTER INFO");
+            int ok = r != NULL && strstr(r, "cluster_state:ok") != NULL;
+            free(r);
+            if (ok)
+                break;
+            assert_true(th_now_ms() < end);
+            usleep(50000);
+        }
+    }
+    struct world w;
+    memset(&w, 0, sizeof w);
+    assert_int_equal(th_redis_start(&up, (char *)NULL), 0);
+    w.up = up;
+    char url[128], extra[256];
+    snprintf(url, sizeof url, "rediss-cluster://127.0.0.1:%d,127.0.0.1:%d", tport[0], tport[1]);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    sluice_start_url(&w, url, extra, "closed");
+    assert_true(store_up(&w, 10000));
+    assert_int_equal(five_incrs(&w), 3);
+    assert_true(th_log_count(w.sl.log, "quota store TLS up") >= 3); /* seed + the masters */
+    assert_int_equal(th_stop(&w.sl), 0);
+    th_stop(&w.up);
+    for (int i = 0; i < 3; i++)
+        th_stop(&node[i]);
+}
+
+/* A th_serve_fn that never accepts: the kernel completes the TCP handshake,
+ * nobody ever answers the ClientHello. */
+static void serve_silence(int lfd, void *arg)
+{
+    (void)lfd;
+    (void)arg;
+    for (;;)
+        pause();
+}
+
+/* A store that takes the TCP connection and never answers the TLS
+ * handshake: connect_timeout ends it ("handshake timeout"), on_failure
+ * applies (open: everything admitted), and it is tried again. */
+static void test_rediss_handshake_timeout(void **state)
+{
+    (void)state;
+    struct world w;
+    memset(&w, 0, sizeof w);
+    int port = 0;
+    pid_t silent = th_fork_server(&port, serve_silence, NULL);
+    assert_true(silent > 0);
+    assert_int_equal(th_redis_start(&w.up, (char *)NULL), 0);
+    w.tls_port = port;
+    char extra[256];
+    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    connect_timeout = "300ms";
+    sluice_start(&w, extra, "open");
+    connect_timeout = "1s";
+    uint64_t t0 = th_now_ms();
+    assert_int_equal(th_log_wait(w.sl.log, "reason=\"handshake timeout\"", 1, 5000), 0);
+    assert_true(th_now_ms() - t0 < 3000);
+    assert_int_equal(five_incrs(&w), 5);
+    /* and again, with backoff: the timeout is not a one-off */
+    assert_int_equal(th_log_wait(w.sl.log, "reason=\"handshake timeout\"", 3, 8000), 0);
+    assert_int_equal(th_stop(&w.sl), 0);
+    th_stop(&w.up);
+    th_kill_server(silent);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rediss_store_decides),
+        cmocka_unit_test(test_rediss_mutual_tls),
+        cmocka_unit_test(test_rediss_wrong_ca),
+        cmocka_unit_test(test_rediss_sentinel),
+        cmocka_unit_test(test_rediss_cluster),
+        cmocka_unit_test(test_rediss_handshake_timeout),
+    };
+    return th_finish(cmocka_run_group_tests(tests, make_certs, remove_certs));
+}
