@@ -65,6 +65,7 @@ struct wreq {
 
 static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
+static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 
 struct sl_session *sl_session_of(struct sl_tq_node *n)
 {
@@ -184,6 +185,58 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
             : uv_buf_init(NULL, 0);
 }
 
+/* ---- transport: where bytes meet a socket ---------------------------------
+ *
+ * Every byte read from or written to either socket passes through here, one
+ * place per direction and socket:
+ *
+ *   side_read(s, up, on)     reading a socket on and off
+ *   client_got / upstream_got  bytes just read land in s->cin / s->uin
+ *                            (or EOF, an error): the only way in
+ *   side_send(s, up, ...)    bytes out (sl_sess_send, and through it the
+ *                            protocols' writes and local replies)
+ *   side_queued(s, up)       bytes written but not yet taken by the kernel
+ *                            (the watermarks read this)
+ *   side_shutdown(s, up, cb) our half-close
+ *   side_linger(s)           read and drop the client's input
+ *
+ * Plain TCP reads straight into the session's chunks and writes from them
+ * (no copy); a transport that transforms the bytes (TLS) keeps the same
+ * entry points. */
+
+static uv_stream_t *side_stream(struct sl_session *s, int up)
+{
+    return up ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
+}
+
+static void side_read(struct sl_session *s, int up, int on)
+{
+    uv_stream_t *st = side_stream(s, up);
+    if (!on)
+        uv_read_stop(st);
+    else if (up)
+        uv_read_start(st, alloc_upstream, on_upstream_read);
+    else
+        uv_read_start(st, alloc_client, on_client_read);
+}
+
+static size_t side_queued(struct sl_session *s, int up)
+{
+    return side_stream(s, up)->write_queue_size;
+}
+
+static int side_shutdown(struct sl_session *s, int up, uv_shutdown_cb cb)
+{
+    uv_shutdown_t *req = malloc(sizeof(*req));
+    if (req == NULL)
+        return UV_ENOMEM;
+    req->data = s;
+    int rc = uv_shutdown(req, side_stream(s, up), cb);
+    if (rc < 0)
+        free(req);
+    return rc;
+}
+
 /* ---- reading on and off ------------------------------------------------- */
 
 void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on)
@@ -194,13 +247,7 @@ void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on)
     /* Past FLUSHING the close path drives the sockets itself. */
     if ((old == 0) == (*m == 0) || s->state >= SL_SESS_LINGER)
         return;
-    uv_stream_t *st = upstream ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
-    if (*m != 0)
-        uv_read_stop(st);
-    else if (upstream)
-        uv_read_start(st, alloc_upstream, on_upstream_read);
-    else
-        uv_read_start(st, alloc_client, on_client_read);
+    side_read(s, upstream, *m == 0);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -222,23 +269,20 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     int to_upstream = dst == (uv_stream_t *)&s->upstream;
-    if (dst->write_queue_size < LOW_WATER) {
+    size_t queued = side_queued(s, to_upstream);
+    if (queued < LOW_WATER) {
         sl_sess_pause(s, !to_upstream, SL_PAUSE_PEERQ, 0);
         if (!to_upstream)
             sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 0);
     }
-    if (!to_upstream && s->state == SL_SESS_FLUSHING && dst->write_queue_size == 0)
+    if (!to_upstream && s->state == SL_SESS_FLUSHING && queued == 0)
         sl_sess_finish(s);
 }
 
-/* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
- * reference while a write is queued), or NULL for bytes that must be copied
- * if the kernel does not take them at once. Returns 0 or a libuv error. */
-int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
-                      const char *p, size_t len)
+/* Writes <len> bytes at <p> to socket <dst> as they are (see sl_sess_send). */
+static int plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+                      size_t len)
 {
-    if (len == 0)
-        return 0;
     uv_buf_t ub = uv_buf_init((char *)p, (unsigned)len);
     /* uv_try_write refuses (EAGAIN) while older writes are queued, so order
      * holds; when the queue is empty it saves a queued request and a loop
@@ -272,12 +316,32 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
         free(w);
         return rc;
     }
-    if (dst->write_queue_size > HIGH_WATER) {
-        sl_sess_pause(s, dst == (uv_stream_t *)&s->client, SL_PAUSE_PEERQ, 1);
+    return 0;
+}
+
+static int side_send(struct sl_session *s, int up, struct sl_buf *b, const char *p, size_t len)
+{
+    return plain_send(s, side_stream(s, up), b, p, len);
+}
+
+/* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
+ * reference while a write is queued), or NULL for bytes that must be copied
+ * if the kernel does not take them at once. Returns 0 or a libuv error. */
+int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
+                      const char *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    int up = dst == (uv_stream_t *)&s->upstream;
+    int rc = side_send(s, up, b, p, len);
+    if (rc < 0)
+        return rc;
+    if (side_queued(s, up) > HIGH_WATER) {
+        sl_sess_pause(s, !up, SL_PAUSE_PEERQ, 1);
         /* A client that does not read what it is sent is not read either:
          * local answers (a 429 per refused request) are made from its
          * input and would otherwise pile up here without bound. */
-        if (dst == (uv_stream_t *)&s->client)
+        if (!up)
             sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 1);
     }
     return 0;
@@ -780,6 +844,11 @@ static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         s->cin->start = s->cin->end = 0; /* discard */
 }
 
+static void side_linger(struct sl_session *s)
+{
+    uv_read_start((uv_stream_t *)&s->client, alloc_client, on_linger_read);
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     struct sl_session *s = req->data;
@@ -795,7 +864,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     s->state = SL_SESS_LINGER;
     sl_tq_touch(&s->l->lingering, &s->tq, sl_sess_now_ms(s));
     s->cl_pause = 0;
-    uv_read_start((uv_stream_t *)&s->client, alloc_client, on_linger_read);
+    side_linger(s);
 }
 
 /* Every byte for the client has been written: close gracefully. */
@@ -809,7 +878,7 @@ void sl_sess_finish(struct sl_session *s)
         if (s->up_up)
             sl_sess_pause(s, 1, SL_PAUSE_DONE, 1);
     }
-    if (s->client.write_queue_size > 0)
+    if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);
@@ -817,14 +886,11 @@ void sl_sess_finish(struct sl_session *s)
         sl_session_close(s);
         return;
     }
-    uv_read_stop((uv_stream_t *)&s->client);
-    uv_shutdown_t *req = malloc(sizeof(*req));
-    if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->client, on_shutdown) < 0) {
-        free(req);
+    side_read(s, 0, 0);
+    if (side_shutdown(s, 0, on_shutdown) < 0) {
         sl_session_close(s);
         return;
     }
-    req->data = s;
     s->state = SL_SESS_LINGER; /* no reads until the shutdown completes */
 }
 
@@ -851,12 +917,10 @@ static void on_upstream_shutdown(uv_shutdown_t *req, int status)
     free(req);
 }
 
-static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+/* <nread> bytes landed at the end of s->cin (or EOF, an error): the one way
+ * the client's bytes come in. */
+static void client_got(struct sl_session *s, ssize_t nread)
 {
-    (void)ub;
-    struct sl_session *s = st->data;
-    if (nread == 0)
-        return;
     if (nread < 0) {
         if (nread != UV_EOF) {
             sl_session_close(s);
@@ -878,11 +942,8 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
          * answered (the upstream must not see a half-close before them) */
         if (s->state >= SL_SESS_FLUSHING || (how & SL_EOF_KEEP))
             return;
-        uv_shutdown_t *req = malloc(sizeof(*req));
-        if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->upstream, on_upstream_shutdown) < 0) {
-            free(req);
+        if (side_shutdown(s, 1, on_upstream_shutdown) < 0)
             sl_session_close(s);
-        }
         return;
     }
     struct sl_buf *b = s->cin;
@@ -899,12 +960,10 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     }
 }
 
-static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+/* <nread> bytes landed at the end of s->uin (or EOF, an error): the one way
+ * the upstream's bytes come in. */
+static void upstream_got(struct sl_session *s, ssize_t nread)
 {
-    (void)ub;
-    struct sl_session *s = st->data;
-    if (nread == 0)
-        return;
     if (nread < 0) {
         /* Everything the upstream sent is already on its way to the client;
          * close once it has left. */
@@ -927,6 +986,21 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         sl_sess_rx_release(&s->uin);
         sl_sess_drain_check(s);
     }
+}
+
+/* Plain TCP: libuv read into the chunks (alloc_client, alloc_upstream). */
+static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    (void)ub;
+    if (nread != 0)
+        client_got(st->data, nread);
+}
+
+static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    (void)ub;
+    if (nread != 0)
+        upstream_got(st->data, nread);
 }
 
 /* ---- accept and connect ------------------------------------------------------- */
