@@ -9,11 +9,11 @@ VERSION   := 0.1.0
 PREFIX    ?= /usr/local
 BUILD     ?= build
 CC        ?= cc
-PKGS      := libuv hiredis inih
+PKGS      := libuv hiredis inih openssl
 TEST_PKGS := cmocka
 
 # Debian packages the build and the tests need; `make deps` installs what is missing.
-DEB_BUILD := pkg-config libuv1-dev libhiredis-dev libinih-dev libcmocka-dev
+DEB_BUILD := pkg-config libuv1-dev libhiredis-dev libinih-dev libcmocka-dev libssl-dev
 DEB_TEST  := redis-server redis-tools
 DEB_BENCH := haproxy nutcracker nginx-light libnginx-mod-stream wrk
 

@@ -1,0 +1,617 @@
+/* sluice — TLS engine: OpenSSL 3 over two memory BIOs per connection.
+ *
+ *   feed() ──> rbio ──> SSL ──> read()        (ciphertext in, plaintext out)
+ *   write() ──> SSL ──> wbio ──> take()       (plaintext in, ciphertext out)
+ *
+ * Memory BIOs grow without limit by themselves, so every entry point checks
+ * the bounds of tls-t.h before handing bytes to OpenSSL: feed() takes no more
+ * than the room left under SL_TLS_IN_MAX, write() stops once SL_TLS_OUT_MAX
+ * ciphertext waits, and renegotiation is off so a peer cannot make the engine
+ * produce output on its own beyond a handshake's worth. */
+#include "core/tls.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "core/err.h"
+
+struct sl_tls_ctx {
+    SSL_CTX           *ssl;       /* OpenSSL's context (certificates, CA, versions) */
+    unsigned           refs;      /* the owner's + one per engine */
+    enum sl_tls_role   role;
+    enum sl_tls_verify verify;
+    unsigned char      alpn[256]; /* ALPN in wire form (length-prefixed names) */
+    unsigned           alpn_len;  /* 0 = no ALPN */
+};
+
+struct sl_tls {
+    struct sl_tls_ctx *ctx;       /* referenced */
+    SSL               *ssl;
+    BIO               *rbio;      /* ciphertext fed in, owned by <ssl> */
+    BIO               *wbio;      /* ciphertext to take out, owned by <ssl> */
+    enum sl_tls_state  state;
+    uint8_t            eof;       /* the socket ended (sl_tls_feed_eof) */
+    uint8_t            shut;      /* close_notify queued */
+    uint8_t            verified;  /* peer certificate sent and verified */
+    char               peer[SL_TLS_NAME_MAX];
+    char               alpn[SL_TLS_NAME_MAX];
+    char               sni[SL_TLS_NAME_MAX];
+    char               err[256];
+};
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* The reason of the most recent OpenSSL error (the queue is cleared), or
+ * <dflt> when there is none. */
+static const char *ossl_reason(char *buf, size_t len, const char *dflt)
+{
+    unsigned long e, last = 0;
+    while ((e = ERR_get_error()) != 0)
+        last = e;
+    if (last == 0)
+        return dflt;
+    const char *r = ERR_reason_error_string(last);
+    if (r != NULL)
+        snprintf(buf, len, "%s", r);
+    else
+        ERR_error_string_n(last, buf, len);
+    return buf;
+}
+
+static int empty(const char *s) { return s == NULL || s[0] == '\0'; }
+
+/* Parses "TLSv1.2 TLSv1.3" into a version range. */
+static int parse_protocols(const char *s, int *min, int *max, char *err, size_t errlen)
+{
+    static const struct { const char *name; int v; } names[] = {
+        { "TLSv1.2", TLS1_2_VERSION }, { "TLSv1.3", TLS1_3_VERSION },
+    };
+    *min = 0;
+    *max = 0;
+    if (empty(s)) {
+        *min = TLS1_2_VERSION;
+        *max = TLS1_3_VERSION;
+        return SL_OK;
+    }
+    const char *p = s;
+    while (*p != '\0') {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '\0')
+            break;
+        size_t n = strcspn(p, " \t,");
+        int v = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == n && strncasecmp(p, names[i].name, n) == 0)
+                v = names[i].v;
+        if (v == 0) {
+            errf(err, errlen, "tls_protocols: unknown or unsupported protocol '%.*s' "
+                 "(TLSv1.2 | TLSv1.3)", (int)(n > 40 ? 40 : n), p);
+            return SL_ECONF;
+        }
+        if (*min == 0 || v < *min)
+            *min = v;
+        if (v > *max)
+            *max = v;
+        p += n;
+    }
+    if (*min == 0) {
+        errf(err, errlen, "tls_protocols: empty");
+        return SL_ECONF;
+    }
+    return SL_OK;
+}
+
+int sl_tls_check_protocols(const char *protocols, char *err, size_t errlen)
+{
+    int min, max;
+    return parse_protocols(protocols, &min, &max, err, errlen);
+}
+
+/* "http/1.1,h2" -> wire form. */
+static int alpn_wire(struct sl_tls_ctx *c, const char *list, char *err, size_t errlen)
+{
+    c->alpn_len = 0;
+    if (empty(list))
+        return SL_OK;
+    const char *p = list;
+    while (*p != '\0') {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = strcspn(p, " ,");
+        if (n == 0)
+            break;
+        if (n > 255 || c->alpn_len + 1 + n > sizeof c->alpn) {
+            errf(err, errlen, "alpn: list too long");
+            return SL_ECONF;
+        }
+        c->alpn[c->alpn_len++] = (unsigned char)n;
+        memcpy(c->alpn + c->alpn_len, p, n);
+        c->alpn_len += (unsigned)n;
+        p += n;
+    }
+    return SL_OK;
+}
+
+/* Server: picks the first of the client's offers that we accept. A client
+ * offering ALPN with nothing in common is refused (RFC 7301 3.2). */
+static int on_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                          const unsigned char *in, unsigned int inlen, void *arg)
+{
+    (void)ssl;
+    struct sl_tls_ctx *c = arg;
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, c->alpn, c->alpn_len, in, inlen)
+        != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* ---- contexts ---------------------------------------------------------- */
+
+int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
+                   char *err, size_t errlen)
+{
+    char why[200];
+    int rc = SL_ECONF, min, max;
+    struct sl_tls_ctx *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (c == NULL) {
+        errf(err, errlen, "out of memory");
+        return SL_ENOMEM;
+    }
+    c->refs = 1;
+    c->role = conf->role;
+    c->verify = conf->verify;
+    ERR_clear_error();
+    c->ssl = SSL_CTX_new(conf->role == SL_TLS_SERVER ? TLS_server_method() : TLS_client_method());
+    if (c->ssl == NULL) {
+        errf(err, errlen, "cannot make a TLS context: %s", ossl_reason(why, sizeof why, "?"));
+        goto fail;
+    }
+    if (parse_protocols(conf->protocols, &min, &max, err, errlen) != SL_OK)
+        goto fail;
+    SSL_CTX_set_min_proto_version(c->ssl, min);
+    SSL_CTX_set_max_proto_version(c->ssl, max);
+    /* Renegotiation would let a peer make the engine write on its own. */
+    SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    /* Partial writes: write() returns per record and the caller may retry
+     * from another buffer holding the same bytes. */
+    SSL_CTX_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+                             | SSL_MODE_RELEASE_BUFFERS);
+
+    if (!empty(conf->ciphers)) {
+        /* One key for both generations: TLS 1.3 suite names start "TLS_". */
+        char v12[512] = "", v13[512] = "";
+        const char *p = conf->ciphers;
+        while (*p != '\0') {
+            while (*p == ' ' || *p == ':' || *p == ',')
+                p++;
+            size_t n = strcspn(p, " :,");
+            if (n == 0)
+                break;
+            char *dst = strncmp(p, "TLS_", 4) == 0 ? v13 : v12;
+            size_t used = strlen(dst);
+            if (used + n + 2 > sizeof v12) {
+                errf(err, errlen, "tls_ciphers: too long");
+                goto fail;
+            }
+            if (used > 0)
+                dst[used++] = ':';
+            memcpy(dst + used, p, n);
+            dst[used + n] = '\0';
+            p += n;
+        }
+        if (v12[0] != '\0' && !SSL_CTX_set_cipher_list(c->ssl, v12)) {
+            errf(err, errlen, "tls_ciphers '%s': no usable cipher (%s)", v12,
+                 ossl_reason(why, sizeof why, "?"));
+            goto fail;
+        }
+        if (v13[0] != '\0' && !SSL_CTX_set_ciphersuites(c->ssl, v13)) {
+            errf(err, errlen, "tls_ciphers '%s': no usable TLS 1.3 suite (%s)", v13,
+                 ossl_reason(why, sizeof why, "?"));
+            goto fail;
+        }
+    }
+
+    if (!empty(conf->cert_file) != !empty(conf->key_file)) {
+        errf(err, errlen, "%s", empty(conf->cert_file) ? "tls_key given without tls_cert"
+                                                       : "tls_cert given without tls_key");
+        goto fail;
+    }
+    if (conf->role == SL_TLS_SERVER && empty(conf->cert_file)) {
+        errf(err, errlen, "tls_cert and tls_key are required to accept TLS");
+        goto fail;
+    }
+    if (!empty(conf->cert_file)) {
+        if (SSL_CTX_use_certificate_chain_file(c->ssl, conf->cert_file) != 1) {
+            errf(err, errlen, "tls_cert %s: cannot use certificate: %s", conf->cert_file,
+                 ossl_reason(why, sizeof why, "?"));
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(c->ssl, conf->key_file, SSL_FILETYPE_PEM) != 1) {
+            const char *r = ossl_reason(why, sizeof why, "?");
+            if (strstr(r, "mismatch") != NULL)
+                errf(err, errlen, "tls_key %s does not match tls_cert %s", conf->key_file,
+                     conf->cert_file);
+            else
+                errf(err, errlen, "tls_key %s: cannot use key: %s", conf->key_file, r);
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(c->ssl) != 1) {
+            errf(err, errlen, "tls_key %s does not match tls_cert %s", conf->key_file,
+                 conf->cert_file);
+            goto fail;
+        }
+    }
+
+    int want_ca = conf->role == SL_TLS_SERVER ? conf->verify != SL_TLS_VERIFY_OFF
+                                              : conf->verify != SL_TLS_VERIFY_OFF;
+    if (!empty(conf->ca_file)) {
+        if (SSL_CTX_load_verify_locations(c->ssl, conf->ca_file, NULL) != 1) {
+            errf(err, errlen, "tls_ca %s: cannot load: %s", conf->ca_file,
+                 ossl_reason(why, sizeof why, "?"));
+            goto fail;
+        }
+        if (conf->role == SL_TLS_SERVER) {
+            /* Tell clients which CAs we accept (helps them pick a certificate). */
+            STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(conf->ca_file);
+            if (names != NULL)
+                SSL_CTX_set_client_CA_list(c->ssl, names);
+        }
+    } else if (want_ca) {
+        if (conf->role == SL_TLS_SERVER) {
+            errf(err, errlen, "tls_verify_client needs tls_ca");
+            goto fail;
+        }
+        SSL_CTX_set_default_verify_paths(c->ssl);
+    }
+
+    if (conf->role == SL_TLS_SERVER) {
+        int mode = SSL_VERIFY_NONE;
+        if (conf->verify == SL_TLS_VERIFY_OPTIONAL)
+            mode = SSL_VERIFY_PEER;
+        else if (conf->verify == SL_TLS_VERIFY_ON)
+            mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+        SSL_CTX_set_verify(c->ssl, mode, NULL);
+        /* Stateless tickets only: no per-session memory kept on the server. */
+        SSL_CTX_set_session_cache_mode(c->ssl, SSL_SESS_CACHE_OFF);
+        static const unsigned char sid[] = "sluice";
+        SSL_CTX_set_session_id_context(c->ssl, sid, sizeof sid - 1);
+    } else {
+        SSL_CTX_set_verify(c->ssl, conf->verify == SL_TLS_VERIFY_OFF ? SSL_VERIFY_NONE
+                                                                     : SSL_VERIFY_PEER, NULL);
+    }
+
+    if (alpn_wire(c, conf->alpn, err, errlen) != SL_OK)
+        goto fail;
+    if (c->alpn_len > 0) {
+        if (conf->role == SL_TLS_SERVER)
+            SSL_CTX_set_alpn_select_cb(c->ssl, on_alpn_select, c);
+        else if (SSL_CTX_set_alpn_protos(c->ssl, c->alpn, c->alpn_len) != 0) {
+            errf(err, errlen, "alpn: rejected by OpenSSL");
+            goto fail;
+        }
+    }
+    ERR_clear_error();
+    *out = c;
+    return SL_OK;
+
+fail:
+    ERR_clear_error();
+    if (c->ssl != NULL)
+        SSL_CTX_free(c->ssl);
+    free(c);
+    return rc;
+}
+
+void sl_tls_ctx_ref(struct sl_tls_ctx *ctx) { ctx->refs++; }
+
+void sl_tls_ctx_unref(struct sl_tls_ctx *ctx)
+{
+    if (ctx == NULL || --ctx->refs > 0)
+        return;
+    SSL_CTX_free(ctx->ssl);
+    free(ctx);
+}
+
+/* ---- connections ------------------------------------------------------- */
+
+struct sl_tls *sl_tls_new(struct sl_tls_ctx *ctx, const char *name)
+{
+    struct sl_tls *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    t->ssl = SSL_new(ctx->ssl);
+    t->rbio = BIO_new(BIO_s_mem());
+    t->wbio = BIO_new(BIO_s_mem());
+    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL)
+        goto fail;
+    /* An empty rbio means "retry later", not end of file. */
+    BIO_set_mem_eof_return(t->rbio, -1);
+    BIO_set_mem_eof_return(t->wbio, -1);
+    SSL_set_bio(t->ssl, t->rbio, t->wbio); /* <ssl> owns both from here */
+    if (ctx->role == SL_TLS_CLIENT) {
+        SSL_set_connect_state(t->ssl);
+        if (!empty(name)) {
+            unsigned char ip[16];
+            int is_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
+            X509_VERIFY_PARAM *vp = SSL_get0_param(t->ssl);
+            if (!is_ip) {
+                /* SNI carries host names only (RFC 6066 3). */
+                if (!SSL_set_tlsext_host_name(t->ssl, name))
+                    goto fail;
+                snprintf(t->sni, sizeof t->sni, "%s", name);
+            }
+            if (ctx->verify != SL_TLS_VERIFY_OFF) {
+                int ok = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name)
+                               : X509_VERIFY_PARAM_set1_host(vp, name, 0);
+                if (!ok)
+                    goto fail;
+                X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+            }
+        }
+    } else {
+        SSL_set_accept_state(t->ssl);
+    }
+    ctx->refs++;
+    t->ctx = ctx;
+    return t;
+
+fail:
+    ERR_clear_error();
+    if (t->ssl != NULL && SSL_get_rbio(t->ssl) != NULL) {
+        SSL_free(t->ssl); /* owns the bios by now */
+    } else {
+        SSL_free(t->ssl);
+        BIO_free(t->rbio);
+        BIO_free(t->wbio);
+    }
+    free(t);
+    return NULL;
+}
+
+void sl_tls_free(struct sl_tls *t)
+{
+    if (t == NULL)
+        return;
+    SSL_free(t->ssl);
+    sl_tls_ctx_unref(t->ctx);
+    free(t);
+}
+
+size_t sl_tls_feed_room(const struct sl_tls *t)
+{
+    size_t held = BIO_ctrl_pending(t->rbio);
+    return held >= SL_TLS_IN_MAX ? 0 : SL_TLS_IN_MAX - held;
+}
+
+size_t sl_tls_feed(struct sl_tls *t, const void *buf, size_t len)
+{
+    size_t room = sl_tls_feed_room(t);
+    if (len > room)
+        len = room;
+    if (len == 0 || t->eof)
+        return 0;
+    int n = BIO_write(t->rbio, buf, (int)len);
+    return n > 0 ? (size_t)n : 0;
+}
+
+void sl_tls_feed_eof(struct sl_tls *t)
+{
+    t->eof = 1;
+    /* From now on an empty rbio reads as end of file. */
+    BIO_set_mem_eof_return(t->rbio, 0);
+}
+
+/* Records what the handshake established, once. */
+static void on_open(struct sl_tls *t)
+{
+    t->state = SL_TLS_OPEN;
+    const unsigned char *a = NULL;
+    unsigned alen = 0;
+    SSL_get0_alpn_selected(t->ssl, &a, &alen);
+    if (a != NULL && alen > 0)
+        snprintf(t->alpn, sizeof t->alpn, "%.*s", (int)alen, (const char *)a);
+    if (t->ctx->role == SL_TLS_SERVER) {
+        const char *s = SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
+        if (s != NULL)
+            snprintf(t->sni, sizeof t->sni, "%s", s);
+    }
+    X509 *peer = SSL_get1_peer_certificate(t->ssl);
+    if (peer == NULL)
+        return;
+    t->verified = SSL_get_verify_result(t->ssl) == X509_V_OK
+                  && t->ctx->verify != SL_TLS_VERIFY_OFF;
+    X509_NAME *subj = X509_get_subject_name(peer);
+    int i = subj != NULL ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
+    if (i >= 0) {
+        ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
+        unsigned char *u = NULL;
+        int n = ASN1_STRING_to_UTF8(&u, d);
+        if (n > 0)
+            snprintf(t->peer, sizeof t->peer, "%.*s", n, (const char *)u);
+        OPENSSL_free(u);
+    }
+    if (t->peer[0] == '\0') {
+        GENERAL_NAMES *sans = X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL);
+        static const int order[] = { GEN_DNS, GEN_EMAIL, GEN_URI };
+        for (size_t k = 0; sans != NULL && k < 3 && t->peer[0] == '\0'; k++)
+            for (int j = 0; j < sk_GENERAL_NAME_num(sans); j++) {
+                GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, j);
+                if (g->type != order[k])
+                    continue;
+                ASN1_IA5STRING *s = g->d.ia5;
+                snprintf(t->peer, sizeof t->peer, "%.*s", ASN1_STRING_length(s),
+                         (const char *)ASN1_STRING_get0_data(s));
+                break;
+            }
+        GENERAL_NAMES_free(sans);
+    }
+    X509_free(peer);
+}
+
+/* Turns an SSL_* failure into the engine's state and a code. */
+static int failed(struct sl_tls *t, int ret)
+{
+    int e = SSL_get_error(t->ssl, ret);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        ERR_clear_error();
+        return SL_EAGAIN;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN) {
+        t->state = SL_TLS_CLOSED;
+        ERR_clear_error();
+        return SL_ECLOSED;
+    }
+    char why[200];
+    const char *r = ossl_reason(why, sizeof why, NULL);
+    if (r == NULL)
+        r = t->eof ? "unexpected eof (the peer closed without close_notify)" : "TLS failure";
+    long v = SSL_get_verify_result(t->ssl);
+    if (v != X509_V_OK && strstr(r, "certificate verify failed") != NULL)
+        snprintf(t->err, sizeof t->err, "%s: %s", r, X509_verify_cert_error_string(v));
+    else if (strstr(r, "wrong version number") != NULL || strstr(r, "http request") != NULL
+             || strstr(r, "packet length too long") != NULL)
+        snprintf(t->err, sizeof t->err, "%s (not TLS?)", r);
+    else
+        snprintf(t->err, sizeof t->err, "%s", r);
+    t->state = SL_TLS_FAILED;
+    return SL_EPROTO;
+}
+
+int sl_tls_handshake(struct sl_tls *t)
+{
+    if (t->state == SL_TLS_FAILED)
+        return SL_EPROTO;
+    if (t->state != SL_TLS_HANDSHAKE)
+        return SL_OK;
+    ERR_clear_error();
+    int r = SSL_do_handshake(t->ssl);
+    if (r == 1) {
+        on_open(t);
+        return SL_OK;
+    }
+    return failed(t, r);
+}
+
+ssize_t sl_tls_read(struct sl_tls *t, void *buf, size_t cap)
+{
+    if (t->state == SL_TLS_FAILED)
+        return SL_EPROTO;
+    if (t->state == SL_TLS_CLOSED)
+        return SL_ECLOSED;
+    if (t->state == SL_TLS_HANDSHAKE) {
+        int r = sl_tls_handshake(t);
+        if (r != SL_OK)
+            return r;
+    }
+    if (cap == 0)
+        return SL_EAGAIN;
+    if (cap > INT32_MAX)
+        cap = INT32_MAX;
+    ERR_clear_error();
+    int n = SSL_read(t->ssl, buf, (int)cap);
+    if (n > 0)
+        return n;
+    return failed(t, n);
+}
+
+size_t sl_tls_read_pending(const struct sl_tls *t)
+{
+    int n = SSL_pending(t->ssl);
+    return n > 0 ? (size_t)n : 0;
+}
+
+ssize_t sl_tls_write(struct sl_tls *t, const void *buf, size_t len)
+{
+    if (t->state == SL_TLS_FAILED)
+        return SL_EPROTO;
+    if (t->shut)
+        return SL_ECLOSED;
+    if (t->state == SL_TLS_HANDSHAKE) {
+        int r = sl_tls_handshake(t);
+        if (r == SL_EAGAIN)
+            return 0;
+        if (r != SL_OK)
+            return r;
+    }
+    size_t done = 0;
+    /* One record at a time, so the ciphertext waiting passes SL_TLS_OUT_MAX
+     * by one record at most. */
+    while (done < len && BIO_ctrl_pending(t->wbio) < SL_TLS_OUT_MAX) {
+        size_t n = len - done;
+        if (n > 16384)
+            n = 16384;
+        ERR_clear_error();
+        int w = SSL_write(t->ssl, (const char *)buf + done, (int)n);
+        if (w <= 0) {
+            int r = failed(t, w);
+            if (r == SL_EAGAIN || r == SL_ECLOSED) {
+                if (r == SL_ECLOSED)
+                    t->state = SL_TLS_CLOSED;
+                break;
+            }
+            return done > 0 ? (ssize_t)done : r;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+size_t sl_tls_out_pending(const struct sl_tls *t) { return BIO_ctrl_pending(t->wbio); }
+
+size_t sl_tls_take(struct sl_tls *t, void *buf, size_t cap)
+{
+    if (cap > INT32_MAX)
+        cap = INT32_MAX;
+    if (cap == 0 || BIO_ctrl_pending(t->wbio) == 0)
+        return 0;
+    int n = BIO_read(t->wbio, buf, (int)cap);
+    return n > 0 ? (size_t)n : 0;
+}
+
+void sl_tls_shutdown(struct sl_tls *t)
+{
+    if (t->shut || t->state == SL_TLS_FAILED)
+        return;
+    t->shut = 1;
+    if (t->state == SL_TLS_HANDSHAKE)
+        return; /* nothing was said yet: a close_notify mid-handshake helps no one */
+    ERR_clear_error();
+    (void)SSL_shutdown(t->ssl); /* queues close_notify in wbio; the answer is not awaited */
+    ERR_clear_error();
+}
+
+enum sl_tls_state sl_tls_state(const struct sl_tls *t) { return t->state; }
+enum sl_tls_role sl_tls_role(const struct sl_tls *t) { return t->ctx->role; }
+const char *sl_tls_peer_name(const struct sl_tls *t) { return t->peer; }
+int sl_tls_peer_verified(const struct sl_tls *t) { return t->verified; }
+const char *sl_tls_alpn(const struct sl_tls *t) { return t->alpn; }
+const char *sl_tls_sni(const struct sl_tls *t) { return t->sni; }
+const char *sl_tls_error(const struct sl_tls *t) { return t->err; }
+
+const char *sl_tls_version(const struct sl_tls *t)
+{
+    return t->state == SL_TLS_HANDSHAKE ? "" : SSL_get_version(t->ssl);
+}
