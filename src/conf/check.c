@@ -106,11 +106,38 @@ static void check_listener(struct loader *ld, struct section *sec)
             l->protocol != SL_PROTO_RESP)
             sl_cf_err(ld, id_line, "identity: %s needs protocol = resp (this listener is %s)",
                       sl_conf_id_names[s], sl_conf_proto_names[l->protocol]);
+        if (s == SL_ID_TLS_SUBJECT && (l->tls_cert == NULL || l->tls_verify_client == 0))
+            sl_cf_err(ld, id_line, "identity: tls_subject needs tls_cert and tls_verify_client = "
+                                   "optional or on (it is the client certificate's name)");
         if (s == SL_ID_HEADER && l->protocol != SL_PROTO_HTTP)
             sl_cf_err(ld, id_line,
                       "identity: header:%s needs protocol = http (this listener is %s)",
                       l->identity_header[i], sl_conf_proto_names[l->protocol]);
     }
+    if ((l->tls_cert == NULL) != (l->tls_key == NULL))
+        sl_cf_err(ld, sl_cf_key_line(sec, l->tls_cert ? "tls_cert" : "tls_key"),
+                  "tls_cert and tls_key go together");
+    if (l->tls_verify_client != 0 && l->tls_ca == NULL)
+        sl_cf_err(ld, sl_cf_key_line(sec, "tls_verify_client"),
+                  "tls_verify_client: needs tls_ca (what client certificates must lead to)");
+    static const char *const tls_keys[] = { "tls_ca", "tls_verify_client", "tls_protocols",
+                                            "tls_ciphers" };
+    for (size_t k = 0; k < N_OF(tls_keys) && l->tls_cert == NULL; k++) {
+        int line = sl_cf_key_line(sec, tls_keys[k]);
+        if (line > 0)
+            sl_cf_err(ld, line, "%s: needs tls_cert and tls_key", tls_keys[k]);
+    }
+    static const char *const up_keys[] = { "upstream_tls_ca", "upstream_tls_sni",
+                                           "upstream_tls_verify", "upstream_tls_cert",
+                                           "upstream_tls_key" };
+    for (size_t k = 0; k < N_OF(up_keys) && !l->upstream_tls; k++) {
+        int line = sl_cf_key_line(sec, up_keys[k]);
+        if (line > 0)
+            sl_cf_err(ld, line, "%s: needs upstream_tls = on", up_keys[k]);
+    }
+    if ((l->upstream_tls_cert == NULL) != (l->upstream_tls_key == NULL))
+        sl_cf_err(ld, sl_cf_key_line(sec, l->upstream_tls_cert ? "upstream_tls_cert" : "upstream_tls_key"),
+                  "upstream_tls_cert and upstream_tls_key go together");
     for (size_t k = 0; k < N_OF(http_only_keys) && l->protocol != SL_PROTO_HTTP; k++) {
         int line = sl_cf_key_line(sec, http_only_keys[k]);
         if (line != 0)

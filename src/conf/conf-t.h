@@ -17,11 +17,12 @@
 
 enum sl_proto      { SL_PROTO_RESP, SL_PROTO_HTTP, SL_PROTO_TCP };
 enum sl_id_source  { SL_ID_RESP_USER, SL_ID_CLIENT_NAME, SL_ID_KEY_PREFIX,
-                     SL_ID_CLIENT_IP, SL_ID_HEADER, SL_ID_NONE };
+                     SL_ID_CLIENT_IP, SL_ID_HEADER, SL_ID_NONE,
+                     SL_ID_TLS_SUBJECT /* the client certificate's CN (or first SAN) */ };
 /* Per enum sl_id_source, the tag its identities start with ("user" in
  * "user:carol", see identity/identity-t.h); for none, the whole identity.
  * Shared by the identity module and match_identity in the loader. */
-#define SL_ID_TAGS { "user", "name", "prefix", "ip", "header", "all" }
+#define SL_ID_TAGS { "user", "name", "prefix", "ip", "header", "all", "tls" }
 enum sl_metric     { SL_METRIC_REQUESTS, SL_METRIC_BYTES_IN, SL_METRIC_BYTES_OUT,
                      SL_METRIC_CONNECTIONS };
 enum sl_scope      { SL_SCOPE_IDENTITY, SL_SCOPE_CONNECTION, SL_SCOPE_GLOBAL };
@@ -93,6 +94,20 @@ struct sl_listener_conf {
     uint64_t       max_header_line;    /* bytes of one header field line (431); default 8KiB */
     uint64_t       max_headers;        /* header fields in one request (431); default 100 */
     uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
+    /* TLS towards clients (tls_cert set: the listener speaks TLS) */
+    char          *tls_cert;           /* PEM, leaf first then the chain */
+    char          *tls_key;            /* PEM private key */
+    char          *tls_ca;             /* PEM bundle client certificates must lead to */
+    int            tls_verify_client;  /* enum sl_tls_verify: off (default) | optional | on */
+    char          *tls_protocols;      /* default "TLSv1.2 TLSv1.3" */
+    char          *tls_ciphers;        /* NULL: OpenSSL's defaults */
+    /* TLS towards the upstream */
+    int            upstream_tls;       /* off (default) | on */
+    char          *upstream_tls_ca;    /* NULL: the system's store */
+    char          *upstream_tls_sni;   /* NULL: the upstream's host name (none for an address) */
+    int            upstream_tls_verify;/* on (default) | off */
+    char          *upstream_tls_cert;  /* client certificate (mutual TLS), or NULL */
+    char          *upstream_tls_key;
     struct sl_listener_conf *next;
 };
 

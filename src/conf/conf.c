@@ -36,7 +36,9 @@ const char *const sl_conf_action_names[] = { "reject", "delay", "shadow", NULL }
 const char *const sl_conf_overrides_names[] = { "off", "store", NULL };
 const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
-                                             "client_ip", "header:NAME", "none", NULL };
+                                             "client_ip", "header:NAME", "none", "tls_subject",
+                                             NULL };
+const char *const sl_conf_tls_verify_names[] = { "off", "optional", "on", NULL };
 const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", NULL };
 const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
 
@@ -219,6 +221,11 @@ void sl_conf_free(struct sl_conf *c)
         for (int i = 0; i < SL_CONF_MAX_IDENTITY; i++)
             free(l->identity_header[i]);
         free(l->trusted_proxies);
+        char *tls_strings[] = { l->tls_cert, l->tls_key, l->tls_ca, l->tls_protocols,
+                                l->tls_ciphers, l->upstream_tls_ca, l->upstream_tls_sni,
+                                l->upstream_tls_cert, l->upstream_tls_key };
+        for (size_t k = 0; k < sizeof(tls_strings) / sizeof(tls_strings[0]); k++)
+            free(tls_strings[k]);
         free(l->name);
         free(l);
     }

@@ -94,6 +94,28 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
+    if (l->tls_cert != NULL) {
+        kv(out, "tls_cert", l->tls_cert);
+        kv(out, "tls_key", l->tls_key);
+        if (l->tls_ca != NULL)
+            kv(out, "tls_ca", l->tls_ca);
+        kv(out, "tls_verify_client", sl_conf_tls_verify_names[l->tls_verify_client]);
+        kv(out, "tls_protocols", l->tls_protocols ? l->tls_protocols : "TLSv1.2 TLSv1.3");
+        if (l->tls_ciphers != NULL)
+            kv(out, "tls_ciphers", l->tls_ciphers);
+    }
+    kv(out, "upstream_tls", sl_conf_onoff_names[l->upstream_tls]);
+    if (l->upstream_tls) {
+        if (l->upstream_tls_ca != NULL)
+            kv(out, "upstream_tls_ca", l->upstream_tls_ca);
+        if (l->upstream_tls_sni != NULL)
+            kv(out, "upstream_tls_sni", l->upstream_tls_sni);
+        kv(out, "upstream_tls_verify", sl_conf_onoff_names[l->upstream_tls_verify]);
+        if (l->upstream_tls_cert != NULL) {
+            kv(out, "upstream_tls_cert", l->upstream_tls_cert);
+            kv(out, "upstream_tls_key", l->upstream_tls_key);
+        }
+    }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
     for (int i = 0; i < l->n_trusted_proxies; i++) {

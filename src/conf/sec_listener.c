@@ -36,6 +36,18 @@ static const struct keyword listener_kw[] = {
     NUM("max_header_line", KW_SIZE, struct sl_listener_conf, max_header_line, 64, 1u << 20),
     NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
     NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
+    STR("tls_cert", struct sl_listener_conf, tls_cert, 4096),
+    STR("tls_key", struct sl_listener_conf, tls_key, 4096),
+    STR("tls_ca", struct sl_listener_conf, tls_ca, 4096),
+    ENUM("tls_verify_client", struct sl_listener_conf, tls_verify_client, sl_conf_tls_verify_names),
+    STR("tls_protocols", struct sl_listener_conf, tls_protocols, 64),
+    STR("tls_ciphers", struct sl_listener_conf, tls_ciphers, 1024),
+    ENUM("upstream_tls", struct sl_listener_conf, upstream_tls, sl_conf_onoff_names),
+    STR("upstream_tls_ca", struct sl_listener_conf, upstream_tls_ca, 4096),
+    STR("upstream_tls_sni", struct sl_listener_conf, upstream_tls_sni, 253),
+    ENUM("upstream_tls_verify", struct sl_listener_conf, upstream_tls_verify, sl_conf_onoff_names),
+    STR("upstream_tls_cert", struct sl_listener_conf, upstream_tls_cert, 4096),
+    STR("upstream_tls_key", struct sl_listener_conf, upstream_tls_key, 4096),
 };
 
 _Static_assert(N_OF(listener_kw) <= MAX_KEYWORDS, "section.key_line is too small");
@@ -66,6 +78,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_header_line = 8192;
     l->max_headers = 100;
     l->max_header_size = 65536;
+    l->upstream_tls_verify = 1;
     *ld->ltail = l;
     ld->ltail = &l->next;
     ld->conf->n_listeners++;
@@ -105,7 +118,7 @@ static int identity_word(struct loader *ld, struct section *sec, const struct ke
     }
     if (src < 0) {
         sl_cf_err(ld, ld->line, "identity: expected resp_user, client_name, key_prefix, client_ip, "
-                                "header:NAME or none, got '%s'", w);
+                                "header:NAME, tls_subject or none, got '%s'", w);
         return -1;
     }
     for (int i = 0; i < l->n_identity; i++) {
