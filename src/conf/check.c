@@ -106,6 +106,9 @@ static void check_listener(struct loader *ld, struct section *sec)
             l->protocol != SL_PROTO_RESP)
             sl_cf_err(ld, id_line, "identity: %s needs protocol = resp (this listener is %s)",
                       sl_conf_id_names[s], sl_conf_proto_names[l->protocol]);
+        if (s == SL_ID_TLS_SUBJECT && (l->tls_cert == NULL || l->tls_verify_client == 0))
+            sl_cf_err(ld, id_line, "identity: tls_subject needs tls_cert and tls_verify_client = "
+                                   "optional or on (it is the client certificate's name)");
         if (s == SL_ID_HEADER && l->protocol != SL_PROTO_HTTP)
             sl_cf_err(ld, id_line,
                       "identity: header:%s needs protocol = http (this listener is %s)",

@@ -17,11 +17,12 @@
 
 enum sl_proto      { SL_PROTO_RESP, SL_PROTO_HTTP, SL_PROTO_TCP };
 enum sl_id_source  { SL_ID_RESP_USER, SL_ID_CLIENT_NAME, SL_ID_KEY_PREFIX,
-                     SL_ID_CLIENT_IP, SL_ID_HEADER, SL_ID_NONE };
+                     SL_ID_CLIENT_IP, SL_ID_HEADER, SL_ID_NONE,
+                     SL_ID_TLS_SUBJECT /* the client certificate's CN (or first SAN) */ };
 /* Per enum sl_id_source, the tag its identities start with ("user" in
  * "user:carol", see identity/identity-t.h); for none, the whole identity.
  * Shared by the identity module and match_identity in the loader. */
-#define SL_ID_TAGS { "user", "name", "prefix", "ip", "header", "all" }
+#define SL_ID_TAGS { "user", "name", "prefix", "ip", "header", "all", "tls" }
 enum sl_metric     { SL_METRIC_REQUESTS, SL_METRIC_BYTES_IN, SL_METRIC_BYTES_OUT,
                      SL_METRIC_CONNECTIONS };
 enum sl_scope      { SL_SCOPE_IDENTITY, SL_SCOPE_CONNECTION, SL_SCOPE_GLOBAL };

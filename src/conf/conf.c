@@ -36,10 +36,11 @@ const char *const sl_conf_action_names[] = { "reject", "delay", "shadow", NULL }
 const char *const sl_conf_overrides_names[] = { "off", "store", NULL };
 const char *const sl_conf_fail_names[]   = { "local", "open", "closed", NULL };
 const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_prefix",
-                                             "client_ip", "header:NAME", "none", NULL };
+                                             "client_ip", "header:NAME", "none", "tls_subject",
+                                             NULL };
+const char *const sl_conf_tls_verify_names[] = { "off", "optional", "on", NULL };
 const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", NULL };
 const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
-const char *const sl_conf_tls_verify_names[] = { "off", "optional", "on", NULL };
 
 /* ---- errors ---------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@ extern const char *const sl_conf_overrides_names[]; /* sl_limit_conf.overrides: 
 extern const char *const sl_conf_fail_names[];    /* enum sl_on_failure */
 extern const char *const sl_conf_id_names[];      /* enum sl_id_source ("header:NAME") */
 extern const char *const sl_conf_rlh_names[];     /* enum sl_rl_headers */
+extern const char *const sl_conf_tls_verify_names[]; /* off, optional, on */
 extern const char *const sl_conf_onoff_names[];   /* off, on: 0, 1 */
 extern const char *const sl_conf_tls_verify_names[]; /* enum sl_tls_verify: off, optional, on */
 

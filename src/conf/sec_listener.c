@@ -119,7 +119,7 @@ static int identity_word(struct loader *ld, struct section *sec, const struct ke
     }
     if (src < 0) {
         sl_cf_err(ld, ld->line, "identity: expected resp_user, client_name, key_prefix, client_ip, "
-                                "header:NAME or none, got '%s'", w);
+                                "header:NAME, tls_subject or none, got '%s'", w);
         return -1;
     }
     for (int i = 0; i < l->n_identity; i++) {

@@ -20,6 +20,8 @@
 struct sl_ident_state {
     char    user[SL_ID_MAX + 1]; /* AUTH / HELLO AUTH user ("user:default" for 1-arg AUTH) */
     char    name[SL_ID_MAX + 1]; /* CLIENT SETNAME / HELLO SETNAME ("" once reset) */
+    char    tls[SL_ID_MAX + 1];  /* the client certificate's CN or first SAN ("tls:carol"), ""
+                                    without a verified one */
     char    ip[48];              /* client address without port, e.g. "127.0.0.1", "::1" (bare) */
     char    last[SL_ID_MAX + 1]; /* http: the identity the connection's latest request head
                                     gave (byte limits charge it); "" before one */

@@ -781,6 +781,10 @@ size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ide
         }
         case SL_ID_CLIENT_IP:
             return put_http_ip(lc, st, hd, out);
+        case SL_ID_TLS_SUBJECT:
+            if (st != NULL && st->tls[0] != '\0')
+                return put_str(st->tls, sizeof(st->tls), out);
+            break;
         case SL_ID_NONE:
             return put_str(tags[SL_ID_NONE], SL_ID_MAX, out);
         default: /* resp sources: nothing in an HTTP request */
@@ -820,6 +824,14 @@ size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
     return 0;
 }
 
+void sl_identity_set_tls(struct sl_ident_state *st, const char *subject)
+{
+    size_t n = strlen(subject);
+    st->tls[0] = '\0';
+    if (n > 0)
+        put_value(SL_ID_TLS_SUBJECT, subject, n, n, st->tls);
+}
+
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                       const struct sl_resp_req *r, char out[SL_ID_MAX + 1])
 {
@@ -844,6 +856,10 @@ size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_s
             break;
         case SL_ID_CLIENT_IP:
             return put_ip(st, out);
+        case SL_ID_TLS_SUBJECT:
+            if (st != NULL && st->tls[0] != '\0')
+                return put_str(st->tls, sizeof(st->tls), out);
+            break;
         case SL_ID_NONE:
             return put_str(tags[SL_ID_NONE], SL_ID_MAX, out);
         case SL_ID_HEADER: /* HTTP: the HTTP code resolves it */

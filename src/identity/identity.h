@@ -30,6 +30,10 @@
 /* Sets up <st> for a new connection from <peer> (may be NULL: ip "unknown"). */
 void sl_identity_init(struct sl_ident_state *st, const struct sockaddr *peer);
 
+/* Learns the verified client certificate's name <subject> (CN, else the
+ * first SAN; "" = none): the identity source tls_subject ("tls:" + it). */
+void sl_identity_set_tls(struct sl_ident_state *st, const char *subject);
+
 /* Learns from a request the connection sent: AUTH pass (user "default"),
  * AUTH user pass, HELLO ver [AUTH user pass] [SETNAME name], CLIENT SETNAME
  * name (an empty name clears it), RESET (clears user back to "" and name).

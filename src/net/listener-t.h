@@ -28,6 +28,7 @@ struct sl_listener_stats {
     uint64_t upstream_timeouts;/* http: no response head within upstream_timeout (504) */
     uint64_t resolve_failures; /* lookups of the upstream's name that failed (the last good
                                   address stayed in use) */
+    uint64_t tls_handshake_failures; /* TLS handshakes with clients that failed or timed out */
     uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
                                   (the upstream's and sluice's own) */
 };
@@ -36,6 +37,7 @@ struct sl_server;
 struct sl_limiter;
 struct sl_store;
 struct sl_admin;
+struct sl_tls_ctx;
 
 /* One [listener NAME]: a listening socket and the sessions it accepted. The
  * struct outlives its socket while sessions remain (after a reload removed
@@ -56,12 +58,18 @@ struct sl_listener {
     struct sl_tq             lingering;  /* closing sessions draining the client's input */
     struct sl_tq             gated;      /* sessions waiting for a connection limit's place */
     struct sl_tq             heading;    /* sessions part-way through a request's head, by its start */
+    struct sl_tq             handshaking;/* sessions in their TLS handshake with the client */
     struct sl_tq             awaiting;   /* http: sessions waiting for a response's head, by when */
     struct sl_listener_stats stats;      /* counters */
     uint64_t                 fd_unlogged; /* descriptor refusals not logged yet */
     uint64_t                 fd_logged_ms; /* loop time of the last such log line */
     struct sl_resolve        up;         /* the upstream's address: sessions connect to up.ss;
                                             a name is looked up again past resolve_ttl */
+    struct sl_tls_ctx       *tls;        /* TLS towards clients (tls_cert), or NULL: new
+                                            sessions take a reference; a reload swaps it,
+                                            a bad file keeps the old one */
+    struct sl_tls_ctx       *up_tls;     /* TLS towards the upstream (upstream_tls), or NULL */
+    char                     up_sni[256];/* the name sent as SNI and checked ("" = none) */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

@@ -21,6 +21,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
+#include "core/tls.h"
 #include "limit/limiter.h"
 #include "limit/places.h"
 #include "net/listener.h"
@@ -257,6 +258,8 @@ static void listener_free(struct sl_listener *l)
     *pp = l->next;
     sl_resolve_stop(&l->up);
     conf_copies_free(l);
+    sl_tls_ctx_unref(l->tls);
+    sl_tls_ctx_unref(l->up_tls);
     free(l->name);
     free(l);
 }
@@ -309,6 +312,76 @@ static void conf_copies_free(struct sl_listener *l)
     l->cf.trusted_proxies = NULL;
 }
 
+/* Builds <*slot> anew from <c> (for <what>: "tls" or "upstream_tls"). On
+ * failure the context in use stays (a reload with a bad file keeps the old
+ * certificates) and the reason is logged; returns -1 then. Sessions hold
+ * their own reference, so the swap never touches a connection. */
+static int tls_rebuild(struct sl_listener *l, struct sl_tls_ctx **slot, const struct sl_tls_conf *c,
+                       const char *what)
+{
+    char err[512];
+    struct sl_tls_ctx *ctx = NULL;
+    if (sl_tls_ctx_new(&ctx, c, err, sizeof(err)) != SL_OK) {
+        sl_log_error(*slot ? "TLS context not reloaded: keeping the old one" : "TLS context not built",
+                     "listener=%s what=%s err=\"%s\"", l->name, what, err);
+        return -1;
+    }
+    sl_tls_ctx_unref(*slot);
+    *slot = ctx;
+    return 0;
+}
+
+/* The TLS contexts of <lc> (files read now). -1 when one the listener
+ * needs could not be built and it has none yet. */
+static int tls_setup(struct sl_listener *l, const struct sl_listener_conf *lc)
+{
+    int rc = 0;
+    if (lc->tls_cert != NULL) {
+        struct sl_tls_conf c = { .role = SL_TLS_SERVER, .cert_file = lc->tls_cert,
+                                 .key_file = lc->tls_key, .ca_file = lc->tls_ca,
+                                 .verify = (enum sl_tls_verify)lc->tls_verify_client,
+                                 .protocols = lc->tls_protocols, .ciphers = lc->tls_ciphers,
+                                 .alpn = lc->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL };
+        if (tls_rebuild(l, &l->tls, &c, "tls") < 0 && l->tls == NULL)
+            rc = -1;
+    } else {
+        sl_tls_ctx_unref(l->tls);
+        l->tls = NULL;
+    }
+    if (lc->upstream_tls) {
+        struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .cert_file = lc->upstream_tls_cert,
+                                 .key_file = lc->upstream_tls_key, .ca_file = lc->upstream_tls_ca,
+                                 .verify = lc->upstream_tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
+                                 .alpn = lc->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL };
+        if (tls_rebuild(l, &l->up_tls, &c, "upstream_tls") < 0 && l->up_tls == NULL)
+            rc = -1;
+        /* SNI and the name checked: upstream_tls_sni, else the upstream's
+         * host name (an address sends none and is matched as an IP SAN). */
+        if (lc->upstream_tls_sni != NULL) {
+            snprintf(l->up_sni, sizeof(l->up_sni), "%s", lc->upstream_tls_sni);
+        } else {
+            snprintf(l->up_sni, sizeof(l->up_sni), "%s", lc->upstream.text);
+            char *colon = strrchr(l->up_sni, ':');
+            if (colon != NULL)
+                *colon = '\0';
+            if (l->up_sni[0] == '[') { /* [::1] */
+                size_t n = strlen(l->up_sni);
+                memmove(l->up_sni, l->up_sni + 1, n);
+                if (n >= 2 && l->up_sni[n - 2] == ']')
+                    l->up_sni[n - 2] = '\0';
+            }
+        }
+        if (!lc->upstream_tls_verify)
+            sl_log_warn("UPSTREAM TLS CERTIFICATES ARE NOT VERIFIED (upstream_tls_verify = off): "
+                        "anyone on the path can pose as the upstream",
+                        "listener=%s upstream=%s", l->name, lc->upstream.text);
+    } else {
+        sl_tls_ctx_unref(l->up_tls);
+        l->up_tls = NULL;
+    }
+    return rc;
+}
+
 /* Copies the settings of <lc>: sessions may outlive the configuration that
  * made their listener (reload), so they never point into it. What sessions
  * read through pointers (header:NAME identities, trusted_proxies) is copied
@@ -332,6 +405,10 @@ static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
             l->cf.n_trusted_proxies = 0;
     }
     l->conf = &l->cf;
+    /* Files were read into the contexts; nothing reads these paths later. */
+    l->cf.tls_cert = l->cf.tls_key = l->cf.tls_ca = l->cf.tls_protocols = l->cf.tls_ciphers = NULL;
+    l->cf.upstream_tls_ca = l->cf.upstream_tls_sni = NULL;
+    l->cf.upstream_tls_cert = l->cf.upstream_tls_key = NULL;
     /* The loader has just resolved the upstream's name: that answer is
      * fresh (a reload thus also refreshes it). */
     char host[sizeof(lc->upstream.text)] = "";
@@ -415,6 +492,8 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     l->handle.data = l;
     l->open = 1;
     int rc = reuseport_socket(srv, l, lc);
+    if (rc == 0 && tls_setup(l, lc) < 0)
+        rc = UV_EINVAL;
     if (rc == 0)
         rc = uv_tcp_bind(&l->handle, (const struct sockaddr *)&lc->listen.ss, 0);
     if (rc == 0)
@@ -622,6 +701,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         struct sl_listener_conf *lc = sl_conf_listener(conf, l->name);
         if (lc != NULL && same_socket(l->conf, lc)) {
             set_conf(l, lc);
+            (void)tls_setup(l, lc); /* a bad file: the old contexts stay (logged) */
             continue;
         }
         sl_log_info("listener removed", "listener=%s", l->name);
@@ -639,8 +719,8 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
 
 static void for_each_session(struct sl_listener *l, void (*fn)(struct sl_session *))
 {
-    struct sl_tq *qs[4] = { &l->gated, &l->connecting, &l->active, &l->lingering };
-    for (int i = 0; i < 4; i++) {
+    struct sl_tq *qs[5] = { &l->gated, &l->connecting, &l->active, &l->lingering, &l->handshaking };
+    for (int i = 0; i < 5; i++) {
         struct sl_tq_node *n = qs[i]->head;
         while (n != NULL) {
             struct sl_tq_node *next = n->next; /* fn may move or remove n */

@@ -20,6 +20,7 @@ struct sl_limiter_req;
 struct sl_ident_state;
 struct sl_meter;
 struct sl_place;
+struct sl_tls;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -139,6 +140,13 @@ struct sl_session {
                                        reads); NULL when not metered */
     struct sl_place    *place;      /* places under connection limits, or NULL */
     uint64_t            gate_until; /* login queue: refuse after this (us) */
+    struct sl_tls      *tls[2];     /* TLS engine of the client [0] / upstream [1] socket,
+                                       NULL: plain TCP (see the transport in session.c) */
+    uint8_t             tls_hs[2];  /* its handshake is under way: the socket is read
+                                       whatever the pause bits say */
+    uint8_t             tls_eof[2]; /* the socket reached EOF */
+    uint8_t             tls_kick;   /* in the turn's kick list: plaintext may wait in the
+                                       engine for a side just unpaused */
 };
 
 #endif

@@ -42,6 +42,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/resolve.h"
+#include "core/tls.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
 #include "limit/places.h"
@@ -65,6 +66,21 @@ struct wreq {
 
 static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
+static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
+static void client_got(struct sl_session *s, ssize_t nread);
+static void upstream_got(struct sl_session *s, ssize_t nread);
+static void on_write(uv_write_t *req, int status);
+static void tls_sync_read(struct sl_session *s, int up);
+static void tls_kick(struct sl_session *s);
+static void on_client_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
+static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
+static void tls_kicks_run(void);
+
+/* Sessions whose reading was turned back on while plaintext may wait in an
+ * engine: pumped at the end of the loop turn (not from inside whatever
+ * unpaused them). */
+static struct sl_session **kick_list;
+static uint32_t            kick_n, kick_cap;
 
 struct sl_session *sl_session_of(struct sl_tq_node *n)
 {
@@ -110,6 +126,9 @@ void sl_session_pool_drain(void)
     free(resume_list);
     resume_list = NULL;
     resume_n = resume_cap = 0;
+    free(kick_list);
+    kick_list = NULL;
+    kick_n = kick_cap = 0;
 }
 
 /* ---- chunks --------------------------------------------------------------- */
@@ -184,6 +203,73 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
             : uv_buf_init(NULL, 0);
 }
 
+/* ---- transport: where bytes meet a socket ---------------------------------
+ *
+ * Every byte read from or written to either socket passes through here, one
+ * place per direction and socket:
+ *
+ *   side_read(s, up, on)     reading a socket on and off
+ *   client_got / upstream_got  bytes just read land in s->cin / s->uin
+ *                            (or EOF, an error): the only way in
+ *   side_send(s, up, ...)    bytes out (sl_sess_send, and through it the
+ *                            protocols' writes and local replies)
+ *   side_queued(s, up)       bytes written but not yet taken by the kernel
+ *                            (the watermarks read this)
+ *   side_shutdown(s, up, cb) our half-close
+ *   side_linger(s)           read and drop the client's input
+ *
+ * Plain TCP reads straight into the session's chunks and writes from them
+ * (no copy); a transport that transforms the bytes (TLS) keeps the same
+ * entry points. */
+
+static uv_stream_t *side_stream(struct sl_session *s, int up)
+{
+    return up ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
+}
+
+static void side_read(struct sl_session *s, int up, int on)
+{
+    if (s->tls[up] != NULL) {
+        tls_sync_read(s, up);
+        if (on)
+            tls_kick(s); /* plaintext may already wait in the engine */
+        return;
+    }
+    uv_stream_t *st = side_stream(s, up);
+    if (!on)
+        uv_read_stop(st);
+    else if (up)
+        uv_read_start(st, alloc_upstream, on_upstream_read);
+    else
+        uv_read_start(st, alloc_client, on_client_read);
+}
+
+static size_t side_queued(struct sl_session *s, int up)
+{
+    return side_stream(s, up)->write_queue_size +
+           (s->tls[up] != NULL ? sl_tls_out_pending(s->tls[up]) : 0);
+}
+
+static int tls_flush(struct sl_session *s, int up);
+
+static int side_shutdown(struct sl_session *s, int up, uv_shutdown_cb cb)
+{
+    if (s->tls[up] != NULL) {
+        /* close_notify first, so the peer knows our data is whole */
+        sl_tls_shutdown(s->tls[up]);
+        if (tls_flush(s, up) < 0)
+            return UV_EPROTO;
+    }
+    uv_shutdown_t *req = malloc(sizeof(*req));
+    if (req == NULL)
+        return UV_ENOMEM;
+    req->data = s;
+    int rc = uv_shutdown(req, side_stream(s, up), cb);
+    if (rc < 0)
+        free(req);
+    return rc;
+}
+
 /* ---- reading on and off ------------------------------------------------- */
 
 void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on)
@@ -194,13 +280,7 @@ void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on)
     /* Past FLUSHING the close path drives the sockets itself. */
     if ((old == 0) == (*m == 0) || s->state >= SL_SESS_LINGER)
         return;
-    uv_stream_t *st = upstream ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
-    if (*m != 0)
-        uv_read_stop(st);
-    else if (upstream)
-        uv_read_start(st, alloc_upstream, on_upstream_read);
-    else
-        uv_read_start(st, alloc_client, on_client_read);
+    side_read(s, upstream, *m == 0);
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -222,23 +302,20 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     int to_upstream = dst == (uv_stream_t *)&s->upstream;
-    if (dst->write_queue_size < LOW_WATER) {
+    size_t queued = side_queued(s, to_upstream);
+    if (queued < LOW_WATER) {
         sl_sess_pause(s, !to_upstream, SL_PAUSE_PEERQ, 0);
         if (!to_upstream)
             sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 0);
     }
-    if (!to_upstream && s->state == SL_SESS_FLUSHING && dst->write_queue_size == 0)
+    if (!to_upstream && s->state == SL_SESS_FLUSHING && queued == 0)
         sl_sess_finish(s);
 }
 
-/* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
- * reference while a write is queued), or NULL for bytes that must be copied
- * if the kernel does not take them at once. Returns 0 or a libuv error. */
-int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
-                      const char *p, size_t len)
+/* Writes <len> bytes at <p> to socket <dst> as they are (see sl_sess_send). */
+static int plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+                      size_t len)
 {
-    if (len == 0)
-        return 0;
     uv_buf_t ub = uv_buf_init((char *)p, (unsigned)len);
     /* uv_try_write refuses (EAGAIN) while older writes are queued, so order
      * holds; when the queue is empty it saves a queued request and a loop
@@ -272,12 +349,79 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
         free(w);
         return rc;
     }
-    if (dst->write_queue_size > HIGH_WATER) {
-        sl_sess_pause(s, dst == (uv_stream_t *)&s->client, SL_PAUSE_PEERQ, 1);
+    return 0;
+}
+
+/* ---- TLS under the seam ----------------------------------------------------
+ *
+ *   socket --read--> scratch --sl_tls_feed--> engine --sl_tls_read--> cin/uin chunk
+ *                                                    (metered room, pause bits)
+ *   plaintext --sl_tls_write--> engine --sl_tls_take--> socket (try_write, else
+ *                                                       a queued copy)
+ *
+ * Ciphertext is held only inside the engine (SL_TLS_IN_MAX / OUT_MAX) and in
+ * the socket's write queue, which the watermarks bound as for plain TCP. */
+
+#define TLS_SCRATCH (SL_TLS_OUT_MAX + 20 * 1024)
+static char tls_scratch[TLS_SCRATCH]; /* one read or one take at a time: the loop is one thread */
+
+/* Writes out what the engine of side <up> has for the socket. */
+static int tls_flush(struct sl_session *s, int up)
+{
+    struct sl_tls *t = s->tls[up];
+    uv_stream_t *dst = side_stream(s, up);
+    while (sl_tls_out_pending(t) > 0) {
+        size_t n = sl_tls_take(t, tls_scratch, sizeof(tls_scratch));
+        int rc = plain_send(s, dst, NULL, tls_scratch, n);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int tls_send(struct sl_session *s, int up, const char *p, size_t len)
+{
+    struct sl_tls *t = s->tls[up];
+    while (len > 0) {
+        ssize_t n = sl_tls_write(t, p, len);
+        if (n < 0)
+            return UV_EPROTO;
+        int rc = tls_flush(s, up);
+        if (rc < 0)
+            return rc;
+        if (n == 0 && sl_tls_out_pending(t) == 0)
+            return UV_EAGAIN; /* handshake not done: nothing is sent before it */
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int side_send(struct sl_session *s, int up, struct sl_buf *b, const char *p, size_t len)
+{
+    if (s->tls[up] != NULL)
+        return tls_send(s, up, p, len);
+    return plain_send(s, side_stream(s, up), b, p, len);
+}
+
+/* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
+ * reference while a write is queued), or NULL for bytes that must be copied
+ * if the kernel does not take them at once. Returns 0 or a libuv error. */
+int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
+                      const char *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    int up = dst == (uv_stream_t *)&s->upstream;
+    int rc = side_send(s, up, b, p, len);
+    if (rc < 0)
+        return rc;
+    if (side_queued(s, up) > HIGH_WATER) {
+        sl_sess_pause(s, !up, SL_PAUSE_PEERQ, 1);
         /* A client that does not read what it is sent is not read either:
          * local answers (a 429 per refused request) are made from its
          * input and would otherwise pile up here without bound. */
-        if (dst == (uv_stream_t *)&s->client)
+        if (!up)
             sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 1);
     }
     return 0;
@@ -627,6 +771,7 @@ void sl_session_turn_end(void)
         sl_sess_resume(s);
     }
     resume_n = 0;
+    tls_kicks_run();
 }
 
 static void on_verdict(void *data, const struct sl_verdict *v)
@@ -718,6 +863,11 @@ static void session_free(struct sl_session *s)
     for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
         if (resume_list[i] == s)
             resume_list[i] = NULL;
+    for (uint32_t i = 0; s->tls_kick && i < kick_n; i++)
+        if (kick_list[i] == s)
+            kick_list[i] = NULL;
+    sl_tls_free(s->tls[0]);
+    sl_tls_free(s->tls[1]);
     struct sl_listener *l = s->l;
     free(s);
     sl_listener_session_gone(l);
@@ -780,6 +930,11 @@ static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         s->cin->start = s->cin->end = 0; /* discard */
 }
 
+static void side_linger(struct sl_session *s)
+{
+    uv_read_start((uv_stream_t *)&s->client, alloc_client, on_linger_read);
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     struct sl_session *s = req->data;
@@ -795,7 +950,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     s->state = SL_SESS_LINGER;
     sl_tq_touch(&s->l->lingering, &s->tq, sl_sess_now_ms(s));
     s->cl_pause = 0;
-    uv_read_start((uv_stream_t *)&s->client, alloc_client, on_linger_read);
+    side_linger(s);
 }
 
 /* Every byte for the client has been written: close gracefully. */
@@ -809,7 +964,7 @@ void sl_sess_finish(struct sl_session *s)
         if (s->up_up)
             sl_sess_pause(s, 1, SL_PAUSE_DONE, 1);
     }
-    if (s->client.write_queue_size > 0)
+    if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
     if (s->up_up)
         close_handle((uv_handle_t *)&s->upstream);
@@ -817,14 +972,11 @@ void sl_sess_finish(struct sl_session *s)
         sl_session_close(s);
         return;
     }
-    uv_read_stop((uv_stream_t *)&s->client);
-    uv_shutdown_t *req = malloc(sizeof(*req));
-    if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->client, on_shutdown) < 0) {
-        free(req);
+    side_read(s, 0, 0);
+    if (side_shutdown(s, 0, on_shutdown) < 0) {
         sl_session_close(s);
         return;
     }
-    req->data = s;
     s->state = SL_SESS_LINGER; /* no reads until the shutdown completes */
 }
 
@@ -851,12 +1003,10 @@ static void on_upstream_shutdown(uv_shutdown_t *req, int status)
     free(req);
 }
 
-static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+/* <nread> bytes landed at the end of s->cin (or EOF, an error): the one way
+ * the client's bytes come in. */
+static void client_got(struct sl_session *s, ssize_t nread)
 {
-    (void)ub;
-    struct sl_session *s = st->data;
-    if (nread == 0)
-        return;
     if (nread < 0) {
         if (nread != UV_EOF) {
             sl_session_close(s);
@@ -878,11 +1028,8 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
          * answered (the upstream must not see a half-close before them) */
         if (s->state >= SL_SESS_FLUSHING || (how & SL_EOF_KEEP))
             return;
-        uv_shutdown_t *req = malloc(sizeof(*req));
-        if (req == NULL || uv_shutdown(req, (uv_stream_t *)&s->upstream, on_upstream_shutdown) < 0) {
-            free(req);
+        if (side_shutdown(s, 1, on_upstream_shutdown) < 0)
             sl_session_close(s);
-        }
         return;
     }
     struct sl_buf *b = s->cin;
@@ -899,12 +1046,10 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     }
 }
 
-static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+/* <nread> bytes landed at the end of s->uin (or EOF, an error): the one way
+ * the upstream's bytes come in. */
+static void upstream_got(struct sl_session *s, ssize_t nread)
 {
-    (void)ub;
-    struct sl_session *s = st->data;
-    if (nread == 0)
-        return;
     if (nread < 0) {
         /* Everything the upstream sent is already on its way to the client;
          * close once it has left. */
@@ -929,6 +1074,183 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     }
 }
 
+/* Plain TCP: libuv read into the chunks (alloc_client, alloc_upstream). */
+static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    (void)ub;
+    if (nread != 0)
+        client_got(st->data, nread);
+}
+
+static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    (void)ub;
+    if (nread != 0)
+        upstream_got(st->data, nread);
+}
+
+/* TLS: the socket is read into the scratch and fed to the engine at once. */
+static void alloc_tls(uv_handle_t *h, size_t hint, uv_buf_t *ub)
+{
+    (void)hint;
+    struct sl_session *s = h->data;
+    int up = h == (uv_handle_t *)&s->upstream;
+    size_t room = sl_tls_feed_room(s->tls[up]);
+    *ub = uv_buf_init(tls_scratch, (unsigned)(room < TLS_SCRATCH ? room : TLS_SCRATCH));
+}
+
+static void client_tls_done(struct sl_session *s, int ok);
+static void upstream_tls_done(struct sl_session *s, int ok);
+
+/* Side <up> reads its socket while its handshake runs, or while the
+ * session wants its bytes and the engine has room for them. */
+static void tls_sync_read(struct sl_session *s, int up)
+{
+    if (s->state >= SL_SESS_LINGER)
+        return; /* the close path drives the socket */
+    uint8_t pause = up ? s->up_pause : s->cl_pause;
+    uv_stream_t *st = side_stream(s, up);
+    if (!s->tls_eof[up] && (s->tls_hs[up] || pause == 0) && sl_tls_feed_room(s->tls[up]) > 0)
+        uv_read_start(st, alloc_tls, up ? on_upstream_tls : on_client_tls);
+    else
+        uv_read_stop(st);
+}
+
+/* Moves what the engine of side <up> holds on: the handshake's next step,
+ * then plaintext into the side's chunk for as long as the session reads it. */
+static void tls_pump(struct sl_session *s, int up)
+{
+    struct sl_tls *t = s->tls[up];
+    if (s->tls_hs[up]) {
+        int rc = sl_tls_handshake(t);
+        if (tls_flush(s, up) < 0 && rc == SL_OK)
+            rc = SL_EPROTO;
+        if (rc == SL_EAGAIN && !s->tls_eof[up]) {
+            tls_sync_read(s, up);
+            return;
+        }
+        s->tls_hs[up] = 0;
+        if (up)
+            upstream_tls_done(s, rc == SL_OK);
+        else
+            client_tls_done(s, rc == SL_OK);
+        if (rc != SL_OK || s->state >= SL_SESS_CLOSED)
+            return;
+    }
+    for (;;) {
+        uint8_t pause = up ? s->up_pause : s->cl_pause;
+        if (pause != 0 || s->state >= SL_SESS_LINGER)
+            break;
+        struct sl_buf **slot = up ? &s->uin : &s->cin;
+        struct sl_buf *b = rx_chunk(slot);
+        if (b == NULL) {
+            sl_session_close(s);
+            return;
+        }
+        unsigned room = room_of(s->meter[up], SL_BUF_SIZE - b->end);
+        ssize_t n = sl_tls_read(t, b->data + b->end, room);
+        if (tls_flush(s, up) < 0) {
+            sl_session_close(s);
+            return;
+        }
+        if (n > 0) {
+            if (up)
+                upstream_got(s, n);
+            else
+                client_got(s, n);
+            if (s->state >= SL_SESS_CLOSED)
+                return;
+            continue;
+        }
+        if (n == SL_EAGAIN && !s->tls_eof[up])
+            break;
+        if (n == SL_EPROTO && !s->tls_eof[up])
+            sl_log_debug_rl("tls_failed", "TLS failed", "listener=%s side=%s err=\"%s\"", s->l->name,
+                            up ? "upstream" : "client", sl_tls_error(t));
+        /* The peer's close_notify, or EOF (with or without it: many peers
+         * just close), or a TLS failure: the end of this side's data. */
+        ssize_t end = n == SL_EPROTO && !s->tls_eof[up] ? UV_EPROTO : UV_EOF;
+        s->tls_eof[up] = 1;
+        uv_read_stop(side_stream(s, up));
+        if (up)
+            upstream_got(s, end);
+        else
+            client_got(s, end);
+        return;
+    }
+    tls_sync_read(s, up);
+}
+
+static void tls_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub, int up)
+{
+    struct sl_session *s = st->data;
+    if (nread == 0 || s->state >= SL_SESS_CLOSED)
+        return;
+    if (nread < 0) {
+        if (nread != UV_EOF) {
+            if (s->tls_hs[up]) {
+                s->tls_hs[up] = 0;
+                if (up)
+                    upstream_tls_done(s, 0);
+                else
+                    client_tls_done(s, 0);
+                return;
+            }
+            if (up)
+                upstream_got(s, nread);
+            else
+                client_got(s, nread);
+            return;
+        }
+        s->tls_eof[up] = 1;
+        sl_tls_feed_eof(s->tls[up]);
+        uv_read_stop(st);
+    } else {
+        sl_tls_feed(s->tls[up], ub->base, (size_t)nread);
+    }
+    tls_pump(s, up);
+}
+
+static void on_client_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    tls_on_read(st, nread, ub, 0);
+}
+
+static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    tls_on_read(st, nread, ub, 1);
+}
+
+static void tls_kick(struct sl_session *s)
+{
+    if (s->tls_kick)
+        return;
+    if (kick_n == kick_cap) {
+        uint32_t cap = kick_cap ? kick_cap * 2 : 64;
+        struct sl_session **nl = realloc(kick_list, cap * sizeof(*nl));
+        if (nl == NULL)
+            return; /* the next read from the socket pumps it */
+        kick_list = nl;
+        kick_cap = cap;
+    }
+    kick_list[kick_n++] = s;
+    s->tls_kick = 1;
+}
+
+static void tls_kicks_run(void)
+{
+    for (uint32_t i = 0; i < kick_n; i++) {
+        struct sl_session *s = kick_list[i];
+        if (s == NULL)
+            continue;
+        s->tls_kick = 0;
+        for (int up = 0; up < 2 && s->state < SL_SESS_LINGER; up++)
+            if (s->tls[up] != NULL && !s->tls_hs[up] && !s->tls_eof[up])
+                tls_pump(s, up);
+    }
+    kick_n = 0;
+}
+
 /* ---- accept and connect ------------------------------------------------------- */
 
 /* The session gives answer <what> on its own and closes once it is out;
@@ -947,6 +1269,8 @@ static void answer_close(struct sl_session *s, enum sl_answer what, const char *
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | SL_SEG_CLOSE);
 }
+
+static void upstream_ready(struct sl_session *s);
 
 static void upstream_failed(struct sl_session *s, int err)
 {
@@ -976,10 +1300,43 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&s->upstream, 1);
+    if (s->l->up_tls != NULL) {
+        /* The handshake runs within connect_timeout: the session stays in
+         * l->connecting until it is done (upstream_tls_done). */
+        s->tls[1] = sl_tls_new(s->l->up_tls, s->l->up_sni[0] ? s->l->up_sni : NULL);
+        if (s->tls[1] == NULL) {
+            sl_session_close(s);
+            return;
+        }
+        s->tls_hs[1] = 1;
+        tls_pump(s, 1);
+        return;
+    }
+    upstream_ready(s);
+}
+
+static void upstream_ready(struct sl_session *s)
+{
     s->state = SL_SESS_RELAY;
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_pause(s, 1, SL_PAUSE_CONNECT, 0);
     sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 0);
+}
+
+static void upstream_tls_done(struct sl_session *s, int ok)
+{
+    if (s->state != SL_SESS_CONNECTING)
+        return;
+    if (ok) {
+        sl_log_debug("upstream TLS up", "listener=%s version=%s", s->l->name, sl_tls_version(s->tls[1]));
+        upstream_ready(s);
+        return;
+    }
+    sl_log_warn_rl("upstream_tls", "upstream TLS handshake failed", "listener=%s upstream=%s err=\"%s\"",
+                   s->l->name, s->l->conf->upstream.text, sl_tls_error(s->tls[1]));
+    close_handle((uv_handle_t *)&s->upstream);
+    s->up_up = 0;
+    upstream_failed(s, SL_EPROTO);
 }
 
 /* Connects the upstream socket of <s> to the listener's address now. */
@@ -1098,6 +1455,9 @@ static void gate_try(struct sl_session *s)
         gate_verdict(s, &v);
 }
 
+static void accept_rest(struct sl_session *s);
+static void client_tls_done(struct sl_session *s, int ok);
+
 void sl_session_accept(struct sl_listener *l)
 {
     uv_loop_t *loop = l->handle.loop;
@@ -1119,14 +1479,64 @@ void sl_session_accept(struct sl_listener *l)
     }
     l->stats.conns_accepted++;
     if (l->stats.conns_active > l->conf->max_connections) {
-        /* Accepted and then refused, as Redis does: the client learns why. */
+        /* Accepted and then refused, as Redis does: the client learns why
+         * (over TLS it would take a handshake first: closed at once). */
         sl_log_warn_rl("max_connections", "max_connections reached", "listener=%s max=%llu",
                        l->name, (unsigned long long)l->conf->max_connections);
         l->stats.conns_refused++;
-        answer_close(s, SL_ANSWER_MAX_CLIENTS, NULL);
+        if (l->tls != NULL)
+            sl_session_close(s);
+        else
+            answer_close(s, SL_ANSWER_MAX_CLIENTS, NULL);
         return;
     }
     s->cl_pause = SL_PAUSE_CONNECT;
+    if (l->tls != NULL) {
+        /* The handshake comes first, within header_timeout (the sweep):
+         * the identity may be the client certificate's name. */
+        uv_tcp_nodelay(&s->client, 1);
+        s->tls[0] = sl_tls_new(l->tls, NULL);
+        if (s->tls[0] == NULL) {
+            sl_session_close(s);
+            return;
+        }
+        s->tls_hs[0] = 1;
+        sl_tq_touch(&l->handshaking, &s->tq, uv_now(loop));
+        tls_sync_read(s, 0);
+        return;
+    }
+    accept_rest(s);
+}
+
+static void client_tls_done(struct sl_session *s, int ok)
+{
+    struct sl_listener *l = s->l;
+    if (!ok) {
+        l->stats.tls_handshake_failures++;
+        sl_log_warn_rl("tls_handshake", "TLS handshake with a client failed", "listener=%s err=\"%s\"",
+                       l->name, s->tls[0] ? sl_tls_error(s->tls[0]) : "");
+        sl_session_close(s);
+        return;
+    }
+    sl_tq_remove(&s->tq);
+    const char *who = sl_tls_peer_verified(s->tls[0]) ? sl_tls_peer_name(s->tls[0]) : "";
+    if (who[0] != '\0') {
+        if (sl_sess_ident(s) == NULL) {
+            sl_session_close(s);
+            return;
+        }
+        sl_identity_set_tls(s->ident, who);
+    }
+    sl_log_debug("client TLS up", "listener=%s version=%s alpn=%s", l->name, sl_tls_version(s->tls[0]),
+                 sl_tls_alpn(s->tls[0]));
+    accept_rest(s);
+}
+
+/* The rest of an accept: the session starts (after the TLS handshake). */
+static void accept_rest(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
+    uv_loop_t *loop = l->handle.loop;
     s->up_pause = SL_PAUSE_CONNECT;
     s->id = ++l->srv->next_conn;
     s->proto->init(s);
@@ -1162,6 +1572,18 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     }
     while ((n = sl_tq_expired(&l->lingering, now, LINGER_MS)) != NULL)
         sl_session_close(sl_session_of(n));
+
+    /* A TLS handshake gets header_timeout (10s when that is off: a
+     * handshake never waits for ever). */
+    uint64_t hst = l->conf->header_timeout_us / 1000;
+    while ((n = sl_tq_expired(&l->handshaking, now, hst ? hst : 10000)) != NULL) {
+        struct sl_session *s = sl_session_of(n);
+        sl_tq_remove(n);
+        l->stats.tls_handshake_failures++;
+        sl_log_warn_rl("tls_handshake", "TLS handshake with a client failed", "listener=%s err=\"%s\"",
+                       l->name, "timed out (header_timeout)");
+        sl_session_close(s);
+    }
 
     uint64_t ht = l->conf->header_timeout_us / 1000;
     while ((n = sl_tq_expired(&l->heading, now, ht ? ht : 1)) != NULL) {

@@ -768,7 +768,7 @@ static void test_bad_values(void **state)
         { "max_connections = 4294967296", "max_connections: must be at most 4294967295, got '4294967296'" },
         { "max_connections = 99999999999999999999", "max_connections: expected a whole number, got '99999999999999999999'" },
         { "protocol = RESP", "protocol: expected one of resp | http | tcp, got 'RESP'" },
-        { "identity = ip", "identity: expected resp_user, client_name, key_prefix, client_ip, header:NAME or none, got 'ip'" },
+        { "identity = ip", "identity: expected resp_user, client_name, key_prefix, client_ip, header:NAME, tls_subject or none, got 'ip'" },
         { "identity = client_ip client_ip", "identity: 'client_ip' is listed twice" },
         { "identity = none client_ip", "identity: nothing can follow 'none', got 'client_ip'" },
         { "identity = header:", "identity: expected header:NAME with an HTTP header name, got 'header:'" },
@@ -884,7 +884,7 @@ static void test_continuation(void **state)
     /* Errors inside a continuation line carry its own line number. */
     expect_errors(L_A "identity = client_ip\n  bogus\n",
                   "t.ini:5: identity: expected resp_user, client_name, key_prefix, client_ip, "
-                  "header:NAME or none, got 'bogus'\n");
+                  "header:NAME, tls_subject or none, got 'bogus'\n");
     /* After a header, an indented key is an ordinary key. */
     c = load_ok("[listener a]\n   listen = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\n");
     sl_conf_free(c);

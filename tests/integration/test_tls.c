@@ -1,0 +1,208 @@
+/* sluice integration tests — TLS on listeners and to upstreams.
+ *
+ * Certificates are made at test time by the `openssl` command in a temp
+ * directory: a throwaway CA, a server certificate (localhost, 127.0.0.1)
+ * and a client certificate (CN client-alice). The upstream is a real
+ * redis-server speaking only TLS (--port 0 --tls-port). One sluice with:
+ *   t  -> TLS in (client certificate optional), TLS out; identity = tls_subject,
+ *         3 requests a minute per identity
+ *   m  -> TLS in with tls_verify_client = on
+ *   w  -> TLS out with upstream_tls_sni = wrong.example (refused by verification) */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "integration/harness.h"
+
+static char dir[] = "/tmp/sluice-tls-XXXXXX";
+static struct th_proc sluice_p;
+static pid_t redis_pid;
+static int rport, tport, mport, wport, admin_port;
+
+/* Runs <cmd> through the shell; its first line of output into <out>. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return -1;
+    out[0] = '\0';
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+static int make_certs(void)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && "
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "
+             "-subj /CN=sluice-test-ca && "
+             "for n in server client; do "
+             "openssl req -newkey rsa:2048 -nodes -keyout $n.key -out $n.csr -subj /CN=$n-alice && "
+             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $n.ext && "
+             "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt "
+             "-days 1 -extfile $n.ext || exit 1; done",
+             dir);
+    char out[256];
+    return run(cmd, out, sizeof(out)) == 0 ? 0 : -1;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (mkdtemp(dir) == NULL || make_certs() < 0)
+        return -1;
+    rport = th_free_port();
+    char cmd[2048], out[256];
+    snprintf(cmd, sizeof(cmd),
+             "redis-server --port 0 --tls-port %d --tls-cert-file %s/server.crt "
+             "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt --tls-auth-clients no "
+             "--save '' --appendonly no --daemonize yes --pidfile %s/redis.pid --logfile %s/redis.log",
+             rport, dir, dir, dir, dir, dir);
+    if (run(cmd, out, sizeof(out)) != 0)
+        return -1;
+    for (int i = 0; i < 50; i++) {
+        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt -p %d ping 2>&1", dir, rport);
+        if (run(cmd, out, sizeof(out)) == 0 && strncmp(out, "PONG", 4) == 0)
+            break;
+        usleep(100000);
+    }
+    snprintf(cmd, sizeof(cmd), "%s/redis.pid", dir);
+    char *pid = th_slurp(cmd);
+    if (pid == NULL)
+        return -1;
+    redis_pid = (pid_t)atol(pid);
+    free(pid);
+    th_track_pid(redis_pid);
+    tport = th_free_port();
+    mport = th_free_port();
+    wport = th_free_port();
+    admin_port = th_free_port();
+    char ini[4096];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = local\n"
+             "[listener t]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "tls_cert = %s/server.crt\ntls_key = %s/server.key\ntls_ca = %s/ca.crt\n"
+             "tls_verify_client = optional\nidentity = tls_subject client_ip\n"
+             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
+             "[listener m]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "tls_cert = %s/server.crt\ntls_key = %s/server.key\ntls_ca = %s/ca.crt\n"
+             "tls_verify_client = on\nupstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
+             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\nupstream_tls_sni = wrong.example\n"
+             "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
+             "match_identity = tls:client-alice\n",
+             admin_port, tport, rport, dir, dir, dir, dir, mport, rport, dir, dir, dir, dir, wport,
+             rport, dir);
+    return th_sluice_start(&sluice_p, ini, wport);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    int st = th_stop(&sluice_p);
+    if (redis_pid > 0)
+        kill(redis_pid, SIGTERM);
+    char cmd[512], out[64];
+    snprintf(cmd, sizeof(cmd), "sleep 0.2; rm -rf %s", dir);
+    run(cmd, out, sizeof(out));
+    return st == 0 ? 0 : -1;
+}
+
+static void cli(int port, const char *cert, const char *args, char *out, size_t cap)
+{
+    char cmd[2048];
+    if (cert != NULL)
+        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt --cert %s/%s.crt --key %s/%s.key "
+                 "-p %d %s 2>&1", dir, dir, cert, dir, cert, port, args);
+    else if (strcmp(args, "plain") == 0)
+        snprintf(cmd, sizeof(cmd), "redis-cli -p %d ping 2>&1", port);
+    else
+        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt -p %d %s 2>&1", dir, port, args);
+    run(cmd, out, cap);
+}
+
+/* redis-cli --tls through a TLS listener to a TLS-only Redis. */
+static void test_tls_in_tls_out(void **state)
+{
+    (void)state;
+    char out[512];
+    cli(tport, NULL, "set tls-key hello", out, sizeof(out));
+    assert_string_equal(out, "OK\n");
+    cli(tport, NULL, "get tls-key", out, sizeof(out));
+    assert_string_equal(out, "hello\n");
+}
+
+/* identity = tls_subject: the client certificate's CN is who is limited. */
+static void test_tls_subject_identity(void **state)
+{
+    (void)state;
+    char out[512];
+    for (int i = 0; i < 3; i++) {
+        cli(tport, "client", "ping", out, sizeof(out));
+        assert_string_equal(out, "PONG\n");
+    }
+    cli(tport, "client", "ping", out, sizeof(out));
+    assert_non_null(strstr(out, "THROTTLED limit 'per-cert' exceeded for 'tls:client-alice'"));
+    /* without a certificate: another identity (the client ip), not limited */
+    cli(tport, NULL, "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+}
+
+/* tls_verify_client = on: a client without a certificate is refused. */
+static void test_mtls_refuses_no_cert(void **state)
+{
+    (void)state;
+    char out[512];
+    double before = th_metric(admin_port, "sluice_tls_handshake_failures_total{listener=\"m\"}");
+    cli(mport, NULL, "ping", out, sizeof(out));
+    assert_null(strstr(out, "PONG"));
+    cli(mport, "client", "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+    double after = th_metric(admin_port, "sluice_tls_handshake_failures_total{listener=\"m\"}");
+    assert_true(after >= before + 1);
+}
+
+/* Plaintext to a TLS port: closed at once, not left hanging. */
+static void test_plaintext_closed(void **state)
+{
+    (void)state;
+    int fd = th_connect(tport);
+    assert_true(fd >= 0);
+    th_write_all(fd, "PING\r\n", 6);
+    uint64_t t0 = th_now_ms();
+    assert_int_equal(th_wait_eof(fd, 3000), 1);
+    assert_true(th_now_ms() - t0 < 2000);
+    close(fd);
+}
+
+/* The upstream's certificate does not name the SNI sluice was told to
+ * expect: the upstream handshake is refused, the client told so. */
+static void test_wrong_sni_refused(void **state)
+{
+    (void)state;
+    char out[512];
+    cli(wport, NULL, "plain", out, sizeof(out));
+    assert_non_null(strstr(out, "upstream unavailable"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tls_in_tls_out),
+        cmocka_unit_test(test_tls_subject_identity),
+        cmocka_unit_test(test_mtls_refuses_no_cert),
+        cmocka_unit_test(test_plaintext_closed),
+        cmocka_unit_test(test_wrong_sni_refused),
+    };
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
