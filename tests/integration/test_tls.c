@@ -7,7 +7,11 @@
  *   t  -> TLS in (client certificate optional), TLS out; identity = tls_subject,
  *         3 requests a minute per identity
  *   m  -> TLS in with tls_verify_client = on
- *   w  -> TLS out with upstream_tls_sni = wrong.example (refused by verification) */
+ *   w  -> TLS out with upstream_tls_sni = wrong.example (refused by verification)
+ *   h  -> protocol = http, TLS in (ALPN http/1.1) to a plain HTTP upstream
+ *   c  -> protocol = tcp, TLS in and TLS out
+ * The last test swaps the server certificate's files and sends SIGHUP: new
+ * connections get the new certificate, an open one keeps working. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,13 +23,15 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "integration/harness.h"
 
 static char dir[] = "/tmp/sluice-tls-XXXXXX";
-static struct th_proc sluice_p;
+static struct th_proc sluice_p, pyup;
 static pid_t redis_pid;
-static int rport, tport, mport, wport, admin_port;
+static int rport, tport, mport, wport, hport, cport, admin_port;
 
 /* Runs <cmd> through the shell; its first line of output into <out>. */
 static int run(const char *cmd, char *out, size_t cap)
@@ -46,7 +52,7 @@ static int make_certs(void)
              "cd %s && "
              "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "
              "-subj /CN=sluice-test-ca && "
-             "for n in server client; do "
+             "for n in server client server2; do "
              "openssl req -newkey rsa:2048 -nodes -keyout $n.key -out $n.csr -subj /CN=$n-alice && "
              "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $n.ext && "
              "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt "
@@ -86,7 +92,11 @@ static int group_setup(void **state)
     tport = th_free_port();
     mport = th_free_port();
     wport = th_free_port();
+    hport = th_free_port();
+    cport = th_free_port();
     admin_port = th_free_port();
+    if (th_pyup_start(&pyup) < 0)
+        return -1;
     char ini[4096];
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = local\n"
@@ -99,10 +109,15 @@ static int group_setup(void **state)
              "tls_verify_client = on\nupstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
              "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\nupstream_tls_sni = wrong.example\n"
+             "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "tls_cert = %s/server.crt\ntls_key = %s/server.key\n"
+             "[listener c]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "tls_cert = %s/server.crt\ntls_key = %s/server.key\n"
+             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
              "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
              "match_identity = tls:client-alice\n",
              admin_port, tport, rport, dir, dir, dir, dir, mport, rport, dir, dir, dir, dir, wport,
-             rport, dir);
+             rport, dir, hport, pyup.port, dir, dir, cport, rport, dir, dir, dir);
     return th_sluice_start(&sluice_p, ini, wport);
 }
 
@@ -110,6 +125,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     int st = th_stop(&sluice_p);
+    th_stop(&pyup);
     if (redis_pid > 0)
         kill(redis_pid, SIGTERM);
     char cmd[512], out[64];
@@ -195,6 +211,96 @@ static void test_wrong_sni_refused(void **state)
     assert_non_null(strstr(out, "upstream unavailable"));
 }
 
+/* HTTPS: curl --cacert against an http listener speaking TLS; ALPN
+ * settles on http/1.1 and the plain HTTP upstream answers through it. */
+static void test_https_curl(void **state)
+{
+    (void)state;
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof(cmd),
+             "curl -sS -v --cacert %s/ca.crt -o /dev/null -w 'code=%%{http_code} v=%%{http_version}\\n' "
+             "https://localhost:%d/echo 2>&1", dir, hport);
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "code=200 v=1.1"));
+    assert_non_null(strstr(out, "ALPN: server accepted http/1.1"));
+}
+
+/* A tcp listener: TLS in, TLS out, bytes relayed between them. */
+static void test_tcp_listener_tls(void **state)
+{
+    (void)state;
+    char out[512];
+    cli(cport, NULL, "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+}
+
+/* One TLS client connection to tport, verified against the CA. */
+static SSL *tls_open(SSL_CTX *ctx, int *fd)
+{
+    *fd = th_connect(tport);
+    assert_true(*fd >= 0);
+    SSL *s = SSL_new(ctx);
+    assert_non_null(s);
+    SSL_set_fd(s, *fd);
+    SSL_set_tlsext_host_name(s, "localhost");
+    SSL_set1_host(s, "localhost");
+    assert_int_equal(SSL_connect(s), 1);
+    return s;
+}
+
+static void tls_ping(SSL *s)
+{
+    char buf[16] = "";
+    assert_int_equal(SSL_write(s, "PING\r\n", 6), 6);
+    assert_true(SSL_read(s, buf, sizeof(buf) - 1) >= 5);
+    assert_memory_equal(buf, "+PONG", 5);
+}
+
+/* The peer certificate's subject CN of <s>, in <out>. */
+static void peer_cn(SSL *s, char *out, size_t cap)
+{
+    X509 *x = SSL_get1_peer_certificate(s);
+    assert_non_null(x);
+    X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, out, (int)cap);
+    X509_free(x);
+}
+
+/* SIGHUP rereads the certificates: a new connection gets the new one, a
+ * connection open before keeps working with the old. */
+static void test_reload_swaps_certificate(void **state)
+{
+    (void)state;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(ctx);
+    char path[512], cn[128];
+    snprintf(path, sizeof(path), "%s/ca.crt", dir);
+    assert_int_equal(SSL_CTX_load_verify_locations(ctx, path, NULL), 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    int fd1, fd2;
+    SSL *old = tls_open(ctx, &fd1);
+    tls_ping(old);
+    peer_cn(old, cn, sizeof(cn));
+    assert_string_equal(cn, "server-alice");
+    char cmd[1024], out[256];
+    snprintf(cmd, sizeof(cmd), "cd %s && cp server2.crt server.crt && cp server2.key server.key", dir);
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    int before = th_log_count(sluice_p.log, "msg=reloaded");
+    kill(sluice_p.pid, SIGHUP);
+    assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded", before + 1, TH_MS), 0);
+    SSL *fresh = tls_open(ctx, &fd2);
+    tls_ping(fresh);
+    peer_cn(fresh, cn, sizeof(cn));
+    assert_string_equal(cn, "server2-alice");
+    tls_ping(old); /* still up, on the certificate it started with */
+    peer_cn(old, cn, sizeof(cn));
+    assert_string_equal(cn, "server-alice");
+    SSL_free(old);
+    SSL_free(fresh);
+    close(fd1);
+    close(fd2);
+    SSL_CTX_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +309,9 @@ int main(void)
         cmocka_unit_test(test_mtls_refuses_no_cert),
         cmocka_unit_test(test_plaintext_closed),
         cmocka_unit_test(test_wrong_sni_refused),
+        cmocka_unit_test(test_https_curl),
+        cmocka_unit_test(test_tcp_listener_tls),
+        cmocka_unit_test(test_reload_swaps_certificate),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
