@@ -120,4 +120,47 @@ void sl_sess_rx_release(struct sl_buf **slot);
 void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running);
 void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back when empty */
 
+/* ---- the transport (session.c) and TLS under it (sess_tls.c) ---------------- */
+
+/* The socket of side <up> (0 the client, 1 the upstream). */
+uv_stream_t *sl_sess_side_stream(struct sl_session *s, int up);
+
+/* Writes <len> bytes at <p> to socket <dst> as they are (<b>: the chunk
+ * holding them, or NULL: copied if the kernel does not take them at once).
+ * Returns 0 or a libuv error. */
+int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+                       size_t len);
+
+/* The chunk of <slot> with room to read into (a new one when it is full);
+ * NULL when out of memory. */
+struct sl_buf *sl_sess_rx_chunk(struct sl_buf **slot);
+
+/* What meter <m> (NULL: none) lets a read of up to <len> bytes take. */
+unsigned sl_sess_room_of(struct sl_meter *m, unsigned len);
+
+/* Side <up> got <nread> plaintext bytes in its chunk (or EOF, an error). */
+void sl_sess_got(struct sl_session *s, int up, ssize_t nread);
+
+/* Side <up>'s TLS handshake ended (<ok>: established). */
+void sl_sess_tls_done(struct sl_session *s, int up, int ok);
+
+/* sess_tls.c: */
+/* Encrypts and sends <len> bytes at <p> on side <up>: 0 or a libuv error. */
+int sl_sess_tls_send(struct sl_session *s, int up, const char *p, size_t len);
+/* Writes out what side <up>'s engine holds for the socket: 0 or an error. */
+int sl_sess_tls_flush(struct sl_session *s, int up);
+/* Reads side <up>'s socket while its handshake runs, or while the session
+ * wants bytes and the engine has room. */
+void sl_sess_tls_sync_read(struct sl_session *s, int up);
+/* Moves side <up>'s engine on: the handshake, then plaintext to the session. */
+void sl_sess_tls_pump(struct sl_session *s, int up);
+/* Pumps <s> at the end of the loop turn (plaintext may wait in an engine). */
+void sl_sess_tls_kick(struct sl_session *s);
+/* The end of a loop turn: pumps the kicked sessions. */
+void sl_sess_tls_kicks_run(void);
+/* <s> is freed: no pump for it. */
+void sl_sess_tls_forget(struct sl_session *s);
+/* Frees the kick list (at exit). */
+void sl_sess_tls_drain(void);
+
 #endif

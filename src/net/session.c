@@ -70,17 +70,6 @@ static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void client_got(struct sl_session *s, ssize_t nread);
 static void upstream_got(struct sl_session *s, ssize_t nread);
 static void on_write(uv_write_t *req, int status);
-static void tls_sync_read(struct sl_session *s, int up);
-static void tls_kick(struct sl_session *s);
-static void on_client_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
-static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
-static void tls_kicks_run(void);
-
-/* Sessions whose reading was turned back on while plaintext may wait in an
- * engine: pumped at the end of the loop turn (not from inside whatever
- * unpaused them). */
-static struct sl_session **kick_list;
-static uint32_t            kick_n, kick_cap;
 
 struct sl_session *sl_session_of(struct sl_tq_node *n)
 {
@@ -126,16 +115,14 @@ void sl_session_pool_drain(void)
     free(resume_list);
     resume_list = NULL;
     resume_n = resume_cap = 0;
-    free(kick_list);
-    kick_list = NULL;
-    kick_n = kick_cap = 0;
+    sl_sess_tls_drain();
 }
 
 /* ---- chunks --------------------------------------------------------------- */
 
 /* Returns the chunk in <*slot> with at least MIN_READ bytes of room, taking a
  * new one (and moving unconsumed bytes into it) when needed; NULL on OOM. */
-static struct sl_buf *rx_chunk(struct sl_buf **slot)
+struct sl_buf *sl_sess_rx_chunk(struct sl_buf **slot)
 {
     struct sl_buf *b = *slot;
     if (b != NULL && SL_BUF_SIZE - b->end >= MIN_READ)
@@ -175,7 +162,7 @@ void sl_sess_rx_release(struct sl_buf **slot)
 /* A metered side reads no more than its credit (at least a byte: libuv
  * takes an empty buffer for an error), so a shaped transfer overshoots by
  * nothing. */
-static unsigned room_of(struct sl_meter *m, unsigned len)
+unsigned sl_sess_room_of(struct sl_meter *m, unsigned len)
 {
     if (m == NULL)
         return len;
@@ -189,8 +176,8 @@ static void alloc_client(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
     struct sl_session *s = h->data;
-    struct sl_buf *b = rx_chunk(&s->cin);
-    *ub = b ? uv_buf_init(b->data + b->end, room_of(s->meter[0], SL_BUF_SIZE - b->end))
+    struct sl_buf *b = sl_sess_rx_chunk(&s->cin);
+    *ub = b ? uv_buf_init(b->data + b->end, sl_sess_room_of(s->meter[0], SL_BUF_SIZE - b->end))
             : uv_buf_init(NULL, 0);
 }
 
@@ -198,8 +185,8 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
     struct sl_session *s = h->data;
-    struct sl_buf *b = rx_chunk(&s->uin);
-    *ub = b ? uv_buf_init(b->data + b->end, room_of(s->meter[1], SL_BUF_SIZE - b->end))
+    struct sl_buf *b = sl_sess_rx_chunk(&s->uin);
+    *ub = b ? uv_buf_init(b->data + b->end, sl_sess_room_of(s->meter[1], SL_BUF_SIZE - b->end))
             : uv_buf_init(NULL, 0);
 }
 
@@ -219,10 +206,10 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
  *   side_linger(s)           read and drop the client's input
  *
  * Plain TCP reads straight into the session's chunks and writes from them
- * (no copy); a transport that transforms the bytes (TLS) keeps the same
- * entry points. */
+ * (no copy); a transport that transforms the bytes keeps the same entry
+ * points: TLS lives in sess_tls.c, behind s->tls[up]. */
 
-static uv_stream_t *side_stream(struct sl_session *s, int up)
+uv_stream_t *sl_sess_side_stream(struct sl_session *s, int up)
 {
     return up ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
 }
@@ -230,12 +217,12 @@ static uv_stream_t *side_stream(struct sl_session *s, int up)
 static void side_read(struct sl_session *s, int up, int on)
 {
     if (s->tls[up] != NULL) {
-        tls_sync_read(s, up);
+        sl_sess_tls_sync_read(s, up);
         if (on)
-            tls_kick(s); /* plaintext may already wait in the engine */
+            sl_sess_tls_kick(s); /* plaintext may already wait in the engine */
         return;
     }
-    uv_stream_t *st = side_stream(s, up);
+    uv_stream_t *st = sl_sess_side_stream(s, up);
     if (!on)
         uv_read_stop(st);
     else if (up)
@@ -246,25 +233,23 @@ static void side_read(struct sl_session *s, int up, int on)
 
 static size_t side_queued(struct sl_session *s, int up)
 {
-    return side_stream(s, up)->write_queue_size +
+    return sl_sess_side_stream(s, up)->write_queue_size +
            (s->tls[up] != NULL ? sl_tls_out_pending(s->tls[up]) : 0);
 }
-
-static int tls_flush(struct sl_session *s, int up);
 
 static int side_shutdown(struct sl_session *s, int up, uv_shutdown_cb cb)
 {
     if (s->tls[up] != NULL) {
         /* close_notify first, so the peer knows our data is whole */
         sl_tls_shutdown(s->tls[up]);
-        if (tls_flush(s, up) < 0)
+        if (sl_sess_tls_flush(s, up) < 0)
             return UV_EPROTO;
     }
     uv_shutdown_t *req = malloc(sizeof(*req));
     if (req == NULL)
         return UV_ENOMEM;
     req->data = s;
-    int rc = uv_shutdown(req, side_stream(s, up), cb);
+    int rc = uv_shutdown(req, sl_sess_side_stream(s, up), cb);
     if (rc < 0)
         free(req);
     return rc;
@@ -313,7 +298,7 @@ static void on_write(uv_write_t *req, int status)
 }
 
 /* Writes <len> bytes at <p> to socket <dst> as they are (see sl_sess_send). */
-static int plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
                       size_t len)
 {
     uv_buf_t ub = uv_buf_init((char *)p, (unsigned)len);
@@ -352,56 +337,12 @@ static int plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, 
     return 0;
 }
 
-/* ---- TLS under the seam ----------------------------------------------------
- *
- *   socket --read--> scratch --sl_tls_feed--> engine --sl_tls_read--> cin/uin chunk
- *                                                    (metered room, pause bits)
- *   plaintext --sl_tls_write--> engine --sl_tls_take--> socket (try_write, else
- *                                                       a queued copy)
- *
- * Ciphertext is held only inside the engine (SL_TLS_IN_MAX / OUT_MAX) and in
- * the socket's write queue, which the watermarks bound as for plain TCP. */
-
-#define TLS_SCRATCH (SL_TLS_OUT_MAX + 20 * 1024)
-static char tls_scratch[TLS_SCRATCH]; /* one read or one take at a time: the loop is one thread */
-
-/* Writes out what the engine of side <up> has for the socket. */
-static int tls_flush(struct sl_session *s, int up)
-{
-    struct sl_tls *t = s->tls[up];
-    uv_stream_t *dst = side_stream(s, up);
-    while (sl_tls_out_pending(t) > 0) {
-        size_t n = sl_tls_take(t, tls_scratch, sizeof(tls_scratch));
-        int rc = plain_send(s, dst, NULL, tls_scratch, n);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int tls_send(struct sl_session *s, int up, const char *p, size_t len)
-{
-    struct sl_tls *t = s->tls[up];
-    while (len > 0) {
-        ssize_t n = sl_tls_write(t, p, len);
-        if (n < 0)
-            return UV_EPROTO;
-        int rc = tls_flush(s, up);
-        if (rc < 0)
-            return rc;
-        if (n == 0 && sl_tls_out_pending(t) == 0)
-            return UV_EAGAIN; /* handshake not done: nothing is sent before it */
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
 
 static int side_send(struct sl_session *s, int up, struct sl_buf *b, const char *p, size_t len)
 {
     if (s->tls[up] != NULL)
-        return tls_send(s, up, p, len);
-    return plain_send(s, side_stream(s, up), b, p, len);
+        return sl_sess_tls_send(s, up, p, len);
+    return sl_sess_plain_send(s, sl_sess_side_stream(s, up), b, p, len);
 }
 
 /* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
@@ -771,7 +712,7 @@ void sl_session_turn_end(void)
         sl_sess_resume(s);
     }
     resume_n = 0;
-    tls_kicks_run();
+    sl_sess_tls_kicks_run();
 }
 
 static void on_verdict(void *data, const struct sl_verdict *v)
@@ -863,9 +804,7 @@ static void session_free(struct sl_session *s)
     for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
         if (resume_list[i] == s)
             resume_list[i] = NULL;
-    for (uint32_t i = 0; s->tls_kick && i < kick_n; i++)
-        if (kick_list[i] == s)
-            kick_list[i] = NULL;
+    sl_sess_tls_forget(s);
     sl_tls_free(s->tls[0]);
     sl_tls_free(s->tls[1]);
     struct sl_listener *l = s->l;
@@ -1089,167 +1028,6 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         upstream_got(st->data, nread);
 }
 
-/* TLS: the socket is read into the scratch and fed to the engine at once. */
-static void alloc_tls(uv_handle_t *h, size_t hint, uv_buf_t *ub)
-{
-    (void)hint;
-    struct sl_session *s = h->data;
-    int up = h == (uv_handle_t *)&s->upstream;
-    size_t room = sl_tls_feed_room(s->tls[up]);
-    *ub = uv_buf_init(tls_scratch, (unsigned)(room < TLS_SCRATCH ? room : TLS_SCRATCH));
-}
-
-static void client_tls_done(struct sl_session *s, int ok);
-static void upstream_tls_done(struct sl_session *s, int ok);
-
-/* Side <up> reads its socket while its handshake runs, or while the
- * session wants its bytes and the engine has room for them. */
-static void tls_sync_read(struct sl_session *s, int up)
-{
-    if (s->state >= SL_SESS_LINGER)
-        return; /* the close path drives the socket */
-    uint8_t pause = up ? s->up_pause : s->cl_pause;
-    uv_stream_t *st = side_stream(s, up);
-    if (!s->tls_eof[up] && (s->tls_hs[up] || pause == 0) && sl_tls_feed_room(s->tls[up]) > 0)
-        uv_read_start(st, alloc_tls, up ? on_upstream_tls : on_client_tls);
-    else
-        uv_read_stop(st);
-}
-
-/* Moves what the engine of side <up> holds on: the handshake's next step,
- * then plaintext into the side's chunk for as long as the session reads it. */
-static void tls_pump(struct sl_session *s, int up)
-{
-    struct sl_tls *t = s->tls[up];
-    if (s->tls_hs[up]) {
-        int rc = sl_tls_handshake(t);
-        if (tls_flush(s, up) < 0 && rc == SL_OK)
-            rc = SL_EPROTO;
-        if (rc == SL_EAGAIN && !s->tls_eof[up]) {
-            tls_sync_read(s, up);
-            return;
-        }
-        s->tls_hs[up] = 0;
-        if (up)
-            upstream_tls_done(s, rc == SL_OK);
-        else
-            client_tls_done(s, rc == SL_OK);
-        if (rc != SL_OK || s->state >= SL_SESS_CLOSED)
-            return;
-    }
-    for (;;) {
-        uint8_t pause = up ? s->up_pause : s->cl_pause;
-        if (pause != 0 || s->state >= SL_SESS_LINGER)
-            break;
-        struct sl_buf **slot = up ? &s->uin : &s->cin;
-        struct sl_buf *b = rx_chunk(slot);
-        if (b == NULL) {
-            sl_session_close(s);
-            return;
-        }
-        unsigned room = room_of(s->meter[up], SL_BUF_SIZE - b->end);
-        ssize_t n = sl_tls_read(t, b->data + b->end, room);
-        if (tls_flush(s, up) < 0) {
-            sl_session_close(s);
-            return;
-        }
-        if (n > 0) {
-            if (up)
-                upstream_got(s, n);
-            else
-                client_got(s, n);
-            if (s->state >= SL_SESS_CLOSED)
-                return;
-            continue;
-        }
-        if (n == SL_EAGAIN && !s->tls_eof[up])
-            break;
-        if (n == SL_EPROTO && !s->tls_eof[up])
-            sl_log_debug_rl("tls_failed", "TLS failed", "listener=%s side=%s err=\"%s\"", s->l->name,
-                            up ? "upstream" : "client", sl_tls_error(t));
-        /* The peer's close_notify, or EOF (with or without it: many peers
-         * just close), or a TLS failure: the end of this side's data. */
-        ssize_t end = n == SL_EPROTO && !s->tls_eof[up] ? UV_EPROTO : UV_EOF;
-        s->tls_eof[up] = 1;
-        uv_read_stop(side_stream(s, up));
-        if (up)
-            upstream_got(s, end);
-        else
-            client_got(s, end);
-        return;
-    }
-    tls_sync_read(s, up);
-}
-
-static void tls_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub, int up)
-{
-    struct sl_session *s = st->data;
-    if (nread == 0 || s->state >= SL_SESS_CLOSED)
-        return;
-    if (nread < 0) {
-        if (nread != UV_EOF) {
-            if (s->tls_hs[up]) {
-                s->tls_hs[up] = 0;
-                if (up)
-                    upstream_tls_done(s, 0);
-                else
-                    client_tls_done(s, 0);
-                return;
-            }
-            if (up)
-                upstream_got(s, nread);
-            else
-                client_got(s, nread);
-            return;
-        }
-        s->tls_eof[up] = 1;
-        sl_tls_feed_eof(s->tls[up]);
-        uv_read_stop(st);
-    } else {
-        sl_tls_feed(s->tls[up], ub->base, (size_t)nread);
-    }
-    tls_pump(s, up);
-}
-
-static void on_client_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
-{
-    tls_on_read(st, nread, ub, 0);
-}
-
-static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
-{
-    tls_on_read(st, nread, ub, 1);
-}
-
-static void tls_kick(struct sl_session *s)
-{
-    if (s->tls_kick)
-        return;
-    if (kick_n == kick_cap) {
-        uint32_t cap = kick_cap ? kick_cap * 2 : 64;
-        struct sl_session **nl = realloc(kick_list, cap * sizeof(*nl));
-        if (nl == NULL)
-            return; /* the next read from the socket pumps it */
-        kick_list = nl;
-        kick_cap = cap;
-    }
-    kick_list[kick_n++] = s;
-    s->tls_kick = 1;
-}
-
-static void tls_kicks_run(void)
-{
-    for (uint32_t i = 0; i < kick_n; i++) {
-        struct sl_session *s = kick_list[i];
-        if (s == NULL)
-            continue;
-        s->tls_kick = 0;
-        for (int up = 0; up < 2 && s->state < SL_SESS_LINGER; up++)
-            if (s->tls[up] != NULL && !s->tls_hs[up] && !s->tls_eof[up])
-                tls_pump(s, up);
-    }
-    kick_n = 0;
-}
 
 /* ---- accept and connect ------------------------------------------------------- */
 
@@ -1309,7 +1087,7 @@ static void on_connect(uv_connect_t *req, int status)
             return;
         }
         s->tls_hs[1] = 1;
-        tls_pump(s, 1);
+        sl_sess_tls_pump(s, 1);
         return;
     }
     upstream_ready(s);
@@ -1502,7 +1280,7 @@ void sl_session_accept(struct sl_listener *l)
         }
         s->tls_hs[0] = 1;
         sl_tq_touch(&l->handshaking, &s->tq, uv_now(loop));
-        tls_sync_read(s, 0);
+        sl_sess_tls_sync_read(s, 0);
         return;
     }
     accept_rest(s);
@@ -1620,4 +1398,22 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
             sl_session_close(s);
         }
     }
+}
+
+/* For the TLS transport (sess_tls.c): bytes (or EOF, an error) decrypted
+ * for side <up>, and the end of its handshake. */
+void sl_sess_got(struct sl_session *s, int up, ssize_t nread)
+{
+    if (up)
+        upstream_got(s, nread);
+    else
+        client_got(s, nread);
+}
+
+void sl_sess_tls_done(struct sl_session *s, int up, int ok)
+{
+    if (up)
+        upstream_tls_done(s, ok);
+    else
+        client_tls_done(s, ok);
 }
