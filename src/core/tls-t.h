@@ -1,4 +1,4 @@
-/* sluice — types of the TLS engine (OpenSSL 3 over memory BIOs). */
+/* sluice — types of the TLS engine (OpenSSL 3, no socket of its own). */
 #ifndef SL_CORE_TLS_T_H
 #define SL_CORE_TLS_T_H
 

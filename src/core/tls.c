@@ -1,10 +1,16 @@
-/* sluice — TLS engine: OpenSSL 3 over two memory BIOs per connection.
+/* sluice — TLS engine: OpenSSL 3 over one BIO of our own per connection.
  *
- *   feed() ──> rbio ──> SSL ──> read()        (ciphertext in, plaintext out)
- *   write() ──> SSL ──> wbio ──> take()       (plaintext in, ciphertext out)
+ *   feed() ──> in ──> SSL ──> read()          (ciphertext in, plaintext out)
+ *   write() ──> SSL ──> out ──> peek()/take() (plaintext in, ciphertext out)
  *
- * Memory BIOs grow without limit by themselves, so every entry point checks
- * the bounds of tls-t.h before handing bytes to OpenSSL: feed() takes no more
+ * The BIO reads from and writes to two byte buffers the engine owns (<in>,
+ * <out>), so what is waiting is a field, not a BIO_ctrl() call, the caller
+ * writes ciphertext to the socket straight from <out> (sl_tls_out_peek()),
+ * and a buffer is freed as soon as it is drained: an idle connection holds
+ * none (SSL_MODE_RELEASE_BUFFERS does the same for OpenSSL's own).
+ *
+ * Nothing bounds the buffers but the engine's entry points, which check the
+ * bounds of tls-t.h before handing bytes to OpenSSL: feed() takes no more
  * than the room left under SL_TLS_IN_MAX, write() stops once SL_TLS_OUT_MAX
  * ciphertext waits, and renegotiation is off so a peer cannot make the engine
  * produce output on its own beyond a handshake's worth. */
@@ -35,11 +41,17 @@ struct sl_tls_ctx {
     unsigned           alpn_len;  /* 0 = no ALPN */
 };
 
+/* A byte buffer: bytes [off, len) of <p> wait; NULL when drained. */
+struct bytes {
+    char  *p;
+    size_t off, len, cap;
+};
+
 struct sl_tls {
     struct sl_tls_ctx *ctx;       /* referenced */
-    SSL               *ssl;
-    BIO               *rbio;      /* ciphertext fed in, owned by <ssl> */
-    BIO               *wbio;      /* ciphertext to take out, owned by <ssl> */
+    SSL               *ssl;       /* owns the BIO, whose data is this engine */
+    struct bytes       in;        /* ciphertext fed in, not yet read by OpenSSL */
+    struct bytes       out;       /* ciphertext OpenSSL wrote, not yet taken */
     enum sl_tls_state  state;
     uint8_t            eof;       /* the socket ended (sl_tls_feed_eof) */
     uint8_t            shut;      /* close_notify queued */
@@ -49,6 +61,128 @@ struct sl_tls {
     char               sni[SL_TLS_NAME_MAX];
     char               err[256];
 };
+
+/* ---- the engine's BIO --------------------------------------------------- */
+
+static size_t waiting(const struct bytes *b) { return b->len - b->off; }
+
+static void bytes_free(struct bytes *b)
+{
+    free(b->p);
+    *b = (struct bytes){ 0 };
+}
+
+/* Appends <n> bytes of <src>; 0, or -1 when out of memory. */
+static int bytes_add(struct bytes *b, const void *src, size_t n)
+{
+    if (b->off > 0 && b->len + n > b->cap) { /* slide the waiting bytes down first */
+        memmove(b->p, b->p + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 512;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* Drops <n> waiting bytes; the buffer goes once drained. */
+static void bytes_drop(struct bytes *b, size_t n)
+{
+    b->off += n;
+    if (b->off >= b->len)
+        bytes_free(b);
+}
+
+static int bio_read(BIO *bio, char *dst, int cap)
+{
+    struct sl_tls *t = BIO_get_data(bio);
+    BIO_clear_retry_flags(bio);
+    size_t n = waiting(&t->in);
+    if (n == 0) {
+        if (t->eof)
+            return 0; /* the socket's end */
+        BIO_set_retry_read(bio);
+        return -1;
+    }
+    if (cap <= 0)
+        return 0;
+    if (n > (size_t)cap)
+        n = (size_t)cap;
+    memcpy(dst, t->in.p + t->in.off, n);
+    bytes_drop(&t->in, n);
+    return (int)n;
+}
+
+static int bio_write(BIO *bio, const char *src, int n)
+{
+    struct sl_tls *t = BIO_get_data(bio);
+    BIO_clear_retry_flags(bio);
+    if (n <= 0)
+        return 0;
+    /* Always taken: write() bounds what it asks OpenSSL to encrypt, and a
+     * handshake flight is bounded by the certificates. */
+    return bytes_add(&t->out, src, (size_t)n) == 0 ? n : -1;
+}
+
+static long bio_ctrl(BIO *bio, int cmd, long num, void *ptr)
+{
+    (void)num;
+    (void)ptr;
+    struct sl_tls *t = BIO_get_data(bio);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1; /* the caller flushes <out> */
+    case BIO_CTRL_PENDING:
+        return (long)waiting(&t->in);
+    case BIO_CTRL_WPENDING:
+        return (long)waiting(&t->out);
+    case BIO_CTRL_EOF:
+        return t->eof && waiting(&t->in) == 0;
+    default:
+        return 0;
+    }
+}
+
+static int bio_create(BIO *bio)
+{
+    BIO_set_init(bio, 1);
+    return 1;
+}
+
+/* One method for every engine of the process (made on first use; the loop
+ * is one thread). */
+static BIO_METHOD *bio_method(void)
+{
+    static BIO_METHOD *m;
+    if (m != NULL)
+        return m;
+    BIO_METHOD *nm = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "sluice");
+    if (nm == NULL || !BIO_meth_set_read(nm, bio_read) || !BIO_meth_set_write(nm, bio_write)
+        || !BIO_meth_set_ctrl(nm, bio_ctrl) || !BIO_meth_set_create(nm, bio_create)) {
+        BIO_meth_free(nm);
+        return NULL;
+    }
+    return m = nm;
+}
+
+/* OpenSSL's error queue must be empty before an SSL_* call for
+ * SSL_get_error() to be right. Every failure drains it, so this is nearly
+ * always a cheap look (ERR_clear_error() itself walks the whole queue). */
+static void err_reset(void)
+{
+    if (ERR_peek_error() != 0)
+        ERR_clear_error();
+}
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -368,18 +502,20 @@ void sl_tls_ctx_unref(struct sl_tls_ctx *ctx)
 
 struct sl_tls *sl_tls_new(struct sl_tls_ctx *ctx, const char *name)
 {
+    BIO_METHOD *m = bio_method();
     struct sl_tls *t = calloc(1, sizeof *t);
-    if (t == NULL)
+    if (t == NULL || m == NULL) {
+        free(t);
         return NULL;
+    }
     t->ssl = SSL_new(ctx->ssl);
-    t->rbio = BIO_new(BIO_s_mem());
-    t->wbio = BIO_new(BIO_s_mem());
-    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL)
+    BIO *bio = BIO_new(m);
+    if (t->ssl == NULL || bio == NULL) {
+        BIO_free(bio);
         goto fail;
-    /* An empty rbio means "retry later", not end of file. */
-    BIO_set_mem_eof_return(t->rbio, -1);
-    BIO_set_mem_eof_return(t->wbio, -1);
-    SSL_set_bio(t->ssl, t->rbio, t->wbio); /* <ssl> owns both from here */
+    }
+    BIO_set_data(bio, t);
+    SSL_set_bio(t->ssl, bio, bio); /* <ssl> owns it from here (one reference for both) */
     if (ctx->role == SL_TLS_CLIENT) {
         SSL_set_connect_state(t->ssl);
         if (!empty(name)) {
@@ -409,13 +545,7 @@ struct sl_tls *sl_tls_new(struct sl_tls_ctx *ctx, const char *name)
 
 fail:
     ERR_clear_error();
-    if (t->ssl != NULL && SSL_get_rbio(t->ssl) != NULL) {
-        SSL_free(t->ssl); /* owns the bios by now */
-    } else {
-        SSL_free(t->ssl);
-        BIO_free(t->rbio);
-        BIO_free(t->wbio);
-    }
+    SSL_free(t->ssl); /* and the BIO, once set */
     free(t);
     return NULL;
 }
@@ -425,13 +555,15 @@ void sl_tls_free(struct sl_tls *t)
     if (t == NULL)
         return;
     SSL_free(t->ssl);
+    bytes_free(&t->in);
+    bytes_free(&t->out);
     sl_tls_ctx_unref(t->ctx);
     free(t);
 }
 
 size_t sl_tls_feed_room(const struct sl_tls *t)
 {
-    size_t held = BIO_ctrl_pending(t->rbio);
+    size_t held = waiting(&t->in);
     return held >= SL_TLS_IN_MAX ? 0 : SL_TLS_IN_MAX - held;
 }
 
@@ -442,15 +574,12 @@ size_t sl_tls_feed(struct sl_tls *t, const void *buf, size_t len)
         len = room;
     if (len == 0 || t->eof)
         return 0;
-    int n = BIO_write(t->rbio, buf, (int)len);
-    return n > 0 ? (size_t)n : 0;
+    return bytes_add(&t->in, buf, len) == 0 ? len : 0;
 }
 
 void sl_tls_feed_eof(struct sl_tls *t)
 {
-    t->eof = 1;
-    /* From now on an empty rbio reads as end of file. */
-    BIO_set_mem_eof_return(t->rbio, 0);
+    t->eof = 1; /* from now on, drained <in> reads as end of file */
 }
 
 /* Records what the handshake established, once. */
@@ -505,7 +634,7 @@ static int failed(struct sl_tls *t, int ret)
 {
     int e = SSL_get_error(t->ssl, ret);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        ERR_clear_error();
+        err_reset();
         return SL_EAGAIN;
     }
     if (e == SSL_ERROR_ZERO_RETURN) {
@@ -535,7 +664,7 @@ int sl_tls_handshake(struct sl_tls *t)
         return SL_EPROTO;
     if (t->state != SL_TLS_HANDSHAKE)
         return SL_OK;
-    ERR_clear_error();
+    err_reset();
     int r = SSL_do_handshake(t->ssl);
     if (r == 1) {
         on_open(t);
@@ -557,9 +686,18 @@ ssize_t sl_tls_read(struct sl_tls *t, void *buf, size_t cap)
     }
     if (cap == 0)
         return SL_EAGAIN;
+    /* Nothing fed and nothing decrypted: SSL_read() would only say so, at
+     * the price of a trip through OpenSSL and its error queue. */
+    if (waiting(&t->in) == 0 && !t->eof && !SSL_has_pending(t->ssl)) {
+        /* Idle until the peer speaks: OpenSSL's record buffers go (they
+         * are empty; it makes them again for the next record), as ours
+         * did. Without this a buffer kept from the handshake stays. */
+        SSL_free_buffers(t->ssl);
+        return SL_EAGAIN;
+    }
     if (cap > INT32_MAX)
         cap = INT32_MAX;
-    ERR_clear_error();
+    err_reset();
     int n = SSL_read(t->ssl, buf, (int)cap);
     if (n > 0)
         return n;
@@ -588,11 +726,11 @@ ssize_t sl_tls_write(struct sl_tls *t, const void *buf, size_t len)
     size_t done = 0;
     /* One record at a time, so the ciphertext waiting passes SL_TLS_OUT_MAX
      * by one record at most. */
-    while (done < len && BIO_ctrl_pending(t->wbio) < SL_TLS_OUT_MAX) {
+    while (done < len && waiting(&t->out) < SL_TLS_OUT_MAX) {
         size_t n = len - done;
         if (n > 16384)
             n = 16384;
-        ERR_clear_error();
+        err_reset();
         int w = SSL_write(t->ssl, (const char *)buf + done, (int)n);
         if (w <= 0) {
             int r = failed(t, w);
@@ -608,16 +746,30 @@ ssize_t sl_tls_write(struct sl_tls *t, const void *buf, size_t len)
     return (ssize_t)done;
 }
 
-size_t sl_tls_out_pending(const struct sl_tls *t) { return BIO_ctrl_pending(t->wbio); }
+size_t sl_tls_out_pending(const struct sl_tls *t) { return waiting(&t->out); }
+
+const void *sl_tls_out_peek(const struct sl_tls *t, size_t *len)
+{
+    *len = waiting(&t->out);
+    return *len > 0 ? t->out.p + t->out.off : NULL;
+}
+
+void sl_tls_out_drop(struct sl_tls *t, size_t n)
+{
+    size_t w = waiting(&t->out);
+    bytes_drop(&t->out, n < w ? n : w);
+}
 
 size_t sl_tls_take(struct sl_tls *t, void *buf, size_t cap)
 {
-    if (cap > INT32_MAX)
-        cap = INT32_MAX;
-    if (cap == 0 || BIO_ctrl_pending(t->wbio) == 0)
-        return 0;
-    int n = BIO_read(t->wbio, buf, (int)cap);
-    return n > 0 ? (size_t)n : 0;
+    size_t n = waiting(&t->out);
+    if (n > cap)
+        n = cap;
+    if (n > 0) {
+        memcpy(buf, t->out.p + t->out.off, n);
+        bytes_drop(&t->out, n);
+    }
+    return n;
 }
 
 void sl_tls_shutdown(struct sl_tls *t)
@@ -627,8 +779,8 @@ void sl_tls_shutdown(struct sl_tls *t)
     t->shut = 1;
     if (t->state == SL_TLS_HANDSHAKE)
         return; /* nothing was said yet: a close_notify mid-handshake helps no one */
-    ERR_clear_error();
-    (void)SSL_shutdown(t->ssl); /* queues close_notify in wbio; the answer is not awaited */
+    err_reset();
+    (void)SSL_shutdown(t->ssl); /* queues close_notify in <out>; the answer is not awaited */
     ERR_clear_error();
 }
 

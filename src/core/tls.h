@@ -1,4 +1,4 @@
-/* sluice — TLS engine: OpenSSL 3 driven through memory BIOs.
+/* sluice — TLS engine: OpenSSL 3 driven through a BIO over the engine's own buffers.
  *
  * The caller owns the socket and the loop; the engine only turns bytes into
  * bytes, so it never blocks and needs no thread:
@@ -101,6 +101,12 @@ size_t sl_tls_out_pending(const struct sl_tls *t);
 
 /* Moves up to <cap> bytes of waiting ciphertext into <buf>; returns how many. */
 size_t sl_tls_take(struct sl_tls *t, void *buf, size_t cap);
+
+/* The same without a copy: the waiting ciphertext in place (*<len> bytes;
+ * NULL when none), valid until the next call into the engine; once written,
+ * sl_tls_out_drop() the bytes the socket took. */
+const void *sl_tls_out_peek(const struct sl_tls *t, size_t *len);
+void        sl_tls_out_drop(struct sl_tls *t, size_t n);
 
 /* Queues close_notify (once; later calls do nothing). Take it out, write it,
  * then shut the socket down. Nothing can be written after it. */

@@ -27,27 +27,29 @@ static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
  *
  *   socket --read--> scratch --sl_tls_feed--> engine --sl_tls_read--> cin/uin chunk
  *                                                    (metered room, pause bits)
- *   plaintext --sl_tls_write--> engine --sl_tls_take--> socket (try_write, else
- *                                                       a queued copy)
+ *   plaintext --sl_tls_write--> engine --sl_tls_out_peek--> socket (try_write,
+ *                                                   else a queued copy)
  *
  * Ciphertext is held only inside the engine (SL_TLS_IN_MAX / OUT_MAX) and in
  * the socket's write queue, which the watermarks bound as for plain TCP. */
 
-#define TLS_SCRATCH (SL_TLS_OUT_MAX + 20 * 1024)
-static char tls_scratch[TLS_SCRATCH]; /* one read or one take at a time: the loop is one thread */
+#define TLS_SCRATCH (SL_TLS_IN_MAX)
+static char tls_scratch[TLS_SCRATCH]; /* one read at a time: the loop is one thread */
 
 /* Writes out what the engine of side <up> has for the socket. */
 int sl_sess_tls_flush(struct sl_session *s, int up)
 {
     struct sl_tls *t = s->tls[up];
     uv_stream_t *dst = sl_sess_side_stream(s, up);
-    while (sl_tls_out_pending(t) > 0) {
-        size_t n = sl_tls_take(t, tls_scratch, sizeof(tls_scratch));
-        int rc = sl_sess_plain_send(s, dst, NULL, tls_scratch, n);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    size_t n;
+    const void *p = sl_tls_out_peek(t, &n);
+    if (p == NULL)
+        return 0;
+    /* Straight from the engine's buffer: what the socket does not take now
+     * is copied into a queued write. */
+    int rc = sl_sess_plain_send(s, dst, NULL, p, n);
+    sl_tls_out_drop(t, n);
+    return rc < 0 ? rc : 0;
 }
 
 int sl_sess_tls_send(struct sl_session *s, int up, const char *p, size_t len)
@@ -135,8 +137,10 @@ void sl_sess_tls_pump(struct sl_session *s, int up)
                 return;
             continue;
         }
-        if (n == SL_EAGAIN && !s->tls_eof[up])
+        if (n == SL_EAGAIN && !s->tls_eof[up]) {
+            sl_sess_rx_release(slot); /* an idle session holds no chunk */
             break;
+        }
         if (n == SL_EPROTO && !s->tls_eof[up])
             sl_log_debug_rl("tls_failed", "TLS failed", "listener=%s side=%s err=\"%s\"", s->l->name,
                             up ? "upstream" : "client", sl_tls_error(t));
