@@ -57,13 +57,8 @@ struct world {
 static void world_start(struct world *w, int auth)
 {
     memset(w, 0, sizeof(*w));
-    w->tls_port = th_free_port();
-    char tport[16];
-    snprintf(tport, sizeof tport, "%d", w->tls_port);
-    assert_int_equal(th_redis_start(&w->store, "--tls-port", tport, "--tls-cert-file",
-                                    path("server.pem"), "--tls-key-file", path("server.key"),
-                                    "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
-                                    auth ? "yes" : "no", (char *)NULL), 0);
+    assert_int_equal(th_redis_tls_start(&w->store, &w->tls_port, path("server.pem"),
+                                        path("server.key"), path("ca.pem"), auth), 0);
     assert_int_equal(th_redis_start(&w->up, (char *)NULL), 0);
 }
 
@@ -103,13 +98,7 @@ static void world_stop(struct world *w)
 
 static int store_up(struct world *w, int ms)
 {
-    uint64_t end = th_now_ms() + (uint64_t)ms;
-    while (th_now_ms() < end) {
-        if (th_metric(w->admin, "sluice_store_up") == 1)
-            return 1;
-        usleep(20000);
-    }
-    return 0;
+    return th_metric_wait(w->admin, "sluice_store_up", 1, ms) == 0;
 }
 
 /* Sends five INCRs through sluice; returns how many were admitted (the rest
