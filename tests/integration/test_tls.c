@@ -1,9 +1,10 @@
 /* sluice integration tests — TLS on listeners and to upstreams.
  *
- * Certificates are made at test time by the `openssl` command in a temp
- * directory: a throwaway CA, a server certificate (localhost, 127.0.0.1)
- * and a client certificate (CN client-alice). The upstream is a real
- * redis-server speaking only TLS (--port 0 --tls-port). One sluice with:
+ * Certificates are made at test time by the `openssl` command (tests/certs.h)
+ * in a temp directory: a throwaway CA, server certificates for localhost /
+ * 127.0.0.1 (CN server-alice, and server2-alice for the reload) and a client
+ * certificate (CN client-alice). The upstream is a real redis-server serving
+ * TLS (sluice is given only its TLS port). One sluice with:
  *   t  -> TLS in (client certificate optional), TLS out; identity = tls_subject,
  *         3 requests a minute per identity
  *   m  -> TLS in with tls_verify_client = on
@@ -26,12 +27,18 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "certs.h"
 #include "integration/harness.h"
 
-static char dir[] = "/tmp/sluice-tls-XXXXXX";
-static struct th_proc sluice_p, pyup;
-static pid_t redis_pid;
-static int rport, tport, mport, wport, hport, cport, admin_port;
+static struct th_certs certs;
+static struct th_proc sluice_p, pyup, redis_p;
+static int rport; /* the upstream's TLS port */
+static int tport, mport, wport, hport, cport, admin_port;
+
+static const char *path(const char *name)
+{
+    return th_certs_path(&certs, name);
+}
 
 /* Runs <cmd> through the shell; its first line of output into <out>. */
 static int run(const char *cmd, char *out, size_t cap)
@@ -47,48 +54,49 @@ static int run(const char *cmd, char *out, size_t cap)
 
 static int make_certs(void)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd),
-             "cd %s && "
-             "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "
-             "-subj /CN=sluice-test-ca && "
-             "for n in server client server2; do "
-             "openssl req -newkey rsa:2048 -nodes -keyout $n.key -out $n.csr -subj /CN=$n-alice && "
-             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $n.ext && "
-             "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt "
-             "-days 1 -extfile $n.ext || exit 1; done",
-             dir);
-    char out[256];
-    return run(cmd, out, sizeof(out)) == 0 ? 0 : -1;
+    static const struct th_cert want[] = {
+        { "server", "/CN=server-alice", TH_SAN_LOCAL, 0 },
+        { "server2", "/CN=server2-alice", TH_SAN_LOCAL, 0 },
+        { "client", "/CN=client-alice", NULL, TH_CERT_CLIENT },
+    };
+    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
+}
+
+/* The configuration. */
+static void conf_text(char *ini, size_t cap)
+{
+    const char *crt = path("server.pem"), *key = path("server.key"), *ca = path("ca.pem");
+    int n = snprintf(ini, cap,
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = local\n"
+             "[listener t]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "tls_cert = %s\ntls_key = %s\ntls_ca = %s\n"
+             "tls_verify_client = optional\nidentity = tls_subject client_ip\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n"
+             "[listener m]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "tls_cert = %s\ntls_key = %s\ntls_ca = %s\n"
+             "tls_verify_client = on\nupstream_tls = on\nupstream_tls_ca = %s\n"
+             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\nupstream_tls_sni = wrong.example\n"
+             "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "tls_cert = %s\ntls_key = %s\n"
+             "[listener c]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "tls_cert = %s\ntls_key = %s\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n"
+             "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
+             "match_identity = tls:client-alice\n",
+             admin_port, tport, rport, crt, key, ca, ca, mport, rport, crt, key, ca, ca, wport,
+             rport, ca, hport, pyup.port, crt, key, cport, rport, crt, key, ca);
+    assert_true(n > 0 && (size_t)n < cap);
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    if (mkdtemp(dir) == NULL || make_certs() < 0)
+    if (make_certs() < 0)
         return -1;
-    rport = th_free_port();
-    char cmd[2048], out[256];
-    snprintf(cmd, sizeof(cmd),
-             "redis-server --port 0 --tls-port %d --tls-cert-file %s/server.crt "
-             "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt --tls-auth-clients no "
-             "--save '' --appendonly no --daemonize yes --pidfile %s/redis.pid --logfile %s/redis.log",
-             rport, dir, dir, dir, dir, dir);
-    if (run(cmd, out, sizeof(out)) != 0)
+    if (th_redis_tls_start(&redis_p, &rport, path("server.pem"), path("server.key"),
+                           path("ca.pem"), 0) < 0)
         return -1;
-    for (int i = 0; i < 50; i++) {
-        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt -p %d ping 2>&1", dir, rport);
-        if (run(cmd, out, sizeof(out)) == 0 && strncmp(out, "PONG", 4) == 0)
-            break;
-        usleep(100000);
-    }
-    snprintf(cmd, sizeof(cmd), "%s/redis.pid", dir);
-    char *pid = th_slurp(cmd);
-    if (pid == NULL)
-        return -1;
-    redis_pid = (pid_t)atol(pid);
-    free(pid);
-    th_track_pid(redis_pid);
     tport = th_free_port();
     mport = th_free_port();
     wport = th_free_port();
@@ -97,27 +105,8 @@ static int group_setup(void **state)
     admin_port = th_free_port();
     if (th_pyup_start(&pyup) < 0)
         return -1;
-    char ini[4096];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\nurl = local\n"
-             "[listener t]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "tls_cert = %s/server.crt\ntls_key = %s/server.key\ntls_ca = %s/ca.crt\n"
-             "tls_verify_client = optional\nidentity = tls_subject client_ip\n"
-             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
-             "[listener m]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "tls_cert = %s/server.crt\ntls_key = %s/server.key\ntls_ca = %s/ca.crt\n"
-             "tls_verify_client = on\nupstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
-             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\nupstream_tls_sni = wrong.example\n"
-             "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
-             "tls_cert = %s/server.crt\ntls_key = %s/server.key\n"
-             "[listener c]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
-             "tls_cert = %s/server.crt\ntls_key = %s/server.key\n"
-             "upstream_tls = on\nupstream_tls_ca = %s/ca.crt\n"
-             "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
-             "match_identity = tls:client-alice\n",
-             admin_port, tport, rport, dir, dir, dir, dir, mport, rport, dir, dir, dir, dir, wport,
-             rport, dir, hport, pyup.port, dir, dir, cport, rport, dir, dir, dir);
+    char ini[8192];
+    conf_text(ini, sizeof(ini));
     return th_sluice_start(&sluice_p, ini, wport);
 }
 
@@ -126,11 +115,8 @@ static int group_teardown(void **state)
     (void)state;
     int st = th_stop(&sluice_p);
     th_stop(&pyup);
-    if (redis_pid > 0)
-        kill(redis_pid, SIGTERM);
-    char cmd[512], out[64];
-    snprintf(cmd, sizeof(cmd), "sleep 0.2; rm -rf %s", dir);
-    run(cmd, out, sizeof(out));
+    th_stop(&redis_p);
+    th_certs_remove(&certs);
     return st == 0 ? 0 : -1;
 }
 
@@ -138,12 +124,13 @@ static void cli(int port, const char *cert, const char *args, char *out, size_t 
 {
     char cmd[2048];
     if (cert != NULL)
-        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt --cert %s/%s.crt --key %s/%s.key "
-                 "-p %d %s 2>&1", dir, dir, cert, dir, cert, port, args);
+        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.pem --cert %s/%s.pem --key %s/%s.key "
+                 "-p %d %s 2>&1", certs.dir, certs.dir, cert, certs.dir, cert, port, args);
     else if (strcmp(args, "plain") == 0)
         snprintf(cmd, sizeof(cmd), "redis-cli -p %d ping 2>&1", port);
     else
-        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt -p %d %s 2>&1", dir, port, args);
+        snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s -p %d %s 2>&1", path("ca.pem"), port,
+                 args);
     run(cmd, out, cap);
 }
 
@@ -218,8 +205,8 @@ static void test_https_curl(void **state)
     (void)state;
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof(cmd),
-             "curl -sS -v --cacert %s/ca.crt -o /dev/null -w 'code=%%{http_code} v=%%{http_version}\\n' "
-             "https://localhost:%d/echo 2>&1", dir, hport);
+             "curl -sS -v --cacert %s -o /dev/null -w 'code=%%{http_code} v=%%{http_version}\\n' "
+             "https://localhost:%d/echo 2>&1", path("ca.pem"), hport);
     assert_int_equal(run(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "code=200 v=1.1"));
     assert_non_null(strstr(out, "ALPN: server accepted http/1.1"));
@@ -272,9 +259,8 @@ static void test_reload_swaps_certificate(void **state)
     (void)state;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     assert_non_null(ctx);
-    char path[512], cn[128];
-    snprintf(path, sizeof(path), "%s/ca.crt", dir);
-    assert_int_equal(SSL_CTX_load_verify_locations(ctx, path, NULL), 1);
+    char cn[128];
+    assert_int_equal(SSL_CTX_load_verify_locations(ctx, path("ca.pem"), NULL), 1);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     int fd1, fd2;
     SSL *old = tls_open(ctx, &fd1);
@@ -282,7 +268,8 @@ static void test_reload_swaps_certificate(void **state)
     peer_cn(old, cn, sizeof(cn));
     assert_string_equal(cn, "server-alice");
     char cmd[1024], out[256];
-    snprintf(cmd, sizeof(cmd), "cd %s && cp server2.crt server.crt && cp server2.key server.key", dir);
+    snprintf(cmd, sizeof(cmd), "cd %s && cp server2.pem server.pem && cp server2.key server.key",
+             certs.dir);
     assert_int_equal(run(cmd, out, sizeof(out)), 0);
     int before = th_log_count(sluice_p.log, "msg=reloaded");
     kill(sluice_p.pid, SIGHUP);
