@@ -2,15 +2,20 @@
  *
  * Certificates are made at test time by the `openssl` command (tests/certs.h)
  * in a temp directory: a throwaway CA, server certificates for localhost /
- * 127.0.0.1 (CN server-alice, and server2-alice for the reload) and a client
- * certificate (CN client-alice). The upstream is a real redis-server serving
- * TLS (sluice is given only its TLS port). One sluice with:
+ * 127.0.0.1 (CN server-alice, and server2-alice for the reload), a client
+ * certificate (CN client-alice), an expired client certificate, an expired
+ * server certificate and one for another host (wrong.example). The upstream
+ * is a real redis-server serving TLS (sluice is given only its TLS port);
+ * two more serve the expired and the other host's certificate. One sluice with:
  *   t  -> TLS in (client certificate optional), TLS out; identity = tls_subject,
  *         3 requests a minute per identity
  *   m  -> TLS in with tls_verify_client = on
  *   w  -> TLS out with upstream_tls_sni = wrong.example (refused by verification)
+ *   e  -> TLS out to the upstream with the expired certificate
+ *   x  -> TLS out to the upstream whose certificate names wrong.example
  *   h  -> protocol = http, TLS in (ALPN http/1.1) to a plain HTTP upstream
  *   c  -> protocol = tcp, TLS in and TLS out
+ *   p  -> plaintext in; reloads turn TLS on with bad files, then good ones
  * The last test swaps the server certificate's files and sends SIGHUP: new
  * connections get the new certificate, an open one keeps working. */
 #include <setjmp.h>
@@ -31,9 +36,9 @@
 #include "integration/harness.h"
 
 static struct th_certs certs;
-static struct th_proc sluice_p, pyup, redis_p;
-static int rport; /* the upstream's TLS port */
-static int tport, mport, wport, hport, cport, admin_port;
+static struct th_proc sluice_p, pyup, redis_p, redis_expired, redis_wrong;
+static int rport, rport_expired, rport_wrong; /* the upstreams' TLS ports */
+static int tport, mport, wport, eport, xport, hport, cport, pport, admin_port;
 
 static const char *path(const char *name)
 {
@@ -58,12 +63,15 @@ static int make_certs(void)
         { "server", "/CN=server-alice", TH_SAN_LOCAL, 0 },
         { "server2", "/CN=server2-alice", TH_SAN_LOCAL, 0 },
         { "client", "/CN=client-alice", NULL, TH_CERT_CLIENT },
+        { "client-expired", "/CN=client-expired", NULL, TH_CERT_CLIENT | TH_CERT_EXPIRED },
+        { "server-expired", "/CN=localhost", TH_SAN_LOCAL, TH_CERT_EXPIRED },
+        { "wronghost", "/CN=wrong.example", "DNS:wrong.example", 0 },
     };
     return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
 }
 
-/* The configuration. */
-static void conf_text(char *ini, size_t cap)
+/* The configuration; <p_tls>: lines added to listener p (its TLS keys). */
+static void conf_text(char *ini, size_t cap, const char *p_tls)
 {
     const char *crt = path("server.pem"), *key = path("server.key"), *ca = path("ca.pem");
     int n = snprintf(ini, cap,
@@ -77,15 +85,22 @@ static void conf_text(char *ini, size_t cap)
              "tls_verify_client = on\nupstream_tls = on\nupstream_tls_ca = %s\n"
              "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "upstream_tls = on\nupstream_tls_ca = %s\nupstream_tls_sni = wrong.example\n"
+             "[listener e]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n"
+             "[listener x]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n"
              "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
              "tls_cert = %s\ntls_key = %s\n"
              "[listener c]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
              "tls_cert = %s\ntls_key = %s\n"
              "upstream_tls = on\nupstream_tls_ca = %s\n"
+             "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n%s"
              "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
              "match_identity = tls:client-alice\n",
              admin_port, tport, rport, crt, key, ca, ca, mport, rport, crt, key, ca, ca, wport,
-             rport, ca, hport, pyup.port, crt, key, cport, rport, crt, key, ca);
+             rport, ca, eport, rport_expired, ca, xport, rport_wrong, ca, hport, pyup.port, crt,
+             key, cport, rport, crt, key, ca, pport, rport, ca, p_tls);
     assert_true(n > 0 && (size_t)n < cap);
 }
 
@@ -95,19 +110,26 @@ static int group_setup(void **state)
     if (make_certs() < 0)
         return -1;
     if (th_redis_tls_start(&redis_p, &rport, path("server.pem"), path("server.key"),
+                           path("ca.pem"), 0) < 0 ||
+        th_redis_tls_start(&redis_expired, &rport_expired, path("server-expired.pem"),
+                           path("server-expired.key"), path("ca.pem"), 0) < 0 ||
+        th_redis_tls_start(&redis_wrong, &rport_wrong, path("wronghost.pem"), path("wronghost.key"),
                            path("ca.pem"), 0) < 0)
         return -1;
     tport = th_free_port();
     mport = th_free_port();
     wport = th_free_port();
+    eport = th_free_port();
+    xport = th_free_port();
     hport = th_free_port();
     cport = th_free_port();
+    pport = th_free_port();
     admin_port = th_free_port();
     if (th_pyup_start(&pyup) < 0)
         return -1;
     char ini[8192];
-    conf_text(ini, sizeof(ini));
-    return th_sluice_start(&sluice_p, ini, wport);
+    conf_text(ini, sizeof(ini), "");
+    return th_sluice_start(&sluice_p, ini, pport);
 }
 
 static int group_teardown(void **state)
@@ -116,6 +138,8 @@ static int group_teardown(void **state)
     int st = th_stop(&sluice_p);
     th_stop(&pyup);
     th_stop(&redis_p);
+    th_stop(&redis_expired);
+    th_stop(&redis_wrong);
     th_certs_remove(&certs);
     return st == 0 ? 0 : -1;
 }
@@ -175,6 +199,47 @@ static void test_mtls_refuses_no_cert(void **state)
     assert_true(after >= before + 1);
 }
 
+/* 1 when `openssl verify` finds <file> signed by the CA but expired: the
+ * refusals below are then the dates', nothing else. */
+static int has_expired(const char *file)
+{
+    char cmd[1024], out[512];
+    snprintf(cmd, sizeof(cmd), "openssl verify -CAfile %s %s 2>&1", path("ca.pem"), path(file));
+    run(cmd, out, sizeof(out));
+    return strstr(out, "certificate has expired") != NULL;
+}
+
+/* tls_verify_client = on: a client whose certificate has expired (signed
+ * by the right CA, valid only on 2020-01-01) is refused and counted; a
+ * valid certificate works on the same listener right after. */
+static void test_mtls_refuses_expired_cert(void **state)
+{
+    (void)state;
+    char out[512];
+    assert_true(has_expired("client-expired.pem"));
+    const char *failures = "sluice_tls_handshake_failures_total{listener=\"m\"}";
+    double before = th_metric(admin_port, failures);
+    assert_true(before >= 0);
+    cli(mport, "client-expired", "ping", out, sizeof(out));
+    assert_null(strstr(out, "PONG"));
+    /* the server counts the refusal before it closes: no wait needed */
+    assert_true(th_metric(admin_port, failures) == before + 1);
+    /* and tells the client why, in a TLS alert (redis-cli says only that
+     * the server closed): openssl s_client prints it */
+    char cmd[1024], alert[4096];
+    snprintf(cmd, sizeof(cmd),
+             "echo PING | openssl s_client -connect 127.0.0.1:%d -CAfile %s -cert %s -key %s "
+             "-quiet 2>&1", mport, path("ca.pem"), path("client-expired.pem"),
+             path("client-expired.key"));
+    run(cmd, alert, sizeof(alert));
+    assert_non_null(strstr(alert, "alert certificate expired"));
+    assert_null(strstr(alert, "PONG"));
+    assert_true(th_metric(admin_port, failures) == before + 2);
+    cli(mport, "client", "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+    assert_true(th_metric(admin_port, failures) == before + 2);
+}
+
 /* Plaintext to a TLS port: closed at once, not left hanging. */
 static void test_plaintext_closed(void **state)
 {
@@ -196,6 +261,35 @@ static void test_wrong_sni_refused(void **state)
     char out[512];
     cli(wport, NULL, "plain", out, sizeof(out));
     assert_non_null(strstr(out, "upstream unavailable"));
+}
+
+/* Upstreams whose certificate does not verify: one expired, one naming
+ * another host (wrong.example, while sluice checks the address it dials,
+ * 127.0.0.1). Each is refused like an unreachable upstream: the client gets
+ * "-ERR upstream unavailable" (docs/interface.md) and the listener counts
+ * an upstream failure. */
+static void upstream_refused(int port, const char *listener)
+{
+    char out[512], sample[128];
+    snprintf(sample, sizeof(sample), "sluice_upstream_failures_total{listener=\"%s\"}", listener);
+    double before = th_metric(admin_port, sample);
+    assert_true(before >= 0);
+    cli(port, NULL, "plain", out, sizeof(out));
+    assert_non_null(strstr(out, "upstream unavailable"));
+    assert_true(th_metric(admin_port, sample) == before + 1);
+}
+
+static void test_upstream_expired_refused(void **state)
+{
+    (void)state;
+    assert_true(has_expired("server-expired.pem"));
+    upstream_refused(eport, "e");
+}
+
+static void test_upstream_wrong_host_refused(void **state)
+{
+    (void)state;
+    upstream_refused(xport, "x");
 }
 
 /* HTTPS: curl --cacert against an http listener speaking TLS; ALPN
@@ -252,6 +346,68 @@ static void peer_cn(SSL *s, char *out, size_t cap)
     X509_free(x);
 }
 
+/* Writes <text> as sluice_p's configuration (whole: renamed into place). */
+static void rewrite_conf(const char *text)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.new", sluice_p.conf);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, sluice_p.conf), 0);
+}
+
+/* Rewrites the configuration with TLS on listener p (<cert> and <key>:
+ * files in the certificates' directory), sends SIGHUP and waits for its
+ * outcome: "msg=reloaded" or "msg=\"reload failed". */
+static void reload_p(const char *cert, const char *key, const char *outcome)
+{
+    char ini[8192], keys[1024];
+    snprintf(keys, sizeof(keys), "tls_cert = %s\ntls_key = %s\n", path(cert), path(key));
+    conf_text(ini, sizeof(ini), keys);
+    rewrite_conf(ini);
+    int before = th_log_count(sluice_p.log, outcome);
+    assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(sluice_p.log, outcome, before + 1, TH_MS), 0);
+}
+
+/* A reload turning TLS on for p with files that do not load fails, the
+ * log says <why>, and p serves plaintext to a new connection. */
+static void reload_p_refused(const char *cert, const char *key, const char *why)
+{
+    char out[512];
+    reload_p(cert, key, "msg=\"reload failed");
+    assert_true(th_log_count(sluice_p.log, why) >= 1);
+    assert_true(th_running(&sluice_p, NULL));
+    cli(pport, NULL, "plain", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+}
+
+/* Listener p serves plaintext; a reload turns TLS on with files that do
+ * not load (a key that is not the certificate's, then a certificate that
+ * is not there): each reload fails, says why, and p keeps serving
+ * plaintext to new connections. With good files the next reload applies:
+ * TLS from then on, plaintext closed. */
+static void test_reload_to_tls_with_bad_files(void **state)
+{
+    (void)state;
+    char out[512];
+    cli(pport, NULL, "plain", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+    reload_p_refused("server.pem", "client.key", "does not match tls_cert");
+    reload_p_refused("missing.pem", "server.key", "missing.pem: cannot read");
+
+    reload_p("server.pem", "server.key", "msg=reloaded");
+    cli(pport, NULL, "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+    int fd = th_connect(pport); /* plaintext to what is a TLS port now */
+    assert_true(fd >= 0);
+    th_write_all(fd, "PING\r\n", 6);
+    assert_int_equal(th_wait_eof(fd, 3000), 1);
+    close(fd);
+}
+
 /* SIGHUP rereads the certificates: a new connection gets the new one, a
  * connection open before keeps working with the old. */
 static void test_reload_swaps_certificate(void **state)
@@ -294,10 +450,14 @@ int main(void)
         cmocka_unit_test(test_tls_in_tls_out),
         cmocka_unit_test(test_tls_subject_identity),
         cmocka_unit_test(test_mtls_refuses_no_cert),
+        cmocka_unit_test(test_mtls_refuses_expired_cert),
         cmocka_unit_test(test_plaintext_closed),
         cmocka_unit_test(test_wrong_sni_refused),
+        cmocka_unit_test(test_upstream_expired_refused),
+        cmocka_unit_test(test_upstream_wrong_host_refused),
         cmocka_unit_test(test_https_curl),
         cmocka_unit_test(test_tcp_listener_tls),
+        cmocka_unit_test(test_reload_to_tls_with_bad_files),
         cmocka_unit_test(test_reload_swaps_certificate),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
