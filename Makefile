@@ -1,8 +1,9 @@
 # sluice — build, test, run, bench, check, fuzz, deps.
 #
 # Every .c under src/ is part of the program; every tests/unit/**/test_*.c is
-# one cmocka binary linked against all of src/ but main.c; every
-# tests/integration/test_*.c likewise, plus tests/integration/harness.c.
+# one cmocka binary linked against all of src/ but main.c and tests/certs.c
+# (throwaway certificates); every tests/integration/test_*.c likewise, plus
+# the harness (tests/integration/harness*.c).
 # Adding a file never needs an edit here.
 
 VERSION   := 0.1.0
@@ -39,7 +40,8 @@ UNIT_SRC  := $(shell find tests/unit -name 'test_*.c' 2>/dev/null | sort)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
 INTEG_SRC := $(shell find tests/integration tests/lua -name 'test_*.c' 2>/dev/null | sort)
 INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
-HARNESS   := tests/integration/harness.c
+TEST_CERTS := tests/certs.c
+HARNESS   := $(sort $(wildcard tests/integration/harness*.c)) $(TEST_CERTS)
 HTTP_TEST    := $(BUILD)/tests/integration/test_http
 RUN_INTEG    := $(INTEG_BIN)
 FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
@@ -70,12 +72,12 @@ $(GEN_OBJ): $(GEN_SRC) src/store/scripts.h src/store/store.h
 
 # ---- tests -------------------------------------------------------------
 
-$(BUILD)/tests/unit/%: tests/unit/%.c $(LIB_OBJ)
+$(BUILD)/tests/unit/%: tests/unit/%.c $(TEST_CERTS) tests/certs.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(TEST_CERTS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
 
 # Integration and Lua tests: real processes, started through the harness.
-$(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+$(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h tests/certs.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
 $(BUILD)/tests/lua/%: tests/lua/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)

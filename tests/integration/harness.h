@@ -98,6 +98,27 @@ char *th_http_get(int port, const char *path);
  * <sample>, or -1 when there is none. */
 double th_metric(int port, const char *sample);
 
+/* Waits until th_metric(port, sample) == <want> (e.g. sluice_store_up 1);
+ * 0, or -1 when <ms> pass first. (harness_store.c) */
+int th_metric_wait(int port, const char *sample, double want, int ms);
+
+/* A condition th_run_until() checks: nonzero when it holds. */
+typedef int th_cond_fn(void *arg);
+
+/* Runs the libuv loop <loop> (a uv_loop_t) until cond(arg) holds or <ms>
+ * pass; returns 1 if it held. A NULL <cond> just runs the loop for <ms>.
+ * A 2 ms tick wakes the loop to look at the clock; it is closed again
+ * before this returns. (harness_store.c) */
+struct uv_loop_s;
+int th_run_until(struct uv_loop_s *loop, th_cond_fn *cond, void *arg, int ms);
+
+/* Starts redis-server as th_redis_start() does (plaintext on p->port, for
+ * the test to look), serving TLS too on a free port (*<tls_port>) with the
+ * certificate <cert> / <key> and CA <ca>; clients must show a certificate
+ * when <auth_clients>. 0 or -1. (harness_store.c) */
+int th_redis_tls_start(struct th_proc *p, int *tls_port, const char *cert, const char *key,
+                       const char *ca, int auth_clients);
+
 /* Default deadline for one expected event (generous: sanitizer builds on a
  * busy 2-core machine). */
 #define TH_MS 8000

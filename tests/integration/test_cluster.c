@@ -63,28 +63,6 @@ static void on_text(void *data, int status, const char *text, size_t len)
     snprintf(r->text, sizeof(r->text), "%.*s", (int)(len < 299 ? len : 299), text ? text : "");
 }
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-typedef int cond_fn(void *arg);
-
-/* Runs <loop> until cond(arg) holds or <ms> pass; returns 1 if it held. */
-static int run_until(uv_loop_t *loop, cond_fn *cond, void *arg, int ms)
-{
-    uv_timer_t tick;
-    uv_timer_init(loop, &tick);
-    uv_timer_start(&tick, on_tick, 2, 2);
-    uint64_t end = th_now_ms() + (uint64_t)ms;
-    int ok;
-    while (!(ok = cond == NULL ? 0 : cond(arg)) && th_now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&tick, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
 static int is_up(void *arg)
 {
     struct sl_store *st = arg;
@@ -134,7 +112,7 @@ static struct sl_store *store_open(uv_loop_t *loop)
     c.on_failure = SL_FAIL_LOCAL;
     struct sl_store *st = sl_store_new(loop, &c, "cluster-test");
     assert_non_null(st);
-    assert_true(run_until(loop, is_up, st, 10000));
+    assert_true(th_run_until(loop, is_up, st, 10000));
     return st;
 }
 
@@ -228,7 +206,7 @@ static void test_keys_spread_over_masters(void **state)
         assert_non_null(decide(st, 1, &k, &t, &res[i]));
     }
     struct many m = { res, n };
-    assert_true(run_until(&loop, all_called, &m, 10000));
+    assert_true(th_run_until(&loop, all_called, &m, 10000));
     for (int i = 0; i < n; i++) {
         assert_int_equal(res[i].status, 0);
         assert_int_equal(res[i].vals[0], 1);
@@ -267,7 +245,7 @@ static void test_split_decide(void **state)
     tb_args(&t[1], 1, 100);
     struct result r;
     assert_non_null(decide(st, 2, keys, t, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.n, 9);
     assert_int_equal(r.vals[0], 1);
@@ -277,7 +255,7 @@ static void test_split_decide(void **state)
     assert_int_equal(r.vals[6], 99);
     /* again: limit 1 refuses, limit 2 (other master) allowed and took */
     assert_non_null(decide(st, 2, keys, t, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.vals[0], 0);
     assert_int_equal(r.vals[1], 0);
@@ -290,7 +268,7 @@ static void test_split_decide(void **state)
     tb_args(&ts[0], 1, 100);
     tb_args(&ts[1], 1, 1);
     assert_non_null(decide(st, 2, swapped, ts, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.vals[0], 0);
     assert_int_equal(r.vals[1], 1);
     assert_int_equal(r.vals[2], 97);
@@ -320,7 +298,7 @@ static void test_split_connections(void **state)
                                   { "1", 1 }, { "0", 1 }, { "5", 1 }, { "0", 1 } };
         memset(&r, 0, sizeof(r));
         assert_non_null(sl_store_eval(st, SL_SCRIPT_CONNECTIONS, 2, keys, 9, args, on_result, &r));
-        assert_true(run_until(&loop, called, &r, 5000));
+        assert_true(th_run_until(&loop, called, &r, 5000));
         assert_int_equal(r.status, 0);
         assert_int_equal(r.n, 7);
         assert_int_equal(r.vals[0], i == 0);   /* m1 in, m2 refused */
@@ -332,7 +310,7 @@ static void test_split_connections(void **state)
     int m2 = th_cluster_master_of(&cl, sl_slot_of_key(k2, strlen(k2)));
     snprintf(cmd, sizeof(cmd), "ZCARD %s:cn", k2);
     for (int tries = 0; tries < 100; tries++) {
-        run_until(&loop, NULL, NULL, 10); /* the release goes out */
+        th_run_until(&loop, NULL, NULL, 10); /* the release goes out */
         rep = th_redis_cmd(cl.node[m2].port, cmd);
         int one = rep != NULL && strcmp(rep, ":1\r\n") == 0;
         free(rep);
@@ -347,14 +325,14 @@ static void test_split_connections(void **state)
                                { "m1", 2 }, { "1", 1 }, { "m1", 2 } };
     memset(&r, 0, sizeof(r));
     assert_non_null(sl_store_eval(st, SL_SCRIPT_CONNECTIONS, 2, keys, 7, rargs, on_result, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.vals[0], 2);
     /* release m1: holders of each, in order */
     struct sl_str largs[4] = { { "release", 7 }, { "-1", 2 }, { "60000", 5 }, { "m1", 2 } };
     memset(&r, 0, sizeof(r));
     assert_non_null(sl_store_eval(st, SL_SCRIPT_CONNECTIONS, 2, keys, 4, largs, on_result, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.n, 2);
     assert_int_equal(r.vals[0], 0);
@@ -383,18 +361,18 @@ static void test_hget(void **state)
     struct result r;
     memset(&r, 0, sizeof(r));
     assert_non_null(sl_store_hget(st, k, (struct sl_str){ "alice", 5 }, on_text, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_string_equal(r.text, "5000/s 10000");
     assert_int_equal(r.text_len, 12);
     memset(&r, 0, sizeof(r));
     assert_non_null(sl_store_hget(st, k, (struct sl_str){ "bob", 3 }, on_text, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_true(r.text_null);
     memset(&r, 0, sizeof(r));
     assert_non_null(sl_store_hget(st, k, (struct sl_str){ "big", 3 }, on_text, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, SL_ESTORE);
     store_finish(&loop, st);
 }
@@ -446,7 +424,7 @@ static void test_ask_and_moved(void **state)
     tb_args(&t, 1, 3);
     struct result r;
     assert_non_null(decide(st, 1, &k, &t, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.vals[0], 1);
     assert_int_equal(r.vals[2], 2);
@@ -464,16 +442,16 @@ static void test_ask_and_moved(void **state)
     assert_string_equal(rep, ":1\r\n");
     free(rep);
     assert_non_null(decide(st, 1, &k, &t, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.vals[0], 1);
     assert_int_equal(r.vals[2], 1); /* the same bucket: decided by the store */
     assert_true(sl_store_stats(st)->redirects_moved >= 1);
     /* the map is read again, and the next one goes straight there */
     uint64_t moved = sl_store_stats(st)->redirects_moved;
-    run_until(&loop, NULL, NULL, 300);
+    th_run_until(&loop, NULL, NULL, 300);
     assert_non_null(decide(st, 1, &k, &t, &r));
-    assert_true(run_until(&loop, called, &r, 5000));
+    assert_true(th_run_until(&loop, called, &r, 5000));
     assert_int_equal(r.vals[2], 0);
     assert_int_equal(sl_store_stats(st)->redirects_moved, moved);
     free(src_id);
@@ -504,10 +482,7 @@ static void fleet_start(struct fleet *f, int i, const char *store_extra, const c
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n%s",
              f->admin[i], url, store_extra, f->port[i], upstream.port, rest);
     assert_int_equal(th_sluice_start(&f->sl[i], ini, f->port[i]), 0);
-    uint64_t end = th_now_ms() + TH_MS;
-    while (th_now_ms() < end && th_metric(f->admin[i], "sluice_store_nodes_up") != 3)
-        usleep(20000);
-    assert_int_equal(th_metric(f->admin[i], "sluice_store_nodes_up"), 3);
+    assert_int_equal(th_metric_wait(f->admin[i], "sluice_store_nodes_up", 3, TH_MS), 0);
     assert_int_equal(th_metric(f->admin[i], "sluice_store_up"), 1);
 }
 
@@ -582,12 +557,8 @@ static void test_fleet_shares_limits(void **state)
         used += th_cluster_is_master(&cl, i) && th_redis_dbsize(cl.node[i].port) > 0;
     assert_true(used >= 2);
     /* both instances are in the heartbeat set (one key, routed by slot) */
-    uint64_t end = th_now_ms() + 4000;
-    while (th_now_ms() < end && (th_metric(f.admin[0], "sluice_store_live_instances") != 2 ||
-                                 th_metric(f.admin[1], "sluice_store_live_instances") != 2))
-        usleep(50000);
-    assert_int_equal(th_metric(f.admin[0], "sluice_store_live_instances"), 2);
-    assert_int_equal(th_metric(f.admin[1], "sluice_store_live_instances"), 2);
+    assert_int_equal(th_metric_wait(f.admin[0], "sluice_store_live_instances", 2, 4000), 0);
+    assert_int_equal(th_metric_wait(f.admin[1], "sluice_store_live_instances", 2, 4000), 0);
     redisFree(c[0]);
     redisFree(c[1]);
     fleet_stop(&f);

@@ -250,14 +250,6 @@ static void start_instance(struct fleet *f, const char *store_url, int mode, int
     assert_int_equal(th_sluice_start(&f->sl[mode][inst], ini, f->port[mode][inst][N_ALGO - 1]), 0);
 }
 
-static void wait_store_up(int admin)
-{
-    uint64_t end = th_now_ms() + 10000;
-    while (th_now_ms() < end && th_metric(admin, "sluice_store_up") != 1)
-        usleep(20000);
-    assert_true(th_metric(admin, "sluice_store_up") == 1);
-}
-
 static void tline_add(struct tline *tl, int64_t t, uint32_t n)
 {
     if (tl->n > 0 && tl->v[tl->n - 1].t_us == t) {
@@ -417,7 +409,7 @@ static void run_fleet(const char *store_url, const char *label)
             start_instance(f, store_url, m, i);
     for (int m = 0; m < N_MODE; m++)
         for (int i = 0; i < N_INST; i++)
-            wait_store_up(f->admin[m][i]);
+            assert_int_equal(th_metric_wait(f->admin[m][i], "sluice_store_up", 1, 10000), 0);
     /* every instance sees the others in the heartbeat set (not needed for
      * the decisions; it makes the start the same for every run) */
 

@@ -80,28 +80,6 @@ static int port_of(const struct sockaddr_storage *ss)
     return ntohs(((const struct sockaddr_in *)ss)->sin_port);
 }
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-typedef int cond_fn(void *arg);
-
-/* Runs <loop> until cond(arg) holds or <ms> pass; returns 1 if it held. */
-static int run_until(uv_loop_t *loop, cond_fn *cond, void *arg, int ms)
-{
-    uv_timer_t tick;
-    uv_timer_init(loop, &tick);
-    uv_timer_start(&tick, on_tick, 5, 5);
-    uint64_t end = th_now_ms() + (uint64_t)ms;
-    int ok;
-    while (!(ok = cond == NULL ? 0 : cond(arg)) && th_now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&tick, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
 static int called(void *arg) { return ((struct seen *)arg)->calls > 0; }
 
 struct want_calls {
@@ -261,22 +239,22 @@ static void test_finds_master(void **state)
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
     assert_int_equal(sl_sentinel_master(s, &ss), -1);
-    assert_true(run_until(&loop, called, &w, TH_MS));
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
     assert_int_equal(w.calls, 1);
     assert_int_equal(port_of(&w.last), master.port);
     assert_int_equal(sl_sentinel_master(s, &ss), 0);
     assert_int_equal(port_of(&ss), master.port);
     assert_int_equal(sl_sentinel_preferred(s), 0);
-    assert_true(run_until(&loop, subscribed, s, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, s, TH_MS));
     assert_int_equal(sl_sentinel_subscribed(s), 0);
 
     /* Asking again with nothing changed reports nothing. */
     assert_int_equal(sl_sentinel_stats(s)->answers, 1);
     sl_sentinel_reask(s);
-    assert_true(run_until(&loop, answered2, s, TH_MS));
+    assert_true(th_run_until(&loop, answered2, s, TH_MS));
     assert_int_equal(w.calls, 1);
     /* The PING keeps the subscription: it survives a few periods. */
-    run_until(&loop, NULL, NULL, 1200);
+    th_run_until(&loop, NULL, NULL, 1200);
     assert_int_equal(sl_sentinel_subscribed(s), 0);
     assert_int_equal(sl_sentinel_stats(s)->subscribes, 1);
     finish(&loop, s, NULL);
@@ -304,10 +282,10 @@ static void test_failover(void **state)
     struct sl_sentinel *b = sl_sentinel_new(&loop, &cb, on_master, &wb);
     assert_non_null(a);
     assert_non_null(b);
-    assert_true(run_until(&loop, called, &wa, TH_MS));
-    assert_true(run_until(&loop, called, &wb, TH_MS));
-    assert_true(run_until(&loop, subscribed, a, TH_MS));
-    assert_true(run_until(&loop, subscribed, b, TH_MS));
+    assert_true(th_run_until(&loop, called, &wa, TH_MS));
+    assert_true(th_run_until(&loop, called, &wb, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, a, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, b, TH_MS));
     assert_int_equal(port_of(&wb.last), master.port);
     assert_int_equal(sl_sentinel_subscribed(b), 0);      /* on the plain redis */
     assert_int_equal(sl_sentinel_preferred(b), 1);       /* it answered with an error */
@@ -316,7 +294,7 @@ static void test_failover(void **state)
     uint64_t killed = th_now_ms();
     assert_true(th_signal_wait(&master, SIGKILL, 2000) != -1);
     struct want_calls two = { &wa, 2 };
-    assert_true(run_until(&loop, called_n, &two, FAILOVER_MAX_MS));
+    assert_true(th_run_until(&loop, called_n, &two, FAILOVER_MAX_MS));
     uint64_t took = wa.at_ms - killed;
     fprintf(stderr, "# failover reported by +switch-master %llu ms after the master died "
                     "(down-after %d ms, bound %d ms)\n",
@@ -326,7 +304,7 @@ static void test_failover(void **state)
     assert_true(sl_sentinel_stats(a)->switch_messages >= 1);
 
     /* <b> heard nothing: no PING trouble, no resubscription, no round. */
-    run_until(&loop, NULL, NULL, 300);
+    th_run_until(&loop, NULL, NULL, 300);
     assert_int_equal(wb.calls, 1);
     assert_int_equal(port_of(&wb.last), master.port);
     assert_int_equal(sl_sentinel_subscribed(b), 0);
@@ -334,7 +312,7 @@ static void test_failover(void **state)
     uint64_t asked = th_now_ms();
     sl_sentinel_reask(b);
     sl_sentinel_reask(b); /* twice: one round */
-    assert_true(run_until(&loop, called_n, &(struct want_calls){ &wb, 2 }, TH_MS));
+    assert_true(th_run_until(&loop, called_n, &(struct want_calls){ &wb, 2 }, TH_MS));
     fprintf(stderr, "# sl_sentinel_reask() found the new master in %llu ms\n",
             (unsigned long long)(wb.at_ms - asked));
     assert_int_equal(port_of(&wb.last), replica.port);
@@ -362,7 +340,7 @@ static void test_sentinels_down(void **state)
     uint64_t t0 = th_now_ms();
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
-    assert_true(run_until(&loop, called, &w, TH_MS));
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
     uint64_t took = w.at_ms - t0;
     fprintf(stderr, "# found through the third sentinel in %llu ms (timeout 300 ms)\n",
             (unsigned long long)took);
@@ -371,7 +349,7 @@ static void test_sentinels_down(void **state)
     assert_int_equal(sl_sentinel_stats(s)->failures, 2);
     assert_true(took >= 300 && took < 300 + 1500);
     /* The subscription, too, moves past both to the live one. */
-    assert_true(run_until(&loop, subscribed, s, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, s, TH_MS));
     assert_int_equal(sl_sentinel_subscribed(s), 2);
     finish(&loop, s, NULL);
     kill(sent[0].pid, SIGCONT);
@@ -390,7 +368,7 @@ static void test_unknown_master(void **state)
     struct seen w = { 0 };
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
-    assert_true(run_until(&loop, rounds_failed2, s, TH_MS));
+    assert_true(th_run_until(&loop, rounds_failed2, s, TH_MS));
     assert_int_equal(w.calls, 0);
     assert_true(sl_sentinel_stats(s)->unknown >= 2);
     struct sockaddr_storage ss;
@@ -419,15 +397,15 @@ static void test_auth(void **state)
     struct seen w = { 0 };
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
-    assert_true(run_until(&loop, called, &w, TH_MS));
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
     assert_int_equal(port_of(&w.last), mport);
-    assert_true(run_until(&loop, subscribed, s, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, s, TH_MS));
 
     struct seen w2 = { 0 };
     c.password = "wrong";
     struct sl_sentinel *bad = sl_sentinel_new(&loop, &c, on_master, &w2);
     assert_non_null(bad);
-    assert_true(run_until(&loop, rounds_failed2, bad, TH_MS));
+    assert_true(th_run_until(&loop, rounds_failed2, bad, TH_MS));
     assert_int_equal(w2.calls, 0);
     assert_int_equal(sl_sentinel_subscribed(bad), -1);
     finish(&loop, s, bad);
@@ -488,11 +466,11 @@ static void test_hostile(void **state)
     struct seen w = { 0 };
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
-    assert_true(run_until(&loop, called, &w, TH_MS));
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
     assert_int_equal(port_of(&w.last), sentinel_says(sent[2].port));
     assert_int_equal(sl_sentinel_stats(s)->failures, 3);
     assert_int_equal(sl_sentinel_preferred(s), 3);
-    assert_true(run_until(&loop, subscribed, s, TH_MS));
+    assert_true(th_run_until(&loop, subscribed, s, TH_MS));
     assert_int_equal(sl_sentinel_subscribed(s), 3);
     finish(&loop, s, NULL);
     th_kill_server(big);
@@ -576,21 +554,21 @@ static void test_lagging_sentinel(void **state)
     struct seen w = { 0 };
     struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
     assert_non_null(s);
-    assert_true(run_until(&loop, called, &w, TH_MS));
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
     assert_int_equal(port_of(&w.last), ports[0]);
-    assert_true(run_until(&loop, called_n, &(struct want_calls){ &w, 2 }, TH_MS));
+    assert_true(th_run_until(&loop, called_n, &(struct want_calls){ &w, 2 }, TH_MS));
     assert_int_equal(port_of(&w.last), ports[1]);
     /* The store finds nothing at the new address yet and asks again: the
      * lagging answer is refused, the switch stands. */
     sl_sentinel_reask(s);
-    assert_true(run_until(&loop, failed1, s, TH_MS));
+    assert_true(th_run_until(&loop, failed1, s, TH_MS));
     assert_int_equal(sl_sentinel_stats(s)->stale, 1);
     assert_int_equal(w.calls, 2);
     /* With a master known, a failed round is not retried on its own: long
      * after the hold, nothing has flipped it back. */
     assert_int_equal(sl_sentinel_stats(s)->rounds_failed, 1);
     uint64_t rounds = sl_sentinel_stats(s)->rounds;
-    run_until(&loop, NULL, NULL, 600);
+    th_run_until(&loop, NULL, NULL, 600);
     assert_int_equal(sl_sentinel_stats(s)->rounds, rounds);
     assert_int_equal(w.calls, 2);
     struct sockaddr_storage ss;
@@ -630,16 +608,13 @@ static void test_sluice_failover(void **state)
              "[limit all]\nlistener = r\nrate = 1000000/s\nscope = global\n",
              admin, sent[0].port, sent[1].port, sent[2].port, NAME, port, up.port);
     assert_int_equal(th_sluice_start(&sl, ini, port), 0);
-    uint64_t end = th_now_ms() + TH_MS;
-    while (th_metric(admin, "sluice_store_up") != 1 && th_now_ms() < end)
-        usleep(20 * 1000);
-    assert_true(th_metric(admin, "sluice_store_up") == 1);
+    assert_int_equal(th_metric_wait(admin, "sluice_store_up", 1, TH_MS), 0);
     redisContext *c = redisConnect("127.0.0.1", port);
     assert_non_null(c);
     assert_int_equal(c->err, 0);
     uint64_t worst = 0, n = 0, killed_at = 0, back_at = 0;
     double fb_at_kill = 0, fb = 0;
-    end = th_now_ms() + 30000;
+    uint64_t end = th_now_ms() + 30000;
     while (th_now_ms() < end) {
         uint64_t t0 = th_now_ms();
         redisReply *r = redisCommand(c, "INCR k");

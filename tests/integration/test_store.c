@@ -77,31 +77,9 @@ static void on_result(void *data, int status, const int64_t *vals, int n, const 
     r->at_ms = th_now_ms();
 }
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-typedef int cond_fn(void *arg);
-
-/* Runs <loop> until cond(arg) holds or <ms> pass; returns 1 if it held. */
-static int run_until(uv_loop_t *loop, cond_fn *cond, void *arg, int ms)
-{
-    uv_timer_t tick;
-    uv_timer_init(loop, &tick);
-    uv_timer_start(&tick, on_tick, 2, 2);
-    uint64_t end = th_now_ms() + (uint64_t)ms;
-    int ok;
-    while (!(ok = cond == NULL ? 0 : cond(arg)) && th_now_ms() < end)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&tick, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
 static void run_for(uv_loop_t *loop, int ms)
 {
-    run_until(loop, NULL, NULL, ms);
+    th_run_until(loop, NULL, NULL, ms);
 }
 
 static int is_up(void *arg) { return sl_store_up(arg); }
@@ -277,7 +255,7 @@ static struct sl_store *store_up(uv_loop_t *loop, const struct sl_store_conf *co
         assert_int_equal(sl_store_script_set(st, SL_SCRIPT_HEARTBEAT, HB_LUA), 0);
     *echo = sl_store_script_add(st, ECHO_LUA);
     assert_true(*echo >= SL_SCRIPT_COUNT);
-    assert_true(run_until(loop, is_up, st, UP_MS));
+    assert_true(th_run_until(loop, is_up, st, UP_MS));
     return st;
 }
 
@@ -314,7 +292,7 @@ static void test_sha(void **state)
         free(r);
     }
     /* The handshake checks every sha against the store's answer. */
-    assert_true(run_until(&loop, is_up, st, UP_MS));
+    assert_true(th_run_until(&loop, is_up, st, UP_MS));
     finish(&loop, st);
 }
 
@@ -344,7 +322,7 @@ static void test_pipelining(void **state)
         assert_non_null(eval_echo(st, echo, i * 7, &res[i]));
     assert_int_equal(sl_store_in_flight(st), N);
     struct wait_calls w = { res, N };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     long reads1 = th_redis_info(redis_p.port, "total_reads_processed");
     long cmds1 = th_redis_info(redis_p.port, "total_commands_processed");
     long store_reads = reads1 - reads0 - (base1 - base0);
@@ -402,7 +380,7 @@ static void test_reply_shapes(void **state)
     assert_non_null(eval0(st, err, &res[3]));
     assert_non_null(eval_echo(st, echo, 5, &res[4]));
     struct wait_calls w = { res, 5 };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     assert_int_equal(res[0].status, SL_ESTORE);
     assert_non_null(strstr(res[0].err, "too many"));
     assert_int_equal(res[1].status, SL_ESTORE);
@@ -427,13 +405,13 @@ static void test_reply_shapes(void **state)
     memset(&after, 0, sizeof(after));
     assert_non_null(eval0(st, huge, &h));
     assert_non_null(eval_echo(st, echo, 6, &after));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &h, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &h, 1 }, TH_MS));
     assert_int_equal(h.status, SL_ESTORE);
     assert_string_equal(h.err, "reply too large");
     /* The echo was answered first: the huge one went NOSCRIPT -> retry. */
     assert_int_equal(after.called, 1);
     assert_int_equal(after.status, 0);
-    assert_true(run_until(&loop, is_up, st, UP_MS));
+    assert_true(th_run_until(&loop, is_up, st, UP_MS));
     assert_int_equal(sl_store_stats(st)->reconnects, 1);
     finish(&loop, st);
 }
@@ -461,7 +439,7 @@ static void test_timeout(void **state)
     for (int i = 0; i < N; i++)
         assert_non_null(eval_echo(st, echo, i, &res[i]));
     struct wait_calls w = { res, N };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     for (int i = 0; i < N; i++) {
         assert_int_equal(res[i].status, SL_ESTORE);
         assert_string_equal(res[i].err, "timeout");
@@ -476,10 +454,10 @@ static void test_timeout(void **state)
     assert_int_equal(sl_store_stats(st)->errors, N);
 
     /* Back after the pause: the late replies are consumed, a probe answers. */
-    assert_true(run_until(&loop, is_up, st, UP_MS));
+    assert_true(th_run_until(&loop, is_up, st, UP_MS));
     assert_int_equal(sl_store_stats(st)->reconnects, 0);
     assert_non_null(eval_echo(st, echo, 9, &late));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &late, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &late, 1 }, TH_MS));
     assert_int_equal(late.status, 0);
     assert_int_equal(late.vals[0], 9);
     for (int i = 0; i < N; i++)
@@ -511,16 +489,16 @@ static void test_stall(void **state)
     struct result r;
     memset(&r, 0, sizeof(r));
     assert_non_null(eval_echo(st, echo, 1, &r));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
     assert_int_equal(r.status, SL_ESTORE);
     assert_false(sl_store_up(st));
     assert_true(sl_store_in_flight(st) >= 1); /* owed, not answered */
-    assert_true(run_until(&loop, is_up, st, 14000));
+    assert_true(th_run_until(&loop, is_up, st, 14000));
     assert_int_equal(sl_store_stats(st)->reconnects, 1);
     assert_int_equal(sl_store_stats(st)->timeouts, 1);
     memset(&r, 0, sizeof(r));
     assert_non_null(eval_echo(st, echo, 2, &r));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
     assert_int_equal(r.status, 0);
     finish(&loop, st);
 }
@@ -553,7 +531,7 @@ static void test_kill_restart(void **state)
     uint64_t t0 = th_now_ms();
     redis_kill(pid);
     struct wait_calls w = { res, N };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     for (int i = 0; i < N; i++) {
         assert_int_equal(res[i].status, SL_ESTORE);
         assert_true(res[i].at_ms - t0 < 1000);
@@ -565,12 +543,12 @@ static void test_kill_restart(void **state)
 
     pid = redis_spawn(port);
     assert_true(pid > 0);
-    assert_true(run_until(&loop, is_up, st, UP_MS));
+    assert_true(th_run_until(&loop, is_up, st, UP_MS));
     assert_int_equal(sl_store_stats(st)->reconnects, 1);
     struct result again;
     memset(&again, 0, sizeof(again));
     assert_non_null(eval_echo(st, echo, 11, &again));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &again, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &again, 1 }, TH_MS));
     assert_int_equal(again.status, 0);
     assert_int_equal(again.vals[1], 22);
     /* Loaded by the handshake: no NOSCRIPT on the new server. */
@@ -603,7 +581,7 @@ static void test_noscript(void **state)
     struct result one;
     memset(&one, 0, sizeof(one));
     assert_non_null(eval_echo(st, echo, 3, &one));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &one, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &one, 1 }, TH_MS));
     assert_int_equal(one.status, 0);
     assert_int_equal(one.vals[0], 3);
     assert_int_equal(one.vals[1], 6);
@@ -620,7 +598,7 @@ static void test_noscript(void **state)
     for (int i = 0; i < N; i++)
         assert_non_null(eval_echo(st, echo, 100 + i, &res[i]));
     struct wait_calls w = { res, N };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     for (int i = 0; i < N; i++) {
         assert_int_equal(res[i].status, 0);
         assert_int_equal(res[i].vals[0], 100 + i);
@@ -654,7 +632,7 @@ static void test_auth_db(void **state)
     memset(&r, 0, sizeof(r));
     struct sl_str key = { "sltest:db", 9 }, val = { "in-three", 8 };
     assert_non_null(sl_store_eval(st, (enum sl_script)set, 1, &key, 1, &val, on_result, &r));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
     assert_int_equal(r.status, 0);
     struct th_conn c;
     assert_int_equal(th_conn_open(&c, rp.port), 0);
@@ -682,7 +660,7 @@ static void test_auth_db(void **state)
     conf.password = "wrong";
     st = sl_store_new(&loop, &conf, "wrong");
     assert_non_null(st);
-    assert_false(run_until(&loop, is_up, st, 600));
+    assert_false(th_run_until(&loop, is_up, st, 600));
     struct result no;
     assert_null(eval0(st, SL_SCRIPT_DECIDE, &no));
     finish(&loop, st);
@@ -709,15 +687,15 @@ static void test_heartbeat(void **state)
     int echo;
     struct sl_store *a = store_up(&loop, &conf, "inst-a", &echo);
     struct sl_store *b = store_up(&loop, &conf, "inst-b", &echo);
-    assert_true(run_until(&loop, live2, a, 3000));
-    assert_true(run_until(&loop, live2, b, 3000));
+    assert_true(th_run_until(&loop, live2, a, 3000));
+    assert_true(th_run_until(&loop, live2, b, 3000));
     char *z = redis_cmd(redis_p.port, "ZCARD slhb:instances\r\n");
     assert_non_null(z);
     assert_string_equal(z, ":2\r\n");
     free(z);
 
     sl_store_close(b);
-    assert_true(run_until(&loop, live1, a, 3000));
+    assert_true(th_run_until(&loop, live1, a, 3000));
     z = redis_cmd(redis_p.port, "ZCARD slhb:instances\r\n");
     assert_string_equal(z, ":1\r\n");
     free(z);
@@ -750,7 +728,7 @@ static void test_silent_then_reconfigure(void **state)
     conf.connect_timeout_us = 100 * 1000;
     struct sl_store *st = sl_store_new(&loop, &conf, "silent");
     assert_non_null(st);
-    assert_false(run_until(&loop, is_up, st, 700));
+    assert_false(th_run_until(&loop, is_up, st, 700));
     struct result no;
     assert_null(eval0(st, SL_SCRIPT_DECIDE, &no));
     assert_int_equal(sl_store_live_instances(st), 1);
@@ -759,7 +737,7 @@ static void test_silent_then_reconfigure(void **state)
     struct sl_store_conf none;
     conf_init(&none, th_free_port());
     sl_store_reconfigure(st, &none);
-    assert_false(run_until(&loop, is_up, st, 300));
+    assert_false(th_run_until(&loop, is_up, st, 300));
 
     struct sl_store_conf good;
     conf_init(&good, redis_p.port);
@@ -767,11 +745,11 @@ static void test_silent_then_reconfigure(void **state)
         sl_store_script_set(st, SL_SCRIPT_HEARTBEAT, HB_LUA);
     int echo = sl_store_script_add(st, ECHO_LUA);
     sl_store_reconfigure(st, &good);
-    assert_true(run_until(&loop, is_up, st, UP_MS));
+    assert_true(th_run_until(&loop, is_up, st, UP_MS));
     struct result r;
     memset(&r, 0, sizeof(r));
     assert_non_null(eval_echo(st, echo, 4, &r));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ &r, 1 }, TH_MS));
     assert_int_equal(r.status, 0);
     assert_int_equal(r.vals[1], 8);
     th_kill_server(silent);
@@ -834,7 +812,7 @@ static void test_cancel(void **state)
     assert_non_null(eval_echo(st, echo, 3, &res[2]));
     sl_store_cancel(mid);
     struct wait_calls w = { &res[2], 1 };
-    assert_true(run_until(&loop, all_called, &w, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &w, TH_MS));
     assert_int_equal(res[0].called, 1);
     assert_int_equal(res[0].vals[0], 1);
     assert_int_equal(res[1].called, 0);
@@ -847,7 +825,7 @@ static void test_cancel(void **state)
     assert_true(sl_store_up(st));
     memset(res, 0, sizeof(res));
     assert_non_null(eval_echo(st, echo, 8, &res[0]));
-    assert_true(run_until(&loop, all_called, &(struct wait_calls){ res, 1 }, TH_MS));
+    assert_true(th_run_until(&loop, all_called, &(struct wait_calls){ res, 1 }, TH_MS));
     assert_int_equal(res[0].vals[0], 8);
     assert_int_equal(sl_store_stats(st)->reconnects, 0);
     finish(&loop, st);
@@ -904,7 +882,7 @@ static void test_hget(void **state)
     for (int i = 0; i < 4; i++)
         assert_non_null(sl_store_hget(st, key, (struct sl_str){ fields[i], strlen(fields[i]) },
                                       on_text, &r[i]));
-    assert_true(run_until(&loop, text_called, &r[3], TH_MS));
+    assert_true(th_run_until(&loop, text_called, &r[3], TH_MS));
     assert_int_equal(r[0].status, 0);
     assert_string_equal(r[0].text, "5000/s");
     assert_int_equal(r[0].len, 6);

@@ -17,48 +17,30 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "certs.h"
 #include "integration/harness.h"
 
-static char dir[64];
+static struct th_certs certs;
 
 static const char *path(const char *name)
 {
-    static char bufs[8][128];
-    static int i;
-    char *p = bufs[i++ % 8];
-    snprintf(p, 128, "%s/%s", dir, name);
-    return p;
+    return th_certs_path(&certs, name);
 }
 
 static int make_certs(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/sluice-store-tls-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-        "set -e; cd %s; exec >log 2>&1\n"
-        "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
-        "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca\n"
-        "openssl req -x509 $EC -keyout ca2.key -out ca2.pem -days 2 -subj /CN=other-ca\n"
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > srv.ext\n"
-        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext\n"
-        "sign() { openssl req $EC -keyout $1.key -out $1.csr -subj \"$2\"; "
-        "  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-        "  -days 2 -extfile $3 -out $1.pem; }\n"
-        "sign server /CN=localhost srv.ext\n"
-        "sign client /CN=sluice-store-client cli.ext\n",
-        dir);
-    return system(cmd) == 0 ? 0 : -1;
+    static const struct th_cert want[] = {
+        { "server", "/CN=localhost", TH_SAN_LOCAL, 0 },
+        { "client", "/CN=sluice-store-client", NULL, TH_CERT_CLIENT },
+    };
+    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
 }
 
 static int remove_certs(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return th_certs_remove(&certs);
 }
 
 struct world {
@@ -75,13 +57,8 @@ struct world {
 static void world_start(struct world *w, int auth)
 {
     memset(w, 0, sizeof(*w));
-    w->tls_port = th_free_port();
-    char tport[16];
-    snprintf(tport, sizeof tport, "%d", w->tls_port);
-    assert_int_equal(th_redis_start(&w->store, "--tls-port", tport, "--tls-cert-file",
-                                    path("server.pem"), "--tls-key-file", path("server.key"),
-                                    "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
-                                    auth ? "yes" : "no", (char *)NULL), 0);
+    assert_int_equal(th_redis_tls_start(&w->store, &w->tls_port, path("server.pem"),
+                                        path("server.key"), path("ca.pem"), auth), 0);
     assert_int_equal(th_redis_start(&w->up, (char *)NULL), 0);
 }
 
@@ -121,13 +98,7 @@ static void world_stop(struct world *w)
 
 static int store_up(struct world *w, int ms)
 {
-    uint64_t end = th_now_ms() + (uint64_t)ms;
-    while (th_now_ms() < end) {
-        if (th_metric(w->admin, "sluice_store_up") == 1)
-            return 1;
-        usleep(20000);
-    }
-    return 0;
+    return th_metric_wait(w->admin, "sluice_store_up", 1, ms) == 0;
 }
 
 /* Sends five INCRs through sluice; returns how many were admitted (the rest
@@ -281,7 +252,7 @@ static void test_rediss_cluster(void **state)
                          0);
         len += snprintf(cmd + len, sizeof cmd - (size_t)len, " 127.0.0.1:%d", tport[i]);
     }
-    snprintf(cmd + len, sizeof cmd - (size_t)len, " --cluster-yes >%s/create.log 2>&1", dir);
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " --cluster-yes >%s 2>&1", path("create.log"));
     assert_int_equal(system(cmd), 0);
     uint64_t end = th_now_ms() + 20000;
     for (int i = 0; i < 3; i++) {

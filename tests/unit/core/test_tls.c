@@ -15,52 +15,34 @@
 
 #include "core/err.h"
 #include "core/tls.h"
+#include "certs.h"
 
-static char dir[64];
+static struct th_certs certs;
 
 static const char *path(const char *name)
 {
-    static char bufs[8][128];
-    static int i;
-    char *p = bufs[i++ % 8];
-    snprintf(p, 128, "%s/%s", dir, name);
-    return p;
+    return th_certs_path(&certs, name);
 }
 
 /* A CA, a server certificate for localhost / 127.0.0.1, a client
- * certificate, an expired server certificate and a second, unrelated CA. */
+ * certificate, an expired server certificate, one with no CN and a second,
+ * unrelated CA (ca2.pem). */
 static int make_certs(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/sluice-tls-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-        "set -e; cd %s; exec >log 2>&1\n"
-        "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
-        "openssl req -x509 $EC -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca\n"
-        "openssl req -x509 $EC -keyout ca2.key -out ca2.pem -days 2 -subj /CN=other-ca\n"
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > srv.ext\n"
-        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext\n"
-        "printf 'subjectAltName=DNS:svc.example\\n' > nocn.ext\n"
-        "sign() { openssl req $EC -keyout $1.key -out $1.csr -subj \"$2\"; "
-        "  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-        "  -days $3 -extfile $4 -out $1.pem; }\n"
-        "sign server /CN=localhost 2 srv.ext\n"
-        "sign client /CN=client-alice 2 cli.ext\n"
-        "sign expired /CN=localhost -1 srv.ext\n"
-        "sign nocn /O=sluice 2 nocn.ext\n",
-        dir);
-    return system(cmd) == 0 ? 0 : -1;
+    static const struct th_cert want[] = {
+        { "server", "/CN=localhost", TH_SAN_LOCAL, 0 },
+        { "client", "/CN=client-alice", NULL, TH_CERT_CLIENT },
+        { "expired", "/CN=localhost", TH_SAN_LOCAL, TH_CERT_EXPIRED },
+        { "nocn", "/O=sluice", "DNS:svc.example", 0 },
+    };
+    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
 }
 
 static int remove_certs(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return th_certs_remove(&certs);
 }
 
 static struct sl_tls_ctx *ctx_or_fail(const struct sl_tls_conf *c)
