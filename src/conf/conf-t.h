@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "core/log.h"
+#include "core/tls-t.h"
 
 #define SL_CONF_MAX_IDENTITY 8 /* identity sources per listener */
 
@@ -107,6 +108,9 @@ struct sl_listener_conf {
     int            upstream_tls_verify; /* 1 (default) | 0 */
     char          *upstream_tls_cert;  /* client certificate for mutual TLS, or NULL */
     char          *upstream_tls_key;
+    struct sl_tls_ctx *tls_ctx;        /* built at load from the tls_* keys (the conf's
+                                          reference; listeners take their own), or NULL */
+    struct sl_tls_ctx *upstream_tls_ctx; /* the same from the upstream_tls* keys */
     struct sl_listener_conf *next;
 };
 

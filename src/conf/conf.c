@@ -22,6 +22,7 @@
 #include "conf/conf-i.h"
 #include "conf/conf.h"
 #include "conf/names.h"
+#include "core/tls.h"
 
 /* ---- the words of each enum --- ------------------------------------------------------ */
 
@@ -230,6 +231,8 @@ void sl_conf_free(struct sl_conf *c)
         free(l->upstream_tls_sni);
         free(l->upstream_tls_cert);
         free(l->upstream_tls_key);
+        sl_tls_ctx_unref(l->tls_ctx);
+        sl_tls_ctx_unref(l->upstream_tls_ctx);
         free(l->name);
         free(l);
     }

@@ -74,13 +74,16 @@ static int first_line(const struct section *sec, const char *const *keys, size_t
     return best != 0 ? best : dflt;
 }
 
-static void try_ctx(struct loader *ld, int line, const char *where, const struct sl_tls_conf *tc)
+/* Builds the context of <tc> (its files are read now, once per load);
+ * NULL and an error at <line> when one does not load. */
+static struct sl_tls_ctx *try_ctx(struct loader *ld, int line, const char *where,
+                                  const struct sl_tls_conf *tc)
 {
     char err[512];
     struct sl_tls_ctx *ctx = NULL;
     if (sl_tls_ctx_new(&ctx, tc, err, sizeof(err)) != 0)
         sl_cf_err(ld, line, "%s: %s", where, err);
-    sl_tls_ctx_unref(ctx);
+    return ctx;
 }
 
 static void check_store(struct loader *ld, struct section *sec)
@@ -105,7 +108,9 @@ static void check_store(struct loader *ld, struct section *sec)
         .role = SL_TLS_CLIENT, .ca_file = st->tls_ca, .cert_file = st->tls_cert,
         .key_file = st->tls_key, .verify = st->tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
     };
-    try_ctx(ld, first_line(sec, keys, N_OF(keys), tls_line ? tls_line : url_line), "[store] tls", &tc);
+    /* Checked only: the store builds its own with the SNI it needs. */
+    sl_tls_ctx_unref(try_ctx(ld, first_line(sec, keys, N_OF(keys), tls_line ? tls_line : url_line),
+                             "[store] tls", &tc));
 }
 
 static void check_listener_tls(struct loader *ld, struct section *sec)
@@ -127,8 +132,12 @@ static void check_listener_tls(struct loader *ld, struct section *sec)
             .role = SL_TLS_SERVER, .cert_file = l->tls_cert, .key_file = l->tls_key,
             .ca_file = l->tls_ca, .verify = (enum sl_tls_verify)l->tls_verify_client,
             .protocols = l->tls_protocols, .ciphers = l->tls_ciphers,
+            .alpn = l->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL,
         };
-        try_ctx(ld, first_line(sec, server_keys, N_OF(server_keys), sec->line), where, &tc);
+        /* Kept: the listener takes this very context, so what was checked
+         * is what serves (a file changed after the check cannot slip in). */
+        l->tls_ctx = try_ctx(ld, first_line(sec, server_keys, N_OF(server_keys), sec->line),
+                             where, &tc);
     }
     if (!l->upstream_tls) {
         unused_keys(ld, sec, client_keys, N_OF(client_keys),
@@ -138,9 +147,11 @@ static void check_listener_tls(struct loader *ld, struct section *sec)
             .role = SL_TLS_CLIENT, .ca_file = l->upstream_tls_ca,
             .cert_file = l->upstream_tls_cert, .key_file = l->upstream_tls_key,
             .verify = l->upstream_tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
+            .alpn = l->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL,
         };
-        try_ctx(ld, first_line(sec, client_keys, N_OF(client_keys),
-                               sl_cf_key_line(sec, "upstream_tls")), where, &tc);
+        l->upstream_tls_ctx = try_ctx(ld, first_line(sec, client_keys, N_OF(client_keys),
+                                                     sl_cf_key_line(sec, "upstream_tls")),
+                                      where, &tc);
     }
 }
 

@@ -312,49 +312,28 @@ static void conf_copies_free(struct sl_listener *l)
     l->cf.trusted_proxies = NULL;
 }
 
-/* Builds <*slot> anew from <c> (for <what>: "tls" or "upstream_tls"). On
- * failure the context in use stays (a reload with a bad file keeps the old
- * certificates) and the reason is logged; returns -1 then. Sessions hold
+/* Points <*slot> at <ctx> (the configuration's, built and checked at load:
+ * a reload that got this far has every context it names). Sessions hold
  * their own reference, so the swap never touches a connection. */
-static int tls_rebuild(struct sl_listener *l, struct sl_tls_ctx **slot, const struct sl_tls_conf *c,
-                       const char *what)
+static void tls_take(struct sl_tls_ctx **slot, struct sl_tls_ctx *ctx)
 {
-    char err[512];
-    struct sl_tls_ctx *ctx = NULL;
-    if (sl_tls_ctx_new(&ctx, c, err, sizeof(err)) != SL_OK) {
-        sl_log_error(*slot ? "TLS context not reloaded: keeping the old one" : "TLS context not built",
-                     "listener=%s what=%s err=\"%s\"", l->name, what, err);
-        return -1;
-    }
+    if (ctx != NULL)
+        sl_tls_ctx_ref(ctx);
     sl_tls_ctx_unref(*slot);
     *slot = ctx;
-    return 0;
 }
 
-/* The TLS contexts of <lc> (files read now). -1 when one the listener
- * needs could not be built and it has none yet. */
+/* The TLS contexts of <lc>. -1 when one the listener needs is missing (a
+ * configuration that did not come through the loader's checks). */
 static int tls_setup(struct sl_listener *l, const struct sl_listener_conf *lc)
 {
-    int rc = 0;
-    if (lc->tls_cert != NULL) {
-        struct sl_tls_conf c = { .role = SL_TLS_SERVER, .cert_file = lc->tls_cert,
-                                 .key_file = lc->tls_key, .ca_file = lc->tls_ca,
-                                 .verify = (enum sl_tls_verify)lc->tls_verify_client,
-                                 .protocols = lc->tls_protocols, .ciphers = lc->tls_ciphers,
-                                 .alpn = lc->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL };
-        if (tls_rebuild(l, &l->tls, &c, "tls") < 0 && l->tls == NULL)
-            rc = -1;
-    } else {
-        sl_tls_ctx_unref(l->tls);
-        l->tls = NULL;
+    tls_take(&l->tls, lc->tls_cert != NULL ? lc->tls_ctx : NULL);
+    tls_take(&l->up_tls, lc->upstream_tls ? lc->upstream_tls_ctx : NULL);
+    if ((lc->tls_cert != NULL && l->tls == NULL) || (lc->upstream_tls && l->up_tls == NULL)) {
+        sl_log_error("TLS context not built", "listener=%s", l->name);
+        return -1;
     }
     if (lc->upstream_tls) {
-        struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .cert_file = lc->upstream_tls_cert,
-                                 .key_file = lc->upstream_tls_key, .ca_file = lc->upstream_tls_ca,
-                                 .verify = lc->upstream_tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
-                                 .alpn = lc->protocol == SL_PROTO_HTTP ? "http/1.1" : NULL };
-        if (tls_rebuild(l, &l->up_tls, &c, "upstream_tls") < 0 && l->up_tls == NULL)
-            rc = -1;
         /* SNI and the name checked: upstream_tls_sni, else the upstream's
          * host name (an address sends none and is matched as an IP SAN). */
         if (lc->upstream_tls_sni != NULL) {
@@ -375,11 +354,8 @@ static int tls_setup(struct sl_listener *l, const struct sl_listener_conf *lc)
             sl_log_warn("UPSTREAM TLS CERTIFICATES ARE NOT VERIFIED (upstream_tls_verify = off): "
                         "anyone on the path can pose as the upstream",
                         "listener=%s upstream=%s", l->name, lc->upstream.text);
-    } else {
-        sl_tls_ctx_unref(l->up_tls);
-        l->up_tls = NULL;
     }
-    return rc;
+    return 0;
 }
 
 /* Copies the settings of <lc>: sessions may outlive the configuration that
@@ -409,6 +385,7 @@ static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
     l->cf.tls_cert = l->cf.tls_key = l->cf.tls_ca = l->cf.tls_protocols = l->cf.tls_ciphers = NULL;
     l->cf.upstream_tls_ca = l->cf.upstream_tls_sni = NULL;
     l->cf.upstream_tls_cert = l->cf.upstream_tls_key = NULL;
+    l->cf.tls_ctx = l->cf.upstream_tls_ctx = NULL; /* the listener holds its own references */
     /* The loader has just resolved the upstream's name: that answer is
      * fresh (a reload thus also refreshes it). */
     char host[sizeof(lc->upstream.text)] = "";
@@ -701,7 +678,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         struct sl_listener_conf *lc = sl_conf_listener(conf, l->name);
         if (lc != NULL && same_socket(l->conf, lc)) {
             set_conf(l, lc);
-            (void)tls_setup(l, lc); /* a bad file: the old contexts stay (logged) */
+            (void)tls_setup(l, lc); /* the loader built them: cannot fail here */
             continue;
         }
         sl_log_info("listener removed", "listener=%s", l->name);
