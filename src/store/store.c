@@ -636,7 +636,7 @@ void sl_store_close(struct sl_store *st)
     sl_sentinel_close(st->sentinel);
     st->sentinel = NULL;
     struct sl_node *hb = hb_node(st);
-    if (hb != NULL && hb->conn == SL_NODE_READY && !hb->writing) {
+    if (hb != NULL && hb->conn == SL_NODE_READY && !hb->io.writing) {
         /* Best effort: leave the heartbeat set now rather than in 5 s. */
         struct sl_str key = sl_wire_cstr(st->hb_key);
         struct sl_str argv[7] = { { "EVALSHA", 7 }, { st->scripts[SL_SCRIPT_HEARTBEAT].sha, 40 },
