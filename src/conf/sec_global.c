@@ -14,7 +14,7 @@
 #include "conf/units.h"
 
 static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
-static kw_setter set_store_tls;
+static kw_setter set_store_tls, set_sentinel_tls, set_sentinel_password_file, refuse_password;
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
@@ -41,6 +41,10 @@ static const struct keyword store_kw[] = {
     TLSPATH("tls_key", struct sl_store_conf, tls_key),
     STR("tls_sni", struct sl_store_conf, tls_sni, 253),
     ENUM("tls_verify", struct sl_store_conf, tls_verify, sl_conf_onoff_names),
+    FUNC("sentinel_tls", set_sentinel_tls, 0),
+    STR("sentinel_user", struct sl_store_conf, sentinel_user, 255),
+    FUNC("sentinel_password_file", set_sentinel_password_file, 0),
+    FUNC("sentinel_password", refuse_password, 0),
 };
 
 const struct kw_table sl_cf_sluice_keys = { sluice_kw, N_OF(sluice_kw) };
@@ -72,6 +76,7 @@ struct sl_conf *sl_cf_conf_new(const char *file)
     c->store.max_identities = 100000;
     c->store.tls_verify = 1;
     c->store.tls_opt = -1;
+    c->store.sentinel_tls_opt = -1;
     return c;
 }
 
@@ -338,14 +343,15 @@ fail:
     free(seeds);
 }
 
-static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,
-                              const char *value)
+/* A secret read from the file <value> names (password_file,
+ * sentinel_password_file): *<file> gets the path, *<pw> the secret (the
+ * old one wiped), *<line> the line. Errors name <kw>. */
+static void read_secret(struct loader *ld, const struct keyword *kw, const char *value,
+                        char **file_out, char **pw_out, int *line_out)
 {
-    struct sl_store_conf *st = sec->obj;
     char *path = NULL, *pw = NULL;
     size_t len = 0;
     int error = 0;
-    (void)kw;
     if (value[0] == '\0')
         return;
     /* Relative to the configuration file, kept absolute (abs_path()); a
@@ -356,9 +362,9 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     if (pw == NULL) {
         if (error == EFBIG)
             sl_cf_err(ld, ld->line,
-                      "password_file: '%s' is larger than %d bytes", path, MAX_PASSWORD);
+                      "%s: '%s' is larger than %d bytes", kw->name, path, MAX_PASSWORD);
         else
-            sl_cf_err(ld, ld->line, "password_file: cannot read '%s': %s", path, strerror(error));
+            sl_cf_err(ld, ld->line, "%s: cannot read '%s': %s", kw->name, path, strerror(error));
         goto out;
     }
     /* One trailing newline is what `echo secret > file` leaves. */
@@ -367,23 +373,23 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     if (len > 0 && pw[len - 1] == '\r')
         pw[--len] = '\0';
     if (len == 0) {
-        sl_cf_err(ld, ld->line, "password_file: '%s' is empty", path);
+        sl_cf_err(ld, ld->line, "%s: '%s' is empty", kw->name, path);
         goto out;
     }
     if (strlen(pw) != len) {
-        sl_cf_err(ld, ld->line, "password_file: '%s' holds a NUL byte", path);
+        sl_cf_err(ld, ld->line, "%s: '%s' holds a NUL byte", kw->name, path);
         goto out;
     }
     char *file = sl_cf_strdup(ld, path);
     if (file == NULL)
         goto out;
-    free(st->password_file);
-    st->password_file = file;
-    st->password_file_line = ld->line;
-    if (st->password != NULL)
-        explicit_bzero(st->password, strlen(st->password));
-    free(st->password);
-    st->password = pw;
+    free(*file_out);
+    *file_out = file;
+    *line_out = ld->line;
+    if (*pw_out != NULL)
+        explicit_bzero(*pw_out, strlen(*pw_out));
+    free(*pw_out);
+    *pw_out = pw;
     pw = NULL;
     goto out;
 oom:
@@ -393,6 +399,47 @@ out:
         explicit_bzero(pw, len);
     free(pw);
     free(path);
+}
+
+static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,
+                              const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    read_secret(ld, kw, value, &st->password_file, &st->password, &st->password_file_line);
+}
+
+/* The sentinels' own password (their requirepass, or their ACL user's). */
+static void set_sentinel_password_file(struct loader *ld, struct section *sec,
+                                       const struct keyword *kw, const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    read_secret(ld, kw, value, &st->sentinel_password_file, &st->sentinel_password,
+                &st->sentinel_password_file_line);
+}
+
+/* sentinel_password = ...: a secret is not written in the file (-T prints
+ * the file; it is often world-readable). The value is not echoed. */
+static void refuse_password(struct loader *ld, struct section *sec, const struct keyword *kw,
+                            const char *value)
+{
+    (void)sec;
+    (void)value;
+    sl_cf_err(ld, ld->line, "%s: a password is not written in the file; put it in a file "
+                            "named by %s_file", kw->name, kw->name);
+}
+
+/* sentinel_tls = on | off: whether the sentinels are asked over TLS
+ * (checked against the url in conf/tls.c). */
+static void set_sentinel_tls(struct loader *ld, struct section *sec, const struct keyword *kw,
+                             const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    if (strcmp(value, "on") == 0)
+        st->sentinel_tls_opt = 1;
+    else if (strcmp(value, "off") == 0)
+        st->sentinel_tls_opt = 0;
+    else
+        sl_cf_bad(ld, kw, "on or off", value);
 }
 
 /* tls = on | off: TLS to every store node (a rediss* url says on too). */
