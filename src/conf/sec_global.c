@@ -14,7 +14,12 @@
 #include "conf/units.h"
 
 static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
-static kw_setter set_store_tls, set_sentinel_tls, set_sentinel_password_file, refuse_password;
+static kw_setter set_onoff_opt, set_sentinel_password_file, refuse_password;
+
+/* An on | off key whose absence means something of its own (an int at
+ * <off>: -1 not written, 0 off, 1 on). */
+#define ONOFF_OPT(k, st, f) \
+    { .name = k, .type = KW_FUNC, .set = set_onoff_opt, .off = offsetof(st, f) }
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
@@ -35,13 +40,13 @@ static const struct keyword store_kw[] = {
     FUNC("lease", set_lease, 0),
     NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
     NUM("max_identities", KW_U64, struct sl_store_conf, max_identities, 1, 100000000),
-    FUNC("tls", set_store_tls, 0),
+    ONOFF_OPT("tls", struct sl_store_conf, tls_opt),
     TLSPATH("tls_ca", struct sl_store_conf, tls_ca),
     TLSPATH("tls_cert", struct sl_store_conf, tls_cert),
     TLSPATH("tls_key", struct sl_store_conf, tls_key),
     STR("tls_sni", struct sl_store_conf, tls_sni, 253),
     ENUM("tls_verify", struct sl_store_conf, tls_verify, sl_conf_onoff_names),
-    FUNC("sentinel_tls", set_sentinel_tls, 0),
+    ONOFF_OPT("sentinel_tls", struct sl_store_conf, sentinel_tls_opt),
     STR("sentinel_user", struct sl_store_conf, sentinel_user, 255),
     FUNC("sentinel_password_file", set_sentinel_password_file, 0),
     FUNC("sentinel_password", refuse_password, 0),
@@ -428,29 +433,17 @@ static void refuse_password(struct loader *ld, struct section *sec, const struct
                             "named by %s_file", kw->name, kw->name);
 }
 
-/* sentinel_tls = on | off: whether the sentinels are asked over TLS
- * (checked against the url in conf/tls.c). */
-static void set_sentinel_tls(struct loader *ld, struct section *sec, const struct keyword *kw,
-                             const char *value)
-{
-    struct sl_store_conf *st = sec->obj;
-    if (strcmp(value, "on") == 0)
-        st->sentinel_tls_opt = 1;
-    else if (strcmp(value, "off") == 0)
-        st->sentinel_tls_opt = 0;
-    else
-        sl_cf_bad(ld, kw, "on or off", value);
-}
-
-/* tls = on | off: TLS to every store node (a rediss* url says on too). */
-static void set_store_tls(struct loader *ld, struct section *sec, const struct keyword *kw,
+/* tls = on | off: TLS to every store node (a rediss* url says on too);
+ * sentinel_tls = on | off: whether the sentinels are asked over TLS
+ * (default: as tls). Both are settled in conf/tls.c. */
+static void set_onoff_opt(struct loader *ld, struct section *sec, const struct keyword *kw,
                           const char *value)
 {
-    struct sl_store_conf *st = sec->obj;
+    int *opt = (int *)((char *)sec->obj + kw->off);
     if (strcmp(value, "on") == 0)
-        st->tls_opt = 1;
+        *opt = 1;
     else if (strcmp(value, "off") == 0)
-        st->tls_opt = 0;
+        *opt = 0;
     else
         sl_cf_bad(ld, kw, "on or off", value);
 }
