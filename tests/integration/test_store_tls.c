@@ -299,6 +299,17 @@ static int tls_sentinel_start(struct th_proc *p, const char *name, int master_tl
     return -1;
 }
 
+/* Starts sluice with url = rediss-sentinel://<host>:<sen_port>/m and
+ * tls_ca = <ca>. */
+static void sluice_start_sentinel(struct world *w, const char *host, int sen_port, const char *ca,
+                                  const char *on_failure)
+{
+    char url[128], extra[512];
+    snprintf(url, sizeof url, "rediss-sentinel://%s:%d/m", host, sen_port);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path(ca));
+    sluice_start_url(w, url, extra, on_failure);
+}
+
 /* rediss-sentinel:// and sentinels that speak only TLS (port 0): sluice
  * asks them over TLS (the sentinel named by host: SNI and the name checked
  * are "localhost"), with the store's CA, and decides through the master
@@ -312,10 +323,7 @@ static void test_rediss_sentinel_tls(void **state)
     world_start(&w, 0);
     struct th_proc sen;
     assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port, NULL), 0);
-    char url[128], extra[512];
-    snprintf(url, sizeof url, "rediss-sentinel://localhost:%d/m", sen.port);
-    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
-    sluice_start_url(&w, url, extra, "closed");
+    sluice_start_sentinel(&w, "localhost", sen.port, "ca.pem", "closed");
     assert_true(store_up(&w, 5000));
     assert_true(th_log_count(w.sl.log, "msg=\"sentinel TLS up\" sentinel=localhost:") >= 1);
     long before = th_redis_cmd_calls(w.store.port, "evalsha");
@@ -323,7 +331,7 @@ static void test_rediss_sentinel_tls(void **state)
     assert_true(th_redis_cmd_calls(w.store.port, "evalsha") >= before + 3);
     assert_int_equal(th_stop(&w.sl), 0);
     /* another instance, same store: the limit is spent for it too */
-    sluice_start_url(&w, url, extra, "closed");
+    sluice_start_sentinel(&w, "localhost", sen.port, "ca.pem", "closed");
     assert_true(store_up(&w, 5000));
     assert_int_equal(five_incrs(&w), 0);
     world_stop(&w);
@@ -340,10 +348,7 @@ static void test_rediss_sentinel_tls_wrong_ca(void **state)
     world_start(&w, 0);
     struct th_proc sen;
     assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port, NULL), 0);
-    char url[128], extra[512];
-    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/m", sen.port);
-    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca2.pem"));
-    sluice_start_url(&w, url, extra, "local");
+    sluice_start_sentinel(&w, "127.0.0.1", sen.port, "ca2.pem", "local");
     assert_int_equal(th_log_wait(w.sl.log, "msg=\"sentinel: no master known\"", 1, 5000), 0);
     assert_true(th_log_count(w.sl.log, "last_error=\"127.0.0.1:") >= 1);
     assert_true(th_log_count(w.sl.log, ": TLS handshake failed: certificate verify failed") >= 1);
@@ -378,10 +383,7 @@ static void test_rediss_sentinel_tls_failover(void **state)
     assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port,
                                         "sentinel down-after-milliseconds m 1000\n"
                                         "sentinel failover-timeout m 5000\n"), 0);
-    char url[128], extra[512];
-    snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/m", sen.port);
-    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
-    sluice_start_url(&w, url, extra, "open");
+    sluice_start_sentinel(&w, "127.0.0.1", sen.port, "ca.pem", "open");
     assert_true(store_up(&w, 5000));
     assert_true(th_log_wait(w.sl.log, "sentinel: subscribed to +switch-master", 1, 5000) == 0);
     redisContext *c = redisConnect("127.0.0.1", w.port);
