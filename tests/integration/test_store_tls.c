@@ -402,9 +402,24 @@ static void test_rediss_sentinel_tls_failover(void **state)
         assert_true(th_now_ms() < end);
         usleep(10000);
     }
+    /* the sentinel has the replica's INFO (its link to the master is up):
+     * before that, a failover finds no good replica and waits to retry */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "redis-cli --tls --cacert %s -p %d SENTINEL replicas m 2>/dev/null"
+             " | grep -A1 -x master-link-status | grep -qx ok", path("ca.pem"), sen.port);
+    end = th_now_ms() + 10000;
+    while (system(cmd) != 0) {
+        assert_true(th_now_ms() < end);
+        usleep(50000);
+    }
     uint64_t t0 = th_now_ms();
     kill(w.store.pid, SIGKILL);
-    assert_int_equal(th_log_wait(w.sl.log, "via=switch-master", 1, 20000), 0);
+    if (th_log_wait(w.sl.log, "via=switch-master", 1, 20000) != 0) {
+        char *log = th_slurp(sen.log); /* why the sentinel did not fail over */
+        fprintf(stderr, "sentinel log:\n%s\n", log ? log : "(none)");
+        free(log);
+        fail();
+    }
     assert_true(store_up(&w, 5000));
     uint64_t took = th_now_ms() - t0;
     char want[128];
