@@ -182,6 +182,15 @@ struct sl_store_conf {
     char              *tls_key;
     char              *tls_sni;        /* NULL = the url's (first) host name */
     int                tls_verify;     /* 1 (default) | 0 */
+    int                sentinel_tls;   /* sentinel url: 1 when the sentinels are asked over
+                                          TLS (same tls_ca / tls_cert / tls_verify as the
+                                          store); default: = tls */
+    int                sentinel_tls_opt; /* sentinel_tls = : -1 not written (default), 0 off, 1 on */
+    char              *sentinel_user;  /* AUTH user for the sentinels (Redis 6 ACL), or NULL */
+    char              *sentinel_password_file; /* absolute (resolved at load), or NULL */
+    char              *sentinel_password; /* read from sentinel_password_file at load; never
+                                          printed; NULL: the sentinels get no AUTH */
+    int                sentinel_password_file_line; /* where it was set (warnings) */
 };
 
 struct sl_conf {

@@ -254,6 +254,12 @@ void sl_conf_free(struct sl_conf *c)
         free(c->store.password);
     }
     free(c->store.password_file);
+    if (c->store.sentinel_password != NULL) {
+        explicit_bzero(c->store.sentinel_password, strlen(c->store.sentinel_password));
+        free(c->store.sentinel_password);
+    }
+    free(c->store.sentinel_password_file);
+    free(c->store.sentinel_user);
     free(c->log_file);
     free(c->store.url);
     free(c->store.user);

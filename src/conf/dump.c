@@ -228,13 +228,19 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     }
     kv_duration(out, "connection_lease", st->connection_lease_us);
     kv_u64(out, "max_identities", st->max_identities);
-    if (st->tls) {
-        kv(out, "tls", "on");
+    if (st->tls || st->sentinel_tls) { /* sentinel_tls alone uses the same files */
+        kv(out, "tls", sl_conf_onoff_names[st->tls ? 1 : 0]);
         kv_opt(out, "tls_ca", st->tls_ca);
         kv_opt(out, "tls_cert", st->tls_cert);
         kv_opt(out, "tls_key", st->tls_key);
         kv_opt(out, "tls_sni", st->tls_sni);
         kv(out, "tls_verify", sl_conf_onoff_names[st->tls_verify ? 1 : 0]);
+    }
+    if (st->kind == SL_STORE_SENTINEL) {
+        kv(out, "sentinel_tls", sl_conf_onoff_names[st->sentinel_tls ? 1 : 0]);
+        kv_opt(out, "sentinel_user", st->sentinel_user);
+        if (st->sentinel_password_file != NULL) /* the file, never the password */
+            kv(out, "sentinel_password_file", st->sentinel_password_file);
     }
 
     for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)

@@ -14,7 +14,12 @@
 #include "conf/units.h"
 
 static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
-static kw_setter set_store_tls;
+static kw_setter set_onoff_opt, set_sentinel_password_file, refuse_password;
+
+/* An on | off key whose absence means something of its own (an int at
+ * <off>: -1 not written, 0 off, 1 on). */
+#define ONOFF_OPT(k, st, f) \
+    { .name = k, .type = KW_FUNC, .set = set_onoff_opt, .off = offsetof(st, f) }
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
@@ -35,12 +40,16 @@ static const struct keyword store_kw[] = {
     FUNC("lease", set_lease, 0),
     NUM("connection_lease", KW_DURATION, struct sl_store_conf, connection_lease_us, 1000000, DAY_US),
     NUM("max_identities", KW_U64, struct sl_store_conf, max_identities, 1, 100000000),
-    FUNC("tls", set_store_tls, 0),
+    ONOFF_OPT("tls", struct sl_store_conf, tls_opt),
     TLSPATH("tls_ca", struct sl_store_conf, tls_ca),
     TLSPATH("tls_cert", struct sl_store_conf, tls_cert),
     TLSPATH("tls_key", struct sl_store_conf, tls_key),
     STR("tls_sni", struct sl_store_conf, tls_sni, 253),
     ENUM("tls_verify", struct sl_store_conf, tls_verify, sl_conf_onoff_names),
+    ONOFF_OPT("sentinel_tls", struct sl_store_conf, sentinel_tls_opt),
+    STR("sentinel_user", struct sl_store_conf, sentinel_user, 255),
+    FUNC("sentinel_password_file", set_sentinel_password_file, 0),
+    FUNC("sentinel_password", refuse_password, 0),
 };
 
 const struct kw_table sl_cf_sluice_keys = { sluice_kw, N_OF(sluice_kw) };
@@ -72,6 +81,7 @@ struct sl_conf *sl_cf_conf_new(const char *file)
     c->store.max_identities = 100000;
     c->store.tls_verify = 1;
     c->store.tls_opt = -1;
+    c->store.sentinel_tls_opt = -1;
     return c;
 }
 
@@ -338,14 +348,15 @@ fail:
     free(seeds);
 }
 
-static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,
-                              const char *value)
+/* A secret read from the file <value> names (password_file,
+ * sentinel_password_file): *<file> gets the path, *<pw> the secret (the
+ * old one wiped), *<line> the line. Errors name <kw>. */
+static void read_secret(struct loader *ld, const struct keyword *kw, const char *value,
+                        char **file_out, char **pw_out, int *line_out)
 {
-    struct sl_store_conf *st = sec->obj;
     char *path = NULL, *pw = NULL;
     size_t len = 0;
     int error = 0;
-    (void)kw;
     if (value[0] == '\0')
         return;
     /* Relative to the configuration file, kept absolute (abs_path()); a
@@ -356,9 +367,9 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     if (pw == NULL) {
         if (error == EFBIG)
             sl_cf_err(ld, ld->line,
-                      "password_file: '%s' is larger than %d bytes", path, MAX_PASSWORD);
+                      "%s: '%s' is larger than %d bytes", kw->name, path, MAX_PASSWORD);
         else
-            sl_cf_err(ld, ld->line, "password_file: cannot read '%s': %s", path, strerror(error));
+            sl_cf_err(ld, ld->line, "%s: cannot read '%s': %s", kw->name, path, strerror(error));
         goto out;
     }
     /* One trailing newline is what `echo secret > file` leaves. */
@@ -367,23 +378,23 @@ static void set_password_file(struct loader *ld, struct section *sec, const stru
     if (len > 0 && pw[len - 1] == '\r')
         pw[--len] = '\0';
     if (len == 0) {
-        sl_cf_err(ld, ld->line, "password_file: '%s' is empty", path);
+        sl_cf_err(ld, ld->line, "%s: '%s' is empty", kw->name, path);
         goto out;
     }
     if (strlen(pw) != len) {
-        sl_cf_err(ld, ld->line, "password_file: '%s' holds a NUL byte", path);
+        sl_cf_err(ld, ld->line, "%s: '%s' holds a NUL byte", kw->name, path);
         goto out;
     }
     char *file = sl_cf_strdup(ld, path);
     if (file == NULL)
         goto out;
-    free(st->password_file);
-    st->password_file = file;
-    st->password_file_line = ld->line;
-    if (st->password != NULL)
-        explicit_bzero(st->password, strlen(st->password));
-    free(st->password);
-    st->password = pw;
+    free(*file_out);
+    *file_out = file;
+    *line_out = ld->line;
+    if (*pw_out != NULL)
+        explicit_bzero(*pw_out, strlen(*pw_out));
+    free(*pw_out);
+    *pw_out = pw;
     pw = NULL;
     goto out;
 oom:
@@ -395,15 +406,44 @@ out:
     free(path);
 }
 
-/* tls = on | off: TLS to every store node (a rediss* url says on too). */
-static void set_store_tls(struct loader *ld, struct section *sec, const struct keyword *kw,
-                          const char *value)
+static void set_password_file(struct loader *ld, struct section *sec, const struct keyword *kw,
+                              const char *value)
 {
     struct sl_store_conf *st = sec->obj;
+    read_secret(ld, kw, value, &st->password_file, &st->password, &st->password_file_line);
+}
+
+/* The sentinels' own password (their requirepass, or their ACL user's). */
+static void set_sentinel_password_file(struct loader *ld, struct section *sec,
+                                       const struct keyword *kw, const char *value)
+{
+    struct sl_store_conf *st = sec->obj;
+    read_secret(ld, kw, value, &st->sentinel_password_file, &st->sentinel_password,
+                &st->sentinel_password_file_line);
+}
+
+/* sentinel_password = ...: a secret is not written in the file (-T prints
+ * the file; it is often world-readable). The value is not echoed. */
+static void refuse_password(struct loader *ld, struct section *sec, const struct keyword *kw,
+                            const char *value)
+{
+    (void)sec;
+    (void)value;
+    sl_cf_err(ld, ld->line, "%s: a password is not written in the file; put it in a file "
+                            "named by %s_file", kw->name, kw->name);
+}
+
+/* tls = on | off: TLS to every store node (a rediss* url says on too);
+ * sentinel_tls = on | off: whether the sentinels are asked over TLS
+ * (default: as tls). Both are settled in conf/tls.c. */
+static void set_onoff_opt(struct loader *ld, struct section *sec, const struct keyword *kw,
+                          const char *value)
+{
+    int *opt = (int *)((char *)sec->obj + kw->off);
     if (strcmp(value, "on") == 0)
-        st->tls_opt = 1;
+        *opt = 1;
     else if (strcmp(value, "off") == 0)
-        st->tls_opt = 0;
+        *opt = 0;
     else
         sl_cf_bad(ld, kw, "on or off", value);
 }

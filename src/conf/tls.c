@@ -2,7 +2,8 @@
  * check that runs once the file is read: keys that mean nothing without
  * TLS on are errors, and every certificate, key and CA file is loaded once
  * (a context built and dropped), so `sluice -t` and a reload report a bad
- * file at its line and a reload keeps the old certificates. */
+ * file at its line and a reload keeps the old certificates. The sentinel
+ * keys of [store] are checked here too: sentinel_tls follows tls. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,25 @@ static struct sl_tls_ctx *try_ctx(struct loader *ld, int line, const char *where
     return ctx;
 }
 
+/* sentinel_tls, sentinel_user, sentinel_password_file: only with a
+ * redis-sentinel:// url; a user needs a password (AUTH user password). */
+static void check_sentinel(struct loader *ld, struct section *sec)
+{
+    static const char *const keys[] = { "sentinel_tls", "sentinel_user",
+                                        "sentinel_password_file" };
+    struct sl_store_conf *st = sec->obj;
+    if (st->kind != SL_STORE_SENTINEL) {
+        unused_keys(ld, sec, keys, N_OF(keys),
+                    "the url names no sentinels (redis-sentinel://... or rediss-sentinel://...)");
+        st->sentinel_tls = 0;
+        return;
+    }
+    st->sentinel_tls = st->sentinel_tls_opt < 0 ? st->tls : st->sentinel_tls_opt;
+    if (st->sentinel_user != NULL && st->sentinel_password == NULL)
+        sl_cf_err(ld, sl_cf_key_line(sec, "sentinel_user"),
+                  "sentinel_user: needs sentinel_password_file (AUTH user password)");
+}
+
 static void check_store(struct loader *ld, struct section *sec)
 {
     static const char *const keys[] = { "tls_ca", "tls_cert", "tls_key", "tls_sni", "tls_verify" };
@@ -94,12 +114,15 @@ static void check_store(struct loader *ld, struct section *sec)
     if (st->url_tls && st->tls_opt == 0)
         sl_cf_err(ld, tls_line, "tls: off, but the url (line %d) asks for TLS (rediss...)", url_line);
     st->tls = st->url_tls || st->tls_opt == 1;
+    check_sentinel(ld, sec);
+    if (st->sentinel_tls && !st->tls && tls_line == 0)
+        tls_line = sl_cf_key_line(sec, "sentinel_tls");
     if (st->tls && st->kind == SL_STORE_LOCAL) {
         sl_cf_err(ld, tls_line ? tls_line : url_line, "tls: the store is local (no connection)");
         st->tls = 0;
         return;
     }
-    if (!st->tls) {
+    if (!st->tls && !st->sentinel_tls) {
         unused_keys(ld, sec, keys, N_OF(keys),
                     "TLS to the store is off (url = rediss://... or tls = on turns it on)");
         return;

@@ -11,6 +11,7 @@
 
 #include "store/slot.h"
 #include "store/store.h"
+#include "store/tlsio.h"
 #include "store/wire.h"
 
 #define SL_STORE_MAX_SCRIPTS 16   /* built-in + sl_store_script_add() */
@@ -82,7 +83,6 @@ struct sl_node {
 
     uv_tcp_t              tcp;       /* valid while tcp_open */
     uv_connect_t          connect_req;
-    uv_write_t            write_req; /* one write in flight at most */
     uv_timer_t            connect_timer; /* connect + handshake must finish in connect_timeout */
     uv_timer_t            retry_timer;   /* reconnect, or probe while suspect */
     uv_timer_t            dl_timer;      /* the earliest deadline */
@@ -92,7 +92,6 @@ struct sl_node {
 
     enum sl_node_state    conn;
     uint8_t               tcp_open;      /* tcp initialized, its close cb pending */
-    uint8_t               writing;       /* write_req in flight (wbuf) */
     uint8_t               flush_armed;   /* prepare/check started */
     uint8_t               closing;       /* sl_node_close() called */
     uint8_t               suspect;       /* a deadline passed on this connection */
@@ -110,13 +109,14 @@ struct sl_node {
     uint64_t              load_seq[SL_STORE_MAX_SCRIPTS]; /* wire seq of the last SCRIPT LOAD */
     struct sl_store_req  *probe_req;     /* SL_K_PROBE in flight */
 
-    struct sl_tls        *tls;           /* TLS engine of this connection ([store] tls), or NULL */
+    struct sl_tlsio       io;            /* the write in flight (io.req, io.wbuf, io.writing: one
+                                            at most, plaintext too) and, with [store] tls, the
+                                            connection's TLS engine (io.tls) */
     redisReader          *reader;        /* per connection */
     struct sl_reply       reply;
     struct sl_slot_toks  *toks;          /* SL_K_MAP reply being collected, or NULL */
     char                 *rbuf;          /* SL_NODE_READ_SIZE bytes */
     struct sl_obuf        out;           /* commands of this turn */
-    struct sl_obuf        wbuf;          /* what write_req is sending */
 
     struct sl_store_req  *fifo_head, *fifo_tail;
     size_t                fifo_n;

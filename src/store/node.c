@@ -357,17 +357,10 @@ int sl_node_send(struct sl_node *nd, struct sl_store_req *r, int asking)
 
 void sl_node_try_write_now(struct sl_node *nd)
 {
-    if (nd->conn != SL_NODE_READY || nd->writing || nd->out.len == 0)
+    if (nd->conn != SL_NODE_READY || nd->io.writing || nd->out.len == 0)
         return;
-    if (nd->tls != NULL) {
-        /* Encrypted, then as much as the kernel takes now; no more. */
-        char ct[16 * 1024];
-        if (sl_tls_write(nd->tls, nd->out.p, nd->out.len) > 0) {
-            size_t n = sl_tls_take(nd->tls, ct, sizeof(ct));
-            uv_buf_t c = uv_buf_init(ct, (unsigned)n);
-            (void)uv_try_write((uv_stream_t *)&nd->tcp, &c, 1);
-        }
-        nd->out.len = 0;
+    if (nd->io.tls != NULL) {
+        sl_tlsio_write_now(&nd->io, &nd->out); /* as much as the kernel takes now */
         return;
     }
     uv_buf_t b = uv_buf_init(nd->out.p, (unsigned)nd->out.len);
@@ -375,65 +368,24 @@ void sl_node_try_write_now(struct sl_node *nd)
     nd->out.len = 0;
 }
 
-/* TLS: encrypts what is queued (as much as the engine takes) and writes
- * the ciphertext the engine holds (handshake flights too) from wbuf: one
- * uv_try_write, the rest with uv_write; on_write comes back here. */
+/* TLS: encrypts what is queued and writes the ciphertext (store/tlsio.h). */
 static void tls_flush(struct sl_node *nd)
 {
-    while (!nd->writing && nd->tls != NULL &&
-           (nd->conn == SL_NODE_HANDSHAKE || nd->conn == SL_NODE_READY)) {
-        if (nd->out.len > 0) {
-            ssize_t w = sl_tls_write(nd->tls, nd->out.p, nd->out.len);
-            if (w < 0) {
-                char why[300];
-                snprintf(why, sizeof(why), "TLS: %s", sl_tls_error(nd->tls));
-                drop_conn(nd, why);
-                return;
-            }
-            if (w > 0) {
-                memmove(nd->out.p, nd->out.p + w, nd->out.len - (size_t)w);
-                nd->out.len -= (size_t)w;
-            }
-        }
-        size_t pend = sl_tls_out_pending(nd->tls);
-        if (pend == 0)
-            return;
-        nd->wbuf.len = 0;
-        if (sl_wire_reserve(&nd->wbuf, pend) < 0) {
-            drop_conn(nd, "out of memory");
-            return;
-        }
-        nd->wbuf.len = sl_tls_take(nd->tls, nd->wbuf.p, pend);
-        uv_buf_t b = uv_buf_init(nd->wbuf.p, (unsigned)nd->wbuf.len);
-        int n = uv_try_write((uv_stream_t *)&nd->tcp, &b, 1);
-        if (n == (int)nd->wbuf.len) {
-            nd->wbuf.len = 0;
-            continue; /* more plaintext may be waiting for room */
-        }
-        if (n < 0 && n != UV_EAGAIN) {
-            drop_conn(nd, uv_strerror(n));
-            return;
-        }
-        if (n < 0)
-            n = 0;
-        b = uv_buf_init(nd->wbuf.p + n, (unsigned)(nd->wbuf.len - (size_t)n));
-        int rc = uv_write(&nd->write_req, (uv_stream_t *)&nd->tcp, &b, 1, on_write);
-        if (rc < 0) {
-            drop_conn(nd, uv_strerror(rc));
-            return;
-        }
-        nd->writing = 1;
-    }
+    char why[320];
+    if (nd->io.tls == NULL || (nd->conn != SL_NODE_HANDSHAKE && nd->conn != SL_NODE_READY))
+        return;
+    if (sl_tlsio_flush(&nd->io, &nd->out, why, sizeof(why)) < 0)
+        drop_conn(nd, why);
 }
 
 /* Writes everything queued: one uv_try_write, the rest with uv_write. */
 static void flush(struct sl_node *nd)
 {
-    if (nd->tls != NULL) {
+    if (nd->io.tls != NULL) {
         tls_flush(nd);
         return;
     }
-    if (nd->writing || nd->out.len == 0 ||
+    if (nd->io.writing || nd->out.len == 0 ||
         (nd->conn != SL_NODE_HANDSHAKE && nd->conn != SL_NODE_READY))
         return;
     uv_buf_t b = uv_buf_init(nd->out.p, (unsigned)nd->out.len);
@@ -449,24 +401,23 @@ static void flush(struct sl_node *nd)
     if (n < 0)
         n = 0;
     /* The kernel took part: the rest goes with a write request from wbuf. */
-    struct sl_obuf tmp = nd->wbuf;
-    nd->wbuf = nd->out;
+    struct sl_obuf tmp = nd->io.wbuf;
+    nd->io.wbuf = nd->out;
     nd->out = tmp;
     nd->out.len = 0;
-    b = uv_buf_init(nd->wbuf.p + n, (unsigned)(nd->wbuf.len - (size_t)n));
-    int rc = uv_write(&nd->write_req, (uv_stream_t *)&nd->tcp, &b, 1, on_write);
+    b = uv_buf_init(nd->io.wbuf.p + n, (unsigned)(nd->io.wbuf.len - (size_t)n));
+    int rc = uv_write(&nd->io.req, (uv_stream_t *)&nd->tcp, &b, 1, on_write);
     if (rc < 0) {
         drop_conn(nd, uv_strerror(rc));
         return;
     }
-    nd->writing = 1;
+    nd->io.writing = 1;
 }
 
 static void on_write(uv_write_t *w, int status)
 {
     struct sl_node *nd = w->data;
-    nd->writing = 0;
-    nd->wbuf.len = 0;
+    sl_tlsio_written(&nd->io);
     if (status == UV_ECANCELED || nd->closing)
         return; /* the connection is closing */
     if (status < 0) {
@@ -816,61 +767,43 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         drop_conn(nd, nread == UV_EOF ? "connection closed by the store" : uv_strerror((int)nread));
         return;
     }
-    if (nd->tls != NULL)
+    if (nd->io.tls != NULL)
         tls_on_read(nd, buf->base, (size_t)nread);
     else
         on_plain(nd, buf->base, (size_t)nread);
 }
 
-/* A TLS failure or the store's close_notify: the connection ends. The alert
- * goes out first (best effort) so the store's log says why too. */
-static void tls_end(struct sl_node *nd, int rc, int in_handshake)
+struct tls_read {
+    struct sl_node *nd;
+    uint64_t        gen;
+};
+
+static int tls_plain(void *arg, const char *p, size_t len)
 {
-    char why[320];
-    if (rc == SL_ECLOSED) {
-        drop_conn(nd, "connection closed by the store (TLS close_notify)");
-        return;
-    }
-    char alert[512];
-    size_t n = sl_tls_take(nd->tls, alert, sizeof(alert));
-    if (n > 0) {
-        uv_buf_t b = uv_buf_init(alert, (unsigned)n);
-        (void)uv_try_write((uv_stream_t *)&nd->tcp, &b, 1);
-    }
-    snprintf(why, sizeof(why), "%s: %s", in_handshake ? "TLS handshake failed" : "TLS",
-             sl_tls_error(nd->tls));
-    drop_conn(nd, why);
+    struct tls_read *tr = arg;
+    struct sl_node *nd = tr->nd;
+    on_plain(nd, p, len);
+    return nd->gen != tr->gen || nd->closing || nd->st->closing; /* the engine is gone */
 }
 
-/* Ciphertext from the store: fed to the engine as it has room, plaintext
- * out to the reader, then whatever the engine has to say goes out. */
+/* Ciphertext from the store (store/tlsio.h): replies out to the reader; a
+ * TLS failure or the store's close_notify ends the connection. */
 static void tls_on_read(struct sl_node *nd, const char *p, size_t len)
 {
-    char plain[16 * 1024];
-    uint64_t gen = nd->gen;
-    size_t off = 0;
-    do {
-        off += sl_tls_feed(nd->tls, p + off, len - off);
-        int in_handshake = sl_tls_state(nd->tls) == SL_TLS_HANDSHAKE;
-        for (;;) {
-            ssize_t r = sl_tls_read(nd->tls, plain, sizeof(plain));
-            if (r == SL_EAGAIN)
-                break;
-            if (r < 0) {
-                tls_end(nd, (int)r, in_handshake);
-                return;
-            }
-            on_plain(nd, plain, (size_t)r);
-            if (nd->gen != gen || nd->closing || nd->st->closing)
-                return; /* dropped or closed: the engine is gone */
-        }
-        if (in_handshake && sl_tls_state(nd->tls) == SL_TLS_OPEN)
-            sl_log_debug("quota store TLS up", "addr=%s version=%s peer=\"%s\"", nd->name,
-                         sl_tls_version(nd->tls), sl_tls_peer_name(nd->tls));
-        tls_flush(nd);
-        if (nd->gen != gen || nd->closing)
-            return;
-    } while (off < len);
+    char why[320];
+    struct tls_read tr = { nd, nd->gen };
+    int rc = sl_tlsio_read(&nd->io, p, len, &nd->out, tls_plain, &tr, why, sizeof(why));
+    if (rc == 1)
+        return;
+    if (nd->io.opened) {
+        nd->io.opened = 0;
+        sl_log_debug("quota store TLS up", "addr=%s version=%s peer=\"%s\"", nd->name,
+                     sl_tls_version(nd->io.tls), sl_tls_peer_name(nd->io.tls));
+    }
+    if (rc == SL_ECLOSED)
+        drop_conn(nd, "connection closed by the store (TLS close_notify)");
+    else if (rc < 0)
+        drop_conn(nd, why);
 }
 
 /* Plaintext from the store: replies in wire order. */
@@ -955,8 +888,7 @@ static void drop_conn(struct sl_node *nd, const char *why)
         redisReaderFree(nd->reader);
         nd->reader = NULL;
     }
-    sl_tls_free(nd->tls); /* a write in flight uses wbuf, not the engine */
-    nd->tls = NULL;
+    sl_tlsio_stop(&nd->io); /* a write in flight uses io.wbuf, not the engine */
     if (nd->toks != NULL)
         sl_slot_toks_reset(nd->toks);
     nd->out.len = 0;
@@ -1040,12 +972,11 @@ static void on_connect(uv_connect_t *c, int status)
             drop_conn(nd, "TLS: no usable context (see the reload's error)");
             return;
         }
-        sl_tls_free(nd->tls);
-        if ((nd->tls = sl_tls_new(st->tls, tls_name(nd, name, sizeof(name)))) == NULL) {
+        if (sl_tlsio_start(&nd->io, (uv_stream_t *)&nd->tcp, st->tls,
+                           tls_name(nd, name, sizeof(name)), on_write) != SL_OK) {
             drop_conn(nd, "out of memory");
             return;
         }
-        (void)sl_tls_handshake(nd->tls); /* the ClientHello, sent by the flush */
     }
     int rc = uv_read_start((uv_stream_t *)&nd->tcp, on_alloc, on_read);
     if (rc < 0) {
@@ -1078,7 +1009,7 @@ static void on_connect(uv_connect_t *c, int status)
         drop_conn(nd, "out of memory");
         return;
     }
-    if (nd->tls != NULL)
+    if (nd->io.tls != NULL)
         tls_flush(nd);
 }
 
@@ -1143,14 +1074,13 @@ static void node_free(struct sl_node *nd)
     struct sl_store *st = nd->st;
     if (nd->reader != NULL)
         redisReaderFree(nd->reader);
-    sl_tls_free(nd->tls);
+    sl_tlsio_free(&nd->io);
     if (nd->toks != NULL) {
         sl_slot_toks_free(nd->toks);
         free(nd->toks);
     }
     free(nd->rbuf);
     free(nd->out.p);
-    free(nd->wbuf.p);
     free(nd);
     sl_store_node_freed(st);
 }
@@ -1185,7 +1115,7 @@ struct sl_node *sl_node_new(struct sl_store *st, const char *name,
     uv_check_init(st->loop, &nd->check);
     nd->handles = 5;
     nd->connect_timer.data = nd->retry_timer.data = nd->dl_timer.data = nd;
-    nd->prepare.data = nd->check.data = nd->write_req.data = nd;
+    nd->prepare.data = nd->check.data = nd->io.req.data = nd;
     /* Flushing alone must not keep the loop running. */
     uv_unref((uv_handle_t *)&nd->prepare);
     uv_unref((uv_handle_t *)&nd->check);

@@ -8,6 +8,7 @@
 #include "conf/conf-t.h"
 
 struct sl_sentinel; /* opaque outside store/ */
+struct sl_tls_ctx;  /* core/tls.h */
 
 /* What the client is given. Everything is copied by sl_sentinel_new(). */
 struct sl_sentinel_conf {
@@ -17,6 +18,9 @@ struct sl_sentinel_conf {
     const char           *master_name; /* the name the sentinels monitor it by */
     const char           *user;        /* AUTH user for the sentinels, or NULL */
     const char           *password;    /* AUTH password for the sentinels; NULL: no AUTH */
+    int                   tls;         /* 1: the sentinels are asked over TLS */
+    struct sl_tls_ctx    *tls_ctx;     /* with <tls>: the context (client role; it gains a
+                                          reference); NULL fails every connection */
     uint64_t              connect_timeout_us; /* one TCP connect to a sentinel */
     uint64_t              timeout_us;  /* one question (AUTH included) or PING answered within
                                           this, else the next sentinel: a few hundred ms */

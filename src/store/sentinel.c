@@ -30,7 +30,12 @@
  * nothing: they keep the top-level type and the first few elements of a
  * flat array, cut to TEXT_MAX bytes. What the reader may hold unparsed is
  * capped before each feed (MAX_UNPARSED): a sentinel cannot make us buffer
- * more than that plus one read. */
+ * more than that plus one read.
+ *
+ * TLS (conf tls): on connect the link makes its engine (store/tlsio.h, the
+ * pumping store nodes use too); commands wait in <out> until the handshake
+ * is done, replies come out of the engine into the same reader. The
+ * question's deadline covers the handshake. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -40,9 +45,12 @@
 
 #include <hiredis/read.h>
 
+#include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
+#include "core/tls.h"
 #include "store/sentinel.h"
+#include "store/tlsio.h"
 
 #define BACKOFF_MIN_MS  100           /* first retry after a failed round */
 #define BACKOFF_MAX_MS  2000          /* retries are at most this far apart */
@@ -79,6 +87,9 @@ struct link {
     uv_connect_t        creq;
     uv_timer_t          timer;        /* connect timeout, deadline, PING period, retry */
     redisReader        *reader;       /* while ACTIVE */
+    struct sl_tlsio     io;           /* TLS: the engine (io.tls, while ACTIVE) and its writes */
+    struct sl_obuf      out;          /* TLS: commands the engine has not taken yet (a few
+                                         short ones; AUTH: wiped when the link drops) */
     struct reply        rp;
     char                rbuf[READ_SIZE];
 };
@@ -97,10 +108,14 @@ struct sl_sentinel {
     int                     n;                        /* sentinels */
     struct sockaddr_storage addr[SL_SENTINEL_MAX];    /* as configured */
     char                    text[SL_SENTINEL_MAX][80];/* as written, for logs */
+    char                    host[SL_SENTINEL_MAX][80];/* TLS: the name its certificate must
+                                                         carry (host name, or address) */
     int                     order[SL_SENTINEL_MAX];   /* indexes into addr: asking order */
     char                   *name;                     /* master name */
     char                   *user;                     /* AUTH user or NULL */
     char                   *password;                 /* AUTH password or NULL */
+    uint8_t                 tls;                      /* the sentinels speak TLS */
+    struct sl_tls_ctx      *tls_ctx;                  /* its context (a reference), or NULL */
     uint64_t                connect_ms;
     uint64_t                timeout_ms;
     uint64_t                ping_ms;
@@ -283,8 +298,24 @@ static void on_written(uv_write_t *req, int status)
         link_fail(l, uv_strerror(status));
 }
 
-/* Writes [AUTH ...] (when <auth> and a password is set) then <argc> <argv>
- * in one write. Returns 0 or a libuv error. */
+/* A TLS link's ciphertext write is done: the next one goes. */
+static void on_tls_written(uv_write_t *req, int status)
+{
+    struct link *l = req->data;
+    char why[WHY_MAX];
+    sl_tlsio_written(&l->io);
+    if (status == UV_ECANCELED || l->state != L_ACTIVE || l->io.tls == NULL)
+        return; /* dropped or closed meanwhile */
+    if (status < 0)
+        link_fail(l, uv_strerror(status));
+    else if (sl_tlsio_flush(&l->io, &l->out, why, sizeof(why)) < 0)
+        link_fail(l, why);
+}
+
+/* Writes [AUTH ...] (when <auth> and a password is set) then <argv> in one
+ * write (TLS: queued for the engine, and as much written as it takes).
+ * Returns 0, a libuv error, or 1 when the link failed on the way (already
+ * dropped: the caller stops). */
 static int link_send(struct link *l, int auth, int argc, const char *const *argv)
 {
     struct sl_sentinel *s = l->s;
@@ -297,6 +328,23 @@ static int link_send(struct link *l, int auth, int argc, const char *const *argv
         av[ac++] = s->password;
     }
     size_t cap = (ac ? cmd_size(ac, av) : 0) + cmd_size(argc, argv);
+    if (l->io.tls != NULL) {
+        /* Encrypted once the handshake is done; until then it waits. */
+        char why[WHY_MAX];
+        if (sl_wire_reserve(&l->out, cap) < 0)
+            return UV_ENOMEM;
+        char *q = l->out.p + l->out.len;
+        if (ac)
+            q = cmd_put(q, ac, av);
+        q = cmd_put(q, argc, argv);
+        l->out.len = (size_t)(q - l->out.p);
+        l->expect_auth |= ac > 0;
+        if (sl_tlsio_flush(&l->io, &l->out, why, sizeof(why)) < 0) {
+            link_fail(l, why);
+            return 1;
+        }
+        return 0;
+    }
     struct wreq *w = malloc(sizeof(*w) + cap);
     if (w == NULL)
         return UV_ENOMEM;
@@ -652,6 +700,15 @@ static void on_link_close(uv_handle_t *h)
     link_closed(l);
 }
 
+/* Drops the link's TLS engine and what waited for it (an AUTH, wiped). */
+static void link_forget(struct link *l)
+{
+    sl_tlsio_stop(&l->io);
+    if (l->out.p != NULL)
+        explicit_bzero(l->out.p, l->out.cap);
+    l->out.len = 0;
+}
+
 /* Ends <l>'s connection (<why> is for the caller's logs, NULL on success). */
 static void link_drop(struct link *l, const char *why)
 {
@@ -670,6 +727,7 @@ static void link_drop(struct link *l, const char *why)
         redisReaderFree(l->reader);
         l->reader = NULL;
     }
+    link_forget(l);
 }
 
 /* A sentinel did not do what was asked: log (rate-limited: every sentinel
@@ -699,27 +757,22 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(l->rbuf, sizeof(l->rbuf));
 }
 
-static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+/* Plaintext from the sentinel (as read, or out of the TLS engine): fed to
+ * the reader, each reply handled. Returns nonzero when the link dropped or
+ * the client closed meanwhile (the reader, and the engine, are gone). */
+static int link_plain(void *arg, const char *p, size_t len)
 {
-    struct link *l = st->data;
+    struct link *l = arg;
     struct sl_sentinel *s = l->s;
-    if (nread == 0)
-        return;
-    if (nread < 0) {
-        link_fail(l, nread == UV_EOF ? "connection closed by the sentinel" : uv_strerror((int)nread));
-        return;
-    }
-    if (l->state != L_ACTIVE || l->reader == NULL)
-        return;
     /* hiredis holds an unfinished reply whole (a bulk string until its last
      * byte): cap what it may hold before it copies more in. */
-    if (l->reader->len - l->reader->pos + (size_t)nread > MAX_UNPARSED) {
+    if (l->reader->len - l->reader->pos + len > MAX_UNPARSED) {
         link_fail(l, "reply too large");
-        return;
+        return 1;
     }
-    if (redisReaderFeed(l->reader, buf->base, (size_t)nread) != REDIS_OK) {
+    if (redisReaderFeed(l->reader, p, len) != REDIS_OK) {
         link_fail(l, "out of memory");
-        return;
+        return 1;
     }
     uint64_t gen = l->gen;
     for (;;) {
@@ -728,7 +781,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             char why[WHY_MAX];
             snprintf(why, sizeof(why), "bad reply: %s", l->reader->errstr);
             link_fail(l, why);
-            return;
+            return 1;
         }
         if (obj == NULL)
             break;
@@ -737,9 +790,42 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         else
             on_ask_reply(l);
         if (s->closing || l->gen != gen)
-            return; /* dropped or closed: the reader is gone */
+            return 1; /* dropped or closed: the reader is gone */
         reply_reset(&l->rp);
     }
+    return 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct link *l = st->data;
+    struct sl_sentinel *s = l->s;
+    char why[320];
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        link_fail(l, nread == UV_EOF ? "connection closed by the sentinel" : uv_strerror((int)nread));
+        return;
+    }
+    if (l->state != L_ACTIVE || l->reader == NULL)
+        return;
+    if (l->io.tls == NULL) {
+        (void)link_plain(l, buf->base, (size_t)nread);
+        return;
+    }
+    int rc = sl_tlsio_read(&l->io, buf->base, (size_t)nread, &l->out, link_plain, l, why,
+                           sizeof(why));
+    if (rc == 1)
+        return;
+    if (l->io.opened) {
+        l->io.opened = 0;
+        sl_log_debug("sentinel TLS up", "sentinel=%s version=%s peer=\"%s\"", s->text[l->target],
+                     sl_tls_version(l->io.tls), sl_tls_peer_name(l->io.tls));
+    }
+    if (rc == SL_ECLOSED)
+        link_fail(l, "connection closed by the sentinel (TLS close_notify)");
+    else if (rc < 0)
+        link_fail(l, why);
 }
 
 static void on_connect(uv_connect_t *c, int status)
@@ -762,6 +848,18 @@ static void on_connect(uv_connect_t *c, int status)
     l->reader->privdata = l;
     reply_reset(&l->rp);
     l->state = L_ACTIVE;
+    if (s->tls) {
+        /* The handshake first: the commands below wait in <out> for it. */
+        if (s->tls_ctx == NULL) {
+            link_fail(l, "TLS: no usable context (see the reload's error)");
+            return;
+        }
+        if (sl_tlsio_start(&l->io, (uv_stream_t *)&l->tcp, s->tls_ctx, s->host[l->target],
+                           on_tls_written) != SL_OK) {
+            link_fail(l, "out of memory");
+            return;
+        }
+    }
     int rc = uv_read_start((uv_stream_t *)&l->tcp, on_alloc, on_read);
     if (rc == 0) {
         if (l->sub) {
@@ -772,11 +870,14 @@ static void on_connect(uv_connect_t *c, int status)
             rc = link_send(l, 1, 3, argv);
         }
     }
+    if (rc > 0)
+        return; /* failed and dropped already */
     if (rc < 0) {
         link_fail(l, uv_strerror(rc));
         return;
     }
-    /* One deadline for AUTH and the question (or the subscription). */
+    /* One deadline for the TLS handshake, AUTH and the question (or the
+     * subscription). */
     uv_timer_start(&l->timer, on_link_timer, s->timeout_ms, 0);
 }
 
@@ -835,8 +936,9 @@ static void on_link_timer(uv_timer_t *t)
         } else {
             const char *argv[1] = { "PING" };
             int rc = link_send(l, 0, 1, argv);
-            if (rc < 0) {
-                link_fail(l, uv_strerror(rc));
+            if (rc != 0) {
+                if (rc < 0)
+                    link_fail(l, uv_strerror(rc));
                 break;
             }
             l->ping_out = 1;
@@ -852,6 +954,13 @@ static void on_link_timer(uv_timer_t *t)
 
 static void sentinel_free(struct sl_sentinel *s)
 {
+    struct link *links[2] = { &s->ask, &s->sub };
+    for (int i = 0; i < 2; i++) {
+        link_forget(links[i]);
+        sl_tlsio_free(&links[i]->io);
+        free(links[i]->out.p);
+    }
+    sl_tls_ctx_unref(s->tls_ctx);
     if (s->password != NULL)
         explicit_bzero(s->password, strlen(s->password)); /* not left in freed memory */
     free(s->password);
@@ -878,6 +987,24 @@ static uint64_t us_to_ms(uint64_t us, uint64_t dflt)
     return us == 0 ? dflt : ms;
 }
 
+/* The name a sentinel's certificate must carry: its host as written when
+ * that is a name ("s1.example:26379" -> "s1.example"), else its address
+ * (numeric: checked against the certificate's IP SANs, no SNI sent). */
+static void host_name(const struct sl_addr *a, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (a->named) {
+        snprintf(buf, cap, "%s", a->text);
+        char *colon = strrchr(buf, ':');
+        if (colon != NULL)
+            *colon = '\0';
+    } else if (a->ss.ss_family == AF_INET6) {
+        uv_ip6_name((const struct sockaddr_in6 *)&a->ss, buf, cap);
+    } else {
+        uv_ip4_name((const struct sockaddr_in *)&a->ss, buf, cap);
+    }
+}
+
 struct sl_sentinel *sl_sentinel_new(uv_loop_t *loop, const struct sl_sentinel_conf *conf,
                                     sl_sentinel_cb *cb, void *data)
 {
@@ -896,8 +1023,11 @@ struct sl_sentinel *sl_sentinel_new(uv_loop_t *loop, const struct sl_sentinel_co
         snprintf(s->text[i], sizeof(s->text[i]), "%s", conf->sentinels[i].text);
         if (s->text[i][0] == '\0')
             sl_resolve_fmt(&s->addr[i], s->text[i], sizeof(s->text[i]));
+        host_name(&conf->sentinels[i], s->host[i], sizeof(s->host[i]));
         s->order[i] = i;
     }
+    s->tls = conf->tls != 0;
+    sl_sentinel_set_tls(s, conf->tls_ctx);
     if ((s->name = strdup(conf->master_name)) == NULL ||
         (conf->user != NULL && (s->user = strdup(conf->user)) == NULL) ||
         (conf->password != NULL && (s->password = strdup(conf->password)) == NULL))
@@ -915,6 +1045,7 @@ struct sl_sentinel *sl_sentinel_new(uv_loop_t *loop, const struct sl_sentinel_co
         links[i]->s = s;
         links[i]->sub = (uint8_t)i;
         links[i]->state = L_IDLE;
+        links[i]->io.req.data = links[i];
         uv_timer_init(loop, &links[i]->timer);
         links[i]->timer.data = links[i];
         s->handles++;
@@ -927,6 +1058,15 @@ struct sl_sentinel *sl_sentinel_new(uv_loop_t *loop, const struct sl_sentinel_co
 fail:
     sentinel_free(s);
     return NULL;
+}
+
+void sl_sentinel_set_tls(struct sl_sentinel *s, struct sl_tls_ctx *ctx)
+{
+    if (s == NULL || ctx == NULL || ctx == s->tls_ctx)
+        return;
+    sl_tls_ctx_ref(ctx);
+    sl_tls_ctx_unref(s->tls_ctx);
+    s->tls_ctx = ctx;
 }
 
 void sl_sentinel_reask(struct sl_sentinel *s)

@@ -36,7 +36,14 @@
  *
  * Sentinels are reached by the numeric address the configuration resolved
  * (struct sl_addr's <ss>); the addresses sentinels give must be numeric
- * (IPv4 or IPv6: sentinels with announce-hostnames are not supported). */
+ * (IPv4 or IPv6: sentinels with announce-hostnames are not supported).
+ *
+ * With <tls>, every connection to a sentinel speaks TLS (store/tlsio.h):
+ * the handshake, then AUTH and the question, all within the question's
+ * timeout. The name sent as SNI and checked against the sentinel's
+ * certificate is its host as written when that is a name, else its
+ * address (the certificate's IP SANs). A failed handshake is that
+ * sentinel's failure, like a refused connection. */
 #ifndef SL_STORE_SENTINEL_H
 #define SL_STORE_SENTINEL_H
 
@@ -67,6 +74,10 @@ int sl_sentinel_master(const struct sl_sentinel *s, struct sockaddr_storage *out
 /* Closes every connection and handle; no callback runs from here on; the
  * struct is freed once libuv has closed the handles (run the loop). */
 void sl_sentinel_close(struct sl_sentinel *s);
+
+/* A new TLS context (a reload read the certificate files again): the next
+ * connections use it, live ones keep theirs. NULL is ignored. */
+void sl_sentinel_set_tls(struct sl_sentinel *s, struct sl_tls_ctx *ctx);
 
 /* Counters (borrowed, live). */
 const struct sl_sentinel_stats *sl_sentinel_stats(const struct sl_sentinel *s);

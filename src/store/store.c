@@ -231,6 +231,10 @@ static int start_sentinel(struct sl_store *st)
         .sentinels = st->conf.seeds,
         .n_sentinels = st->conf.n_seeds,
         .master_name = st->conf.master_name,
+        .user = st->conf.sentinel_user,
+        .password = st->conf.sentinel_password,
+        .tls = st->conf.sentinel_tls,
+        .tls_ctx = st->tls,
         .connect_timeout_us = st->conf.connect_timeout_us,
         /* The store's timeout (25 ms by default) is for scripts; a sentinel
          * is asked rarely and may be farther: the connect timeout. */
@@ -326,8 +330,14 @@ static void free_conf_strings(struct sl_store_conf *c)
     free(c->tls_cert);
     free(c->tls_key);
     free(c->tls_sni);
+    if (c->sentinel_password != NULL)
+        explicit_bzero(c->sentinel_password, strlen(c->sentinel_password));
+    free(c->sentinel_password);
+    free(c->sentinel_password_file);
+    free(c->sentinel_user);
     c->url = c->user = c->password_file = c->password = c->key_prefix = c->master_name = NULL;
     c->tls_ca = c->tls_cert = c->tls_key = c->tls_sni = NULL;
+    c->sentinel_password = c->sentinel_password_file = c->sentinel_user = NULL;
     c->seeds = NULL;
     c->n_seeds = 0;
 }
@@ -347,6 +357,7 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     struct sl_store_conf c = *src;
     c.url = c.user = c.password_file = c.password = c.key_prefix = c.master_name = NULL;
     c.tls_ca = c.tls_cert = c.tls_key = c.tls_sni = NULL;
+    c.sentinel_password = c.sentinel_password_file = c.sentinel_user = NULL;
     c.seeds = NULL;
     char *key = NULL;
     const char *prefix = src->key_prefix ? src->key_prefix : "sluice:";
@@ -358,6 +369,9 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
         dup_str(&c.key_prefix, prefix) || dup_str(&c.master_name, src->master_name) ||
         dup_str(&c.tls_ca, src->tls_ca) || dup_str(&c.tls_cert, src->tls_cert) ||
         dup_str(&c.tls_key, src->tls_key) || dup_str(&c.tls_sni, src->tls_sni) ||
+        dup_str(&c.sentinel_user, src->sentinel_user) ||
+        dup_str(&c.sentinel_password, src->sentinel_password) ||
+        dup_str(&c.sentinel_password_file, src->sentinel_password_file) ||
         (c.seeds = calloc((size_t)n_seeds, sizeof(*c.seeds))) == NULL ||
         (key = malloc(strlen(prefix) + 10)) == NULL) {
         free_conf_strings(&c);
@@ -370,8 +384,9 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
     sprintf(key, "%sinstances", prefix);
     /* A new TLS context (files read again: a reload picks up rotated
      * certificates) for new connections; live ones keep theirs. A file
-     * that broke since the load keeps the old context. */
-    if (c.tls) {
+     * that broke since the load keeps the old context. The sentinels use
+     * the same one (sentinel_tls). */
+    if (c.tls || c.sentinel_tls) {
         struct sl_tls_conf tc = {
             .role = SL_TLS_CLIENT, .ca_file = c.tls_ca, .cert_file = c.tls_cert,
             .key_file = c.tls_key, .verify = c.tls_verify ? SL_TLS_VERIFY_ON : SL_TLS_VERIFY_OFF,
@@ -386,7 +401,7 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
             sl_tls_ctx_unref(st->tls);
             st->tls = ctx;
         }
-        if (!c.tls_verify && !st->conf.tls)
+        if (!c.tls_verify && !st->conf.tls && !st->conf.sentinel_tls)
             sl_log_warn("quota store TLS certificate NOT verified (tls_verify = off)",
                         "addr=%s", c.addr.text);
     } else {
@@ -420,7 +435,8 @@ static int same_str(const char *a, const char *b)
  * rotated contents reach new connections through set_conf's new context). */
 static int same_tls(const struct sl_store_conf *a, const struct sl_store_conf *b)
 {
-    return a->tls == b->tls && a->tls_verify == b->tls_verify && same_str(a->tls_ca, b->tls_ca) &&
+    return a->tls == b->tls && a->sentinel_tls == b->sentinel_tls &&
+           a->tls_verify == b->tls_verify && same_str(a->tls_ca, b->tls_ca) &&
            same_str(a->tls_cert, b->tls_cert) && same_str(a->tls_key, b->tls_key) &&
            same_str(a->tls_sni, b->tls_sni);
 }
@@ -569,13 +585,17 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
                    same_str(st->conf.master_name, conf->master_name) &&
                    same_str(st->conf.user, conf->user) &&
                    same_str(st->conf.password, conf->password) && st->conf.db == conf->db &&
+                   same_str(st->conf.sentinel_user, conf->sentinel_user) &&
+                   same_str(st->conf.sentinel_password, conf->sentinel_password) &&
                    same_tls(&st->conf, conf);
         if (set_conf(st, conf) < 0) {
             sl_log_error("quota store reconfigure failed", "error=\"%s\"", sl_strerror(SL_ENOMEM));
             return;
         }
-        if (same)
+        if (same) {
+            sl_sentinel_set_tls(st->sentinel, st->tls); /* files read again: next connections */
             return;
+        }
         sl_sentinel_close(st->sentinel);
         st->sentinel = NULL;
         st->locate = resolve_locate;
@@ -636,7 +656,7 @@ void sl_store_close(struct sl_store *st)
     sl_sentinel_close(st->sentinel);
     st->sentinel = NULL;
     struct sl_node *hb = hb_node(st);
-    if (hb != NULL && hb->conn == SL_NODE_READY && !hb->writing) {
+    if (hb != NULL && hb->conn == SL_NODE_READY && !hb->io.writing) {
         /* Best effort: leave the heartbeat set now rather than in 5 s. */
         struct sl_str key = sl_wire_cstr(st->hb_key);
         struct sl_str argv[7] = { { "EVALSHA", 7 }, { st->scripts[SL_SCRIPT_HEARTBEAT].sha, 40 },

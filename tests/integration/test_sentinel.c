@@ -16,6 +16,8 @@
  *                         never answers): found through the third
  *   unknown_master        every sentinel answers nil: no callback, retried
  *   auth                  a sentinel with requirepass: right and wrong password
+ *   sluice_sentinel_auth  build/sluice with sentinel_user / sentinel_password_file:
+ *                         right (both forms) and wrong password
  *   hostile               forked fakes: an endless bulk (capped before it is
  *                         buffered), nesting hiredis refuses, a host name for
  *                         an address: each is passed over, the real one answers
@@ -32,6 +34,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -412,6 +415,115 @@ static void test_auth(void **state)
     th_stop(&lone);
 }
 
+/* Starts build/sluice asking sentinel <sport> for NAME with the [store]
+ * lines <auth> (on_failure = closed) and a limit <lim> of 2 INCRs a day;
+ * returns its admin port, *<port> its listener. */
+static int sluice_auth_start(struct th_proc *sl, int sport, const char *auth, const char *lim,
+                             int up_port, int *port)
+{
+    int admin = th_free_port();
+    *port = th_free_port();
+    char ini[2048];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\n"
+             "[store]\nurl = redis-sentinel://127.0.0.1:%d/%s\non_failure = closed\n%s\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "[limit %s]\nlistener = r\nrate = 1/d\nburst = 2\ncommands = INCR\n",
+             admin, sport, NAME, auth, *port, up_port, lim);
+    assert_int_equal(th_sluice_start(sl, ini, *port), 0);
+    return admin;
+}
+
+/* INCRs admitted of 4 sent through sluice at <port>. */
+static int four_incrs(int port)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        redisReply *r = redisCommand(c, "INCR authn");
+        assert_non_null(r);
+        ok += r->type == REDIS_REPLY_INTEGER;
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    return ok;
+}
+
+static int store_up_within(int admin, int ms)
+{
+    uint64_t end = th_now_ms() + (uint64_t)ms;
+    while (th_now_ms() < end) {
+        if (th_metric(admin, "sluice_store_up") == 1)
+            return 1;
+        usleep(20 * 1000);
+    }
+    return 0;
+}
+
+/* build/sluice against a sentinel with requirepass and an ACL user
+ * (sentinel_password_file, with and without sentinel_user): the right
+ * password finds the master and the limit is counted there; a wrong one
+ * is one clear line naming the sentinel and WRONGPASS, the store stays
+ * down and on_failure (closed) rejects. No password reaches the log.
+ * Before, the sentinels were asked without AUTH (-NOAUTH). */
+static void test_sluice_sentinel_auth(void **state)
+{
+    (void)state;
+    struct th_proc lone, up, sl;
+    int mport = sentinel_says(sent[2].port);
+    assert_true(mport > 0);
+    assert_int_equal(th_sentinel_start(&lone, NAME, mport,
+                                       "requirepass s3cret\nuser watcher on >w4tch ~* &* +@all\n"), 0);
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    const char *secrets[3] = { "s3cret", "w4tch", "n0t-the-pa55" };
+    char pw[3][96];
+    for (int i = 0; i < 3; i++) {
+        snprintf(pw[i], sizeof(pw[i]), "/tmp/sluice-test-senpw-%d-%d", (int)getpid(), i);
+        FILE *f = fopen(pw[i], "w");
+        assert_non_null(f);
+        fprintf(f, "%s\n", secrets[i]);
+        fclose(f);
+        chmod(pw[i], 0600);
+        th_track_file(pw[i]);
+    }
+    char auth[256];
+    int port;
+
+    /* AUTH password: the master found, the limit counted in the store */
+    snprintf(auth, sizeof(auth), "sentinel_password_file = %s", pw[0]);
+    int admin = sluice_auth_start(&sl, lone.port, auth, "authpw", up.port, &port);
+    assert_true(store_up_within(admin, TH_MS));
+    assert_int_equal(four_incrs(port), 2);
+    char *keys = redis_cmd(mport, "KEYS sluice:{authpw:*\r\n");
+    assert_non_null(keys);
+    assert_non_null(strstr(keys, "sluice:{authpw:"));
+    free(keys);
+    assert_int_equal(th_log_count(sl.log, "s3cret"), 0);
+    assert_int_equal(th_stop(&sl), 0);
+
+    /* AUTH user password (a Redis 6 ACL user of the sentinel) */
+    snprintf(auth, sizeof(auth), "sentinel_user = watcher\nsentinel_password_file = %s", pw[1]);
+    admin = sluice_auth_start(&sl, lone.port, auth, "authuser", up.port, &port);
+    assert_true(store_up_within(admin, TH_MS));
+    assert_int_equal(four_incrs(port), 2);
+    assert_int_equal(th_stop(&sl), 0);
+
+    /* a wrong password: one clear line, the store down, on_failure = closed */
+    snprintf(auth, sizeof(auth), "sentinel_password_file = %s", pw[2]);
+    admin = sluice_auth_start(&sl, lone.port, auth, "authbad", up.port, &port);
+    assert_int_equal(th_log_wait(sl.log, "msg=\"sentinel: no master known\"", 1, TH_MS), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "last_error=\"127.0.0.1:%d: AUTH: WRONGPASS", lone.port);
+    assert_true(th_log_count(sl.log, want) >= 1); /* then debug lines, each retry */
+    assert_false(store_up_within(admin, 300));
+    assert_int_equal(four_incrs(port), 0);
+    assert_int_equal(th_log_count(sl.log, "n0t-the-pa55"), 0);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_stop(&lone);
+}
+
 /* A fake sentinel: to whatever it is sent, it answers the reply named by
  * <arg> and keeps the connection open. */
 static void serve_hostile(int lfd, void *arg)
@@ -675,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_sentinels_down),
         cmocka_unit_test(test_unknown_master),
         cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_sluice_sentinel_auth),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_lagging_sentinel),
         cmocka_unit_test(test_sluice_failover),

@@ -14,6 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <signal.h>
+
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
@@ -198,9 +201,9 @@ static void test_rediss_wrong_ca(void **state)
     world_stop(&w);
 }
 
-/* rediss-sentinel://: the sentinel (asked in plaintext) names the master
- * at its TLS port; the master connection speaks TLS, its name checked
- * against the certificate's IP SAN. */
+/* rediss-sentinel:// with sentinel_tls = off: the sentinel (plaintext
+ * only) names the master at its TLS port; the master connection speaks
+ * TLS, its name checked against the certificate's IP SAN. */
 static void test_rediss_sentinel(void **state)
 {
     (void)state;
@@ -214,11 +217,195 @@ static void test_rediss_sentinel(void **state)
     assert_int_equal(th_sentinel_start(&sen, "m", w.tls_port, extra), 0);
     char url[128];
     snprintf(url, sizeof url, "rediss-sentinel://127.0.0.1:%d/m", sen.port);
-    snprintf(extra, sizeof extra, "tls_ca = %s", path("ca.pem"));
+    snprintf(extra, sizeof extra, "tls_ca = %s\nsentinel_tls = off", path("ca.pem"));
     sluice_start_url(&w, url, extra, "closed");
     assert_true(store_up(&w, 5000));
     assert_int_equal(five_incrs(&w), 3);
     world_stop(&w);
+    th_stop(&sen);
+}
+
+/* Starts a sentinel that speaks only TLS (port 0, tls-port <p>->port, the
+ * test CA's server certificate), monitoring <name> at 127.0.0.1's TLS port
+ * <master_tls_port> with quorum 1, plus the lines <extra>; waits until it
+ * accepts connections. Returns 0 or -1. */
+static int tls_sentinel_start(struct th_proc *p, const char *name, int master_tls_port,
+                              const char *extra)
+{
+    memset(p, 0, sizeof(*p));
+    p->port = th_free_port();
+    snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", dir, p->port);
+    snprintf(p->log, sizeof p->log, "%s/sentinel-%d.log", dir, p->port);
+    FILE *f = fopen(p->conf, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f, "port 0\ntls-port %d\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir %s\n"
+               "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n"
+               "tls-replication yes\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n",
+            p->port, dir, path("server.pem"), path("server.key"), path("ca.pem"), name,
+            master_tls_port, extra ? extra : "");
+    fclose(f);
+    p->pid = fork();
+    if (p->pid == 0) {
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execlp("redis-server", "redis-server", p->conf, "--sentinel", (char *)NULL);
+        _exit(127);
+    }
+    if (p->pid < 0)
+        return -1;
+    th_track_pid(p->pid);
+    uint64_t end = th_now_ms() + 5000;
+    while (th_now_ms() < end) {
+        int fd = th_connect(p->port);
+        if (fd >= 0) {
+            close(fd);
+            return 0;
+        }
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Starts sluice with url = rediss-sentinel://<host>:<sen_port>/m and
+ * tls_ca = <ca>. */
+static void sluice_start_sentinel(struct world *w, const char *host, int sen_port, const char *ca,
+                                  const char *on_failure)
+{
+    char url[128], extra[512];
+    snprintf(url, sizeof url, "rediss-sentinel://%s:%d/m", host, sen_port);
+    snprintf(extra, sizeof extra, "tls_ca = %s", path(ca));
+    sluice_start_url(w, url, extra, on_failure);
+}
+
+/* rediss-sentinel:// and sentinels that speak only TLS (port 0): sluice
+ * asks them over TLS (the sentinel named by host: SNI and the name checked
+ * are "localhost"), with the store's CA, and decides through the master
+ * they name. The count lives in the store: a second sluice (a fresh
+ * process) finds the limit spent. Before, the sentinels were asked in
+ * plaintext and the store never came up. */
+static void test_rediss_sentinel_tls(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    struct th_proc sen;
+    assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port, NULL), 0);
+    sluice_start_sentinel(&w, "localhost", sen.port, "ca.pem", "closed");
+    assert_true(store_up(&w, 5000));
+    assert_true(th_log_count(w.sl.log, "msg=\"sentinel TLS up\" sentinel=localhost:") >= 1);
+    long before = th_redis_cmd_calls(w.store.port, "evalsha");
+    assert_int_equal(five_incrs(&w), 3);
+    assert_true(th_redis_cmd_calls(w.store.port, "evalsha") >= before + 3);
+    assert_int_equal(th_stop(&w.sl), 0);
+    /* another instance, same store: the limit is spent for it too */
+    sluice_start_sentinel(&w, "localhost", sen.port, "ca.pem", "closed");
+    assert_true(store_up(&w, 5000));
+    assert_int_equal(five_incrs(&w), 0);
+    world_stop(&w);
+    th_stop(&sen);
+}
+
+/* A TLS sentinel whose certificate the configured CA did not sign: one
+ * clear line names the sentinel and the cause, the store stays down and
+ * on_failure applies (local: 3 of 5 in process). */
+static void test_rediss_sentinel_tls_wrong_ca(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    struct th_proc sen;
+    assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port, NULL), 0);
+    sluice_start_sentinel(&w, "127.0.0.1", sen.port, "ca2.pem", "local");
+    assert_int_equal(th_log_wait(w.sl.log, "msg=\"sentinel: no master known\"", 1, 5000), 0);
+    assert_true(th_log_count(w.sl.log, "last_error=\"127.0.0.1:") >= 1);
+    assert_true(th_log_count(w.sl.log, ": TLS handshake failed: certificate verify failed") >= 1);
+    assert_false(store_up(&w, 300));
+    assert_int_equal(five_incrs(&w), 3);
+    assert_int_equal(th_redis_cmd_calls(w.store.port, "evalsha"), 0);
+    world_stop(&w);
+    th_stop(&sen);
+}
+
+/* A failover, everything over TLS: a TLS master and its replica
+ * (tls-replication), one TLS-only sentinel (quorum 1, down-after 1 s).
+ * The master goes away: the +switch-master heard over TLS moves sluice to
+ * the promoted replica, where the limit's count (replicated) still holds:
+ * 2 of 3 spent before, so 1 of 5 passes after (on_failure = open would
+ * pass 5, a store without the count 3). */
+static void test_rediss_sentinel_tls_failover(void **state)
+{
+    (void)state;
+    struct world w;
+    world_start(&w, 0);
+    struct th_proc rep, sen;
+    char rport[16], mport[16];
+    snprintf(rport, sizeof rport, "%d", th_free_port());
+    snprintf(mport, sizeof mport, "%d", w.tls_port);
+    assert_int_equal(th_redis_start(&rep, "--tls-port", rport, "--tls-cert-file",
+                                    path("server.pem"), "--tls-key-file", path("server.key"),
+                                    "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
+                                    "no", "--tls-replication", "yes", "--replicaof", "127.0.0.1",
+                                    mport, "--dir", dir, (char *)NULL), 0); /* its rdb: not here */
+    assert_int_equal(th_redis_wait_info(w.store.port, "connected_slaves", 1, 10000), 0);
+    assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port,
+                                        "sentinel down-after-milliseconds m 1000\n"
+                                        "sentinel failover-timeout m 5000\n"), 0);
+    sluice_start_sentinel(&w, "127.0.0.1", sen.port, "ca.pem", "open");
+    assert_true(store_up(&w, 5000));
+    assert_true(th_log_wait(w.sl.log, "sentinel: subscribed to +switch-master", 1, 5000) == 0);
+    redisContext *c = redisConnect("127.0.0.1", w.port);
+    assert_non_null(c);
+    for (int i = 0; i < 2; i++) {
+        redisReply *r = redisCommand(c, "INCR n");
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    /* the count is on the replica: it has applied the master's stream so far */
+    long off = th_redis_info(w.store.port, "master_repl_offset");
+    uint64_t end = th_now_ms() + 5000;
+    while (th_redis_info(rep.port, "master_repl_offset") < off) {
+        assert_true(th_now_ms() < end);
+        usleep(10000);
+    }
+    /* the sentinel has the replica's INFO (its link to the master is up):
+     * before that, a failover finds no good replica and waits to retry */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "redis-cli --tls --cacert %s -p %d SENTINEL replicas m 2>/dev/null"
+             " | grep -A1 -x master-link-status | grep -qx ok", path("ca.pem"), sen.port);
+    end = th_now_ms() + 10000;
+    while (system(cmd) != 0) {
+        assert_true(th_now_ms() < end);
+        usleep(50000);
+    }
+    uint64_t t0 = th_now_ms();
+    kill(w.store.pid, SIGKILL);
+    if (th_log_wait(w.sl.log, "via=switch-master", 1, 20000) != 0) {
+        char *log = th_slurp(sen.log); /* why the sentinel did not fail over */
+        fprintf(stderr, "sentinel log:\n%s\n", log ? log : "(none)");
+        free(log);
+        fail();
+    }
+    assert_true(store_up(&w, 5000));
+    uint64_t took = th_now_ms() - t0;
+    char want[128];
+    snprintf(want, sizeof want, "addr=127.0.0.1:%s previous=127.0.0.1:%s via=switch-master",
+             rport, mport);
+    assert_int_equal(th_log_count(w.sl.log, want), 1);
+    long before = th_redis_cmd_calls(rep.port, "evalsha");
+    assert_int_equal(five_incrs(&w), 1);
+    assert_true(th_redis_cmd_calls(rep.port, "evalsha") > before);
+    print_message("TLS sentinel failover: store back on the replica %llu ms after the kill\n",
+                  (unsigned long long)took);
+    assert_int_equal(th_stop(&w.sl), 0);
+    th_stop(&w.up);
+    th_stop(&w.store);
+    th_stop(&rep);
     th_stop(&sen);
 }
 
@@ -329,6 +516,9 @@ int main(void)
         cmocka_unit_test(test_rediss_mutual_tls),
         cmocka_unit_test(test_rediss_wrong_ca),
         cmocka_unit_test(test_rediss_sentinel),
+        cmocka_unit_test(test_rediss_sentinel_tls),
+        cmocka_unit_test(test_rediss_sentinel_tls_wrong_ca),
+        cmocka_unit_test(test_rediss_sentinel_tls_failover),
         cmocka_unit_test(test_rediss_cluster),
         cmocka_unit_test(test_rediss_handshake_timeout),
     };

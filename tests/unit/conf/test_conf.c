@@ -1191,6 +1191,115 @@ static void test_file_errors(void **state)
     free(path);
 }
 
+/* The sentinels' own TLS and AUTH (issue 15): sentinel_tls follows the
+ * store's TLS unless written; sentinel_user and sentinel_password_file
+ * (never the password itself in the file, nor in -T); all three only
+ * with a sentinel url; errors at their lines. */
+static void test_sentinel_keys(void **state)
+{
+    (void)state;
+    /* defaults: follows tls, no AUTH */
+    struct sl_conf *c = load_ok("[store]\nurl = rediss-sentinel://127.0.0.1:26379/m\n");
+    assert_int_equal(c->store.tls, 1);
+    assert_int_equal(c->store.sentinel_tls, 1);
+    assert_null(c->store.sentinel_user);
+    assert_null(c->store.sentinel_password);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\ntls = on\n");
+    assert_int_equal(c->store.sentinel_tls, 1);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\n");
+    assert_int_equal(c->store.tls, 0);
+    assert_int_equal(c->store.sentinel_tls, 0);
+    sl_conf_free(c);
+    /* plaintext sentinels in front of TLS data nodes, and the other way */
+    c = load_ok("[store]\nurl = rediss-sentinel://127.0.0.1:26379/m\nsentinel_tls = off\n");
+    assert_int_equal(c->store.tls, 1);
+    assert_int_equal(c->store.sentinel_tls, 0);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_tls = on\n"
+                "tls_verify = off\n");
+    assert_int_equal(c->store.tls, 0);
+    assert_int_equal(c->store.sentinel_tls, 1);
+    assert_int_equal(c->store.tls_verify, 0); /* the TLS keys apply to the sentinels */
+    sl_conf_free(c);
+
+    /* AUTH: user and password from a file; -T shows the file, never the secret */
+    char *pw = tmp_file("sen-s3cret\n", 11);
+    char text[512], want[512];
+    snprintf(text, sizeof(text),
+             "[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_user = watcher\n"
+             "sentinel_password_file = %s\n", pw);
+    c = load_ok(text);
+    assert_string_equal(c->store.sentinel_user, "watcher");
+    assert_string_equal(c->store.sentinel_password, "sen-s3cret");
+    assert_string_equal(c->store.sentinel_password_file, pw);
+    assert_null(c->store.password); /* the master's are its own */
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    sl_conf_dump(c, f);
+    fclose(f);
+    assert_non_null(strstr(out, "sentinel_tls    = off\n"));
+    assert_non_null(strstr(out, "sentinel_user   = watcher\n"));
+    snprintf(want, sizeof(want), "sentinel_password_file = %s\n", pw);
+    assert_non_null(strstr(out, want));
+    assert_null(strstr(out, "sen-s3cret"));
+    sl_conf_free(c);
+    /* ... and what -T printed loads to the same */
+    c = load_ok(out);
+    assert_string_equal(c->store.sentinel_password, "sen-s3cret");
+    assert_string_equal(c->store.sentinel_user, "watcher");
+    assert_int_equal(c->store.sentinel_tls, 0);
+    sl_conf_free(c);
+    free(out);
+    /* a password alone: AUTH password */
+    snprintf(text, sizeof(text),
+             "[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_password_file = %s\n", pw);
+    c = load_ok(text);
+    assert_null(c->store.sentinel_user);
+    assert_string_equal(c->store.sentinel_password, "sen-s3cret");
+    /* readable by others: a warning naming the key and line */
+    assert_int_equal(chmod(pw, 0644), 0);
+    out = NULL;
+    f = open_memstream(&out, &len);
+    assert_int_equal(sl_conf_warn(c, f), 1);
+    fclose(f);
+    snprintf(want, sizeof(want), "t.ini:3: warning: sentinel_password_file '%s' is readable by "
+             "others (mode 0644): chmod 600 it\n", pw);
+    assert_string_equal(out, want);
+    free(out);
+    sl_conf_free(c);
+    unlink(pw);
+
+    /* errors, each at its line */
+    snprintf(text, sizeof(text),
+             "[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_password_file = %s\n", pw);
+    snprintf(want, sizeof(want), "t.ini:3: sentinel_password_file: cannot read '%s': "
+             "No such file or directory\n", pw);
+    expect_errors(text, want);
+    free(pw);
+    expect_errors("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_password = x\n",
+                  "t.ini:3: sentinel_password: a password is not written in the file; put it in "
+                  "a file named by sentinel_password_file\n");
+    expect_errors("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_user = w\n",
+                  "t.ini:3: sentinel_user: needs sentinel_password_file (AUTH user password)\n");
+    expect_errors("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_tls = yes\n",
+                  "t.ini:3: sentinel_tls: expected on or off, got 'yes'\n");
+    expect_errors("[store]\nurl = redis://127.0.0.1:6379\n\nsentinel_tls = off\nsentinel_user = w\n",
+                  "t.ini:4: sentinel_tls: the url names no sentinels (redis-sentinel://... or "
+                  "rediss-sentinel://...)\n"
+                  "t.ini:5: sentinel_user: the url names no sentinels (redis-sentinel://... or "
+                  "rediss-sentinel://...)\n");
+    expect_errors("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_user = two words\n",
+                  "t.ini:3: sentinel_user: expected one word of at most 255 bytes, got 'two "
+                  "words'\n");
+    expect_errors("[store]\nurl = redis-sentinel://127.0.0.1:26379/m\nsentinel_tls = on\n"
+                  "tls_ca = /nonexistent/ca.pem\n",
+                  "t.ini:4: [store] tls: tls_ca /nonexistent/ca.pem: cannot read: "
+                  "No such file or directory\n");
+}
+
 static void test_password_file(void **state)
 {
     (void)state;
@@ -1432,6 +1541,9 @@ static void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
     assert_int_equal(a->store.db, b->store.db);
     str_equal(a->store.password_file, b->store.password_file);
     str_equal(a->store.password, b->store.password);
+    assert_int_equal(a->store.sentinel_tls, b->store.sentinel_tls);
+    str_equal(a->store.sentinel_user, b->store.sentinel_user);
+    str_equal(a->store.sentinel_password, b->store.sentinel_password);
     str_equal(a->store.key_prefix, b->store.key_prefix);
     assert_int_equal(a->store.connect_timeout_us, b->store.connect_timeout_us);
     assert_int_equal(a->store.timeout_us, b->store.timeout_us);
@@ -2168,6 +2280,7 @@ int main(void)
         cmocka_unit_test(test_store_url_redacted),
         cmocka_unit_test(test_store_url_cluster_sentinel),
         cmocka_unit_test(test_tls_keys),
+        cmocka_unit_test(test_sentinel_keys),
         cmocka_unit_test(test_lease),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_workers),
