@@ -234,15 +234,15 @@ static int tls_sentinel_start(struct th_proc *p, const char *name, int master_tl
 {
     memset(p, 0, sizeof(*p));
     p->port = th_free_port();
-    snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", dir, p->port);
-    snprintf(p->log, sizeof p->log, "%s/sentinel-%d.log", dir, p->port);
+    snprintf(p->conf, sizeof p->conf, "%s/sentinel-%d.conf", certs.dir, p->port);
+    snprintf(p->log, sizeof p->log, "%s/sentinel-%d.log", certs.dir, p->port);
     FILE *f = fopen(p->conf, "w");
     if (f == NULL)
         return -1;
     fprintf(f, "port 0\ntls-port %d\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir %s\n"
                "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients no\n"
                "tls-replication yes\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n",
-            p->port, dir, path("server.pem"), path("server.key"), path("ca.pem"), name,
+            p->port, certs.dir, path("server.pem"), path("server.key"), path("ca.pem"), name,
             master_tls_port, extra ? extra : "");
     fclose(f);
     p->pid = fork();
@@ -349,7 +349,7 @@ static void test_rediss_sentinel_tls_failover(void **state)
                                     path("server.pem"), "--tls-key-file", path("server.key"),
                                     "--tls-ca-cert-file", path("ca.pem"), "--tls-auth-clients",
                                     "no", "--tls-replication", "yes", "--replicaof", "127.0.0.1",
-                                    mport, "--dir", dir, (char *)NULL), 0); /* its rdb: not here */
+                                    mport, "--dir", certs.dir, (char *)NULL), 0); /* its rdb: not here */
     assert_int_equal(th_redis_wait_info(w.store.port, "connected_slaves", 1, 10000), 0);
     assert_int_equal(tls_sentinel_start(&sen, "m", w.tls_port,
                                         "sentinel down-after-milliseconds m 1000\n"
