@@ -38,6 +38,8 @@ OBJ       := $(SRC:%.c=$(BUILD)/obj/%.o) $(GEN_OBJ)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_OBJ)
 UNIT_SRC  := $(shell find tests/unit -name 'test_*.c' 2>/dev/null | sort)
 UNIT_BIN  := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+# Headers the unit tests share (tests/unit/**/*.h): an edit rebuilds them all.
+UNIT_HDR  := $(shell find tests/unit -name '*.h' 2>/dev/null | sort)
 INTEG_SRC := $(shell find tests/integration tests/lua -name 'test_*.c' 2>/dev/null | sort)
 INTEG_BIN := $(INTEG_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_CERTS := tests/certs.c
@@ -72,7 +74,7 @@ $(GEN_OBJ): $(GEN_SRC) src/store/scripts.h src/store/store.h
 
 # ---- tests -------------------------------------------------------------
 
-$(BUILD)/tests/unit/%: tests/unit/%.c $(TEST_CERTS) tests/certs.h $(LIB_OBJ)
+$(BUILD)/tests/unit/%: tests/unit/%.c $(UNIT_HDR) $(TEST_CERTS) tests/certs.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(TEST_CERTS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
 
