@@ -56,6 +56,7 @@ struct sl_tls {
     uint8_t            eof;       /* the socket ended (sl_tls_feed_eof) */
     uint8_t            shut;      /* close_notify queued */
     uint8_t            verified;  /* peer certificate sent and verified */
+    uint8_t            may_hold;  /* OpenSSL may keep a record buffer (see sl_tls_read) */
     char               peer[SL_TLS_NAME_MAX];
     char               alpn[SL_TLS_NAME_MAX];
     char               sni[SL_TLS_NAME_MAX];
@@ -665,6 +666,7 @@ int sl_tls_handshake(struct sl_tls *t)
     if (t->state != SL_TLS_HANDSHAKE)
         return SL_OK;
     err_reset();
+    t->may_hold = 1;
     int r = SSL_do_handshake(t->ssl);
     if (r == 1) {
         on_open(t);
@@ -689,10 +691,15 @@ ssize_t sl_tls_read(struct sl_tls *t, void *buf, size_t cap)
     /* Nothing fed and nothing decrypted: SSL_read() would only say so, at
      * the price of a trip through OpenSSL and its error queue. */
     if (waiting(&t->in) == 0 && !t->eof && !SSL_has_pending(t->ssl)) {
-        /* Idle until the peer speaks: OpenSSL's record buffers go (they
-         * are empty; it makes them again for the next record), as ours
-         * did. Without this a buffer kept from the handshake stays. */
-        SSL_free_buffers(t->ssl);
+        /* Idle until the peer speaks. SSL_MODE_RELEASE_BUFFERS frees
+         * OpenSSL's record buffers after application data, but not after
+         * the handshake or a record that brought none (a session ticket):
+         * those go now, once (SSL_free_buffers() is not cheap enough to
+         * call on every idle turn). */
+        if (t->may_hold) {
+            SSL_free_buffers(t->ssl);
+            t->may_hold = 0;
+        }
         return SL_EAGAIN;
     }
     if (cap > INT32_MAX)
@@ -701,6 +708,7 @@ ssize_t sl_tls_read(struct sl_tls *t, void *buf, size_t cap)
     int n = SSL_read(t->ssl, buf, (int)cap);
     if (n > 0)
         return n;
+    t->may_hold = 1;
     return failed(t, n);
 }
 
