@@ -39,6 +39,9 @@ struct sl_tls_ctx {
     enum sl_tls_verify verify;
     unsigned char      alpn[256]; /* ALPN in wire form (length-prefixed names) */
     unsigned           alpn_len;  /* 0 = no ALPN */
+    SSL_SESSION       *resume;    /* client role: the latest session the server gave
+                                     (a TLS 1.3 ticket or a 1.2 session), or NULL */
+    uint64_t           resume_for; /* name_key() of the name it was made for */
 };
 
 /* A byte buffer: bytes [off, len) of <p> wait; NULL when drained. */
@@ -60,6 +63,7 @@ struct sl_tls {
     char               peer[SL_TLS_NAME_MAX];
     char               alpn[SL_TLS_NAME_MAX];
     char               sni[SL_TLS_NAME_MAX];
+    uint64_t           name_key;  /* client role: name_key() of the name given */
     char               err[256];
 };
 
@@ -328,6 +332,32 @@ static int on_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *ou
 
 /* ---- contexts ---------------------------------------------------------- */
 
+/* The name a client engine was made for, as a number (FNV-1a): a session
+ * is only offered again to the name it was made for. */
+static uint64_t name_key(const char *name)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = name != NULL ? name : ""; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+/* A client engine got a session it may resume later: the context keeps it,
+ * for connections to the same name, if the server was verified (or nothing
+ * is verified). Returns 1: the reference is the context's now. */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    struct sl_tls *t = SSL_get_app_data(ssl);
+    if (t == NULL || !SSL_SESSION_is_resumable(sess)
+        || (t->ctx->verify != SL_TLS_VERIFY_OFF && SSL_get_verify_result(ssl) != X509_V_OK))
+        return 0;
+    struct sl_tls_ctx *c = t->ctx;
+    SSL_SESSION_free(c->resume);
+    c->resume = sess;
+    c->resume_for = t->name_key;
+    return 1;
+}
+
 int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
                    char *err, size_t errlen)
 {
@@ -465,6 +495,13 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
     } else {
         SSL_CTX_set_verify(c->ssl, conf->verify == SL_TLS_VERIFY_OFF ? SSL_VERIFY_NONE
                                                                      : SSL_VERIFY_PEER, NULL);
+        /* Resumption, as nginx's proxy_ssl_session_reuse and HAProxy do by
+         * default: the context keeps the latest session (on_new_session),
+         * so the next connection to the same name skips the certificate
+         * exchange and its verification. OpenSSL keeps no cache of its own. */
+        SSL_CTX_set_session_cache_mode(c->ssl, SSL_SESS_CACHE_CLIENT
+                                                   | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+        SSL_CTX_sess_set_new_cb(c->ssl, on_new_session);
     }
 
     if (alpn_wire(c, conf->alpn, err, errlen) != SL_OK)
@@ -495,6 +532,7 @@ void sl_tls_ctx_unref(struct sl_tls_ctx *ctx)
 {
     if (ctx == NULL || --ctx->refs > 0)
         return;
+    SSL_SESSION_free(ctx->resume);
     SSL_CTX_free(ctx->ssl);
     free(ctx);
 }
@@ -537,6 +575,11 @@ struct sl_tls *sl_tls_new(struct sl_tls_ctx *ctx, const char *name)
                 X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
             }
         }
+        t->name_key = name_key(name);
+        SSL_set_app_data(t->ssl, t); /* for on_new_session */
+        if (ctx->resume != NULL && ctx->resume_for == t->name_key
+            && !SSL_set_session(t->ssl, ctx->resume))
+            ERR_clear_error(); /* a full handshake then */
     } else {
         SSL_set_accept_state(t->ssl);
     }
@@ -796,6 +839,7 @@ enum sl_tls_state sl_tls_state(const struct sl_tls *t) { return t->state; }
 enum sl_tls_role sl_tls_role(const struct sl_tls *t) { return t->ctx->role; }
 const char *sl_tls_peer_name(const struct sl_tls *t) { return t->peer; }
 int sl_tls_peer_verified(const struct sl_tls *t) { return t->verified; }
+int sl_tls_resumed(const struct sl_tls *t) { return SSL_session_reused(t->ssl) == 1; }
 const char *sl_tls_alpn(const struct sl_tls *t) { return t->alpn; }
 const char *sl_tls_sni(const struct sl_tls *t) { return t->sni; }
 const char *sl_tls_error(const struct sl_tls *t) { return t->err; }

@@ -126,6 +126,12 @@ const char *sl_tls_peer_name(const struct sl_tls *t);
  * the client role the name); 0 otherwise. */
 int sl_tls_peer_verified(const struct sl_tls *t);
 
+/* 1 when the handshake resumed an earlier session. A client context keeps
+ * the latest session its engines were given (for a verified server, or
+ * with verification off) and offers it to the next engine made for the
+ * same name: no certificate exchange, no chain to verify again. */
+int sl_tls_resumed(const struct sl_tls *t);
+
 /* The negotiated ALPN protocol, or "" (none). Borrowed, as above. */
 const char *sl_tls_alpn(const struct sl_tls *t);
 

@@ -1106,7 +1106,10 @@ static void upstream_tls_done(struct sl_session *s, int ok)
     if (s->state != SL_SESS_CONNECTING)
         return;
     if (ok) {
-        sl_log_debug("upstream TLS up", "listener=%s version=%s", s->l->name, sl_tls_version(s->tls[1]));
+        int resumed = sl_tls_resumed(s->tls[1]);
+        s->l->stats.upstream_tls_resumed += (uint64_t)resumed;
+        sl_log_debug("upstream TLS up", "listener=%s version=%s resumed=%d", s->l->name,
+                     sl_tls_version(s->tls[1]), resumed);
         upstream_ready(s);
         return;
     }

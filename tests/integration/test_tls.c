@@ -169,6 +169,22 @@ static void test_tls_in_tls_out(void **state)
     assert_string_equal(out, "hello\n");
 }
 
+/* Upstream sessions are resumed: after the first connection, the next ones
+ * to the same Redis skip the certificate exchange (real redis-server). */
+static void test_upstream_sessions_resumed(void **state)
+{
+    (void)state;
+    char out[512];
+    const char *m = "sluice_upstream_tls_resumed_total{listener=\"t\"}";
+    cli(tport, NULL, "ping", out, sizeof(out)); /* a session to resume, whatever came before */
+    double before = th_metric(admin_port, m);
+    for (int i = 0; i < 3; i++) {
+        cli(tport, NULL, "ping", out, sizeof(out));
+        assert_string_equal(out, "PONG\n");
+    }
+    assert_true(th_metric(admin_port, m) - before >= 3);
+}
+
 /* identity = tls_subject: the client certificate's CN is who is limited. */
 static void test_tls_subject_identity(void **state)
 {
@@ -448,6 +464,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_in_tls_out),
+        cmocka_unit_test(test_upstream_sessions_resumed),
         cmocka_unit_test(test_tls_subject_identity),
         cmocka_unit_test(test_mtls_refuses_no_cert),
         cmocka_unit_test(test_mtls_refuses_expired_cert),

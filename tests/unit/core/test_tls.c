@@ -502,6 +502,39 @@ static void test_tls_peek_drop_and_idle_memory(void **state)
     sl_tls_ctx_unref(sc);
 }
 
+/* A client context resumes the session its last connection was given, for
+ * the same name only; the resumed peer still reads as verified. */
+static void test_tls_client_resumes(void **state)
+{
+    (void)state;
+    struct sl_tls_ctx *cc = client_ctx(SL_TLS_VERIFY_ON, "ca.pem", 0, NULL);
+    struct sl_tls_ctx *sc = server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL);
+    struct pair p[4];
+    const char *names[4] = { "localhost", "localhost", "127.0.0.1", "127.0.0.1" };
+    const int resumed[4] = { 0, 1, 0, 1 };
+    for (int i = 0; i < 4; i++) {
+        sl_tls_ctx_ref(cc);
+        sl_tls_ctx_ref(sc);
+        pair_open(&p[i], cc, sc, names[i]);
+        assert_int_equal(p[i].rc[0], SL_OK);
+        assert_int_equal(p[i].rc[1], SL_OK);
+        transfer(p[i].s, p[i].c, 100); /* the server's tickets reach the client */
+        assert_int_equal(sl_tls_resumed(p[i].c), resumed[i]);
+        assert_int_equal(sl_tls_resumed(p[i].s), resumed[i]);
+        assert_int_equal(sl_tls_peer_verified(p[i].c), 1);
+        assert_string_equal(sl_tls_peer_name(p[i].c), "localhost");
+    }
+    for (int i = 0; i < 4; i++)
+        pair_close(&p[i]);
+    /* another context (a reload) starts afresh */
+    struct pair q;
+    pair_open(&q, client_ctx(SL_TLS_VERIFY_ON, "ca.pem", 0, NULL), sc, "localhost");
+    assert_int_equal(q.rc[0], SL_OK);
+    assert_int_equal(sl_tls_resumed(q.c), 0);
+    pair_close(&q);
+    sl_tls_ctx_unref(cc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_tls_bounds),
         cmocka_unit_test(test_tls_protocols_and_reload),
         cmocka_unit_test(test_tls_peek_drop_and_idle_memory),
+        cmocka_unit_test(test_tls_client_resumes),
     };
     return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }
