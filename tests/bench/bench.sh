@@ -229,6 +229,20 @@ HAVE_NUTCRACKER=1; have nutcracker || { log "warning: nutcracker not installed: 
 HAVE_NGINX=1
 { have nginx && [ -e "$NGINX_STREAM_SO" ]; } || { log "warning: nginx or its stream module not installed: n/a"; HAVE_NGINX=0; }
 
+# --- the report's end, shared by every kind of run
+fails_notes() { # the runs left out of the medians, if any
+    [ -s "$FAILS" ] || return 0
+    echo "failed runs / notes (left out of the medians):"
+    sed 's/^/  /' "$FAILS"
+}
+
+report_save() { # stdin: the report: shown, and kept with the raw figures in $RESULTS_OUT
+    tee "$WORK/report.txt"
+    mkdir -p "$(dirname "$RESULTS_OUT")"
+    cp "$WORK/report.txt" "$RESULTS_OUT" 2>/dev/null
+    cp "$RAW" "${RESULTS_OUT%.txt}.raw.tsv" 2>/dev/null
+}
+
 # --- HTTP rows: tests/bench/http.sh; alone with BENCH_ONLY=http
 . tests/bench/http.sh
 # --- TLS rows: tests/bench/tls.sh; alone with BENCH_ONLY=tls
@@ -798,15 +812,9 @@ TARGETS_MET=$(grep -c 'PASS$' "$TABLE")
         "sluice: no limits configured$([ "$SLUICE_LIMIT" = 1 ] && echo ' (BENCH_SLUICE_LIMIT=1: one non-binding limit)')"
     echo "samples: $(for k in resp:get:1 resp:get:16; do for t in "${TARGETS_RESP[@]}"; do printf '%s/%s=%s ' "${k#resp:get:}" "$t" "$(count "$k:$t")"; done; done)tcp: $(for t in direct sluice nginx; do printf '%s=%s ' "$t" "$(count "tcp:$t")"; done)"
     [ "$SLUICE_RESTARTS" -gt 0 ] && echo "WARNING: sluice died and was restarted $SLUICE_RESTARTS time(s) during the run"
-    if [ -s "$FAILS" ]; then
-        echo "failed runs (left out of the medians):"
-        sed 's/^/  /' "$FAILS"
-    fi
+    fails_notes
     echo "targets met: $TARGETS_MET of $TARGETS_TOTAL"
-} | tee "$WORK/report.txt"
-mkdir -p "$(dirname "$RESULTS_OUT")"
-cp "$WORK/report.txt" "$RESULTS_OUT" 2>/dev/null
-cp "$RAW" "${RESULTS_OUT%.txt}.raw.tsv" 2>/dev/null
+} | report_save
 
 if [ "$HAVE_SLUICE" != 1 ] && [ -x "$SLUICE_BIN" ]; then
     exit 1 # sluice could not be measured at all

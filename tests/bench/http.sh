@@ -252,12 +252,6 @@ http_report_only() { # BENCH_ONLY=http: the HTTP rows alone
         echo "sluice: workers = $SLUICE_WORKERS (x1: one process); haproxy: nbthread ${HAPROXY_NBTHREAD:-default}; nginx proxy: worker_processes $SLUICE_WORKERS; upstream nginx: 1 worker"
         http_table
         echo "samples: $(for t in "${HTTP_TARGETS[@]}"; do printf '%s=%s ' "$t" "$(count "http:rps:$t")"; done)"
-        if [ -s "$FAILS" ]; then
-            echo "failed runs / notes (left out of the medians):"
-            sed 's/^/  /' "$FAILS"
-        fi
-    } | tee "$WORK/report.txt"
-    mkdir -p "$(dirname "$RESULTS_OUT")"
-    cp "$WORK/report.txt" "$RESULTS_OUT" 2>/dev/null
-    cp "$RAW" "${RESULTS_OUT%.txt}.raw.tsv" 2>/dev/null
+        fails_notes
+    } | report_save
 }

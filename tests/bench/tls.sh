@@ -226,12 +226,6 @@ tls_report_only() { # BENCH_ONLY=tls: the TLS rows alone
         echo "sluice benchmark (TLS rows only) — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r)"
         echo "sluice: workers = $SLUICE_WORKERS; haproxy: nbthread ${HAPROXY_NBTHREAD:-default (one per CPU)}"
         tls_table
-        if [ -s "$FAILS" ]; then
-            echo "failed runs / notes (left out of the medians):"
-            sed 's/^/  /' "$FAILS"
-        fi
-    } | tee "$WORK/report.txt"
-    mkdir -p "$(dirname "$RESULTS_OUT")"
-    cp "$WORK/report.txt" "$RESULTS_OUT" 2>/dev/null
-    cp "$RAW" "${RESULTS_OUT%.txt}.raw.tsv" 2>/dev/null
+        fails_notes
+    } | report_save
 }
