@@ -59,19 +59,15 @@ int sl_tlsio_flush(struct sl_tlsio *io, struct sl_obuf *plain, char *why, size_t
                 plain->len -= (size_t)w;
             }
         }
-        size_t pend = sl_tls_out_pending(io->tls);
-        if (pend == 0)
+        size_t pend;
+        const char *ct = sl_tls_out_peek(io->tls, &pend);
+        if (ct == NULL)
             return 0;
-        io->wbuf.len = 0;
-        if (sl_wire_reserve(&io->wbuf, pend) < 0) {
-            snprintf(why, cap, "out of memory");
-            return -1;
-        }
-        io->wbuf.len = sl_tls_take(io->tls, io->wbuf.p, pend);
-        uv_buf_t b = uv_buf_init(io->wbuf.p, (unsigned)io->wbuf.len);
+        /* Straight from the engine; only what the socket leaves is copied. */
+        uv_buf_t b = uv_buf_init((char *)ct, (unsigned)pend);
         int n = uv_try_write(io->stream, &b, 1);
-        if (n == (int)io->wbuf.len) {
-            io->wbuf.len = 0;
+        if (n == (int)pend) {
+            sl_tls_out_drop(io->tls, pend);
             continue; /* more plaintext may be waiting for room */
         }
         if (n < 0 && n != UV_EAGAIN) {
@@ -80,7 +76,15 @@ int sl_tlsio_flush(struct sl_tlsio *io, struct sl_obuf *plain, char *why, size_t
         }
         if (n < 0)
             n = 0;
-        b = uv_buf_init(io->wbuf.p + n, (unsigned)(io->wbuf.len - (size_t)n));
+        io->wbuf.len = 0;
+        if (sl_wire_reserve(&io->wbuf, pend - (size_t)n) < 0) {
+            snprintf(why, cap, "out of memory");
+            return -1;
+        }
+        memcpy(io->wbuf.p, ct + n, pend - (size_t)n);
+        io->wbuf.len = pend - (size_t)n;
+        sl_tls_out_drop(io->tls, pend);
+        b = uv_buf_init(io->wbuf.p, (unsigned)io->wbuf.len);
         int rc = uv_write(&io->req, io->stream, &b, 1, io->on_write);
         if (rc < 0) {
             snprintf(why, cap, "%s", uv_strerror(rc));
