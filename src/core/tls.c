@@ -389,9 +389,10 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
     SSL_CTX_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
                              | SSL_MODE_RELEASE_BUFFERS);
 
+    /* One key for both generations: TLS 1.3 suite names start "TLS_". A
+     * list that names no TLS 1.2 cipher leaves TLS 1.2 at our default. */
+    char v12[512] = "", v13[512] = "";
     if (!empty(conf->ciphers)) {
-        /* One key for both generations: TLS 1.3 suite names start "TLS_". */
-        char v12[512] = "", v13[512] = "";
         const char *p = conf->ciphers;
         while (*p != '\0') {
             while (*p == ' ' || *p == ':' || *p == ',')
@@ -411,16 +412,16 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
             dst[used + n] = '\0';
             p += n;
         }
-        if (v12[0] != '\0' && !SSL_CTX_set_cipher_list(c->ssl, v12)) {
-            errf(err, errlen, "tls_ciphers '%s': no usable cipher (%s)", v12,
-                 ossl_reason(why, sizeof why, "?"));
-            goto fail;
-        }
         if (v13[0] != '\0' && !SSL_CTX_set_ciphersuites(c->ssl, v13)) {
             errf(err, errlen, "tls_ciphers '%s': no usable TLS 1.3 suite (%s)", v13,
                  ossl_reason(why, sizeof why, "?"));
             goto fail;
         }
+    }
+    if (!SSL_CTX_set_cipher_list(c->ssl, v12[0] != '\0' ? v12 : SL_TLS_DEFAULT_CIPHERS)) {
+        errf(err, errlen, "tls_ciphers '%s': no usable cipher (%s)",
+             v12[0] != '\0' ? v12 : SL_TLS_DEFAULT_CIPHERS, ossl_reason(why, sizeof why, "?"));
+        goto fail;
     }
 
     if (!empty(conf->cert_file) != !empty(conf->key_file)) {
@@ -847,4 +848,10 @@ const char *sl_tls_error(const struct sl_tls *t) { return t->err; }
 const char *sl_tls_version(const struct sl_tls *t)
 {
     return t->state == SL_TLS_HANDSHAKE ? "" : SSL_get_version(t->ssl);
+}
+
+const char *sl_tls_cipher(const struct sl_tls *t)
+{
+    const char *n = t->state == SL_TLS_HANDSHAKE ? NULL : SSL_get_cipher_name(t->ssl);
+    return n != NULL && strcmp(n, "(NONE)") != 0 ? n : "";
 }

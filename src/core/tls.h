@@ -143,6 +143,11 @@ const char *sl_tls_sni(const struct sl_tls *t);
  * the handshake. Static string. */
 const char *sl_tls_version(const struct sl_tls *t);
 
+/* The negotiated cipher suite in OpenSSL's name, e.g.
+ * "ECDHE-ECDSA-AES128-GCM-SHA256" or "TLS_AES_256_GCM_SHA384", or "" before
+ * the end of the handshake. Static string. */
+const char *sl_tls_cipher(const struct sl_tls *t);
+
 /* Why the engine failed, in one line, e.g. "certificate verify failed:
  * certificate has expired" or "wrong version number (not TLS?)"; "" when it
  * has not failed. Borrowed, as above. */

@@ -201,6 +201,30 @@ static void test_tls_subject_identity(void **state)
     assert_string_equal(out, "PONG\n");
 }
 
+/* The TLS 1.2 default is ECDHE with AEAD only: `openssl s_client` offering
+ * only a CBC suite (ECDHE-ECDSA-AES128-SHA256: the certificates here are
+ * EC) is refused, the GCM suite of the same key exchange gets in. */
+static void test_default_ciphers_aead_only(void **state)
+{
+    (void)state;
+    static const char *const cbc[] = { "ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384",
+                                       "ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA" };
+    char cmd[1024], out[8192];
+    for (size_t i = 0; i < sizeof cbc / sizeof cbc[0]; i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "openssl s_client -connect 127.0.0.1:%d -tls1_2 -cipher %s -CAfile %s "
+                 "</dev/null 2>&1", hport, cbc[i], path("ca.pem"));
+        assert_int_not_equal(run(cmd, out, sizeof(out)), 0);
+        assert_non_null(strstr(out, "alert handshake failure"));
+    }
+    snprintf(cmd, sizeof(cmd),
+             "openssl s_client -connect 127.0.0.1:%d -tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256 "
+             "-CAfile %s </dev/null 2>&1", hport, path("ca.pem"));
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "Cipher is ECDHE-ECDSA-AES128-GCM-SHA256"));
+    assert_non_null(strstr(out, "Verify return code: 0 (ok)"));
+}
+
 /* tls_verify_client = on: a client without a certificate is refused. */
 static void test_mtls_refuses_no_cert(void **state)
 {
@@ -466,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_tls_in_tls_out),
         cmocka_unit_test(test_upstream_sessions_resumed),
         cmocka_unit_test(test_tls_subject_identity),
+        cmocka_unit_test(test_default_ciphers_aead_only),
         cmocka_unit_test(test_mtls_refuses_no_cert),
         cmocka_unit_test(test_mtls_refuses_expired_cert),
         cmocka_unit_test(test_plaintext_closed),

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "core/err.h"
 #include "core/tls.h"
 #include "certs.h"
@@ -535,6 +537,83 @@ static void test_tls_client_resumes(void **state)
     sl_tls_ctx_unref(cc);
 }
 
+/* With no tls_ciphers, TLS 1.2 is ECDHE with AEAD only, on both roles:
+ * for every TLS 1.2 suite OpenSSL knows that is not AEAD (the CBC suites
+ * testssl calls LUCKY13-prone, RC4, NULL ...), a client offering only it
+ * cannot reach a default server, and a default client cannot reach a
+ * server offering only it; tls_ciphers still chooses one. */
+static void test_tls_default_ciphers_aead_only(void **state)
+{
+    (void)state;
+    SSL_CTX *all = SSL_CTX_new(TLS_method());
+    assert_non_null(all);
+    SSL_CTX_set_security_level(all, 0);
+    assert_int_equal(SSL_CTX_set_cipher_list(all, "ALL:COMPLEMENTOFALL:@SECLEVEL=0"), 1);
+    STACK_OF(SSL_CIPHER) *list = SSL_CTX_get_ciphers(all);
+    int tried = 0, cbc_ecdsa = 0;
+    for (int i = 0; i < sk_SSL_CIPHER_num(list); i++) {
+        const SSL_CIPHER *ci = sk_SSL_CIPHER_value(list, i);
+        const char *name = SSL_CIPHER_get_name(ci);
+        if (SSL_CIPHER_is_aead(ci) || strncmp(name, "TLS_", 4) == 0)
+            continue; /* AEAD, or a TLS 1.3 suite (all AEAD) */
+        tried++;
+        cbc_ecdsa += strncmp(name, "ECDHE-ECDSA-", 12) == 0;
+        struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2", .ciphers = name };
+        struct sl_tls_conf sv = { .role = SL_TLS_SERVER, .cert_file = path("server.pem"),
+                                  .key_file = path("server.key"), .protocols = "TLSv1.2",
+                                  .ciphers = name };
+        struct sl_tls_ctx *cc = NULL, *sc = NULL;
+        char err[256];
+        if (sl_tls_ctx_new(&cc, &c, err, sizeof err) != SL_OK)
+            continue; /* below OpenSSL's security level: no one can offer it */
+        struct pair p;
+        pair_open(&p, cc, server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+        if (p.rc[1] == SL_OK)
+            fail_msg("the default server accepted %s (%s)", name, sl_tls_cipher(p.s));
+        pair_close(&p);
+        if (sl_tls_ctx_new(&sc, &sv, err, sizeof err) != SL_OK)
+            continue;
+        struct sl_tls_conf dc = { .role = SL_TLS_CLIENT };
+        pair_open(&p, ctx_or_fail(&dc), sc, "localhost");
+        if (p.rc[0] == SL_OK)
+            fail_msg("the default client accepted %s", name);
+        /* the same suite chosen on both ends: tls_ciphers overrides */
+        if (strcmp(name, "ECDHE-ECDSA-AES128-SHA256") == 0) {
+            struct pair q;
+            sl_tls_ctx_ref(sc);
+            pair_open(&q, ctx_or_fail(&c), sc, "localhost");
+            assert_int_equal(q.rc[0], SL_OK);
+            assert_string_equal(sl_tls_cipher(q.c), "ECDHE-ECDSA-AES128-SHA256");
+            pair_close(&q);
+        }
+        pair_close(&p);
+    }
+    SSL_CTX_free(all);
+    assert_true(tried >= 10);
+    assert_true(cbc_ecdsa >= 4); /* the ones an EC certificate could have served */
+
+    /* defaults on both ends, TLS 1.2: an AEAD suite; TLS 1.3 too */
+    struct sl_tls_conf c12 = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2" };
+    struct pair p;
+    pair_open(&p, ctx_or_fail(&c12), server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_string_equal(sl_tls_version(p.s), "TLSv1.2");
+    assert_string_equal(sl_tls_cipher(p.s), "ECDHE-ECDSA-AES128-GCM-SHA256");
+    pair_close(&p);
+    pair_open(&p, client_ctx(SL_TLS_VERIFY_OFF, NULL, 0, NULL),
+              server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_non_null(strstr(sl_tls_cipher(p.s), "TLS_"));
+    pair_close(&p);
+    /* a list of TLS 1.3 suites only keeps the TLS 1.2 default */
+    struct sl_tls_conf only13 = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2",
+                                  .ciphers = "TLS_AES_128_GCM_SHA256" };
+    pair_open(&p, ctx_or_fail(&only13), server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_string_equal(sl_tls_cipher(p.s), "ECDHE-ECDSA-AES128-GCM-SHA256");
+    pair_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +629,7 @@ int main(void)
         cmocka_unit_test(test_tls_protocols_and_reload),
         cmocka_unit_test(test_tls_peek_drop_and_idle_memory),
         cmocka_unit_test(test_tls_client_resumes),
+        cmocka_unit_test(test_tls_default_ciphers_aead_only),
     };
     return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }
