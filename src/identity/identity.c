@@ -824,12 +824,19 @@ size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
     return 0;
 }
 
-void sl_identity_set_tls(struct sl_ident_state *st, const char *subject)
+void sl_identity_set_tls(struct sl_ident_state *st, const char *name, size_t n)
 {
-    size_t n = strlen(subject);
     st->tls[0] = '\0';
-    if (n > 0)
-        put_value(SL_ID_TLS_SUBJECT, subject, n, n, st->tls);
+    if (n > 0) /* whole: a long name is hashed over all of its bytes */
+        put_value(SL_ID_TLS_SUBJECT, name, n, n, st->tls);
+}
+
+int sl_identity_uses(const struct sl_listener_conf *lc, enum sl_id_source src)
+{
+    for (int i = 0; lc != NULL && i < lc->n_identity && i < SL_CONF_MAX_IDENTITY; i++)
+        if (lc->identity[i] == src)
+            return 1;
+    return 0;
 }
 
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,

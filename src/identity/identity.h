@@ -30,9 +30,15 @@
 /* Sets up <st> for a new connection from <peer> (may be NULL: ip "unknown"). */
 void sl_identity_init(struct sl_ident_state *st, const struct sockaddr *peer);
 
-/* Learns the verified client certificate's name <subject> (CN, else the
- * first SAN; "" = none): the identity source tls_subject ("tls:" + it). */
-void sl_identity_set_tls(struct sl_ident_state *st, const char *subject);
+/* Learns the verified client certificate's name: the <n> bytes at <name>
+ * (sl_tls_peer_id(): the CN, else the first DNS, email or URI SAN, whole;
+ * 0 bytes = none), the identity source tls_subject: "tls:" + the name, or
+ * its hashed form "tls#..." over every byte of it when it is long or holds
+ * an unsafe byte. */
+void sl_identity_set_tls(struct sl_ident_state *st, const char *name, size_t n);
+
+/* Nonzero if <lc>'s identity sources include <src>. */
+int sl_identity_uses(const struct sl_listener_conf *lc, enum sl_id_source src);
 
 /* Learns from a request the connection sent: AUTH pass (user "default"),
  * AUTH user pass, HELLO ver [AUTH user pass] [SETNAME name], CLIENT SETNAME

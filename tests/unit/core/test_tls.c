@@ -29,6 +29,8 @@ static const char *path(const char *name)
 /* A CA, a server certificate for localhost / 127.0.0.1, a client
  * certificate, an expired server certificate, one with no CN and a second,
  * unrelated CA (ca2.pem). */
+static char long_uri[2][400]; /* two URI SANs alike in their first 300 bytes */
+
 static int make_certs(void **state)
 {
     (void)state;
@@ -38,7 +40,24 @@ static int make_certs(void **state)
         { "expired", "/CN=localhost", TH_SAN_LOCAL, TH_CERT_EXPIRED },
         { "nocn", "/O=sluice", "DNS:svc.example", 0 },
     };
-    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
+    if (th_certs_make(&certs, want, sizeof want / sizeof want[0]) != 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(long_uri[i], sizeof long_uri[i], "spiffe://sluice.test/");
+        memset(long_uri[i] + n, 'a', 300);
+        snprintf(long_uri[i] + n + 300, sizeof long_uri[i] - (size_t)n - 300, "/%s",
+                 i == 0 ? "one" : "two");
+    }
+    /* names the shell cannot carry: made with OpenSSL's API */
+    static const char nul_cn[] = "client-alice\0.attacker.example";
+    const struct th_raw_cert raw[] = {
+        { "nul-cn", { nul_cn, NULL }, { sizeof nul_cn - 1, 0 }, 0, NULL, 0 },
+        { "two-cn", { "client-alice", "mallory" }, { 12, 7 }, 0, NULL, 0 },
+        { "long-1", { NULL, NULL }, { 0, 0 }, 2, long_uri[0], strlen(long_uri[0]) },
+        { "long-2", { NULL, NULL }, { 0, 0 }, 2, long_uri[1], strlen(long_uri[1]) },
+        { "nul-san", { NULL, NULL }, { 0, 0 }, 1, "svc.example\0.evil", 17 },
+    };
+    return th_certs_make_raw(&certs, raw, sizeof raw / sizeof raw[0]);
 }
 
 static int remove_certs(void **state)
@@ -264,6 +283,81 @@ static void test_tls_mutual(void **state)
     assert_int_equal(p.rc[1], SL_OK);
     assert_int_equal(sl_tls_peer_verified(p.s), 0);
     transfer(p.c, p.s, 100);
+    pair_close(&p);
+}
+
+/* The server's view of a client presenting <cert> (NAME.pem / NAME.key). */
+static void pair_client_cert(struct pair *p, const char *cert)
+{
+    char pem[64], key[64];
+    snprintf(pem, sizeof pem, "%s.pem", cert);
+    snprintf(key, sizeof key, "%s.key", cert);
+    struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .ca_file = path("ca.pem"),
+                             .verify = SL_TLS_VERIFY_ON, .cert_file = path(pem),
+                             .key_file = path(key) };
+    pair_open(p, ctx_or_fail(&c), server_ctx(SL_TLS_VERIFY_ON, NULL, NULL), "localhost");
+    assert_int_equal(p->rc[0], SL_OK);
+    assert_int_equal(p->rc[1], SL_OK);
+    assert_int_equal(sl_tls_peer_verified(p->s), 1);
+}
+
+/* sl_tls_peer_id(): the whole name, or a refusal when it cannot stand for
+ * one peer; sl_tls_peer_name() shows it (cut, NUL as '?') for logs. */
+static void test_tls_peer_id(void **state)
+{
+    (void)state;
+    struct pair p;
+    char *name = NULL;
+    const char *why = NULL;
+
+    pair_client_cert(&p, "client");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), 12);
+    assert_memory_equal(name, "client-alice", 12);
+    free(name);
+    pair_close(&p);
+
+    /* a NUL inside the CN: not "client-alice" */
+    pair_client_cert(&p, "nul-cn");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_null(name);
+    assert_non_null(strstr(why, "NUL"));
+    assert_string_equal(sl_tls_peer_name(p.s), "client-alice?.attacker.example");
+    pair_close(&p);
+
+    /* and inside the SAN that would be the name */
+    pair_client_cert(&p, "nul-san");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_string_equal(sl_tls_peer_name(p.s), "svc.example?.evil");
+    pair_close(&p);
+
+    /* two CNs: which one counts depends on who reads it */
+    pair_client_cert(&p, "two-cn");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_non_null(strstr(why, "more than one CN"));
+    pair_close(&p);
+
+    /* long URI SANs that share their first 300 bytes: whole, so apart */
+    char *first = NULL;
+    pair_client_cert(&p, "long-1");
+    size_t n1 = strlen(long_uri[0]);
+    assert_int_equal(sl_tls_peer_id(p.s, &first, &why), (ssize_t)n1);
+    assert_memory_equal(first, long_uri[0], n1);
+    assert_int_equal(strlen(sl_tls_peer_name(p.s)), SL_TLS_NAME_MAX - 1); /* the log's is cut */
+    pair_close(&p);
+    pair_client_cert(&p, "long-2");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), (ssize_t)strlen(long_uri[1]));
+    assert_memory_equal(name, long_uri[1], strlen(long_uri[1]));
+    assert_memory_not_equal(name, first, n1);
+    free(first);
+    free(name);
+    pair_close(&p);
+
+    /* no certificate: nothing */
+    pair_open(&p, client_ctx(SL_TLS_VERIFY_ON, "ca.pem", 0, NULL),
+              server_ctx(SL_TLS_VERIFY_OPTIONAL, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), 0);
+    assert_null(name);
     pair_close(&p);
 }
 
@@ -622,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_tls_alpn),
         cmocka_unit_test(test_tls_mutual),
         cmocka_unit_test(test_tls_peer_name_from_san),
+        cmocka_unit_test(test_tls_peer_id),
         cmocka_unit_test(test_tls_refusals),
         cmocka_unit_test(test_tls_plaintext_fails_fast),
         cmocka_unit_test(test_tls_close_notify_and_eof),

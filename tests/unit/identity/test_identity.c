@@ -840,6 +840,46 @@ static const char *http_id(const struct sl_conf *c, const char *peer, const stru
     return out;
 }
 
+/* tls_subject: the certificate's whole name. A short safe name is
+ * "tls:NAME"; a long one is hashed over every byte (and its length), so
+ * names alike in their first 255 (or 1000) bytes stay apart. */
+static void test_tls_identity(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    char a[SL_ID_MAX + 1], b[SL_ID_MAX + 1];
+    struct sl_listener_conf tls_ip = lconf(":", 2, SL_ID_TLS_SUBJECT, SL_ID_CLIENT_IP);
+    struct sl_resp_req ping = REQ("PING");
+    state_v4(&st, "192.0.2.7");
+    assert_string_equal(ident(&tls_ip, &st, &ping), "ip:192.0.2.7");
+    sl_identity_set_tls(&st, "client-alice", 12);
+    assert_string_equal(ident(&tls_ip, &st, &ping), "tls:client-alice");
+    assert_int_equal(sl_identity_uses(&tls_ip, SL_ID_TLS_SUBJECT), 1);
+    assert_int_equal(sl_identity_uses(&tls_ip, SL_ID_RESP_USER), 0);
+
+    static char n1[2000], n2[2000];
+    for (size_t len = 256; len <= sizeof n1; len *= 2) {
+        memset(n1, 'a', len);
+        memcpy(n2, n1, len);
+        n2[len - 1] = 'b'; /* the last byte differs */
+        sl_identity_set_tls(&st, n1, len);
+        snprintf(a, sizeof a, "%s", st.tls);
+        sl_identity_set_tls(&st, n2, len);
+        snprintf(b, sizeof b, "%s", st.tls);
+        assert_memory_equal(a, "tls#", 4);
+        assert_string_not_equal(a, b);
+        sl_identity_set_tls(&st, n1, len - 1); /* a prefix of the other */
+        assert_string_not_equal(st.tls, a);
+        sl_identity_set_tls(&st, n1, len);
+        assert_string_equal(st.tls, a); /* the same name, the same identity */
+    }
+    /* every byte counts, a NUL too (the session refuses such a name) */
+    sl_identity_set_tls(&st, "client-alice\0.x", 15);
+    assert_memory_equal(st.tls, "tls#", 4);
+    sl_identity_set_tls(&st, "", 0);
+    assert_string_equal(ident(&tls_ip, &st, &ping), "ip:192.0.2.7");
+}
+
 /* header:NAME: always the hashed form, over the name and the value, the
  * same a match_identity entry canonicalises to; the value shows nowhere. */
 static void test_http_header_identity(void **state)
@@ -987,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_no_forgery),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_client_ip),
+        cmocka_unit_test(test_tls_identity),
         cmocka_unit_test(test_http_header_identity),
         cmocka_unit_test(test_http_forwarded_for),
     };
