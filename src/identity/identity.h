@@ -87,6 +87,19 @@ size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_s
 size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                           const struct sl_req *r, char out[SL_ID_MAX + 1]);
 
+/* Whether HTTP request <hd> names its identity without ambiguity, on a
+ * listener with <lc>'s sources, walked as sl_identity_of_req() does up to
+ * the one that yields: a header:NAME source must not meet NAME in two
+ * fields (any case, empty ones too), nor a value holding a comma (RFC 9110
+ * lets a hop join two fields into "a, b", and frameworks split it again),
+ * except in Authorization, Proxy-Authorization, User-Agent and Cookie,
+ * single values whose grammar holds commas. Either way sluice would charge
+ * one value while the upstream may authenticate another. Returns 0, or -1
+ * with the reason (naming the field, never its value) in <why> (<cap>
+ * bytes): the request is to be refused (400). */
+int sl_identity_http_check(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                           const struct sl_http_head *hd, char *why, size_t cap);
+
 /* Index (into r->argv) of the request's first key, or -1 if the command
  * takes no key or the key is not among the captured arguments. From a
  * table of Redis 7's commands: most take their key at 1; no-key commands

@@ -906,8 +906,8 @@ static void test_http_header_identity(void **state)
     assert_string_not_equal(canon, id);
     hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "k123", NULL });
     assert_string_equal(http_id(c, "192.0.2.1", &hd), canon);
-    /* First source first, whatever the order of the fields; the first
-     * field of a name wins. */
+    /* First source first, whatever the order of the fields (a request
+     * with two fields of a name never gets here: see test_http_check). */
     hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "t", "X-Api-Key", "k123",
                                                       "X-Api-Key", "other", NULL });
     assert_string_equal(http_id(c, "192.0.2.1", &hd), id);
@@ -948,6 +948,71 @@ static void test_http_header_identity(void **state)
     struct sl_req none = { NULL, NULL };
     sl_identity_of_req(c->listeners, &st, &none, out);
     assert_string_equal(out, "ip:unknown");
+    sl_conf_free(c);
+}
+
+/* The check that refuses a request whose identity could be read two
+ * ways: a header source meeting two fields, or a comma list, up to the
+ * source that yields. */
+static int http_check(const struct sl_conf *c, const struct sl_http_head *hd, char *why)
+{
+    struct sl_ident_state st;
+    sl_identity_init(&st, NULL);
+    why[0] = '\0';
+    return sl_identity_http_check(c->listeners, &st, hd, why, 160);
+}
+
+static void test_http_check(void **state)
+{
+    (void)state;
+    char why[160];
+    struct sl_conf *c = http_conf("identity = header:X-Api-Key header:X-Tenant client_ip\n");
+    struct sl_http_head hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1",
+                                                                      NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1", "x-api-key", "k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "more than one X-Api-Key"));
+    assert_null(strstr(why, "k1"));
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "", "X-Api-Key", "k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1, k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "comma"));
+    /* the key yields: what comes after it is not the identity's */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1", "X-Tenant", "a",
+                                                      "X-Tenant", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    /* no key: the tenant is the identity, and two of them are refused */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "a", "X-Tenant", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "X-Tenant"));
+    /* an empty key yields nothing: the next source */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "", "X-Tenant", "a,b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    hd = http_head("GET", "/", (const char *const[]){ "Host", "a", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    sl_conf_free(c);
+
+    /* client_ip first: headers are never the identity */
+    c = http_conf("identity = client_ip header:X-Api-Key\n");
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "a", "X-Api-Key", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    sl_conf_free(c);
+
+    /* fields whose grammar holds commas: one value; two fields still not */
+    c = http_conf("identity = header:Authorization\n");
+    hd = http_head("GET", "/", (const char *const[]){ "Authorization",
+                                                      "Digest username=\"u\", realm=\"r\"", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    hd = http_head("GET", "/", (const char *const[]){ "Authorization", "Bearer a",
+                                                      "Authorization", "Bearer b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    sl_conf_free(c);
+    c = http_conf("identity = header:User-Agent\n");
+    hd = http_head("GET", "/", (const char *const[]){ "User-Agent",
+                                                      "Mozilla/5.0 (KHTML, like Gecko)", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
     sl_conf_free(c);
 }
 
@@ -1029,6 +1094,7 @@ int main(void)
         cmocka_unit_test(test_client_ip),
         cmocka_unit_test(test_tls_identity),
         cmocka_unit_test(test_http_header_identity),
+        cmocka_unit_test(test_http_check),
         cmocka_unit_test(test_http_forwarded_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
