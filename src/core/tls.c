@@ -697,14 +697,16 @@ static void on_open(struct sl_tls *t)
     t->verified = SSL_get_verify_result(t->ssl) == X509_V_OK
                   && t->ctx->verify != SL_TLS_VERIFY_OFF;
     /* For logs: the name cut to fit, a byte outside printable ASCII (a
-     * NUL too) shown as '?'. sl_tls_peer_id() gives the whole of it. */
+     * NUL too), a quote or a backslash shown as '?', so that it cannot
+     * end a quoted log value. sl_tls_peer_id() gives the whole of it. */
     unsigned char *u = NULL;
     const char *why = NULL;
     ssize_t n = peer_name(peer, &u, &why);
     if (n > 0) {
         size_t k = (size_t)n < sizeof t->peer - 1 ? (size_t)n : sizeof t->peer - 1;
         for (size_t i = 0; i < k; i++)
-            t->peer[i] = u[i] >= ' ' && u[i] < 0x7f ? (char)u[i] : '?';
+            t->peer[i] = u[i] >= ' ' && u[i] < 0x7f && u[i] != '"' && u[i] != '\\' ? (char)u[i]
+                                                                                   : '?';
         t->peer[k] = '\0';
     }
     OPENSSL_free(u);

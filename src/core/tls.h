@@ -119,9 +119,9 @@ enum sl_tls_role  sl_tls_role(const struct sl_tls *t);
 
 /* The peer certificate's subject CN, or when it has none its first DNS (else
  * email, else URI) SAN, for logs: cut at SL_TLS_NAME_MAX - 1 bytes, bytes
- * outside printable ASCII shown as '?'; "" when the peer sent no
- * certificate. Borrowed: valid while <t> lives. Set once the handshake is
- * done. An identity takes sl_tls_peer_id() instead. */
+ * outside printable ASCII, quotes and backslashes shown as '?'; "" when
+ * the peer sent no certificate. Borrowed: valid while <t> lives. Set once
+ * the handshake is done. An identity takes sl_tls_peer_id() instead. */
 const char *sl_tls_peer_name(const struct sl_tls *t);
 
 /* The whole of the name sl_tls_peer_name() shows, for an identity: the
