@@ -101,7 +101,7 @@ struct sl_listener_conf {
     char          *tls_ca;             /* client certificates must lead here */
     int            tls_verify_client;  /* enum sl_tls_verify: off (default) | optional | on */
     char          *tls_protocols;      /* NULL = "TLSv1.2 TLSv1.3" */
-    char          *tls_ciphers;        /* NULL = OpenSSL's defaults */
+    char          *tls_ciphers;        /* NULL = SL_TLS_DEFAULT_CIPHERS (AEAD only) */
     int            upstream_tls;       /* 1: TLS to the upstream; default 0 */
     char          *upstream_tls_ca;    /* NULL = the system's CA store */
     char          *upstream_tls_sni;   /* NULL = the upstream's host as written */

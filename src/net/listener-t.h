@@ -30,6 +30,8 @@ struct sl_listener_stats {
                                   address stayed in use) */
     uint64_t tls_handshake_failures; /* TLS handshakes with clients that failed or timed out */
     uint64_t upstream_tls_resumed;   /* upstream TLS handshakes that resumed a session */
+    uint64_t tls_identity_refused;   /* clients closed after the handshake: a certificate name
+                                        that cannot be an identity (tls_subject) */
     uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
                                   (the upstream's and sluice's own) */
 };

@@ -269,6 +269,11 @@ static void on_request(struct sl_session *s)
     const struct sl_listener_conf *lc = lconf(s);
     s->l->stats.requests++;
     struct sl_ident_state *id = sl_sess_ident(s);
+    char why[160];
+    if (sl_identity_http_check(lc, id, hd, why, sizeof why) != 0) {
+        error_answer(s, 400, why); /* two identity fields: refused, not guessed */
+        return;
+    }
     size_t cap = hd->len + SL_HTTP_FWD_EXTRA;
     h->fwd = malloc(cap);
     if (h->fwd == NULL || id == NULL) {

@@ -1300,13 +1300,26 @@ static void client_tls_done(struct sl_session *s, int ok)
         return;
     }
     sl_tq_remove(&s->tq);
-    const char *who = sl_tls_peer_verified(s->tls[0]) ? sl_tls_peer_name(s->tls[0]) : "";
-    if (who[0] != '\0') {
-        if (sl_sess_ident(s) == NULL) {
+    if (sl_tls_peer_verified(s->tls[0]) && sl_identity_uses(l->conf, SL_ID_TLS_SUBJECT)) {
+        /* The whole name or no connection: a name that would read as
+         * another (a NUL inside, two CNs) must not be charged as anyone. */
+        char *name = NULL;
+        const char *why = NULL;
+        ssize_t n = sl_tls_peer_id(s->tls[0], &name, &why);
+        if (n == SL_EPROTO) {
+            l->stats.tls_identity_refused++;
+            sl_log_warn_rl("tls_identity", "client certificate refused as an identity",
+                           "listener=%s err=\"%s\" name=\"%s\"", l->name, why,
+                           sl_tls_peer_name(s->tls[0]));
+        }
+        if (n < 0 || (n > 0 && sl_sess_ident(s) == NULL)) {
+            free(name);
             sl_session_close(s);
             return;
         }
-        sl_identity_set_tls(s->ident, who);
+        if (n > 0)
+            sl_identity_set_tls(s->ident, name, (size_t)n);
+        free(name);
     }
     sl_log_debug("client TLS up", "listener=%s version=%s alpn=%s", l->name, sl_tls_version(s->tls[0]),
                  sl_tls_alpn(s->tls[0]));

@@ -159,7 +159,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sl_ident_state st;
     sl_identity_init(&st, (const struct sockaddr *)&ss);
     struct sl_req r = { .resp = NULL, .http = &hd };
-    char id[SL_ID_MAX + 1];
+    char id[SL_ID_MAX + 1], why[160];
+    /* the ambiguity check: a verdict either way, a reason when refused */
+    why[0] = '\0';
+    if (sl_identity_http_check(conf->listeners, &st, &hd, why, sizeof why) != 0 &&
+        (why[0] == '\0' || strlen(why) >= sizeof why))
+        abort();
     size_t n = sl_identity_of_req(conf->listeners, &st, &r, id);
     if (n == 0 || n > SL_ID_MAX || strlen(id) != n)
         abort();
