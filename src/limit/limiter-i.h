@@ -86,6 +86,10 @@ struct bucket {
     uint64_t             told_at;    /* ... given to a decision made then (us); 0: none yet */
     uint64_t             told_reset; /* ... and when it said the quota would be whole (us) */
     uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
+    /* The numbers (rate, burst) the refusals above were remembered under:
+     * other numbers (an override came, went or changed, even one whose
+     * cached answer was dropped meanwhile) forget them (tokens.c). */
+    uint64_t             num_amount, num_period_us, num_burst;
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_lim_waiters waiting;  /* requests waiting for that answer */
     char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
