@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/log.h"
 #include "identity/identity-t.h"
 #include "limit/algo.h"
 #include "limit/idtable.h"
@@ -135,6 +136,7 @@ struct limit {
     uint64_t       allowed;      /* decisions that allowed */
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
     uint64_t       shadow_hits;  /* shadow limit: would have rejected */
+    struct sl_log_rate shadow_log; /* ... logged at most once a second (verdict.c) */
     uint64_t       fallback;     /* decided without the store (on_failure) */
     uint64_t       delayed;      /* action = delay: decisions that made the request wait */
     uint64_t       leased;       /* decisions made from this instance's lease, no store call */
