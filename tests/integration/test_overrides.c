@@ -25,11 +25,13 @@ struct world {
     int            port, admin;
 };
 
-static struct world *world_new(const char *algorithm)
+/* A resp listener in front of redis, or with <http> an http one in front
+ * of the Python upstream, and the limit "plan" on it. */
+static struct world *world_new_on(const char *algorithm, int http)
 {
     struct world *w = calloc(1, sizeof(*w));
     assert_non_null(w);
-    assert_int_equal(th_redis_start(&w->up, NULL), 0);
+    assert_int_equal(http ? th_pyup_start(&w->up) : th_redis_start(&w->up, NULL), 0);
     assert_int_equal(th_redis_start(&w->store, NULL), 0);
     char ini[2048];
     w->port = th_free_port();
@@ -40,13 +42,19 @@ static struct world *world_new(const char *algorithm)
              "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
              "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\n"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "identity = client_ip\n"
-             "[limit plan]\nlistener = r\nrate = 100/s\nburst = 100\ncommands = INCR\n"
+             "identity = client_ip\n%s"
+             "[limit plan]\nlistener = r\nrate = 100/s\nburst = 100\n%s"
              "algorithm = %s\noverrides = store\noverrides_ttl = %dms\n",
-             w->admin, w->store.port, w->port, w->up.port, algorithm, TTL_MS);
+             w->admin, w->store.port, w->port, w->up.port, http ? "protocol = http\n" : "",
+             http ? "" : "commands = INCR\n", algorithm, TTL_MS);
     assert_int_equal(th_sluice_start(&w->sl, ini, w->port), 0);
     assert_int_equal(th_metric_wait(w->admin, "sluice_store_up", 1, 5000), 0);
     return w;
+}
+
+static struct world *world_new(const char *algorithm)
+{
+    return world_new_on(algorithm, 0);
 }
 
 static void world_free(struct world *w)
@@ -193,6 +201,53 @@ static void test_hdel_releases_windows(void **state)
     released_after("sliding_log", "HDEL sluice:overrides:{plan} ip:127.0.0.1", 1);
 }
 
+/* One GET on a connection of its own: the status, and Retry-After's
+ * seconds in *<retry> (-1 without). */
+static int http_get(int port, long *retry)
+{
+    int fd = th_connect(port);
+    assert_true(fd >= 0);
+    const char *req = "GET /fixed?size=2 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    assert_int_equal(th_write_all(fd, req, strlen(req)), 0);
+    char buf[4096];
+    int eof = 0;
+    size_t n = th_read_until_eof(fd, buf, sizeof(buf) - 1, 5000, &eof);
+    close(fd);
+    buf[n] = '\0';
+    assert_true(n > 12 && strncmp(buf, "HTTP/1.1 ", 9) == 0);
+    const char *ra = strcasestr(buf, "\r\nRetry-After: ");
+    *retry = ra != NULL ? atol(ra + 15) : -1;
+    return atoi(buf + 9);
+}
+
+/* The case as reported, over HTTP: 429 with an hour's Retry-After, the
+ * override removed while the identity is idle; then 200 within
+ * overrides_ttl. */
+static void test_http_hdel_releases(void **state)
+{
+    (void)state;
+    struct world *w = world_new_on("token_bucket", 1);
+    store_cmd(w, "HSET sluice:overrides:{plan} ip:127.0.0.1 \"1/h 1\"");
+    long retry;
+    assert_int_equal(http_get(w->port, &retry), 200);
+    assert_int_equal(http_get(w->port, &retry), 429);
+    assert_true(retry > 3500);
+    wait_dropped(w);
+    store_cmd(w, "HDEL sluice:overrides:{plan} ip:127.0.0.1");
+    uint64_t t0 = th_now_ms(), end = t0 + TTL_MS + 2000;
+    int status = 429;
+    while (status != 200 && th_now_ms() < end) {
+        status = http_get(w->port, &retry);
+        if (status != 200)
+            usleep(5000); /* the poll's pace: the condition is the deadline */
+    }
+    if (status != 200)
+        fprintf(stderr, "http: still %d, Retry-After %ld, %d ms after HDEL\n", status, retry,
+                (int)(th_now_ms() - t0));
+    assert_int_equal(status, 200);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_hdel_releases_while_asking),
         cmocka_unit_test(test_hdel_releases_gcra),
         cmocka_unit_test(test_hdel_releases_windows),
+        cmocka_unit_test(test_http_hdel_releases),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
