@@ -416,6 +416,9 @@ static void check_limit(struct loader *ld, struct section *sec)
             sl_cf_err(ld, sec->line, "%s: missing 'rate'", t);
         else if (sec->rate_sized && m->metric == SL_METRIC_REQUESTS)
             sl_cf_err(ld, rate_line, "rate: size units are for metric = bytes_in or bytes_out");
+        if (burst_line && sec->burst_sized && m->metric == SL_METRIC_REQUESTS)
+            sl_cf_err(ld, burst_line, "burst: size units are for metric = bytes_in or bytes_out; "
+                                      "a requests limit's burst is a count");
         if (m->burst == 0 && m->rate.amount != 0)
             m->burst = sl_rate_one_second(&m->rate);
     }
