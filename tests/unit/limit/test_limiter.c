@@ -942,8 +942,9 @@ static void test_http_methods(void **state)
     teardown_fix(f);
 }
 
-/* paths: exact, prefix ("/api/" + '*') and globs, on the path's normal
- * form, so a spelling of the same path is counted as that path. */
+/* paths: exact, prefix ("/api/" + '*') and globs, on every reading of the
+ * path (proto/http_path.h), so a spelling of the same path is counted as
+ * that path. */
 static void test_http_paths(void **state)
 {
     (void)state;
@@ -961,7 +962,10 @@ static void test_http_paths(void **state)
     assert_string_equal(v.limit, "api");
     assert_true(allow_http(f, 0, "GET", "/api", "k", NULL));     /* not under /api/ */
     assert_true(allow_http(f, 0, "GET", "/apix/1", "k", NULL));
-    assert_true(allow_http(f, 0, "GET", "/API/1", "k", NULL));   /* paths are case-sensitive */
+    assert_false(allow_http(f, 0, "GET", "/API/1", "k", NULL));  /* letters in either case */
+    assert_false(allow_http(f, 0, "GET", "/api%2f1", "k", NULL)); /* /api/1 once decoded */
+    assert_false(allow_http(f, 0, "GET", "/public/..%2fapi/1", "k", NULL));
+    assert_false(allow_http(f, 0, "GET", "/api/../public", "k", NULL)); /* as sent */
     assert_true(allow_http(f, 0, "GET", "/x/api/1", "k", NULL));
 
     assert_true(allow_http(f, 0, "POST", "/login", "k", NULL));
