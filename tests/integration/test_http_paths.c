@@ -371,15 +371,17 @@ static void test_paths_differential(void **state)
     make_table();
 
     struct th_proc sl;
-    int p_ng = th_free_port(), p_ex = th_free_port();
+    int p_ng = th_free_port(), p_ex = th_free_port(), p_plain = th_free_port();
     char ini[2048];
     static const char limit[] = "identity = client_ip\nrate_limit_headers = draft\n";
     snprintf(ini, sizeof(ini),
              "[listener ng]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n%s"
              "[listener ex]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n%s"
              "[limit api_ng]\nlistener = ng\nrate = 100000/s\nburst = 100000\npaths = /api /api/*\n"
-             "[limit api_ex]\nlistener = ex\nrate = 100000/s\nburst = 100000\npaths = /api /api/*\n",
-             p_ng, ng_port, limit, p_ex, ex_port, limit);
+             "[limit api_ex]\nlistener = ex\nrate = 100000/s\nburst = 100000\npaths = /api /api/*\n"
+             "[listener plain]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n%s"
+             "[limit all]\nlistener = plain\nrate = 100000/s\nburst = 100000\n",
+             p_ng, ng_port, limit, p_ex, ex_port, limit, p_plain, ng_port, limit);
     assert_int_equal(th_sluice_start(&sl, ini, p_ng), 0);
 
     int verbose = getenv("PATHS_VERBOSE") != NULL;
@@ -394,6 +396,14 @@ static void test_paths_differential(void **state)
                 "but routed elsewhere %d, or refused by the upstream itself %d\n",
                 rows[i].name, rows[i].t->routed, rows[i].t->counted, rows[i].t->refused,
                 rows[i].t->wrong_refusal, rows[i].t->missed, rows[i].t->over, rows[i].t->over_bad);
+    /* where no limit has paths, nothing is refused: nginx answers %00 itself */
+    struct answer a;
+    assert_int_equal(ask(p_plain, "/api%00/x", &a), 0);
+    assert_int_equal(a.status, 400);
+    assert_false(a.refused);
+    assert_true(a.counted);
+    assert_int_equal(ask(p_plain, "/%c0%afapi/x", &a), 0);
+    assert_int_equal(a.status, 404);
     assert_int_equal(th_stop(&sl), 0);
     th_kill_server(ng_pid);
     th_kill_server(ex_pid);
