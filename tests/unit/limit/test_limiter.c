@@ -991,6 +991,28 @@ static void test_http_paths(void **state)
     teardown_fix(f);
 }
 
+/* %00 and overlong UTF-8 are refused where a limit on the listener has
+ * paths, and only there. */
+static void test_http_path_refusal(void **state)
+{
+    (void)state;
+    static const char *const bad[] = { "/api%00/x", "/%c0%afapi/x", "/x/%E0%80%AF" };
+    struct fix *f = setup_http("[limit api]\nlistener = w\nrate = 1/h\nburst = 4\npaths = /api/*\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_non_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
+    struct sl_http_head ok = http_head("GET", "/api%2fx/%c3%a9", "k");
+    assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &ok));
+    teardown_fix(f);
+    f = setup_http("[limit all]\nlistener = w\nrate = 1/h\nburst = 4\nmethods = GET\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
+    teardown_fix(f);
+}
+
 /* cost per method: case-sensitive names, '*' for the others. */
 static void test_http_cost_per_method(void **state)
 {
@@ -1133,6 +1155,7 @@ int main(void)
         cmocka_unit_test(test_busiest_not_forged),
         cmocka_unit_test(test_http_methods),
         cmocka_unit_test(test_http_paths),
+        cmocka_unit_test(test_http_path_refusal),
         cmocka_unit_test(test_http_cost_per_method),
         cmocka_unit_test(test_http_tier_by_key),
         cmocka_unit_test(test_one_clock_drives_places_and_sweep),
