@@ -79,9 +79,10 @@ static int dot_kind(const char *s, size_t len, unsigned fl)
 }
 
 /* Writes the segments of <s> (<m> bytes) into <out> (at least m + 2
- * bytes; <s> may be out + 1 or lie apart from it) as <fl> says: a '/' before each, a final '/' when
- * the path ended in one (or in a dot segment), "/" for none; NUL-terminated.
- * A leading separator is the root's. Returns the length (<= m + 1). */
+ * bytes; <s> may be out + 1 or lie apart from it) as <fl> says: a '/'
+ * before each, a final '/' when the path ended in one (or in a dot
+ * segment), "/" for none; NUL-terminated. A leading separator is the
+ * root's. Returns the length (<= m + 1). */
 static size_t segments(const char *s, size_t m, char *out, unsigned fl)
 {
     size_t w = 0, i = 0;
