@@ -267,6 +267,14 @@ static void on_request(struct sl_session *s)
     struct sl_http_sess *h = s->http;
     const struct sl_http_head *hd = &h->req.head;
     const struct sl_listener_conf *lc = lconf(s);
+    /* A path that upstreams may read as anything (%00, overlong UTF-8)
+     * cannot be matched honestly where a limit has `paths`: refused, as
+     * the framer refuses (docs/http.md, "Paths"). */
+    const char *bad = s->l->limited ? sl_limiter_path_refusal(s->l->srv->limiter, lc, hd) : NULL;
+    if (bad != NULL) {
+        error_answer(s, 400, bad);
+        return;
+    }
     s->l->stats.requests++;
     struct sl_ident_state *id = sl_sess_ident(s);
     char why[160];

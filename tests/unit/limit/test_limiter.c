@@ -1035,8 +1035,9 @@ static void test_http_methods(void **state)
     teardown_fix(f);
 }
 
-/* paths: exact, prefix ("/api/" + '*') and globs, on the path's normal
- * form, so a spelling of the same path is counted as that path. */
+/* paths: exact, prefix ("/api/" + '*') and globs, on every reading of the
+ * path (proto/http_path.h), so a spelling of the same path is counted as
+ * that path. */
 static void test_http_paths(void **state)
 {
     (void)state;
@@ -1054,7 +1055,10 @@ static void test_http_paths(void **state)
     assert_string_equal(v.limit, "api");
     assert_true(allow_http(f, 0, "GET", "/api", "k", NULL));     /* not under /api/ */
     assert_true(allow_http(f, 0, "GET", "/apix/1", "k", NULL));
-    assert_true(allow_http(f, 0, "GET", "/API/1", "k", NULL));   /* paths are case-sensitive */
+    assert_false(allow_http(f, 0, "GET", "/API/1", "k", NULL));  /* letters in either case */
+    assert_false(allow_http(f, 0, "GET", "/api%2f1", "k", NULL)); /* /api/1 once decoded */
+    assert_false(allow_http(f, 0, "GET", "/public/..%2fapi/1", "k", NULL));
+    assert_false(allow_http(f, 0, "GET", "/api/../public", "k", NULL)); /* as sent */
     assert_true(allow_http(f, 0, "GET", "/x/api/1", "k", NULL));
 
     assert_true(allow_http(f, 0, "POST", "/login", "k", NULL));
@@ -1077,6 +1081,28 @@ static void test_http_paths(void **state)
     memset(longp + 5, 'a', sizeof(longp) - 10);
     strcpy(longp + sizeof(longp) - 5, ".png");
     assert_false(allow_http(f, 0, "GET", longp, "k", NULL));
+    teardown_fix(f);
+}
+
+/* %00 and overlong UTF-8 are refused where a limit on the listener has
+ * paths, and only there. */
+static void test_http_path_refusal(void **state)
+{
+    (void)state;
+    static const char *const bad[] = { "/api%00/x", "/%c0%afapi/x", "/x/%E0%80%AF" };
+    struct fix *f = setup_http("[limit api]\nlistener = w\nrate = 1/h\nburst = 4\npaths = /api/*\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_non_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
+    struct sl_http_head ok = http_head("GET", "/api%2fx/%c3%a9", "k");
+    assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &ok));
+    teardown_fix(f);
+    f = setup_http("[limit all]\nlistener = w\nrate = 1/h\nburst = 4\nmethods = GET\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
     teardown_fix(f);
 }
 
@@ -1222,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_busiest_not_forged),
         cmocka_unit_test(test_http_methods),
         cmocka_unit_test(test_http_paths),
+        cmocka_unit_test(test_http_path_refusal),
         cmocka_unit_test(test_http_cost_per_method),
         cmocka_unit_test(test_http_tier_by_key),
         cmocka_unit_test(test_one_clock_drives_places_and_sweep),
