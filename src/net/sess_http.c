@@ -52,6 +52,7 @@ struct sl_http_sess {
     char    *fwd;            /* the head to send when the verdict allows (owned) */
     uint32_t fwd_len;
     uint8_t  fwd_head, fwd_connect, fwd_upgrade, fwd_close; /* ... what that request is */
+    uint8_t  fwd_keep10;     /* ... an HTTP/1.0 request with "Connection: keep-alive" */
     uint8_t  in_body;        /* the request framer is inside a body */
     uint8_t  body;           /* what happens to it: BODY_* */
     uint8_t  hold;           /* framing waits: an upgrade's answer, or a full queue */
@@ -178,6 +179,8 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
 {
     char out[SL_HTTP_ANSWER_MAX];
     size_t n = sl_http_answer_error(status, detail, out, sizeof(out));
+    if (sl_http_names_head(&s->http->req))
+        n = sl_http_answer_head_only(out, n);
     s->l->stats.protocol_errors += status == 400 || status == 413 || status == 414 ||
                                    status == 431;
     s->http->last = 1;
@@ -283,6 +286,7 @@ static void on_request(struct sl_session *s)
     h->fwd_upgrade = hd->upgrade;
     /* its body may never come if we refuse it: then we close after */
     h->fwd_close = !hd->keep_alive || (hd->expect_continue && hd->body != SL_HTTP_BODY_NONE);
+    h->fwd_keep10 = hd->minor == 0 && hd->keep_alive;
     if (!hd->keep_alive)
         h->last = 1;
     if (h->fwd_len == 0) {
@@ -527,6 +531,8 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     }
     char out[SL_HTTP_ANSWER_MAX];
     size_t n = sl_http_answer_error(status, NULL, out, sizeof(out));
+    if (h->q[h->qh].head)
+        n = sl_http_answer_head_only(out, n);
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
     ob_flush();
@@ -761,8 +767,16 @@ static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, cha
 {
     const struct sl_http_sess *h = s->http;
     enum sl_http_rl_mode mode = (enum sl_http_rl_mode)lconf(s)->rate_limit_headers;
-    if (v->kind == SL_VERDICT_REJECT)
-        return sl_http_answer_limited(v, mode, h != NULL && h->fwd_close, out, cap);
+    if (v->kind == SL_VERDICT_REJECT) {
+        /* framed for the request it answers: no body to a HEAD, and an
+         * HTTP/1.0 connection that stays open is told so (else its client
+         * waits for a close that never comes) */
+        unsigned flags = 0;
+        if (h != NULL)
+            flags = (h->fwd_close ? SL_HTTP_ANS_CLOSE : 0) | (h->fwd_keep10 ? SL_HTTP_ANS_KEEP : 0) |
+                    (h->fwd_head ? SL_HTTP_ANS_HEAD : 0);
+        return sl_http_answer_limited(v, mode, flags, out, cap);
+    }
     return sl_http_answer_fields(v, mode, out, cap);
 }
 
