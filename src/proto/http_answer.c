@@ -100,6 +100,7 @@ const char *sl_http_reason(int status)
     case 400: return "Bad Request";
     case 408: return "Request Timeout";
     case 413: return "Content Too Large";
+    case 405: return "Method Not Allowed";
     case 414: return "URI Too Long";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
@@ -256,7 +257,8 @@ size_t sl_http_answer_connections(const char *limit, char *out, size_t cap)
 size_t sl_http_answer_error(int status, const char *detail, char *out, size_t cap)
 {
     switch (status) {
-    case 400: case 408: case 413: case 414: case 431: case 501: case 502: case 503: case 504:
+    case 400: case 405: case 408: case 413: case 414: case 431: case 501: case 502: case 503:
+    case 504:
         break;
     default:
         status = 500;

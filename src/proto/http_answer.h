@@ -49,7 +49,7 @@ size_t sl_http_answer_fields(const struct sl_verdict *v, enum sl_http_rl_mode mo
  * name): 429 with "Connection: close". */
 size_t sl_http_answer_connections(const char *limit, char *out, size_t cap);
 
-/* A plain error answer with "Connection: close": <status> one of 400, 408,
+/* A plain error answer with "Connection: close": <status> one of 400, 405, 408,
  * 413, 414, 431, 501, 502, 503, 504 (anything else is answered as 500),
  * the reason phrase as the body's title, and <detail> (NULL: none; a
  * static text such as the framer's h->err, never client data; at most
