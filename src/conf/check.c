@@ -24,7 +24,7 @@
 /* The keys of [listener] (sec_listener.c) that only an http listener takes. */
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
-    "max_headers", "max_header_size" };
+    "max_headers", "max_header_size", "upgrades" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {

@@ -113,6 +113,7 @@ struct section {
     int                   cost_default;/* limit: a default cost was given in `cost` */
     int                   commands_star; /* limit: `commands` listed "*" */
     int                   methods_star;  /* limit: `methods` listed "*" */
+    int                   upgrades_none; /* listener: `upgrades` listed "none" */
 };
 
 /* One error, kept until the end so they can be written in line order. */

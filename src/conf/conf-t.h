@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "core/tls-t.h"
+#include "proto/http_upgrade-t.h"
 
 #define SL_CONF_MAX_IDENTITY 8 /* identity sources per listener */
 
@@ -95,6 +96,8 @@ struct sl_listener_conf {
     uint64_t       max_header_line;    /* bytes of one header field line (431); default 8KiB */
     uint64_t       max_headers;        /* header fields in one request (431); default 100 */
     uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
+    struct sl_http_upgrades upgrades;  /* protocols a request may switch to, CONNECT;
+                                          default websocket */
     /* TLS (docs/configuration.md): paths absolute (resolved at load) or NULL */
     char          *tls_cert;           /* PEM chain: clients speak TLS to this listener */
     char          *tls_key;

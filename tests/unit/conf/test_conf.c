@@ -572,8 +572,8 @@ static void test_continuation(void **state)
     expect_errors("[listener a]\n  listen = 127.0.0.1:7001\n  upstream = 127.0.0.1:6379\n",
                   "t.ini:1: [listener a]: missing 'upstream'\n"
                   "t.ini:3: unexpected indented line: it would continue 'listen', which takes "
-                  "one value (only commands, cost, identity, match_identity, methods, paths "
-                  "and trusted_proxies continue on indented lines)\n");
+                  "one value (only commands, cost, identity, match_identity, methods, paths, "
+                  "trusted_proxies and upgrades continue on indented lines)\n");
     /* An indented section header would be swallowed by inih: refused. */
     expect_errors(L_A "identity = client_ip\n  [limit x]\n",
                   "t.ini:5: a section header must not be indented\n");
