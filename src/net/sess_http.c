@@ -289,6 +289,14 @@ static void on_request(struct sl_session *s)
         error_answer(s, 400, why); /* two identity fields: refused, not guessed */
         return;
     }
+    if (hd->method == SL_HTTP_M_CONNECT && !lc->upgrades.connect) {
+        /* A tunnel to anywhere is not a request sluice can count: 405, as
+         * nginx answers CONNECT, before any limit is charged; closed, as
+         * the client may send tunnel bytes right behind it. */
+        h->body = BODY_DROP;
+        error_answer(s, 405, "CONNECT is not allowed on this listener (upgrades)");
+        return;
+    }
     size_t cap = hd->len + SL_HTTP_FWD_EXTRA;
     h->fwd = malloc(cap);
     if (h->fwd == NULL || id == NULL) {
@@ -311,16 +319,6 @@ static void on_request(struct sl_session *s)
         h->last = 1;
     if (h->fwd_len == 0) {
         sl_session_close(s);
-        return;
-    }
-    if (h->fwd_connect && !lc->upgrades.connect) {
-        /* A tunnel to anywhere is not a request sluice can count: 405, as
-         * nginx answers CONNECT, before any limit is charged; closed, as
-         * the client may send tunnel bytes right behind it. */
-        free(h->fwd);
-        h->fwd = NULL;
-        h->body = BODY_DROP;
-        error_answer(s, 405, "CONNECT is not allowed on this listener (upgrades)");
         return;
     }
     struct sl_req r = { .http = hd };
