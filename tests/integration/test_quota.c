@@ -1166,7 +1166,17 @@ static void test_lease_waiters_and_store_stall(void **state)
 
 /* A busy identity at a high rate keeps up with its limit with leases, and
  * at the limit the store sees one call per 10 ms of refill, not one per
- * admission. 20000/s for 2 s through one instance. */
+ * admission. 20000/s for 2 s through one instance. The clients offer as
+ * much as the machine lets them: alone on two cores well over the limit,
+ * on a loaded machine maybe less than it. What leases must not do is refuse
+ * what the limit allows, so the floor is 90 % of what a perfect limiter
+ * admits of what was offered: min(burst + rate x time, requests sent) (the
+ * clients send at an even pace, each a pipeline of 20 at a time, so an
+ * offer below the limit never empties the bucket), and of what one lease
+ * call at a time can bring at the store's round trip as sluice measured it
+ * (sluice_store_round_trip_seconds): past the burst, at most a lease (200)
+ * per round trip. On a starved machine a round trip past 10 ms is latency,
+ * not leases failing to keep up. */
 static void test_lease_high_rate_keeps_up(void **state)
 {
     (void)state;
@@ -1175,17 +1185,27 @@ static void test_lease_high_rate_keeps_up(void **state)
                  "[limit fast]\nlistener = r\nrate = 20000/s\nscope = global\ncommands = INCR\n");
     wait_store_up(w, 0);
     long calls0 = store_calls(w);
+    double rt_sum0 = th_metric(w->admin[0], "sluice_store_round_trip_seconds_sum");
+    double rt_n0 = th_metric(w->admin[0], "sluice_store_round_trip_seconds_count");
     const int ms = 2000;
     double secs;
     const int one[2] = { w->port[0], w->port[0] }; /* two clients, one instance */
-    hammer_two(one, "fast", ms, &secs);
+    long sent = hammer_two(one, "fast", ms, &secs);
     long calls = store_calls(w) - calls0;
     long admitted = upstream_count(w, "fast");
+    double rt_n = th_metric(w->admin[0], "sluice_store_round_trip_seconds_count") - rt_n0;
+    double rtt = rt_n > 0 ? (th_metric(w->admin[0], "sluice_store_round_trip_seconds_sum") - rt_sum0) / rt_n
+                          : 0;
     double expect = 20000.0 * ms / 1000.0 + 20000.0, ceiling = 20000.0 * secs + 20000.0;
-    printf("lease auto (200), 20000/s for %.2f s: admitted %ld of %.0f (ceiling %.0f + 200), "
-           "%ld store calls\n", secs, admitted, expect, ceiling, calls);
+    double floor_ = (double)sent < expect ? (double)sent : expect;
+    if (rtt > 0 && 20000.0 + 200.0 * (ms / 1000.0) / rtt < floor_)
+        floor_ = 20000.0 + 200.0 * (ms / 1000.0) / rtt;
+    printf("lease auto (200), 20000/s for %.2f s: %ld sent, admitted %ld of %.0f (ceiling %.0f + 200, "
+           "floor 90%% of %.0f), %ld store calls, mean round trip %.2f ms, %.0f timeouts\n", secs, sent,
+           admitted, expect, ceiling, floor_, calls, rtt * 1000.0,
+           th_metric(w->admin[0], "sluice_store_timeouts_total"));
     assert_true(admitted <= (long)(ceiling + 200 + 1));
-    assert_true(admitted >= (long)(0.9 * expect));
+    assert_true(admitted >= (long)(0.9 * floor_));
     /* One call per 10 ms of refill (200 tokens), not one per admission. */
     assert_true(calls < 1000);
     world_free(w);
@@ -1640,5 +1660,8 @@ int main(void)
         cmocka_unit_test(test_verdict_remaining_store_equals_local),
         cmocka_unit_test(test_overrides_from_store),
     };
+    /* QUOTA_ONLY=<cmocka pattern> runs only matching tests */
+    if (getenv("QUOTA_ONLY") != NULL)
+        cmocka_set_test_filter(getenv("QUOTA_ONLY"));
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
