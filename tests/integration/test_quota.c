@@ -1164,6 +1164,52 @@ static void test_lease_waiters_and_store_stall(void **state)
     world_free(w);
 }
 
+/* A store answer that came in time is used, even when sluice itself was
+ * not scheduled until past the deadline: libuv runs its timers before it
+ * reads, so after such a stall the deadline timer used to declare a timeout
+ * (on_failure, here closed: a refusal; with local, a decision the store
+ * never counts) while the answer sat unread in the socket. Staged with
+ * SIGSTOP: the store stopped while the call goes out, sluice stopped while
+ * the store answers, both stopped together for three timeouts. */
+static void test_answer_read_before_timeout(void **state)
+{
+    (void)state;
+    struct world *w = world_new();
+    start_sluice(w, 0, "timeout = 100ms\non_failure = closed",
+                 "[limit l]\nlistener = r\nrate = 1000/s\ncommands = INCR\n");
+    wait_store_up(w, 0);
+    redisContext *c = client(w->port[0]);
+    redisReply *r = redisCommand(c, "INCR warm"); /* the script is loaded */
+    assert_true(r != NULL && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    long sent0 = metric(w->admin[0], "sluice_store_requests_total");
+
+    kill(w->store.pid, SIGSTOP);
+    redisAppendCommand(c, "INCR stalled");
+    int done = 0;
+    assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
+    /* the call is written once sluice's loop moved on (the admin answers) */
+    uint64_t end = th_now_ms() + TH_MS;
+    while (metric(w->admin[0], "sluice_store_requests_total") == sent0 && th_now_ms() < end)
+        usleep(1000);
+    kill(w->sl[0].pid, SIGSTOP);
+    kill(w->store.pid, SIGCONT);
+    usleep(300 * 1000); /* the store answers into sluice's socket; the deadline passes */
+    kill(w->sl[0].pid, SIGCONT);
+
+    assert_int_equal(redisGetReply(c, (void **)&r), REDIS_OK);
+    long timeouts = metric(w->admin[0], "sluice_store_timeouts_total");
+    long fb = metric(w->admin[0], "sluice_limit_fallback_decisions_total{limit=\"l\"}");
+    printf("answer waiting after a stall: reply type %d (%s), %ld timeouts, %ld on_failure decisions\n",
+           r->type, r->type == REDIS_REPLY_ERROR ? r->str : "", timeouts, fb);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(timeouts, 0);
+    assert_int_equal(fb, 0);
+    freeReplyObject(r);
+    redisFree(c);
+    world_free(w);
+}
+
 /* A busy identity at a high rate keeps up with its limit with leases, and
  * at the limit the store sees one call per 10 ms of refill, not one per
  * admission. 20000/s for 2 s through one instance. The clients offer as
@@ -1653,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_lease_two_instances),
         cmocka_unit_test(test_lease_exact_near_empty),
         cmocka_unit_test(test_lease_waiters_and_store_stall),
+        cmocka_unit_test(test_answer_read_before_timeout),
         cmocka_unit_test(test_lease_high_rate_keeps_up),
         cmocka_unit_test(test_refusals_remembered_without_lease),
         cmocka_unit_test(test_store_stop_starts_from_store),
