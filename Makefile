@@ -50,7 +50,7 @@ FUZZ_SRC  := $(shell find tests/fuzz -name 'fuzz_*.c' 2>/dev/null | sort)
 FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all test run bench check fuzz fuzz-diff deps deps-bench deps-http deps-deploy install deb clean \
+.PHONY: all test run bench check fuzz fuzz-diff fuzz-hostile deps deps-bench deps-http deps-deploy install deb clean \
         unit integration test-build test-redis-suite test-http bench-store
 
 all: $(BUILD)/sluice
@@ -159,6 +159,18 @@ fuzz-diff: deps
 	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' build/san/sluice
 	@$(MAKE) --no-print-directory $(DIFF_BIN)
 	SLUICE_BIN=build/san/sluice $(DIFF_BIN) --seconds $(FUZZ_SECONDS) --out $(BUILD)/diff-resp $(DIFF_ARGS)
+
+# Hostile HTTP clients and upstreams at random (tests/integration/http_hostile.py):
+# `make test` runs one fixed seed and number of cases; `make fuzz-hostile` a new
+# seed for FUZZ_SECONDS against the ASan + UBSan build (HOSTILE_SEED=N picks one).
+# A failure prints the line that replays it.
+HOSTILE_SEED ?= random
+fuzz-hostile: deps deps-http
+	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
+	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' \
+	    build/san/sluice build/san/tests/integration/test_http_hostile
+	SLUICE_BIN=build/san/sluice HOSTILE_SEED=$(HOSTILE_SEED) HOSTILE_SECONDS=$(FUZZ_SECONDS) \
+	    build/san/tests/integration/test_http_hostile
 
 # ---- run, bench, install ------------------------------------------------
 

@@ -122,6 +122,7 @@ struct sl_node {
     size_t                fifo_n;
     struct sl_store_req  *dl_head, *dl_tail;
     uint64_t              dl_armed;      /* loop ms dl_timer fires at; 0 when idle */
+    const struct sl_store_req *dl_reread; /* the head whose timeout waited for a read (on_deadline) */
 
     uint64_t              redirects_in;  /* MOVED/ASK replies this node gave */
 };

@@ -39,6 +39,7 @@
  * deadline, and a reload may shorten the timeout. The timer is lazy: it is
  * armed for the earliest deadline when that gets earlier, never disarmed when
  * a request completes; firing early only re-arms it. */
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,12 +269,35 @@ static void fail_all(struct sl_node *nd, const char *why)
     }
 }
 
+/* 1 when the node's socket has bytes that the loop has not read yet. */
+static int unread(struct sl_node *nd)
+{
+    uv_os_fd_t fd;
+    if (!nd->tcp_open || nd->conn != SL_NODE_READY || uv_fileno((uv_handle_t *)&nd->tcp, &fd) != 0)
+        return 0;
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
 static void on_deadline(uv_timer_t *t)
 {
     struct sl_node *nd = t->data;
     struct sl_store *st = nd->st;
     uint64_t now = uv_now(st->loop);
     nd->dl_armed = 0;
+    /* libuv runs timers before it reads: when this process was not run
+     * for a while (a loaded machine) the deadline is seen passed while the
+     * answer, come in time, waits unread in the socket; a timeout then
+     * would let on_failure decide (a refusal, or a decision the store
+     * never counts) what the store has decided. So with bytes waiting, the
+     * loop reads first and the deadline is looked at again 1 ms on: once
+     * per head, so a node that keeps sending never postpones a timeout. */
+    if (nd->dl_head != NULL && nd->dl_head->deadline <= now && nd->dl_reread != nd->dl_head &&
+        unread(nd)) {
+        nd->dl_reread = nd->dl_head;
+        dl_arm(nd, now + 1);
+        return;
+    }
     if (nd->dl_head != NULL && nd->dl_head->deadline <= now)
         mark_suspect(nd, "timeout"); /* before the callbacks: they see the node down */
     struct sl_store_req *r;

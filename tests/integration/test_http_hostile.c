@@ -1,7 +1,6 @@
 /* sluice integration tests — hostile HTTP clients and upstreams (issue 12).
  *
- * Runs tests/integration/http_hostile.py for HOSTILE_SECONDS (default 12)
- * against a sluice with three http listeners in front of our Python
+ * Runs tests/integration/http_hostile.py against a sluice with three http listeners in front of our Python
  * upstream (tests/integration/http_upstream.py): plain (header_timeout 1s,
  * upstream_timeout 2s, max_request 64kb), limited (every request refused
  * after the first) and delayed (action = delay). The driver draws seeded
@@ -12,8 +11,13 @@
  * it: sluice is alive, no session is left (sluice_connections_active 0),
  * no head carrying X-Poison (sent only in requests sluice must refuse)
  * reached the upstream, and sluice exits cleanly (under `make check`, no
- * ASan/UBSan report). HOSTILE_SEED picks the seed (default: the time,
- * printed so that a failure can be replayed). */
+ * ASan/UBSan report).
+ *
+ * The cases are fixed: HOSTILE_SEED (default 1) and HOSTILE_CASES per
+ * worker (default 250, four workers) name the same cases on any machine,
+ * however loaded, and a failure prints the line that replays it. Random
+ * seeds and long runs are for `make fuzz-hostile` (HOSTILE_SEED=random,
+ * HOSTILE_SECONDS=T: as many cases as T seconds allow, the seed printed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,8 +29,19 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <errno.h> /* program_invocation_name */
 
 #include "integration/harness.h"
+
+/* How to run the same cases again (HOSTILE_SEED=... with the count or the time). */
+static char replay[256];
+
+static void print_replay(void)
+{
+    const char *bin = getenv("SLUICE_BIN");
+    fprintf(stderr, "replay: %s%s%s%s %s\n", bin ? "SLUICE_BIN=" : "", bin ? bin : "", bin ? " " : "", replay,
+            program_invocation_name);
+}
 
 static void test_hostile(void **state)
 {
@@ -53,15 +68,30 @@ static void test_hostile(void **state)
     assert_non_null(first);
     free(first);
 
-    const char *env = getenv("HOSTILE_SECONDS");
-    double secs = env && *env ? atof(env) : 12;
-    env = getenv("HOSTILE_SEED");
-    long seed = env && *env ? atol(env) : (long)time(NULL) % 100000;
+    const char *env = getenv("HOSTILE_SEED");
+    long seed = 1;
+    if (env && strcmp(env, "random") == 0)
+        seed = (long)(time(NULL) ^ getpid()) % 100000;
+    else if (env && *env)
+        seed = atol(env);
+    env = getenv("HOSTILE_SECONDS");
+    double secs = env && *env ? atof(env) : 0;
+    env = getenv("HOSTILE_CASES");
+    long cases = env && *env ? atol(env) : 250;
     char cmd[512], out[8192];
-    snprintf(cmd, sizeof(cmd),
-             "python3 tests/integration/http_hostile.py --plain %d --limited %d --delay %d "
-             "--upstream %d --seed %ld --seconds %.1f 2>&1",
-             plain, limited, delayed, pyup.port, seed, secs);
+    if (secs > 0) {
+        snprintf(cmd, sizeof(cmd),
+                 "python3 tests/integration/http_hostile.py --plain %d --limited %d --delay %d "
+                 "--upstream %d --seed %ld --seconds %.1f 2>&1",
+                 plain, limited, delayed, pyup.port, seed, secs);
+        snprintf(replay, sizeof(replay), "HOSTILE_SEED=%ld HOSTILE_SECONDS=%.1f", seed, secs);
+    } else {
+        snprintf(cmd, sizeof(cmd),
+                 "python3 tests/integration/http_hostile.py --plain %d --limited %d --delay %d "
+                 "--upstream %d --seed %ld --cases %ld 2>&1",
+                 plain, limited, delayed, pyup.port, seed, cases);
+        snprintf(replay, sizeof(replay), "HOSTILE_SEED=%ld HOSTILE_CASES=%ld", seed, cases);
+    }
     fprintf(stderr, "%s\n", cmd);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
@@ -69,7 +99,10 @@ static void test_hostile(void **state)
     out[got] = '\0';
     int st = pclose(p);
     fprintf(stderr, "%s", out);
-    assert_int_equal(th_alive_or_report(&sl), 0);
+    int alive = th_alive_or_report(&sl);
+    if (st != 0 || strstr(out, "hostile: ok") == NULL || alive != 0)
+        print_replay();
+    assert_int_equal(alive, 0);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "hostile: ok"));
 
@@ -82,12 +115,16 @@ static void test_hostile(void **state)
         for (uint64_t end = th_now_ms() + 5000; th_now_ms() < end; usleep(100000))
             if ((v = th_metric(admin, sample)) == 0)
                 break;
-        if (v != 0)
+        if (v != 0) {
+            print_replay();
             fail_msg("%s = %.0f after the clients left", sample, v);
+        }
     }
     char *stats = th_http_get(pyup.port, "/__stats");
     assert_non_null(stats);
     fprintf(stderr, "upstream: %s\n", stats);
+    if (strstr(stats, "\"poison\":0") == NULL)
+        print_replay();
     assert_non_null(strstr(stats, "\"poison\":0"));
     free(stats);
     assert_int_equal(th_stop(&sl), 0);

@@ -280,10 +280,26 @@ static void paced_echo(int port, int per_sec, int secs, const char *limit, int d
 /* Admissions by time t never outnumber burst + rate x t (+1 for a
  * reservation made right at a boundary): the admitted stream is never ahead
  * of the limit. Times count from before connect, which errs on the side of
- * allowing more. */
-static void assert_never_ahead(const struct paced *r, double rate, double burst)
+ * allowing more. <unstored> decisions made without the store (on_failure =
+ * local after a timeout: sluice_limit_fallback_decisions_total) may each
+ * admit one that the store's bucket does not hold (docs/algorithms.md,
+ * on_failure = local: rate x the outage more): each is allowed one more,
+ * and printed, so that a run where the store fell behind says so. */
+static void assert_never_ahead(const struct paced *r, double rate, double burst, double unstored)
 {
-    int admitted = 0;
+    int admitted = 0, lead_at = -1;
+    double lead = -1e9;
+    for (int i = 0; i < r->n; i++) {
+        if (r->ok[i] && (double)(admitted + 1) - burst - rate * (double)r->t_reply[i] / 1000.0 > lead) {
+            lead = (double)(admitted + 1) - burst - rate * (double)r->t_reply[i] / 1000.0;
+            lead_at = admitted + 1;
+        }
+        admitted += r->ok[i];
+    }
+    printf("  most ahead: admission %d, %.2f over burst + rate x time; %.0f decisions without the store\n",
+           lead_at, lead, unstored);
+    burst += unstored;
+    admitted = 0;
     for (int i = 0; i < r->n; i++) {
         if (!r->ok[i])
             continue;
@@ -341,7 +357,8 @@ static void test_request_delay(void **state)
     assert_true(slope >= 98.0 && slope <= 102.0);
     /* reply i came no earlier than the bucket allowed (burst 10, then one
      * per 10 ms) */
-    assert_never_ahead(&r, 100.0, 10.0);
+    assert_never_ahead(&r, 100.0, 10.0,
+                       th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"rq_long\"}"));
     /* What sluice itself held a request back: positive, never past
      * max_delay. (Not the 9.9 s the last request waited as the client
      * sees it: sluice reserves at most PEND_MAX = 256 requests ahead, the
@@ -364,7 +381,8 @@ static void test_request_delay(void **state)
     assert_int_equal(r.bad, 0);
     assert_int_equal(r.admitted + r.throttled, r.n);
     assert_true(r.throttled > 0);
-    assert_never_ahead(&r, 100.0, 10.0);
+    assert_never_ahead(&r, 100.0, 10.0,
+                       th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"rq_short\"}"));
     assert_true(adm_rate >= 98.0 && adm_rate <= 102.0 + 3.0 / 5.0);
     /* nothing was held past max_delay (1 ms of timer rounding) */
     assert_true(seen_short >= 1 && seen_short <= 21);
@@ -412,8 +430,11 @@ static void test_request_delay(void **state)
            "last admitted answered after %llu ms\n",
            prefix, prefix, rejected, (unsigned long long)t_last_ok);
     assert_true(prefix >= 30 && prefix <= 31);
-    /* the last admission waited its turn: (prefix - burst) x 10 ms */
-    assert_true(t_last_ok >= (uint64_t)(prefix - 10 - 1) * 10 && t_last_ok <= 400);
+    /* the last admission waited its turn: (prefix - burst) x 10 ms. Only
+     * the floor is the limit's; how much later the reply comes is the
+     * machine's (it was 400 ms, which a loaded machine may pass), so the
+     * ceiling is only "not held for max_delay many times over". */
+    assert_true(t_last_ok >= (uint64_t)(prefix - 10 - 1) * 10 && t_last_ok <= 2000);
 
     assert_int_equal(th_stop(&sl), 0);
     th_stop(&up);
@@ -430,6 +451,7 @@ struct flow {
     int      fd;
     uint64_t bytes; /* received (download) or written (upload) */
     int      closed;
+    uint64_t closed_ms; /* when the close was seen, ms from t0 (the deadline if never) */
 };
 
 /* What the last run_flows moved in each 100 ms (all flows together), to
@@ -457,6 +479,7 @@ static void run_flows(struct flow *f, int n, int ms)
         th_nonblock(f[i].fd);
         f[i].bytes = 0;
         f[i].closed = 0;
+        f[i].closed_ms = (uint64_t)ms;
     }
     struct pollfd pfd[8];
     uint64_t next_mark = t0 + 100, last_total = 0;
@@ -489,8 +512,10 @@ static void run_flows(struct flow *f, int n, int ms)
             ssize_t k = f[i].upload ? write(f[i].fd, buf, sizeof(buf)) : read(f[i].fd, buf, sizeof(buf));
             if (k > 0)
                 f[i].bytes += (uint64_t)k;
-            else if (k == 0 || (errno != EAGAIN && errno != EINTR))
+            else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
                 f[i].closed = 1;
+                f[i].closed_ms = th_now_ms() - t0;
+            }
         }
     }
     if (getenv("SHAPE_TRACE") != NULL)
@@ -970,9 +995,22 @@ static void test_store_round_trips(void **state)
            (double)f.bytes / MiB, secs, want / MiB, calls, (double)calls / secs,
            th_metric(admin, "sluice_store_timeouts_total"),
            th_metric(admin, "sluice_limit_fallback_decisions_total{limit=\"big\"}"));
-    if (!((double)f.bytes >= 0.9 * want && (double)f.bytes <= 1.1 * want))
+    /* Never ahead of the limit: rate x time + burst, by the client's clock
+     * (from before connect, longer than sluice's). Not a floor of 90 % of
+     * that: 100 MiB/s through three processes is what the machine can
+     * move alone, not under load (a loaded run moved 196 MiB, 50-70 MiB/s,
+     * with an 800 ms stretch at 4 MiB/s, every take answered at once);
+     * test_bandwidth holds delivery to the rate at 1 MiB/s. What this test
+     * is about holds at any speed: one store call per chunk (10 ms of the
+     * rate, 1 MiB) moved past the burst, not one per read, so under 200 a
+     * second at full speed. */
+    double most = 100.0 * MiB * secs + 10.0 * MiB + 1.0 * MiB;
+    double chunks = ((double)f.bytes - 10.0 * MiB) / MiB;
+    if ((double)f.bytes > most || (double)calls > 1.1 * chunks + 20.0)
         print_timeline();
-    assert_true((double)f.bytes >= 0.9 * want && (double)f.bytes <= 1.1 * want);
+    assert_true((double)f.bytes <= most);
+    assert_true((double)f.bytes > 20.0 * MiB); /* shaped past the burst: takes were answered */
+    assert_true((double)calls <= 1.1 * chunks + 20.0); /* + the heartbeat, retried takes */
     assert_true((double)calls / secs < 200.0);
     assert_true(calls > 0); /* the store was asked at all */
 
@@ -1007,15 +1045,22 @@ static void test_tcp_reject(void **state)
     start_sluice(&sl, admin, store.port, NULL, body, cport);
     wait_store_up(admin);
 
-    /* 1 MiB/s, burst 1 MiB: the download ends soon after the first MiB
-     * (what was read before the refusal came is still delivered). */
+    /* 1 MiB/s, burst 1 MiB: the download ends soon after the first MiB.
+     * The bucket refills while the burst drains, so what may pass is the
+     * burst plus the rate times the time until the close (the client's
+     * count from before connect: sluice's is shorter), plus what was read
+     * before the refusal came (one read of 64 KiB and a take's chunk of
+     * 16 KiB). Not a fixed 1.1 MiB: on a loaded machine draining the burst
+     * took 141 ms, so 1.141 MiB passed, as the limit allows. */
     struct flow f = { .port = bport };
     run_flows(&f, 1, 3000);
     close_flows(&f, 1);
-    printf("tcp bytes_out reject 1 MiB/s: %.3f MiB received, then %s\n", (double)f.bytes / MiB,
-           f.closed ? "closed" : "still open after 3 s");
+    double most = 1.0 * MiB + 1.0 * MiB * (double)f.closed_ms / 1000.0 + 80.0 * 1024;
+    printf("tcp bytes_out reject 1 MiB/s: %.3f MiB received, then %s after %llu ms (at most %.3f MiB)\n",
+           (double)f.bytes / MiB, f.closed ? "closed" : "still open", (unsigned long long)f.closed_ms,
+           most / MiB);
     assert_true(f.closed);
-    assert_true((double)f.bytes >= 1.0 * MiB && (double)f.bytes <= 1.1 * MiB);
+    assert_true((double)f.bytes >= 1.0 * MiB && (double)f.bytes <= most);
     assert_true(th_metric(admin, "sluice_limit_decisions_total{limit=\"tbw\",outcome=\"rejected\"}") >= 1);
 
     /* max = 1: the second connection is accepted, then closed with nothing
