@@ -248,6 +248,18 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
     sl_rconn_allowed(&s->rc, kind, replies);
     if (replies > 0)
         sl_sess_owe(s, replies);
+    if (kind == SL_PK_QUIT && replies > 0) {
+        /* Redis writes QUIT's +OK and closes at once (inside MULTI too). A
+         * client that pools connections looks for that close before it
+         * sends the next command on one: it must come with the +OK, not
+         * when the upstream's FIN is read, a loop turn or more later. So
+         * the client's side is shut down as soon as the +OK is written.
+         * (Under CLIENT REPLY OFF there is nothing to wait for but the
+         * upstream, which still has to be sent the QUIT: its close ends
+         * the session, as before.) */
+        static char none[] = "";
+        sl_sess_local(s, none, 0, SL_SEG_CLOSE);
+    }
     auth_wake(s);
 }
 
@@ -473,7 +485,7 @@ static void process(struct sl_session *s)
         observe(s, r, kind);
         /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
          * what follows it is never framed, forwarded or answered. */
-        if (sl_rconn_is_quit(r))
+        if (kind == SL_PK_QUIT)
             s->quit = 1;
         if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
             /* what follows waits for the answer that says who it is */

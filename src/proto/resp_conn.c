@@ -55,15 +55,11 @@ int sl_rconn_kind(const struct sl_resp_req *r)
     if (NAME_IS(r, 0, "DISCARD")) return SL_PK_DISCARD;
     if (NAME_IS(r, 0, "RESET"))   return SL_PK_RESET;
     if (NAME_IS(r, 0, "AUTH") || NAME_IS(r, 0, "HELLO")) return SL_PK_AUTH;
+    if (NAME_IS(r, 0, "QUIT"))    return SL_PK_QUIT;
     /* the client expects no answer to OFF and SKIP and would take a
      * refusal for the next command's; a refused ON would leave it waiting */
     if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY")) return SL_PK_STATE;
     return SL_PK_PLAIN;
-}
-
-int sl_rconn_is_quit(const struct sl_resp_req *r)
-{
-    return NAME_IS(r, 0, "QUIT");
 }
 
 /* ---- subscriptions ------------------------------------------------------- */

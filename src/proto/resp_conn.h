@@ -37,9 +37,6 @@ uint8_t sl_rconn_classify(const struct sl_resp_req *r, uint32_t *nchan);
 /* What <r> is to the order of verdicts (enum sl_pk, never HEAD or TAIL). */
 int sl_rconn_kind(const struct sl_resp_req *r);
 
-/* Nonzero for QUIT: Redis runs nothing after it. */
-int sl_rconn_is_quit(const struct sl_resp_req *r);
-
 /* ---- requests, when decided ---- */
 
 /* A request of effect <fx> goes upstream: applies what it changes and

@@ -99,9 +99,9 @@ static void test_classify(void **state)
     r = REQ("GET", "k");
     assert_int_equal(sl_rconn_kind(&r), SL_PK_PLAIN);
     r = REQ("quit");
-    assert_true(sl_rconn_is_quit(&r));
+    assert_int_equal(sl_rconn_kind(&r), SL_PK_QUIT);
     r = REQ("QUITE");
-    assert_false(sl_rconn_is_quit(&r));
+    assert_int_equal(sl_rconn_kind(&r), SL_PK_PLAIN);
 }
 
 static void test_reply_modes(void **state)
