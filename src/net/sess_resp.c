@@ -667,7 +667,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         int due = push ? (s->seg_n > 0 && s->segs[s->seg_head].n == 0) : reply_ended(s);
         if (due) {
-            /* local replies go out here, between two upstream replies */
+            /* local replies go out here, between two upstream replies; when
+             * the next one ends the session (QUIT's close, a protocol
+             * error), the bytes before it leave with the close */
+            if (s->segs[s->seg_head].flags & SL_SEG_CLOSE)
+                sl_sess_cork(s);
             sl_sess_to_client(s, b, b->start, off);
             b->start = off;
             sl_sess_emit_locals(s);
