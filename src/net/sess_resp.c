@@ -299,6 +299,29 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
     sl_sess_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
 }
 
+/* A connection's set-up: the commands a client library sends as it
+ * connects (sl_rconn_is_setup: SELECT, CLIENT SETNAME, INFO, COMMAND
+ * DOCS ...), before the application's first command, are not charged to
+ * requests limits, so a client whose identity is throttled can still
+ * connect and be told so on its first real command (a library that
+ * cannot finish its connect-time checks reconnects in a loop instead).
+ * At most `setup_commands` of them per connection, so a client cannot
+ * live in set-up; the first other command ends the set-up for good.
+ * Commands that are never limited (AUTH, HELLO, MULTI, CLIENT REPLY ...)
+ * neither use it up nor end it. Byte limits still see them. Returns 1
+ * when <r> goes uncharged. */
+static int setup_free(struct sl_session *s, const struct sl_resp_req *r, int kind)
+{
+    if (s->setup_left == 0 || kind != SL_PK_PLAIN)
+        return 0;
+    if (!sl_rconn_is_setup(r)) {
+        s->setup_left = 0;
+        return 0;
+    }
+    s->setup_left--;
+    return 1;
+}
+
 /* Learns who the client is from its request. AUTH and HELLO ... AUTH only
  * count once the upstream accepts them (else anyone could spend alice's
  * quota by sending a wrong password as alice): they prepare a candidate
@@ -495,6 +518,7 @@ static void process(struct sl_session *s)
         }
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
+        const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
         if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
             !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
@@ -505,7 +529,7 @@ static void process(struct sl_session *s)
             /* Nothing waits before it: when the verdict is in at once
              * (url = local, a lease, a remembered refusal) and allows, the
              * request joins the same write as the ones before it. */
-            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+            if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
             struct sl_pend *e = &s->pend[s->pend_head];
             if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
@@ -521,7 +545,7 @@ static void process(struct sl_session *s)
         } else {
             sl_sess_to_upstream(s, b, from, to);
             b->start = from = to;
-            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+            if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
         }
         apply(s);
@@ -575,7 +599,10 @@ static void process(struct sl_session *s)
         return;
     } else if (held >= SL_STREAM_AT) {
         struct sl_resp_req *head = &s->framer->req;
-        observe(s, head, sl_rconn_kind(head));
+        int kind = sl_rconn_kind(head);
+        observe(s, head, kind);
+        if (kind == SL_PK_PLAIN)
+            s->setup_left = 0; /* no set-up command is that big: charged, and the set-up is over */
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(head, &nchan);
         if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
@@ -729,6 +756,7 @@ static void upstream_eof(struct sl_session *s, int err)
 static void resp_init(struct sl_session *s)
 {
     sl_reply_init(&s->scan);
+    s->setup_left = (uint8_t)s->l->conf->setup_commands;
 }
 
 static int at_boundary(const struct sl_session *s)
