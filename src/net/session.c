@@ -764,7 +764,7 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
         sl_sess_verdict(e, &v);
         return 0;
     }
-    if (!s->l->limited || r->setup) {
+    if (!s->l->limited) {
         e->state = SL_PEND_ALLOW;
         return 0;
     }

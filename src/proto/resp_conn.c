@@ -79,16 +79,16 @@ static int name_in(const struct sl_resp_req *r, unsigned i, const struct cmd_nam
  * first command (docs/resp.md lists which library sends what): choosing
  * the database and the protocol, naming the connection, learning the
  * server (INFO, ROLE, COMMAND and its listings, the cluster's layout),
- * checking it answers. Each reads or sets only the connection's own state
- * or what the server says of itself. AUTH and HELLO are not here: they
- * are never limited at all. */
+ * checking it answers (PING). Each reads or sets only the connection's own
+ * state or what the server says of itself. AUTH and HELLO are not here:
+ * they are never limited at all. Nor is ECHO: no library sends it on
+ * connect, and applications do use it as a cheap command. */
 int sl_rconn_is_setup(const struct sl_resp_req *r)
 {
 #define CN(name) { name, sizeof(name) - 1 }
 #define IN(list, i) name_in(r, (i), (list), sizeof(list) / sizeof(list[0]))
     static const struct cmd_name alone[] = {
-        CN("SELECT"), CN("READONLY"), CN("READWRITE"), CN("PING"),
-        CN("ECHO"),   CN("INFO"),     CN("ROLE"),
+        CN("SELECT"), CN("READONLY"), CN("READWRITE"), CN("PING"), CN("INFO"), CN("ROLE"),
     };
     static const struct cmd_name client[] = {
         CN("SETNAME"), CN("SETINFO"), CN("GETNAME"), CN("ID"), CN("INFO"), CN("TRACKING"),

@@ -6,7 +6,7 @@
  *
  * One redis-server and one sluice are shared:
  *   t  identity = client_name client_ip, every command limited to 1 a day
- *      (burst 1) per identity
+ *      (burst 1) per identity, and ROLE by name to 1 a day too
  *   z  as t with identity = client_ip and setup_commands = 0 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,7 +48,8 @@ static int group_setup(void **state)
              "[listener z]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "setup_commands = 0\n"
              "[limit lt]\nlistener = t\nrate = 1/d\nburst = 1\n"
-             "[limit lz]\nlistener = z\nrate = 1/d\nburst = 1\n",
+             "[limit lz]\nlistener = z\nrate = 1/d\nburst = 1\n"
+             "[limit role]\nlistener = t\nrate = 1/d\nburst = 1\ncommands = ROLE\n",
              tport, redis_p.port, zport, redis_p.port);
     if (th_sluice_start(&sluice_p, ini, zport) < 0) {
         th_stop(&redis_p);
@@ -224,6 +225,21 @@ static void test_setup_is_bounded(void **state)
     th_conn_close(&c);
 }
 
+/* A limit that names a set-up command counts it during the set-up too:
+ * naming it says it is meant. */
+static void test_setup_named_limit(void **state)
+{
+    (void)state;
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, tport), 0);
+    assert_int_equal(th_conn_send(&c, "CLIENT SETNAME setup-n\r\nROLE\r\nROLE\r\nPING\r\n"), 0);
+    reply_ok(&c, "SETNAME");
+    reply_ok(&c, "the first ROLE (the limit naming it has one token)");
+    reply_throttled(&c, "the second ROLE, in set-up");
+    reply_ok(&c, "PING (set-up, no limit names it)");
+    th_conn_close(&c);
+}
+
 /* setup_commands = 0: every command is charged from the first. */
 static void test_setup_off(void **state)
 {
@@ -244,6 +260,7 @@ int main(void)
         cmocka_unit_test_teardown(test_quit_when_throttled, check_alive),
         cmocka_unit_test_teardown(test_setup_when_throttled, check_alive),
         cmocka_unit_test_teardown(test_setup_is_bounded, check_alive),
+        cmocka_unit_test_teardown(test_setup_named_limit, check_alive),
         cmocka_unit_test_teardown(test_setup_off, check_alive),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
