@@ -471,6 +471,8 @@ void sl_sess_emit_locals(struct sl_session *s)
             continue;
         }
         uint8_t flags = g->flags;
+        if (flags & SL_SEG_CLOSE)
+            sl_sess_cork(s); /* the last words leave with the FIN */
         int rc = g->len > 0 ? sl_sess_send(s, (uv_stream_t *)&s->client, NULL, g->text, g->len) : 0;
         if (flags & SL_SEG_OWNED)
             free(g->text);
