@@ -245,12 +245,17 @@ deps-deploy:
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq python3 python3-yaml >/dev/null || exit 1; }
 
 # What test_http needs beyond `deps`: nginx (the real upstream), curl and
-# python3 (clients, and the test server for odd responses).
+# python3 (clients, and the test server for odd responses); node (Debian's
+# nodejs) for test_http_upgrade's h2c upstream (Node's http2 module) and
+# npm for test_http_paths (an Express upstream: it runs `npm install express`
+# into build/node itself when that is missing).
 deps-http:
 	@missing=; \
 	[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing="$$missing nginx-light"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v python3 >/dev/null || missing="$$missing python3"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: installing $$missing"; \
 	    $(APT_GET) update -qq && $(APT_GET) install -y -qq $$missing >/dev/null || exit 1; \

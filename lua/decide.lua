@@ -12,8 +12,9 @@
 --          (gcra only: > 0 makes the limit reserve, action = delay)
 --
 -- All or nothing: every non-shadow limit is first asked without taking
--- (commit false: one read per key, no write); only if all of them allow
--- are their takes written (the functions they returned). A request denied
+-- (commit false: one read per key, no write, except gcra's state read
+-- under other numbers, written once as converted: nothing taken); only if
+-- all of them allow are their takes written (the functions they returned). A request denied
 -- by one limit takes nothing from the others. A shadow limit is decided on
 -- its own (taken when it allows) and never changes the answer.
 --

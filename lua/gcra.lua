@@ -8,7 +8,9 @@
 -- emission interval S / K us is usually not a whole number of us, so TAT is
 -- kept exactly as whole us plus a fraction in units (0 <= f < K).
 --
--- State: HASH <key>:gc  t = TAT's whole us, f = its fraction in units.
+-- State: HASH <key>:gc  t = TAT's whole us, f = its fraction in units;
+-- s, k, b = S, K and burst when it was stored (the numbers: a reload or an
+-- override may change them; a state without them is read as before).
 -- Debt = TAT - now (in units): what is missing from a full bucket. With
 -- only TAT kept, a now earlier than before looks like an early request; the
 -- debt is clamped to one full bucket plus max_wait (the reservations a delay
@@ -57,10 +59,38 @@ local function gcra(key, amount, period_us, burst, cost, now_us, commit, max_wai
   local top = cap + max_wait * K
   local ttl_ms = math.max(1, cdiv(cdiv(cap, K) + max_wait, 1000))
 
-  local st = redis.call('HMGET', key, 't', 'f')
+  local st = redis.call('HMGET', key, 't', 'f', 's', 'k', 'b')
   local tu, tf = tonumber(st[1]) or 0, tonumber(st[2]) or 0
-  if tf >= K then tu, tf = tu + 1, 0 end -- stored under another rate: round up
+  local os, ok, ob = tonumber(st[3]), tonumber(st[4]), tonumber(st[5])
   local now = now_us
+  local function store(t, f)
+    redis.call('HSET', key, 't', fmt(t), 'f', fmt(f), 's', fmt(S), 'k', fmt(K), 'b', fmt(burst))
+  end
+  if os and ok and ob and os >= 1 and ok >= 1 and ob >= 1 and ob <= idiv(4503599627370496, os)
+     and (os ~= S or ok ~= K or ob ~= burst) then
+    -- Stored under other numbers (an override came, changed or went, a
+    -- reload): the whole tokens the bucket holds now under the old ones
+    -- are kept, up to the new burst, as token_bucket does, and that is
+    -- the state from now on (written once, even by a denied request:
+    -- nothing is taken). Kept as it was, a TAT far ahead under a slow
+    -- rate would refuse under the new numbers until the old ones' time.
+    local tokens, ocap = ob, ob * os
+    if tu >= now then
+      local dt = tu - now -- clamped before multiplying
+      tokens = 0
+      if dt <= idiv(ocap, ok) and dt * ok + tf < ocap then
+        tokens = idiv(ocap - dt * ok - tf, os)
+      end
+    end
+    local d = cap - math.min(tokens, burst) * S
+    tu, tf = now + idiv(d, K), math.fmod(d, K)
+    if d > 0 then
+      store(tu, tf)
+      redis.call('PEXPIRE', key, fmt(ttl_ms))
+    end
+  elseif tf >= K then
+    tu, tf = tu + 1, 0 -- stored under another rate, without the numbers: round up
+  end
   local debt = 0
   if tu >= now then
     local dt = tu - now -- clamped before multiplying
@@ -80,7 +110,7 @@ local function gcra(key, amount, period_us, burst, cost, now_us, commit, max_wai
   local function apply()
     if allowed == 1 and cost > 0 then
       local d = debt + need
-      redis.call('HSET', key, 't', fmt(now + idiv(d, K)), 'f', fmt(math.fmod(d, K)))
+      store(now + idiv(d, K), math.fmod(d, K))
       redis.call('PEXPIRE', key, fmt(ttl_ms))
       return {1, idiv(math.max(v - need, 0), S), retry, cdiv(d, K)}
     end

@@ -43,6 +43,22 @@ struct th_certs {
  * -1 after printing what openssl said (the directory is then removed). */
 int th_certs_make(struct th_certs *c, const struct th_cert *certs, size_t n);
 
+/* A client certificate whose names the shell cannot carry (a NUL byte
+ * inside, hundreds of bytes): made with OpenSSL's API, signed by ca.pem. */
+struct th_raw_cert {
+    const char *name;       /* the files NAME.pem and NAME.key */
+    const char *cn[2];      /* up to two CN entries (NULL: none) ... */
+    size_t      cn_len[2];  /* ... of these many bytes each */
+    int         san_type;   /* 0: no subjectAltName; else 1 DNS, 2 URI */
+    const char *san;        /* the SAN's bytes */
+    size_t      san_len;
+};
+
+/* Makes NAME.pem / NAME.key for each of the <n> <certs> in <c>'s directory
+ * (after th_certs_make()): EC P-256, clientAuth, valid from an hour ago for
+ * two days. Returns 0, or -1 after printing why. */
+int th_certs_make_raw(const struct th_certs *c, const struct th_raw_cert *certs, size_t n);
+
 /* "<dir>/<file>" in one of eight rotating static buffers: valid until the
  * eighth call after this one (enough for one call's arguments). */
 const char *th_certs_path(const struct th_certs *c, const char *file);

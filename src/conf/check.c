@@ -24,7 +24,8 @@
 /* The keys of [listener] (sec_listener.c) that only an http listener takes. */
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
-    "max_headers", "max_header_size" };
+    "max_headers", "max_header_size", "upgrades" };
+/* ... and those only a resp listener takes. */
 static const char *const resp_only_keys[] = { "setup_commands" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
@@ -424,6 +425,9 @@ static void check_limit(struct loader *ld, struct section *sec)
             sl_cf_err(ld, sec->line, "%s: missing 'rate'", t);
         else if (sec->rate_sized && m->metric == SL_METRIC_REQUESTS)
             sl_cf_err(ld, rate_line, "rate: size units are for metric = bytes_in or bytes_out");
+        if (burst_line && sec->burst_sized && m->metric == SL_METRIC_REQUESTS)
+            sl_cf_err(ld, burst_line, "burst: size units are for metric = bytes_in or bytes_out; "
+                                      "a requests limit's burst is a count");
         if (m->burst == 0 && m->rate.amount != 0)
             m->burst = sl_rate_one_second(&m->rate);
     }

@@ -109,9 +109,11 @@ struct section {
     int                   line;        /* line of the [header] */
     int                   key_line[MAX_KEYWORDS]; /* where each key was set; 0 = not set */
     int                   rate_sized;  /* limit: rate has a size unit ("10MiB/s") */
+    int                   burst_sized; /* limit: burst has a size unit ("10kb") */
     int                   cost_default;/* limit: a default cost was given in `cost` */
     int                   commands_star; /* limit: `commands` listed "*" */
     int                   methods_star;  /* limit: `methods` listed "*" */
+    int                   upgrades_none; /* listener: `upgrades` listed "none" */
 };
 
 /* One error, kept until the end so they can be written in line order. */

@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "core/tls-t.h"
+#include "proto/http_upgrade-t.h"
 
 #define SL_CONF_MAX_IDENTITY 8 /* identity sources per listener */
 
@@ -98,13 +99,15 @@ struct sl_listener_conf {
     uint64_t       max_header_line;    /* bytes of one header field line (431); default 8KiB */
     uint64_t       max_headers;        /* header fields in one request (431); default 100 */
     uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
+    struct sl_http_upgrades upgrades;  /* protocols a request may switch to, CONNECT;
+                                          default websocket */
     /* TLS (docs/configuration.md): paths absolute (resolved at load) or NULL */
     char          *tls_cert;           /* PEM chain: clients speak TLS to this listener */
     char          *tls_key;
     char          *tls_ca;             /* client certificates must lead here */
     int            tls_verify_client;  /* enum sl_tls_verify: off (default) | optional | on */
     char          *tls_protocols;      /* NULL = "TLSv1.2 TLSv1.3" */
-    char          *tls_ciphers;        /* NULL = OpenSSL's defaults */
+    char          *tls_ciphers;        /* NULL = SL_TLS_DEFAULT_CIPHERS (AEAD only) */
     int            upstream_tls;       /* 1: TLS to the upstream; default 0 */
     char          *upstream_tls_ca;    /* NULL = the system's CA store */
     char          *upstream_tls_sni;   /* NULL = the upstream's host as written */

@@ -141,6 +141,13 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv_u64(out, "max_headers", l->max_headers);
     sl_fmt_size(l->max_header_size, b, sizeof(b));
     kv(out, "max_header_size", b);
+    for (uint32_t i = 0; i < l->upgrades.n; i++)
+        word(&w, "upgrades", l->upgrades.name[i]);
+    if (l->upgrades.connect)
+        word(&w, "upgrades", "CONNECT");
+    if (l->upgrades.n == 0 && !l->upgrades.connect)
+        word(&w, "upgrades", "none");
+    words_end(&w);
 }
 
 static void dump_limit(FILE *out, const struct sl_limit_conf *m)

@@ -141,6 +141,9 @@ const char *sl_conf_path_pattern(const char *w, char *out, size_t cap, char *why
         snprintf(why, wcap, "'%s' is too long", w);
         return why;
     }
-    sl_http_path_norm(w, n, out);
+    if (memchr(out, '\0', sl_http_path_norm(w, n, out)) != NULL) {
+        snprintf(why, wcap, "'%s' decodes to a NUL byte (%%00), which no request path may hold", w);
+        return why;
+    }
     return NULL;
 }

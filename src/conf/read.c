@@ -349,7 +349,7 @@ static void on_continuation(struct loader *ld, const char *value)
     if (!(kw->flags & KW_MULTI)) {
         sl_cf_err(ld, ld->line, "unexpected indented line: it would continue '%s', which takes one "
                                 "value (only commands, cost, identity, match_identity, methods, "
-                                "paths and trusted_proxies continue on indented lines)", kw->name);
+                                "paths, trusted_proxies and upgrades continue on indented lines)", kw->name);
         return;
     }
     /* Debian's inih 55 leaves inline comments in continuation values. */

@@ -14,13 +14,13 @@
 #include "conf/units.h"
 #include "proto/resp_acl.h"
 
-static kw_setter set_limit_listener, set_rate, set_commands, set_cost, set_methods, set_paths;
+static kw_setter set_limit_listener, set_rate, set_burst, set_commands, set_cost, set_methods, set_paths;
 
 static const struct keyword limit_kw[] = {
     FUNC("listener", set_limit_listener, 0),
     ENUM("metric", struct sl_limit_conf, metric, sl_conf_metric_names),
     FUNC("rate", set_rate, 0),
-    NUM("burst", KW_SIZE, struct sl_limit_conf, burst, 1, MAX_AMOUNT), /* 64KiB for bytes */
+    FUNC("burst", set_burst, 0), /* 64KiB for bytes */
     NUM("max", KW_U64, struct sl_limit_conf, max, 1, UINT32_MAX),
     ENUM("scope", struct sl_limit_conf, scope, sl_conf_scope_names),
     ENUM("algorithm", struct sl_limit_conf, algorithm, sl_conf_algo_names),
@@ -101,6 +101,19 @@ static void set_rate(struct loader *ld, struct section *sec, const struct keywor
     struct sl_rate plain;
     sec->rate_sized = sl_parse_rate(value, 0, &plain) != 0;
     m->rate = r;
+}
+
+/* A count, or a size (64KiB) for bytes: as with `rate`, whether a unit
+ * is allowed depends on `metric`, which may come later: sl_cf_finish()
+ * checks. */
+static void set_burst(struct loader *ld, struct section *sec, const struct keyword *kw,
+                      const char *value)
+{
+    const struct keyword as_size = { .name = kw->name, .type = KW_SIZE,
+                                     .off = offsetof(struct sl_limit_conf, burst),
+                                     .min = 1, .max = MAX_AMOUNT };
+    sl_cf_set_value(ld, sec, &as_size, value);
+    sec->burst_sized = value[strspn(value, "0123456789")] != '\0';
 }
 
 static int command_ok(const char *w)

@@ -12,7 +12,7 @@
 #include "conf/names.h"
 #include "conf/units.h"
 
-static kw_setter set_identity, set_separator, set_trusted_proxies;
+static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades;
 
 static const struct keyword listener_kw[] = {
     ADDR("listen", struct sl_listener_conf, listen),
@@ -38,6 +38,7 @@ static const struct keyword listener_kw[] = {
     NUM("max_header_line", KW_SIZE, struct sl_listener_conf, max_header_line, 64, 1u << 20),
     NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
     NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
+    FUNC("upgrades", set_upgrades, KW_MULTI),
     /* TLS (checked together in conf/tls.c) */
     TLSPATH("tls_cert", struct sl_listener_conf, tls_cert),
     TLSPATH("tls_key", struct sl_listener_conf, tls_key),
@@ -82,6 +83,8 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_header_line = 8192;
     l->max_headers = 100;
     l->max_header_size = 65536;
+    l->upgrades.n = 1;
+    strcpy(l->upgrades.name[0], "websocket");
     l->upstream_tls_verify = 1;
     *ld->ltail = l;
     ld->ltail = &l->next;
@@ -210,4 +213,59 @@ static void set_trusted_proxies(struct loader *ld, struct section *sec, const st
                                 const char *value)
 {
     sl_cf_each_word(ld, sec, kw, value, trusted_word);
+}
+
+/* upgrades = websocket CONNECT: protocol names (RFC 9110 7.8) a request
+ * may ask to switch to, and CONNECT (the method, as written: methods are
+ * case-sensitive); "none" alone: nothing. */
+static int upgrade_word(struct loader *ld, struct section *sec, const struct keyword *kw,
+                        const char *w)
+{
+    struct sl_listener_conf *l = sec->obj;
+    struct sl_http_upgrades *u = &l->upgrades;
+    (void)kw;
+    if (strcmp(w, "none") == 0) {
+        if (u->n > 0 || u->connect || sec->upgrades_none) {
+            sl_cf_err(ld, ld->line, "upgrades: 'none' stands alone");
+            return -1;
+        }
+        sec->upgrades_none = 1;
+        return 0;
+    }
+    if (sec->upgrades_none) {
+        sl_cf_err(ld, ld->line, "upgrades: nothing can follow 'none', got '%s'", w);
+        return -1;
+    }
+    if (strcmp(w, "CONNECT") == 0) {
+        u->connect = 1;
+        return 0;
+    }
+    if (strcasecmp(w, "connect") == 0) {
+        sl_cf_err(ld, ld->line, "upgrades: '%s' is not CONNECT (methods are case-sensitive)", w);
+        return -1;
+    }
+    if (!is_token(w) || strlen(w) > SL_HTTP_UPGRADE_NAME) {
+        sl_cf_err(ld, ld->line, "upgrades: expected a protocol name (a token of 1 to %d "
+                                "characters, no version) or CONNECT, got '%s'",
+                  SL_HTTP_UPGRADE_NAME, w);
+        return -1;
+    }
+    for (uint32_t i = 0; i < u->n; i++)
+        if (strcasecmp(u->name[i], w) == 0)
+            return 0;
+    if (u->n == SL_HTTP_UPGRADES_MAX) {
+        sl_cf_err(ld, ld->line, "upgrades: more than %d protocols", SL_HTTP_UPGRADES_MAX);
+        return -1;
+    }
+    strcpy(u->name[u->n++], w);
+    return 0;
+}
+
+static void set_upgrades(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    if (sl_cf_key_line(sec, "upgrades") == ld->line)
+        memset(&l->upgrades, 0, sizeof(l->upgrades)); /* the key replaces the default */
+    sl_cf_each_word(ld, sec, kw, value, upgrade_word);
 }

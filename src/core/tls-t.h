@@ -46,11 +46,23 @@ struct sl_tls_conf {
                                       the lowest and highest named bound the range */
     const char        *ciphers;    /* OpenSSL cipher list for TLS 1.2 (SSL_CTX_set_cipher_list);
                                       names starting "TLS_" are TLS 1.3 suites and go to
-                                      SSL_CTX_set_ciphersuites; NULL = OpenSSL's defaults */
+                                      SSL_CTX_set_ciphersuites; NULL = SL_TLS_DEFAULT_CIPHERS
+                                      for TLS 1.2, OpenSSL's (all AEAD) for TLS 1.3 */
     const char        *alpn;       /* comma-separated protocols, e.g. "http/1.1"; server: the
                                       ones it accepts (a client offering ALPN with none of
                                       them is refused); client: the ones it offers */
 };
+
+/* The TLS 1.2 ciphers of a context whose tls_ciphers names none, on both
+ * roles: ECDHE key exchange (forward secrecy) with AEAD encryption only.
+ * OpenSSL's own default adds CBC suites (MAC-then-encrypt: the padding
+ * oracles of the LUCKY13 family) and RSA key exchange; every TLS 1.2 stack
+ * of the last decade has at least one of these. The TLS 1.3 suites
+ * (OpenSSL's defaults) are all AEAD already. */
+#define SL_TLS_DEFAULT_CIPHERS                                                                   \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"                                 \
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"                                 \
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 
 /* Where an engine is. */
 enum sl_tls_state {

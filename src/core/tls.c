@@ -389,9 +389,10 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
     SSL_CTX_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
                              | SSL_MODE_RELEASE_BUFFERS);
 
+    /* One key for both generations: TLS 1.3 suite names start "TLS_". A
+     * list that names no TLS 1.2 cipher leaves TLS 1.2 at our default. */
+    char v12[512] = "", v13[512] = "";
     if (!empty(conf->ciphers)) {
-        /* One key for both generations: TLS 1.3 suite names start "TLS_". */
-        char v12[512] = "", v13[512] = "";
         const char *p = conf->ciphers;
         while (*p != '\0') {
             while (*p == ' ' || *p == ':' || *p == ',')
@@ -411,16 +412,16 @@ int sl_tls_ctx_new(struct sl_tls_ctx **out, const struct sl_tls_conf *conf,
             dst[used + n] = '\0';
             p += n;
         }
-        if (v12[0] != '\0' && !SSL_CTX_set_cipher_list(c->ssl, v12)) {
-            errf(err, errlen, "tls_ciphers '%s': no usable cipher (%s)", v12,
-                 ossl_reason(why, sizeof why, "?"));
-            goto fail;
-        }
         if (v13[0] != '\0' && !SSL_CTX_set_ciphersuites(c->ssl, v13)) {
             errf(err, errlen, "tls_ciphers '%s': no usable TLS 1.3 suite (%s)", v13,
                  ossl_reason(why, sizeof why, "?"));
             goto fail;
         }
+    }
+    if (!SSL_CTX_set_cipher_list(c->ssl, v12[0] != '\0' ? v12 : SL_TLS_DEFAULT_CIPHERS)) {
+        errf(err, errlen, "tls_ciphers '%s': no usable cipher (%s)",
+             v12[0] != '\0' ? v12 : SL_TLS_DEFAULT_CIPHERS, ossl_reason(why, sizeof why, "?"));
+        goto fail;
     }
 
     if (!empty(conf->cert_file) != !empty(conf->key_file)) {
@@ -626,6 +627,56 @@ void sl_tls_feed_eof(struct sl_tls *t)
     t->eof = 1; /* from now on, drained <in> reads as end of file */
 }
 
+/* The name a certificate goes by (see sl_tls_peer_id()): the subject's CN,
+ * else its first DNS, else email, else URI SAN, whole, as UTF-8 in *<out>
+ * (OPENSSL_malloc'd, the caller frees it; no NUL added). Returns its
+ * length, 0 for none, or SL_EPROTO with <why> set when the name is
+ * ambiguous: more than one CN (software disagrees on which one counts),
+ * or a CN that does not convert to UTF-8. */
+static ssize_t peer_name(const X509 *peer, unsigned char **out, const char **why)
+{
+    *out = NULL;
+    const X509_NAME *subj = X509_get_subject_name(peer);
+    int i = subj != NULL ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
+    if (i >= 0) {
+        if (X509_NAME_get_index_by_NID(subj, NID_commonName, i) >= 0) {
+            *why = "more than one CN in the certificate's subject";
+            return SL_EPROTO;
+        }
+        const ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
+        int n = ASN1_STRING_to_UTF8(out, d);
+        if (n < 0) {
+            ERR_clear_error();
+            *why = "the certificate's CN is not a valid string";
+            return SL_EPROTO;
+        }
+        if (n > 0)
+            return n;
+        OPENSSL_free(*out); /* an empty CN: as if there were none */
+        *out = NULL;
+    }
+    GENERAL_NAMES *sans = X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL);
+    static const int order[] = { GEN_DNS, GEN_EMAIL, GEN_URI };
+    ssize_t got = 0;
+    for (size_t k = 0; sans != NULL && k < 3 && got == 0; k++)
+        for (int j = 0; j < sk_GENERAL_NAME_num(sans); j++) {
+            const GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, j);
+            if (g->type != order[k])
+                continue;
+            int n = ASN1_STRING_length(g->d.ia5);
+            if (n <= 0)
+                continue;
+            if ((*out = OPENSSL_malloc((size_t)n)) == NULL)
+                break;
+            memcpy(*out, ASN1_STRING_get0_data(g->d.ia5), (size_t)n);
+            got = n;
+            break;
+        }
+    GENERAL_NAMES_free(sans);
+    ERR_clear_error();
+    return got;
+}
+
 /* Records what the handshake established, once. */
 static void on_open(struct sl_tls *t)
 {
@@ -640,37 +691,46 @@ static void on_open(struct sl_tls *t)
         if (s != NULL)
             snprintf(t->sni, sizeof t->sni, "%s", s);
     }
-    X509 *peer = SSL_get1_peer_certificate(t->ssl);
+    const X509 *peer = SSL_get0_peer_certificate(t->ssl);
     if (peer == NULL)
         return;
     t->verified = SSL_get_verify_result(t->ssl) == X509_V_OK
                   && t->ctx->verify != SL_TLS_VERIFY_OFF;
-    X509_NAME *subj = X509_get_subject_name(peer);
-    int i = subj != NULL ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
-    if (i >= 0) {
-        ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
-        unsigned char *u = NULL;
-        int n = ASN1_STRING_to_UTF8(&u, d);
-        if (n > 0)
-            snprintf(t->peer, sizeof t->peer, "%.*s", n, (const char *)u);
-        OPENSSL_free(u);
+    /* For logs: the name cut to fit, a byte outside printable ASCII (a
+     * NUL too), a quote or a backslash shown as '?', so that it cannot
+     * end a quoted log value. sl_tls_peer_id() gives the whole of it. */
+    unsigned char *u = NULL;
+    const char *why = NULL;
+    ssize_t n = peer_name(peer, &u, &why);
+    if (n > 0) {
+        size_t k = (size_t)n < sizeof t->peer - 1 ? (size_t)n : sizeof t->peer - 1;
+        for (size_t i = 0; i < k; i++)
+            t->peer[i] = u[i] >= ' ' && u[i] < 0x7f && u[i] != '"' && u[i] != '\\' ? (char)u[i]
+                                                                                   : '?';
+        t->peer[k] = '\0';
     }
-    if (t->peer[0] == '\0') {
-        GENERAL_NAMES *sans = X509_get_ext_d2i(peer, NID_subject_alt_name, NULL, NULL);
-        static const int order[] = { GEN_DNS, GEN_EMAIL, GEN_URI };
-        for (size_t k = 0; sans != NULL && k < 3 && t->peer[0] == '\0'; k++)
-            for (int j = 0; j < sk_GENERAL_NAME_num(sans); j++) {
-                GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, j);
-                if (g->type != order[k])
-                    continue;
-                ASN1_IA5STRING *s = g->d.ia5;
-                snprintf(t->peer, sizeof t->peer, "%.*s", ASN1_STRING_length(s),
-                         (const char *)ASN1_STRING_get0_data(s));
-                break;
-            }
-        GENERAL_NAMES_free(sans);
+    OPENSSL_free(u);
+}
+
+ssize_t sl_tls_peer_id(const struct sl_tls *t, char **name, const char **why)
+{
+    *name = NULL;
+    *why = NULL;
+    const X509 *peer = t->state == SL_TLS_HANDSHAKE ? NULL : SSL_get0_peer_certificate(t->ssl);
+    if (peer == NULL)
+        return 0;
+    unsigned char *u = NULL;
+    ssize_t n = peer_name(peer, &u, why);
+    if (n > 0 && memchr(u, '\0', (size_t)n) != NULL) {
+        *why = "NUL byte inside the certificate's name";
+        n = SL_EPROTO;
     }
-    X509_free(peer);
+    if (n > 0 && (*name = malloc((size_t)n)) == NULL)
+        n = SL_ENOMEM;
+    if (n > 0)
+        memcpy(*name, u, (size_t)n);
+    OPENSSL_free(u);
+    return n;
 }
 
 /* Turns an SSL_* failure into the engine's state and a code. */
@@ -847,4 +907,10 @@ const char *sl_tls_error(const struct sl_tls *t) { return t->err; }
 const char *sl_tls_version(const struct sl_tls *t)
 {
     return t->state == SL_TLS_HANDSHAKE ? "" : SSL_get_version(t->ssl);
+}
+
+const char *sl_tls_cipher(const struct sl_tls *t)
+{
+    const char *n = t->state == SL_TLS_HANDSHAKE ? NULL : SSL_get_cipher_name(t->ssl);
+    return n != NULL && strcmp(n, "(NONE)") != 0 ? n : "";
 }

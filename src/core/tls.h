@@ -118,9 +118,21 @@ enum sl_tls_state sl_tls_state(const struct sl_tls *t);
 enum sl_tls_role  sl_tls_role(const struct sl_tls *t);
 
 /* The peer certificate's subject CN, or when it has none its first DNS (else
- * email, else URI) SAN; "" when the peer sent no certificate. Borrowed:
- * valid while <t> lives. Set once the handshake is done. */
+ * email, else URI) SAN, for logs: cut at SL_TLS_NAME_MAX - 1 bytes, bytes
+ * outside printable ASCII, quotes and backslashes shown as '?'; "" when
+ * the peer sent no certificate. Borrowed: valid while <t> lives. Set once
+ * the handshake is done. An identity takes sl_tls_peer_id() instead. */
 const char *sl_tls_peer_name(const struct sl_tls *t);
+
+/* The whole of the name sl_tls_peer_name() shows, for an identity: the
+ * subject's CN, else the first DNS, else email, else URI SAN, as UTF-8,
+ * uncut, into *<name> (malloc'd: the caller frees it). Returns its
+ * length (> 0), 0 when the peer sent no certificate or it names nothing,
+ * SL_ENOMEM, or SL_EPROTO (*<name> NULL, <why> a static reason) when the
+ * name cannot stand for one peer: a NUL byte inside it (software that
+ * reads it as a C string sees another name), more than one CN, a CN that
+ * does not decode. Valid once the handshake is done, while <t> lives. */
+ssize_t sl_tls_peer_id(const struct sl_tls *t, char **name, const char **why);
 
 /* 1 when the peer sent a certificate and it verified (chain, dates, and for
  * the client role the name); 0 otherwise. */
@@ -142,6 +154,11 @@ const char *sl_tls_sni(const struct sl_tls *t);
 /* The negotiated protocol version, e.g. "TLSv1.3", or "" before the end of
  * the handshake. Static string. */
 const char *sl_tls_version(const struct sl_tls *t);
+
+/* The negotiated cipher suite in OpenSSL's name, e.g.
+ * "ECDHE-ECDSA-AES128-GCM-SHA256" or "TLS_AES_256_GCM_SHA384", or "" before
+ * the end of the handshake. Static string. */
+const char *sl_tls_cipher(const struct sl_tls *t);
 
 /* Why the engine failed, in one line, e.g. "certificate verify failed:
  * certificate has expired" or "wrong version number (not TLS?)"; "" when it

@@ -24,6 +24,15 @@ void sl_tq_touch(struct sl_tq *q, struct sl_tq_node *node, uint64_t now)
     if (q->tail) q->tail->next = node; else q->head = node;
     q->tail = node;
     q->n++;
+    if (q->n == 1 && q->on_first != NULL)
+        q->on_first(q->arg);
+}
+
+uint64_t sl_tq_due(const struct sl_tq *q, uint64_t timeout)
+{
+    if (q->head == NULL)
+        return UINT64_MAX;
+    return q->head->at > UINT64_MAX - timeout ? UINT64_MAX : q->head->at + timeout;
 }
 
 struct sl_tq_node *sl_tq_expired(const struct sl_tq *q, uint64_t now, uint64_t timeout)
@@ -32,4 +41,9 @@ struct sl_tq_node *sl_tq_expired(const struct sl_tq *q, uint64_t now, uint64_t t
     if (h == NULL || h->at + timeout > now)
         return NULL;
     return h;
+}
+
+uint64_t sl_tq_delay(uint64_t now, uint64_t due)
+{
+    return due > now ? due - now : 0;
 }

@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -751,6 +752,70 @@ done:
     return put_literal(SL_ID_CLIENT_IP, text, strlen(text), out);
 }
 
+/* Standard fields that are one value whose grammar holds commas (RFC 9110
+ * credentials with auth-params, product comments, cookie pairs): nobody
+ * splits them, so a comma in them is no list. */
+static int comma_is_content(const char *name, size_t nn)
+{
+    static const char *const names[] = { "Authorization", "Proxy-Authorization", "User-Agent",
+                                         "Cookie" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == nn && strncasecmp(names[i], name, nn) == 0)
+            return 1;
+    return 0;
+}
+
+int sl_identity_http_check(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                           const struct sl_http_head *hd, char *why, size_t cap)
+{
+    int n_src = lc != NULL ? lc->n_identity : 0;
+    if (n_src > SL_CONF_MAX_IDENTITY)
+        n_src = SL_CONF_MAX_IDENTITY;
+    for (int i = 0; hd != NULL && i < n_src; i++) {
+        switch (lc->identity[i]) {
+        case SL_ID_HEADER: {
+            const char *name = lc->identity_header[i];
+            size_t nn = name != NULL ? strlen(name) : 0;
+            const struct sl_http_field *one = NULL;
+            uint32_t count = 0;
+            for (uint32_t k = 0; nn > 0 && k < hd->nfields; k++)
+                if (field_is(hd, &hd->fields[k], name, nn)) {
+                    one = &hd->fields[k];
+                    count++;
+                }
+            /* Two fields: sluice would charge one while the upstream may
+             * read the other (the last, or both joined). */
+            if (count > 1) {
+                snprintf(why, cap, "more than one %s field: which one is the identity is "
+                         "ambiguous", name);
+                return -1;
+            }
+            if (count == 0 || one->value_len == 0)
+                break; /* nothing: the next source */
+            /* "a, b" is the same as two fields to HTTP (RFC 9110 5.3):
+             * a hop may join them so, a framework may split them again. */
+            if (memchr(hd->buf + one->value, ',', one->value_len) != NULL &&
+                !comma_is_content(name, nn)) {
+                snprintf(why, cap, "a comma list in %s: which value is the identity is "
+                         "ambiguous", name);
+                return -1;
+            }
+            return 0;
+        }
+        case SL_ID_TLS_SUBJECT:
+            if (st != NULL && st->tls[0] != '\0')
+                return 0;
+            break;
+        case SL_ID_CLIENT_IP:
+        case SL_ID_NONE:
+            return 0;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
 size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                           const struct sl_req *r, char out[SL_ID_MAX + 1])
 {
@@ -770,7 +835,8 @@ size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ide
             size_t nn = name != NULL ? strlen(name) : 0;
             for (uint32_t k = 0; nn > 0 && k < hd->nfields; k++) {
                 const struct sl_http_field *f = &hd->fields[k];
-                /* The first field of that name; an empty one yields nothing. */
+                /* The first field of that name (sl_identity_http_check()
+                 * refused a request with two); an empty one yields nothing. */
                 if (field_is(hd, f, name, nn)) {
                     if (f->value_len > 0)
                         return put_header(name, nn, hd->buf + f->value, f->value_len, out);
@@ -824,12 +890,19 @@ size_t sl_identity_canon(const char *entry, char out[SL_ID_MAX + 1])
     return 0;
 }
 
-void sl_identity_set_tls(struct sl_ident_state *st, const char *subject)
+void sl_identity_set_tls(struct sl_ident_state *st, const char *name, size_t n)
 {
-    size_t n = strlen(subject);
     st->tls[0] = '\0';
-    if (n > 0)
-        put_value(SL_ID_TLS_SUBJECT, subject, n, n, st->tls);
+    if (n > 0) /* whole: a long name is hashed over all of its bytes */
+        put_value(SL_ID_TLS_SUBJECT, name, n, n, st->tls);
+}
+
+int sl_identity_uses(const struct sl_listener_conf *lc, enum sl_id_source src)
+{
+    for (int i = 0; lc != NULL && i < lc->n_identity && i < SL_CONF_MAX_IDENTITY; i++)
+        if (lc->identity[i] == src)
+            return 1;
+    return 0;
 }
 
 size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_state *st,

@@ -30,9 +30,15 @@
 /* Sets up <st> for a new connection from <peer> (may be NULL: ip "unknown"). */
 void sl_identity_init(struct sl_ident_state *st, const struct sockaddr *peer);
 
-/* Learns the verified client certificate's name <subject> (CN, else the
- * first SAN; "" = none): the identity source tls_subject ("tls:" + it). */
-void sl_identity_set_tls(struct sl_ident_state *st, const char *subject);
+/* Learns the verified client certificate's name: the <n> bytes at <name>
+ * (sl_tls_peer_id(): the CN, else the first DNS, email or URI SAN, whole;
+ * 0 bytes = none), the identity source tls_subject: "tls:" + the name, or
+ * its hashed form "tls#..." over every byte of it when it is long or holds
+ * an unsafe byte. */
+void sl_identity_set_tls(struct sl_ident_state *st, const char *name, size_t n);
+
+/* Nonzero if <lc>'s identity sources include <src>. */
+int sl_identity_uses(const struct sl_listener_conf *lc, enum sl_id_source src);
 
 /* Learns from a request the connection sent: AUTH pass (user "default"),
  * AUTH user pass, HELLO ver [AUTH user pass] [SETNAME name], CLIENT SETNAME
@@ -80,6 +86,19 @@ size_t sl_identity_of(const struct sl_listener_conf *lc, const struct sl_ident_s
  * <out>; returns the length (1..SL_ID_MAX). */
 size_t sl_identity_of_req(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
                           const struct sl_req *r, char out[SL_ID_MAX + 1]);
+
+/* Whether HTTP request <hd> names its identity without ambiguity, on a
+ * listener with <lc>'s sources, walked as sl_identity_of_req() does up to
+ * the one that yields: a header:NAME source must not meet NAME in two
+ * fields (any case, empty ones too), nor a value holding a comma (RFC 9110
+ * lets a hop join two fields into "a, b", and frameworks split it again),
+ * except in Authorization, Proxy-Authorization, User-Agent and Cookie,
+ * single values whose grammar holds commas. Either way sluice would charge
+ * one value while the upstream may authenticate another. Returns 0, or -1
+ * with the reason (naming the field, never its value) in <why> (<cap>
+ * bytes): the request is to be refused (400). */
+int sl_identity_http_check(const struct sl_listener_conf *lc, const struct sl_ident_state *st,
+                           const struct sl_http_head *hd, char *why, size_t cap);
 
 /* Index (into r->argv) of the request's first key, or -1 if the command
  * takes no key or the key is not among the captured arguments. From a

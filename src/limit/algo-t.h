@@ -41,12 +41,15 @@ struct sl_algo_result {
 struct sl_algo_state {
     uint64_t  a;             /* token_bucket: units in the bucket; gcra: TAT, whole us;
                                 windows: current count */
-    uint64_t  b;             /* token_bucket: time of the last take; windows: current window start */
+    uint64_t  b;             /* token_bucket: time of the last take; windows: current window start;
+                                gcra: units per token (S) when stored */
     uint64_t  c;             /* token_bucket: units per token when <a> was stored;
                                 gcra: TAT's fraction of a us, in units;
                                 sliding_window: previous window's count */
     uint64_t  hw;            /* fixed_window, sliding_window: time of the last take (time
-                                never runs backwards for the state) */
+                                never runs backwards for the state); gcra: units refilled
+                                per microsecond (K) when stored */
+    uint64_t  burst;         /* gcra: the burst when stored (with S and K: the numbers) */
     uint64_t *log;           /* sliding_log: event times (ring), or NULL */
     uint32_t  log_head;      /* sliding_log: oldest event */
     uint32_t  log_n;         /* sliding_log: events in the ring */

@@ -202,12 +202,45 @@ static void token_bucket(struct sl_algo_state *st, const struct sl_algo_params *
  * bucket. Only TAT is kept, so an earlier now cannot be told from an early
  * request: the debt is clamped to one full bucket plus max_wait_us of
  * reservations (never worse than a delay limit may legitimately be). */
+/* TAT <tu> us and <tf> units, under the numbers of <u> and <p>. */
+static void gcra_store(struct sl_algo_state *st, const struct units *u,
+                       const struct sl_algo_params *p, uint64_t tu, uint64_t tf)
+{
+    st->a = tu;
+    st->c = tf;
+    st->b = u->S;
+    st->hw = u->K;
+    st->burst = p->burst;
+    st->init = 1;
+}
+
 static void gcra(struct sl_algo_state *st, const struct sl_algo_params *p, const struct units *u,
                  uint64_t now, uint64_t cost, int commit, struct sl_algo_result *out)
 {
     uint64_t tu = st->init ? st->a : 0, tf = st->init ? st->c : 0;
-    if (tf >= u->K) {
-        /* Stored under another rate (a reload): round up to a whole us. */
+    if (st->init && st->b != 0 && (st->b != u->S || st->hw != u->K || st->burst != p->burst)) {
+        /* Stored under other numbers (an override came, changed or went,
+         * a reload, another share of live instances): the whole tokens the
+         * bucket holds now under the old ones are kept, up to the new
+         * burst, as token_bucket does, and that is the state from now on
+         * (even for a peek: nothing is taken). Kept as it was, a TAT far
+         * ahead under a slow rate would refuse under the new numbers until
+         * the old ones' time. As lua/gcra.lua. */
+        uint64_t tokens = st->burst, ocap = st->burst * st->b;
+        if (tu >= now) {
+            uint64_t dt = tu - now;
+            tokens = 0;
+            if (dt <= ocap / st->hw && dt * st->hw + tf < ocap)
+                tokens = (ocap - dt * st->hw - tf) / st->b;
+        }
+        uint64_t d = u->cap - (tokens < p->burst ? tokens : p->burst) * u->S;
+        tu = now + d / u->K;
+        tf = d % u->K;
+        if (d > 0)
+            gcra_store(st, u, p, tu, tf);
+    } else if (tf >= u->K) {
+        /* Stored under another rate without the numbers: round up to a
+         * whole us. */
         tu += 1;
         tf = 0;
     }
@@ -236,9 +269,7 @@ static void gcra(struct sl_algo_state *st, const struct sl_algo_params *p, const
     }
     if (commit && cost > 0) {
         debt += need;
-        st->a = now + debt / u->K;
-        st->c = debt % u->K;
-        st->init = 1;
+        gcra_store(st, u, p, now + debt / u->K, debt % u->K);
     }
     answer(out, 1, (need < v ? v - need : 0) / u->S, wait, cdiv(debt + (commit ? 0 : need), u->K));
 }

@@ -23,6 +23,7 @@
 #include "limit/limiter.h"
 #include "limit/overrides.h"
 #include "limit/places.h"
+#include "limit/verdict.h"
 
 static void bucket_free(struct bucket *b)
 {
@@ -137,6 +138,7 @@ void sl_limiter_sweep(struct sl_limiter *lim)
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
         sl_lim_overrides_sweep(L, now_ms * 1000);
+        sl_lim_shadow_log_flush(L, 0);
         struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
         for (int t = 0; t < 2; t++) {
             struct sl_idt_node *n;

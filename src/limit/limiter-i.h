@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/log.h"
 #include "identity/identity-t.h"
 #include "limit/algo.h"
 #include "limit/idtable.h"
@@ -86,6 +87,10 @@ struct bucket {
     uint64_t             told_at;    /* ... given to a decision made then (us); 0: none yet */
     uint64_t             told_reset; /* ... and when it said the quota would be whole (us) */
     uint64_t             synced_at;  /* in-process bucket: told_at of the answer it started from */
+    /* The numbers (rate, burst) the refusals above were remembered under:
+     * other numbers (an override came, went or changed, even one whose
+     * cached answer was dropped meanwhile) forget them (tokens.c). */
+    uint64_t             num_amount, num_period_us, num_burst;
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_lim_waiters waiting;  /* requests waiting for that answer */
     char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
@@ -131,6 +136,7 @@ struct limit {
     uint64_t       allowed;      /* decisions that allowed */
     uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
     uint64_t       shadow_hits;  /* shadow limit: would have rejected */
+    struct sl_log_rate shadow_log; /* ... logged at most once a second (verdict.c) */
     uint64_t       fallback;     /* decided without the store (on_failure) */
     uint64_t       delayed;      /* action = delay: decisions that made the request wait */
     uint64_t       leased;       /* decisions made from this instance's lease, no store call */

@@ -162,6 +162,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_li
         L->metric = c->metric;
         L->scope = c->scope;
         L->action = c->action;
+        L->shadow_log.kind = "shadow_reject";
         limit_params(c, &L->p);
         L->max_delay_us = c->max_delay_us;
         L->max = c->max;
@@ -206,6 +207,7 @@ static void limiter_free(struct sl_limiter *lim)
 {
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
+        sl_lim_shadow_log_flush(L, 1); /* the count of lines left out */
         sl_lim_table_free(&L->buckets);
         sl_lim_table_free(&L->entries);
         sl_lim_overrides_free(L);

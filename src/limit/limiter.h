@@ -95,6 +95,13 @@ void sl_limiter_release(struct sl_limiter *lim);
  * (lets sessions skip identity work entirely when there is none). */
 int sl_limiter_active(const struct sl_limiter *lim, const char *listener);
 
+/* Why HTTP request <hd> on listener <lc> is refused with a 400 before any
+ * limit is asked (a static text), or NULL: where a limit on <lc> has
+ * `paths`, a path that no reading can stand for (proto/http_path.h,
+ * sl_http_path_refusal: %00, overlong UTF-8). (match.c) */
+const char *sl_limiter_path_refusal(const struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                                    const struct sl_http_head *hd);
+
 /* Decides request <r> (its command and captured arguments) from a client
  * with <ident> on listener <lc>, connection number <conn_id>, now (the
  * limiter's clock).

@@ -200,33 +200,52 @@ int sl_lim_http_matches(const struct limit *L, struct sl_lim_path *pp)
     }
     if (L->n_paths == 0)
         return 1;
-    if (pp->norm == NULL && !pp->failed) {
+    if (!pp->made && !pp->failed) {
+        const char *path = hd->buf + hd->path_off;
         size_t n = hd->path_len;
-        size_t cap = SL_HTTP_PATH_NORM_CAP(n);
-        pp->norm = cap <= sizeof(pp->small) ? pp->small : malloc(cap);
-        if (pp->norm == NULL) {
-            pp->failed = 1;
-        } else if (n == 0) {
+        pp->made = 1;
+        if (n == 0) {
             /* authority-form (CONNECT) and "*": no path, no pattern takes it */
-            pp->norm[0] = '\0';
-            pp->len = 0;
+            pp->forms.n = 0;
+        } else if (sl_http_path_plain(path, n)) {
+            /* the common case: every reading is the path as sent, no copy */
+            sl_http_path_forms(path, n, NULL, &pp->forms);
         } else {
-            pp->len = sl_http_path_norm(hd->buf + hd->path_off, n, pp->norm);
+            size_t cap = SL_HTTP_PATH_FORMS_CAP(n);
+            pp->scratch = cap <= sizeof(pp->small) ? pp->small : malloc(cap);
+            if (pp->scratch == NULL)
+                pp->failed = 1;
+            else
+                sl_http_path_forms(path, n, pp->scratch, &pp->forms);
         }
     }
-    if (pp->failed || pp->len == 0)
+    if (pp->failed)
         return 0;
     for (int i = 0; i < L->n_paths; i++)
-        if (sl_http_path_match(L->paths[i], pp->norm, pp->len))
+        if (sl_http_path_match_forms(L->paths[i], &pp->forms))
             return 1;
     return 0;
 }
 
 void sl_lim_path_done(struct sl_lim_path *pp)
 {
-    if (pp->norm != NULL && pp->norm != pp->small)
-        free(pp->norm);
-    pp->norm = NULL;
+    if (pp->scratch != NULL && pp->scratch != pp->small)
+        free(pp->scratch);
+    pp->scratch = NULL;
+}
+
+const char *sl_limiter_path_refusal(const struct sl_limiter *lim, const struct sl_listener_conf *lc,
+                                    const struct sl_http_head *hd)
+{
+    if (lim == NULL || hd->path_len == 0)
+        return NULL;
+    const char *why = sl_http_path_refusal(hd->buf + hd->path_off, hd->path_len);
+    if (why == NULL)
+        return NULL;
+    for (int i = 0; i < lim->n; i++)
+        if (lim->limits[i].n_paths > 0 && sl_lim_applies(&lim->limits[i], lc, SL_METRIC_REQUESTS))
+            return why;
+    return NULL;
 }
 
 uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *q)

@@ -4,20 +4,22 @@
 #define SL_LIMIT_MATCH_H
 
 #include "limit/limiter-i.h"
+#include "proto/http_path.h"
 
 /* Sorts the `commands` of <c> into <L>: plain names (upper case, sorted),
  * CONTAINER|SUB names and @categories (bits); copies its `methods` and
  * `paths`. 0, or -1 when out of memory. */
 int sl_lim_copy_commands(struct limit *L, const struct sl_limit_conf *c);
 
-/* An HTTP request's path in normal form (proto/http_path.h), made on
+/* An HTTP request's path in its readings (proto/http_path.h), made on
  * first use by sl_lim_http_matches(); sl_lim_path_done() releases it. */
 struct sl_lim_path {
     const struct sl_http_head *hd;
-    char   *norm;      /* NULL until made; <small> or malloc'd */
-    size_t  len;
+    int     made;      /* <forms> is filled */
     int     failed;    /* out of memory: no path matches */
-    char    small[512];
+    char   *scratch;   /* NULL, <small> or malloc'd */
+    struct sl_http_path_forms forms;
+    char    small[1024];
 };
 
 /* Whether <L> takes HTTP request <pp->hd>: a limit with `commands` takes

@@ -248,8 +248,7 @@ static void place_local(struct sl_place *pl, uint64_t share, int fallback, uint6
         if (L->action == SL_ACTION_SHADOW) {
             if (!ok)
                 continue;
-            if (b->st.a >= max)
-                L->shadow_hits++;
+            sl_lim_shadow_outcome(L, pl->identity, b->st.a < max, UINT64_MAX);
         } else if (!ok) {
             continue;
         }
@@ -308,8 +307,8 @@ static void place_on_store(void *data, int status, const int64_t *vals, int n, c
             struct limit *L = &pl->lim->limits[pl->idx[k]];
             const int64_t *r = vals + 1 + 3 * k;
             if (L->action == SL_ACTION_SHADOW) {
-                if (vals[0] != 0 && r[0] == 0)
-                    L->shadow_hits++;
+                if (vals[0] != 0)
+                    sl_lim_shadow_outcome(L, pl->identity, r[0] != 0, UINT64_MAX);
                 continue;
             }
             if (r[0] == 0) {

@@ -94,8 +94,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             struct limit *L = &lim->limits[q->idx[k]];
             const int64_t *r = sl_lim_answer_of(q, vals, k);
             if (L->action == SL_ACTION_SHADOW) {
-                if (r[0] == 0)
-                    sl_lim_shadow_denied(L, r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
+                sl_lim_shadow_outcome(L, q->identity, r[0] != 0,
+                                      r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
                 continue;
             }
             if (r[0] == 0) {

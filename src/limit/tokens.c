@@ -135,16 +135,43 @@ struct bucket *sl_lim_lease_entry(struct limit *L, const char *identity, uint64_
     return sl_lim_bucket_get(L, key, n, now_us / 1000);
 }
 
+static void forget(struct bucket *e)
+{
+    e->deny_until = 0;
+    e->deny_cost = 0;
+    e->lean_until = 0;
+}
+
 void sl_lim_tokens_forget(struct limit *L, const char *identity)
 {
     char key[SL_ID_MAX + 2];
     size_t n = entry_key(L, identity, key);
     struct bucket *e = (struct bucket *)sl_idt_peek(&L->entries, key, n);
-    if (e == NULL)
+    if (e != NULL)
+        forget(e);
+}
+
+/* Whether entry <e> was told under the numbers <p>. */
+static int same_numbers(const struct bucket *e, const struct sl_algo_params *p)
+{
+    return e->num_amount == p->amount && e->num_period_us == p->period_us &&
+           e->num_burst == p->burst;
+}
+
+/* A request is decided with the numbers <p>: refusals that entry <e>
+ * remembers under others are forgotten, and <p> is what it remembers
+ * under from now on. The override cache forgets too when an answer
+ * changes the numbers (overrides.c), but that cache may have dropped an
+ * idle identity meanwhile (the sweep, max_identities), so the answer that
+ * comes back cannot tell what changed: the entry itself must. */
+static void numbers_now(struct bucket *e, const struct sl_algo_params *p)
+{
+    if (same_numbers(e, p))
         return;
-    e->deny_until = 0;
-    e->deny_cost = 0;
-    e->lean_until = 0;
+    forget(e);
+    e->num_amount = p->amount;
+    e->num_period_us = p->period_us;
+    e->num_burst = p->burst;
 }
 
 /* Standing in for the store (on_failure = local), in-process bucket <b> of
@@ -194,6 +221,8 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
         struct limit *L = &lim->limits[q->idx[k]];
         if (L->lease_size > 0 || (L->remember && refuses_here(L)))
             e[k] = sl_lim_lease_entry(L, q->identity, q->now_us);
+        if (e[k] != NULL)
+            numbers_now(e[k], &q->p[k]);
         if (e[k] == NULL || L->lease_size == 0)
             all = 0;
         if (e[k] == NULL || e[k]->lease < q->cost[k])
@@ -406,8 +435,14 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
         e->told_left = r[1] > 0 ? (uint64_t)r[1] : 0; /* for on_failure = local */
         e->told_at = at_us;
         e->told_reset = at_us + (r[3] > 0 ? (uint64_t)r[3] : 0); /* for RateLimit's t */
+        if (e->num_amount == 0)
+            numbers_now(e, &q->p[k]); /* the entry was dropped and made again meanwhile */
+        /* Numbers that changed while the call was out: its refusal was
+         * made under the old ones and is not remembered (the tokens it
+         * granted are kept: the store counted them). */
+        const int now_numbers = same_numbers(e, &q->p[k]);
         if (L->lease_size == 0) {
-            if (refuses_here(L))
+            if (refuses_here(L) && now_numbers)
                 remember_refusal(L, e, q, k, vals, r);
             continue;
         }
@@ -416,18 +451,20 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
         if (q->lease_ask[k] > 0) {
             if (vals[0] != 0) {
                 e->lease += q->lease_ask[k];
+            } else if (r[0] == 0 && !now_numbers) {
+                refused = 1; /* asked again for the cost alone, not lean */
             } else if (r[0] == 0) {
                 refused = 1; /* this limit said no to cost + lease */
                 e->lean_until = q->now_us + LEASE_LEAN_US;
                 e->seen_left = 0;
             }
-        } else if (r[0] == 0 && r[2] > 0) {
+        } else if (r[0] == 0 && r[2] > 0 && now_numbers) {
             /* Refused until the cost is back; with a chunk, until the chunk
              * is, and then the chunk is asked for at once. */
             uint64_t more = L->chunk > q->cost[k] ? refill_us(&q->p[k], L->chunk - q->cost[k]) : 0;
             hold(e, L, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more, q->cost[k]);
         }
-        if (r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
+        if (now_numbers && r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
             (r[1] <= 0 || (L->chunk > 1 && (uint64_t)r[1] < L->chunk))) {
             /* That (nearly) emptied the bucket: the next ask probes alone,
              * once a chunk is back (without a chunk: at once, a refusal

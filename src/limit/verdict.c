@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "limit/limiter-i.h"
 #include "limit/stats.h"
 #include "limit/verdict.h"
+
+#define SHADOW_MSG "limits: a shadow limit would have rejected"
 
 /* ceil(<us> / 1 s) */
 static uint64_t secs_up(uint64_t us)
@@ -70,13 +73,35 @@ void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const struct sl_al
     sl_lim_set_policy(v, L, p, res->remaining, reset, 0);
 }
 
-/* A shadow limit would have denied: it counts, and how long the request
- * would have had to wait (never: not in the histogram). */
-void sl_lim_shadow_denied(struct limit *L, uint64_t retry_us)
+void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, uint64_t retry_us)
 {
+    if (allowed) {
+        L->allowed++;
+        return;
+    }
     L->shadow_hits++;
     if (retry_us != UINT64_MAX)
         sl_lim_hist_add(&L->delay, retry_us);
+    uint64_t repeated;
+    if (sl_log_level < SL_LOG_INFO || !sl_log_rate_take(&L->shadow_log, sl_log_clock(), &repeated))
+        return;
+    char retry[32] = "never";
+    if (retry_us != UINT64_MAX)
+        snprintf(retry, sizeof(retry), "%" PRIu64, (retry_us + 999) / 1000);
+    char more[64] = "";
+    if (repeated > 0)
+        snprintf(more, sizeof(more), " kind=shadow_reject repeated=%" PRIu64, repeated);
+    /* Identities are printable and quote-free (the identity module hashes
+     * any other). */
+    sl_log(SL_LOG_INFO, SHADOW_MSG, "limit=%s identity=\"%s\" retry_ms=%s%s", L->name,
+           L->scope == SL_SCOPE_GLOBAL ? "*" : identity, retry, more);
+}
+
+void sl_lim_shadow_log_flush(struct limit *L, int all)
+{
+    uint64_t n = sl_log_rate_due(&L->shadow_log, sl_log_clock(), all);
+    if (n > 0)
+        sl_log_info(SHADOW_MSG, "limit=%s kind=shadow_reject repeated=%" PRIu64, L->name, n);
 }
 
 /* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the

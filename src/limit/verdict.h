@@ -24,9 +24,16 @@ void sl_lim_set_policy(struct sl_verdict *v, const struct limit *L,
 void sl_lim_closest(struct sl_verdict *v, const struct limit *L, const struct sl_algo_params *p,
                     uint64_t remaining, uint64_t reset_us, int approx);
 
-/* Shadow limit <L> would have denied: counted, with how long the request
- * would have waited (<retry_us>; UINT64_MAX, never: not in the histogram). */
-void sl_lim_shadow_denied(struct limit *L, uint64_t retry_us);
+/* Shadow limit <L> decided a request or take of <identity>: it would have
+ * allowed it (<allowed>; counted as allowed) or rejected it (counted as
+ * shadow_rejected, with how long it would have had to wait, <retry_us>,
+ * UINT64_MAX: never; and logged, at most one line a second per limit,
+ * kind=shadow_reject repeated=N counting those left out). */
+void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, uint64_t retry_us);
+
+/* Writes the count line of <L>'s would-be rejections left out of the log
+ * once their storm is over, or any left when <all> (the limiter freed). */
+void sl_lim_shadow_log_flush(struct limit *L, int all);
 
 /* Limit <L> allowed, after <wait_us> when it reserved (action = delay): the
  * verdict <v> waits for the longest of its limits. */

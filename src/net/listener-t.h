@@ -30,6 +30,8 @@ struct sl_listener_stats {
                                   address stayed in use) */
     uint64_t tls_handshake_failures; /* TLS handshakes with clients that failed or timed out */
     uint64_t upstream_tls_resumed;   /* upstream TLS handshakes that resumed a session */
+    uint64_t tls_identity_refused;   /* clients closed after the handshake: a certificate name
+                                        that cannot be an identity (tls_subject) */
     uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
                                   (the upstream's and sluice's own) */
 };
@@ -93,7 +95,11 @@ struct sl_server {
     uv_loop_t          *loop;       /* the one loop */
     struct sl_conf     *conf;       /* current configuration (owned) */
     struct sl_listener *listeners;  /* live and retired listeners */
-    uv_timer_t          sweep;      /* once a second: timeouts, idle buffers */
+    uv_timer_t          sweep;      /* once a second: idle buffers, logs, the fd count
+                                       (and the timeouts, should a deadline be missed) */
+    uv_timer_t          due;        /* the sessions' timeouts: armed at the earliest */
+    uint64_t            due_at;     /* loop ms it is armed for; UINT64_MAX: not armed */
+    uint8_t             due_dirty;  /* a deadline may be earlier: arm again at the turn's end */
     uv_timer_t          grace;      /* drain deadline */
     uint8_t             draining;   /* SIGTERM seen: no accepts, finish and exit */
     uint8_t             stopped;    /* everything closed; the loop may end */

@@ -1,8 +1,10 @@
 /* sluice — listeners and the server that owns them.
  *
  * A listener is a listening socket plus the sessions it accepted, kept in
- * three timeout queues (connecting, active, lingering) that one sweep timer
- * a second walks from their expired ends. A reload keeps the sockets of
+ * timeout queues (connecting, active, lingering, ...) that one timer walks
+ * from their expired ends, armed for the earliest deadline among them (a
+ * sweep once a second did it before: a 2 s header_timeout answered after up
+ * to 3 s). A reload keeps the sockets of
  * listeners whose name, address and protocol did not change (so no connection
  * is refused during a reload), binds new ones and retires removed ones; a
  * retired listener is freed when its last session goes. */
@@ -453,6 +455,40 @@ static int reuseport_socket(struct sl_server *srv, struct sl_listener *l,
     return rc;
 }
 
+/* Arms the timeouts' timer for the earliest deadline of every listener's
+ * sessions (sl_session_next_due), or stops it when none runs. */
+static void on_due(uv_timer_t *t);
+
+static void due_arm(struct sl_server *srv)
+{
+    srv->due_dirty = 0;
+    if (uv_is_closing((uv_handle_t *)&srv->due))
+        return;
+    uint64_t due = UINT64_MAX;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        uint64_t d = sl_session_next_due(l);
+        if (d < due)
+            due = d;
+    }
+    if (due == srv->due_at)
+        return;
+    srv->due_at = due;
+    if (due == UINT64_MAX) {
+        uv_timer_stop(&srv->due);
+        return;
+    }
+    uint64_t now = uv_now(srv->loop);
+    uv_timer_start(&srv->due, on_due, sl_tq_delay(now, due), 0);
+}
+
+/* tq's on_first: a session entered an empty queue. Armed at the turn's
+ * end (on_turn_pre), once for however many came. */
+static void due_changed(void *arg)
+{
+    struct sl_server *srv = arg;
+    srv->due_dirty = 1;
+}
+
 /* Binds a new listener for <lc>; returns it, or NULL (logged). */
 static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listener_conf *lc)
 {
@@ -462,6 +498,13 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
         return NULL;
     }
     l->srv = srv;
+    /* a first session in a queue may bring the earliest deadline */
+    struct sl_tq *qs[] = { &l->connecting, &l->active, &l->lingering, &l->heading,
+                           &l->handshaking, &l->awaiting };
+    for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+        qs[i]->on_first = due_changed;
+        qs[i]->arg = srv;
+    }
     l->up.cb = on_upstream_resolved;
     l->up.data = l;
     set_conf(l, lc);
@@ -490,10 +533,23 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     return l;
 }
 
+/* The sessions' timeouts that fell due (sl_session_sweep), then the timer
+ * again for the next one. */
+static void on_due(uv_timer_t *t)
+{
+    struct sl_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    srv->due_at = UINT64_MAX;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        sl_session_sweep(l, now);
+    due_arm(srv);
+}
+
 static void on_sweep(uv_timer_t *t)
 {
     struct sl_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
+    srv->due_dirty = 1; /* and the timer again, should a reload have changed a timeout */
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
         if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
@@ -520,8 +576,10 @@ static struct sl_store *store_for(struct sl_server *srv, const struct sl_conf *c
 
 static void on_turn_pre(uv_prepare_t *h)
 {
-    (void)h;
     sl_session_turn_end();
+    struct sl_server *srv = h->data;
+    if (srv != NULL && srv->due_dirty)
+        due_arm(srv); /* before the loop sleeps: its timeout must include the new deadline */
 }
 
 static void on_turn_post(uv_check_t *h)
@@ -539,6 +597,9 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     srv->sweep.data = srv;
     uv_timer_init(loop, &srv->grace);
     srv->grace.data = srv;
+    uv_timer_init(loop, &srv->due);
+    srv->due.data = srv;
+    srv->due_at = UINT64_MAX;
     srv->clock = &sl_clock_mono;
     sl_waits_init(&srv->waits, loop, srv->clock);
     sl_waits_default = &srv->waits;
@@ -546,6 +607,7 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
      * after it) or with a timeout in the timer phase (prepare runs before
      * the loop sleeps). Neither keeps the loop alive. */
     uv_prepare_init(loop, &srv->turn_pre);
+    srv->turn_pre.data = srv;
     uv_prepare_start(&srv->turn_pre, on_turn_pre);
     uv_unref((uv_handle_t *)&srv->turn_pre);
     uv_check_init(loop, &srv->turn_post);
@@ -608,6 +670,7 @@ static int same_socket(const struct sl_listener_conf *a, const struct sl_listene
 
 int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
 {
+    srv->due_dirty = 1; /* timeouts may change: the timer is armed again at the turn's end */
     /* The new limits first: without them there is nothing to swap in. */
     struct sl_store *store = srv->store;
     int new_store = 0;
@@ -735,7 +798,7 @@ static void maybe_stopped(struct sl_server *srv)
     sl_places_free(srv->places); /* every connection, and so every place, is gone */
     srv->places = NULL;
     /* uv_close stops a timer, prepare or check handle as well */
-    uv_handle_t *own[] = { (uv_handle_t *)&srv->sweep, (uv_handle_t *)&srv->grace,
+    uv_handle_t *own[] = { (uv_handle_t *)&srv->sweep, (uv_handle_t *)&srv->grace, (uv_handle_t *)&srv->due,
                            (uv_handle_t *)&srv->turn_pre, (uv_handle_t *)&srv->turn_post };
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         if (!uv_is_closing(own[i]))

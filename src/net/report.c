@@ -51,6 +51,10 @@ static const struct lmetric lmetrics[] = {
     { "sluice_tls_handshake_failures_total", "counter",
       "TLS handshakes with clients that failed or took longer than header_timeout.",
       offsetof(struct sl_listener_stats, tls_handshake_failures) },
+    { "sluice_tls_identity_refused_total", "counter",
+      "Clients closed after the TLS handshake: identity = tls_subject and a certificate name "
+      "that cannot be one (a NUL byte inside, more than one CN).",
+      offsetof(struct sl_listener_stats, tls_identity_refused) },
     { "sluice_upstream_tls_resumed_total", "counter",
       "TLS handshakes with the upstream that resumed an earlier session (no certificate exchange).",
       offsetof(struct sl_listener_stats, upstream_tls_resumed) },

@@ -31,6 +31,7 @@
 #include "proto/http.h"
 #include "proto/http_answer.h"
 #include "proto/http_fwd.h"
+#include "proto/http_upgrade.h"
 #include "shape/meter.h"
 
 #define HQ_MAX 32 /* requests sent upstream whose responses are still due */
@@ -42,6 +43,7 @@ struct hq {
     uint8_t  head;       /* a HEAD: its response has no body */
     uint8_t  connect;    /* a CONNECT: a 2xx makes the connection a tunnel */
     uint8_t  upgrade;    /* it asked to upgrade: only it may be answered 101 */
+    uint32_t offered;    /* ... to these of the listener's upgrades (a mask) */
 };
 
 enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
@@ -52,6 +54,8 @@ struct sl_http_sess {
     char    *fwd;            /* the head to send when the verdict allows (owned) */
     uint32_t fwd_len;
     uint8_t  fwd_head, fwd_connect, fwd_upgrade, fwd_close; /* ... what that request is */
+    uint8_t  fwd_keep10;     /* ... an HTTP/1.0 request with "Connection: keep-alive" */
+    uint32_t fwd_offered;    /* ... the allowed upgrades it offers (a mask) */
     uint8_t  in_body;        /* the request framer is inside a body */
     uint8_t  body;           /* what happens to it: BODY_* */
     uint8_t  hold;           /* framing waits: an upgrade's answer, or a full queue */
@@ -178,6 +182,8 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
 {
     char out[SL_HTTP_ANSWER_MAX];
     size_t n = sl_http_answer_error(status, detail, out, sizeof(out));
+    if (sl_http_names_head(&s->http->req))
+        n = sl_http_answer_head_only(out, n);
     s->l->stats.protocol_errors += status == 400 || status == 413 || status == 414 ||
                                    status == 431;
     s->http->last = 1;
@@ -219,6 +225,7 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     e->head = h->fwd_head;
     e->connect = h->fwd_connect;
     e->upgrade = h->fwd_upgrade;
+    e->offered = h->fwd_offered;
     h->qn++;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
@@ -267,8 +274,29 @@ static void on_request(struct sl_session *s)
     struct sl_http_sess *h = s->http;
     const struct sl_http_head *hd = &h->req.head;
     const struct sl_listener_conf *lc = lconf(s);
+    /* A path that upstreams may read as anything (%00, overlong UTF-8)
+     * cannot be matched honestly where a limit has `paths`: refused, as
+     * the framer refuses (docs/http.md, "Paths"). */
+    const char *bad = s->l->limited ? sl_limiter_path_refusal(s->l->srv->limiter, lc, hd) : NULL;
+    if (bad != NULL) {
+        error_answer(s, 400, bad);
+        return;
+    }
     s->l->stats.requests++;
     struct sl_ident_state *id = sl_sess_ident(s);
+    char why[160];
+    if (sl_identity_http_check(lc, id, hd, why, sizeof why) != 0) {
+        error_answer(s, 400, why); /* two identity fields: refused, not guessed */
+        return;
+    }
+    if (hd->method == SL_HTTP_M_CONNECT && !lc->upgrades.connect) {
+        /* A tunnel to anywhere is not a request sluice can count: 405, as
+         * nginx answers CONNECT, before any limit is charged; closed, as
+         * the client may send tunnel bytes right behind it. */
+        h->body = BODY_DROP;
+        error_answer(s, 405, "CONNECT is not allowed on this listener (upgrades)");
+        return;
+    }
     size_t cap = hd->len + SL_HTTP_FWD_EXTRA;
     h->fwd = malloc(cap);
     if (h->fwd == NULL || id == NULL) {
@@ -276,13 +304,17 @@ static void on_request(struct sl_session *s)
         return;
     }
     int fwd = lc->forwarded_headers;
-    h->fwd_len = (uint32_t)sl_http_fwd_request(hd, fwd ? id->ip : NULL, fwd ? "http" : NULL,
-                                               h->fwd, cap);
+    /* Only the upgrades the listener allows go upstream: any other one
+     * (h2c above all) would turn the connection into one whose requests
+     * sluice no longer sees. */
+    h->fwd_len = (uint32_t)sl_http_fwd_request_in(hd, fwd ? id->ip : NULL, fwd ? "http" : NULL,
+                                                  &lc->upgrades, &h->fwd_offered, h->fwd, cap);
     h->fwd_head = hd->method == SL_HTTP_M_HEAD;
     h->fwd_connect = hd->method == SL_HTTP_M_CONNECT;
-    h->fwd_upgrade = hd->upgrade;
+    h->fwd_upgrade = hd->upgrade && h->fwd_offered != 0;
     /* its body may never come if we refuse it: then we close after */
     h->fwd_close = !hd->keep_alive || (hd->expect_continue && hd->body != SL_HTTP_BODY_NONE);
+    h->fwd_keep10 = hd->minor == 0 && hd->keep_alive;
     if (!hd->keep_alive)
         h->last = 1;
     if (h->fwd_len == 0) {
@@ -527,6 +559,8 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     }
     char out[SL_HTTP_ANSWER_MAX];
     size_t n = sl_http_answer_error(status, NULL, out, sizeof(out));
+    if (h->q[h->qh].head)
+        n = sl_http_answer_head_only(out, n);
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
     ob_flush();
@@ -554,6 +588,12 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
         /* a switch nobody asked for: what follows is not HTTP, and the
          * requests behind would wait for answers that never come */
         bad_gateway(s, 502, "101 to a request that did not ask to upgrade");
+        return -1;
+    }
+    if (hd->status == 101 && !sl_http_upgrade_answers(hd, &lconf(s)->upgrades, e->offered)) {
+        /* a switch to a protocol the request did not offer, or the
+         * listener does not allow: not a tunnel sluice may open */
+        bad_gateway(s, 502, "101 to a protocol the request did not offer or upgrades does not allow");
         return -1;
     }
     h->res_final = hd->status >= 200 || hd->status == 101;
@@ -761,8 +801,16 @@ static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, cha
 {
     const struct sl_http_sess *h = s->http;
     enum sl_http_rl_mode mode = (enum sl_http_rl_mode)lconf(s)->rate_limit_headers;
-    if (v->kind == SL_VERDICT_REJECT)
-        return sl_http_answer_limited(v, mode, h != NULL && h->fwd_close, out, cap);
+    if (v->kind == SL_VERDICT_REJECT) {
+        /* framed for the request it answers: no body to a HEAD, and an
+         * HTTP/1.0 connection that stays open is told so (else its client
+         * waits for a close that never comes) */
+        unsigned flags = 0;
+        if (h != NULL)
+            flags = (h->fwd_close ? SL_HTTP_ANS_CLOSE : 0) | (h->fwd_keep10 ? SL_HTTP_ANS_KEEP : 0) |
+                    (h->fwd_head ? SL_HTTP_ANS_HEAD : 0);
+        return sl_http_answer_limited(v, mode, flags, out, cap);
+    }
     return sl_http_answer_fields(v, mode, out, cap);
 }
 

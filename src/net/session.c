@@ -1322,13 +1322,26 @@ static void client_tls_done(struct sl_session *s, int ok)
         return;
     }
     sl_tq_remove(&s->tq);
-    const char *who = sl_tls_peer_verified(s->tls[0]) ? sl_tls_peer_name(s->tls[0]) : "";
-    if (who[0] != '\0') {
-        if (sl_sess_ident(s) == NULL) {
+    if (sl_tls_peer_verified(s->tls[0]) && sl_identity_uses(l->conf, SL_ID_TLS_SUBJECT)) {
+        /* The whole name or no connection: a name that would read as
+         * another (a NUL inside, two CNs) must not be charged as anyone. */
+        char *name = NULL;
+        const char *why = NULL;
+        ssize_t n = sl_tls_peer_id(s->tls[0], &name, &why);
+        if (n == SL_EPROTO) {
+            l->stats.tls_identity_refused++;
+            sl_log_warn_rl("tls_identity", "client certificate refused as an identity",
+                           "listener=%s err=\"%s\" name=\"%s\"", l->name, why,
+                           sl_tls_peer_name(s->tls[0]));
+        }
+        if (n < 0 || (n > 0 && sl_sess_ident(s) == NULL)) {
+            free(name);
             sl_session_close(s);
             return;
         }
-        sl_identity_set_tls(s->ident, who);
+        if (n > 0)
+            sl_identity_set_tls(s->ident, name, (size_t)n);
+        free(name);
     }
     sl_log_debug("client TLS up", "listener=%s version=%s alpn=%s", l->name, sl_tls_version(s->tls[0]),
                  sl_tls_alpn(s->tls[0]));
@@ -1359,11 +1372,57 @@ static void accept_rest(struct sl_session *s)
 
 /* ---- sweep -------------------------------------------------------------------- */
 
+/* The timeouts of a listener's queues, in loop milliseconds, as the sweep
+ * applies them and the process's timer is armed for them. */
+enum { TO_CONNECT, TO_LINGER, TO_HANDSHAKE, TO_HEAD, TO_UPSTREAM, TO_IDLE, TO_N };
+
+static uint64_t timeout_ms(const struct sl_listener *l, int which)
+{
+    const struct sl_listener_conf *c = l->conf;
+    uint64_t ms;
+    switch (which) {
+    case TO_CONNECT:
+        ms = c->connect_timeout_us / 1000;
+        return ms ? ms : 1;
+    case TO_LINGER:
+        return LINGER_MS;
+    case TO_HANDSHAKE:
+        /* A TLS handshake gets header_timeout (10s when that is off: a
+         * handshake never waits for ever). */
+        ms = c->header_timeout_us / 1000;
+        return ms ? ms : 10000;
+    case TO_HEAD:
+        /* 0 (turned off by a reload): its nodes are only taken out */
+        ms = c->header_timeout_us / 1000;
+        return ms ? ms : 1;
+    case TO_UPSTREAM:
+        ms = c->upstream_timeout_us / 1000;
+        return ms ? ms : 1;
+    default:
+        return c->idle_timeout_us / 1000; /* 0: never */
+    }
+}
+
+uint64_t sl_session_next_due(const struct sl_listener *l)
+{
+    const struct sl_tq *qs[TO_N] = { &l->connecting, &l->lingering, &l->handshaking,
+                                     &l->heading, &l->awaiting, &l->active };
+    uint64_t due = UINT64_MAX;
+    for (int i = 0; i < TO_N; i++) {
+        uint64_t t = timeout_ms(l, i);
+        if (i == TO_IDLE && t == 0)
+            continue;
+        uint64_t d = sl_tq_due(qs[i], t);
+        if (d < due)
+            due = d;
+    }
+    return due;
+}
+
 void sl_session_sweep(struct sl_listener *l, uint64_t now)
 {
     struct sl_tq_node *n;
-    uint64_t ct = l->conf->connect_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->connecting, now, ct ? ct : 1)) != NULL) {
+    while ((n = sl_tq_expired(&l->connecting, now, timeout_ms(l, TO_CONNECT))) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
         if (s->up_up) /* not made yet while waiting for a lookup */
@@ -1373,13 +1432,10 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         s->state = SL_SESS_RELAY; /* on_connect (cancelled) must not act */
         upstream_failed(s, UV_ETIMEDOUT);
     }
-    while ((n = sl_tq_expired(&l->lingering, now, LINGER_MS)) != NULL)
+    while ((n = sl_tq_expired(&l->lingering, now, timeout_ms(l, TO_LINGER))) != NULL)
         sl_session_close(sl_session_of(n));
 
-    /* A TLS handshake gets header_timeout (10s when that is off: a
-     * handshake never waits for ever). */
-    uint64_t hst = l->conf->header_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->handshaking, now, hst ? hst : 10000)) != NULL) {
+    while ((n = sl_tq_expired(&l->handshaking, now, timeout_ms(l, TO_HANDSHAKE))) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
         l->stats.tls_handshake_failures++;
@@ -1389,7 +1445,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     }
 
     uint64_t ht = l->conf->header_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->heading, now, ht ? ht : 1)) != NULL) {
+    while ((n = sl_tq_expired(&l->heading, now, timeout_ms(l, TO_HEAD))) != NULL) {
         struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, hq));
         sl_tq_remove(n);
         if (ht == 0)
@@ -1400,7 +1456,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     }
 
     uint64_t ut = l->conf->upstream_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->awaiting, now, ut ? ut : 1)) != NULL) {
+    while ((n = sl_tq_expired(&l->awaiting, now, timeout_ms(l, TO_UPSTREAM))) != NULL) {
         struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, wq));
         sl_tq_remove(n);
         if (ut == 0)
@@ -1410,7 +1466,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         s->proto->upstream_late(s);
     }
 
-    uint64_t idle = l->conf->idle_timeout_us / 1000;
+    uint64_t idle = timeout_ms(l, TO_IDLE);
     if (idle > 0) {
         while ((n = sl_tq_expired(&l->active, now, idle)) != NULL) {
             struct sl_session *s = sl_session_of(n);

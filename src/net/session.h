@@ -22,6 +22,10 @@ void sl_session_resolved(struct sl_listener *l);
  * idle timeouts, lingering closes, and giving back idle framers. */
 void sl_session_sweep(struct sl_listener *l, uint64_t now);
 
+/* The loop time (ms) at which the earliest timeout of <l>'s sessions falls
+ * due (sl_session_sweep acts on it from then on), UINT64_MAX if none runs. */
+uint64_t sl_session_next_due(const struct sl_listener *l);
+
 /* Frees the pooled framers (at exit, so leak checkers stay quiet). */
 void sl_session_pool_drain(void);
 

@@ -1032,6 +1032,14 @@ int sl_http_idle(const struct sl_http *h)
     return h->phase == P_HEAD && h->buflen == 0 && !h->cr && h->skipped == 0;
 }
 
+int sl_http_names_head(const struct sl_http *h)
+{
+    /* buf holds the head from its request line on (empty lines skipped
+     * before it are not kept), whole or not */
+    return h->side == SL_HTTP_REQUESTS && h->buf != NULL && h->buflen >= 5 &&
+           memcmp(h->buf, "HEAD ", 5) == 0;
+}
+
 long sl_http_field(const struct sl_http_head *hd, const char *name, const char **val)
 {
     size_t n = strlen(name);

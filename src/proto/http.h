@@ -83,6 +83,11 @@ enum sl_http_ev sl_http_eof(struct sl_http *h);
 /* Nonzero between messages: no byte of the next one taken yet. */
 int sl_http_idle(const struct sl_http *h);
 
+/* Requests: the request being framed, or framed last, names the method
+ * HEAD, as far as its request line came (also after an error in its head:
+ * an answer to it must then carry no body). */
+int sl_http_names_head(const struct sl_http *h);
+
 /* The value of the first field named <name> (case-insensitive) in <hd>:
  * returns its length and points <*val> at it, or -1 if absent. */
 long sl_http_field(const struct sl_http_head *hd, const char *name, const char **val);

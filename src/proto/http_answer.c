@@ -100,6 +100,7 @@ const char *sl_http_reason(int status)
     case 400: return "Bad Request";
     case 408: return "Request Timeout";
     case 413: return "Content Too Large";
+    case 405: return "Method Not Allowed";
     case 414: return "URI Too Long";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
@@ -164,7 +165,7 @@ static void put_rl_fields(struct out *o, const struct sl_verdict *v, enum sl_htt
 /* Status line; <fields> (already rendered, may be empty); the problem+json
  * framing of <body>; then <body>. Returns the length or 0. */
 static size_t finish(char *out, size_t cap, int status, const struct out *fields,
-                     const struct out *body, int close)
+                     const struct out *body, unsigned flags)
 {
     if (fields->over || body->over)
         return 0;
@@ -176,10 +177,13 @@ static size_t finish(char *out, size_t cap, int status, const struct out *fields
     puts_(&o, "Content-Type: application/problem+json\r\n");
     putf(&o, "Content-Length: %zu\r\n", body->len);
     puts_(&o, "Cache-Control: no-store\r\n");
-    if (close)
+    if (flags & SL_HTTP_ANS_CLOSE)
         puts_(&o, "Connection: close\r\n");
+    else if (flags & SL_HTTP_ANS_KEEP)
+        puts_(&o, "Connection: keep-alive\r\n");
     puts_(&o, "\r\n");
-    put(&o, body->p, body->len);
+    if (!(flags & SL_HTTP_ANS_HEAD))
+        put(&o, body->p, body->len);
     return o.over ? 0 : o.len;
 }
 
@@ -200,8 +204,8 @@ static void body_close(struct out *b, int detail)
     puts_(b, detail ? "\"}\n" : "}\n");
 }
 
-size_t sl_http_answer_limited(const struct sl_verdict *v, enum sl_http_rl_mode mode, int close,
-                              char *out, size_t cap)
+size_t sl_http_answer_limited(const struct sl_verdict *v, enum sl_http_rl_mode mode,
+                              unsigned flags, char *out, size_t cap)
 {
     char fbuf[1024], bbuf[512];
     struct out f = { fbuf, sizeof(fbuf), 0, 0 }, b = { bbuf, sizeof(bbuf), 0, 0 };
@@ -225,7 +229,7 @@ size_t sl_http_answer_limited(const struct sl_verdict *v, enum sl_http_rl_mode m
     else
         putf(&b, "' exceeded, retry in %" PRIu64 " s", s);
     body_close(&b, 1);
-    return finish(out, cap, status, &f, &b, close);
+    return finish(out, cap, status, &f, &b, flags);
 }
 
 size_t sl_http_answer_fields(const struct sl_verdict *v, enum sl_http_rl_mode mode, char *out,
@@ -247,13 +251,14 @@ size_t sl_http_answer_connections(const char *limit, char *out, size_t cap)
     put_json_text(&b, limit, 63);
     puts_(&b, "')");
     body_close(&b, 1);
-    return finish(out, cap, 429, &f, &b, 1);
+    return finish(out, cap, 429, &f, &b, SL_HTTP_ANS_CLOSE);
 }
 
 size_t sl_http_answer_error(int status, const char *detail, char *out, size_t cap)
 {
     switch (status) {
-    case 400: case 408: case 413: case 414: case 431: case 501: case 502: case 503: case 504:
+    case 400: case 405: case 408: case 413: case 414: case 431: case 501: case 502: case 503:
+    case 504:
         break;
     default:
         status = 500;
@@ -266,5 +271,13 @@ size_t sl_http_answer_error(int status, const char *detail, char *out, size_t ca
     if (has)
         put_json_text(&b, detail, DETAIL_MAX);
     body_close(&b, has);
-    return finish(out, cap, status, &f, &b, 1);
+    return finish(out, cap, status, &f, &b, SL_HTTP_ANS_CLOSE);
+}
+
+size_t sl_http_answer_head_only(const char *out, size_t len)
+{
+    for (size_t i = 0; i + 4 <= len; i++)
+        if (memcmp(out + i, "\r\n\r\n", 4) == 0)
+            return i + 4;
+    return len;
 }

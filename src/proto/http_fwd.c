@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include "proto/http_fwd.h"
+#include "proto/http_upgrade.h"
 
 static int named(const struct sl_http_head *h, const struct sl_http_field *f, const char *name)
 {
@@ -50,8 +51,17 @@ static size_t fields_start(const struct sl_http_head *h)
 size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const char *scheme,
                            char *out, size_t cap)
 {
+    uint32_t offered;
+    return sl_http_fwd_request_in(h, peer, scheme, NULL, &offered, out, cap);
+}
+
+size_t sl_http_fwd_request_in(const struct sl_http_head *h, const char *peer, const char *scheme,
+                              const struct sl_http_upgrades *u, uint32_t *offered, char *out,
+                              size_t cap)
+{
     struct out o = { out, 0, cap, 0 };
-    if (scheme == NULL)
+    *offered = u != NULL ? sl_http_upgrade_offered(h, u) : 0;
+    if (scheme == NULL && u == NULL)
         return sl_http_fwd_with(h, "", 0, out, cap);
     size_t at = fields_start(h);
     put(&o, h->buf, at);
@@ -59,9 +69,9 @@ size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const
     for (uint32_t i = 0; i < h->nfields; i++) {
         const struct sl_http_field *f = &h->fields[i];
         size_t end = line_end(h, f);
-        if (named(h, f, "X-Forwarded-Proto")) {
+        if (scheme != NULL && named(h, f, "X-Forwarded-Proto")) {
             /* the client's word for it is not ours to pass on */
-        } else if (named(h, f, "X-Forwarded-For")) {
+        } else if (scheme != NULL && named(h, f, "X-Forwarded-For")) {
             if (!xff_done) {
                 /* every X-Forwarded-For the client sent, in order, as one
                  * list, with the peer last */
@@ -82,9 +92,21 @@ size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const
                 puts_(&o, "\r\n");
                 xff_done = 1;
             }
+        } else if (u != NULL) {
+            /* the rewritten line is never longer than the line */
+            if (o.full || o.len + (end - f->name) > o.cap) {
+                o.full = 1;
+                break;
+            }
+            o.len += sl_http_upgrade_field(h, f, h->buf + f->name, end - f->name, u,
+                                           *offered != 0, o.p + o.len);
         } else {
             put(&o, h->buf + f->name, end - f->name);
         }
+    }
+    if (scheme == NULL) {
+        puts_(&o, "\r\n");
+        return o.full ? 0 : o.len;
     }
     if (!xff_done && peer != NULL) {
         puts_(&o, "X-Forwarded-For: ");

@@ -4,7 +4,8 @@
  * sluice pairs each client connection with its own upstream connection,
  * so the hop-by-hop fields (Connection, Keep-Alive, Upgrade, TE) pass as
  * they are: the upstream sees the client's wishes and the client the
- * upstream's. A request gains X-Forwarded-For (the peer's address appended
+ * upstream's; except that a request's wish to switch protocols is cut
+ * down to the listener's `upgrades` (proto/http_upgrade.h). A request gains X-Forwarded-For (the peer's address appended
  * to the list the client sent, as one field) and X-Forwarded-Proto (the
  * scheme the client used; one the client sent is dropped); a response may
  * gain fields (RateLimit) before its empty line. */
@@ -14,6 +15,7 @@
 #include <stddef.h>
 
 #include "proto/http-t.h"
+#include "proto/http_upgrade-t.h"
 
 /* Room a forwarded request head may need beyond the head itself. */
 #define SL_HTTP_FWD_EXTRA 160
@@ -25,6 +27,14 @@
  * small. */
 size_t sl_http_fwd_request(const struct sl_http_head *h, const char *peer, const char *scheme,
                            char *out, size_t cap);
+
+/* The same, with what <h> says about switching protocols cut down to the
+ * upgrades <u> allows (proto/http_upgrade.h; NULL: left as it is), and the
+ * mask of allowed protocols it still offers in <*offered> (0: it goes as
+ * a plain request). */
+size_t sl_http_fwd_request_in(const struct sl_http_head *h, const char *peer, const char *scheme,
+                              const struct sl_http_upgrades *u, uint32_t *offered, char *out,
+                              size_t cap);
 
 /* Writes head <h> with <extra> (<extra_len> bytes of complete field lines,
  * each ending in CRLF) inserted before its empty line. Returns the length,

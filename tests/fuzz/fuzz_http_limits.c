@@ -6,11 +6,15 @@
  * Input: byte 0 picks the peer and whether an X-Api-Key field is sent;
  * the rest is lines: the method, the path, the API key, then one
  * X-Forwarded-For field per line. The head is built as the framer would
- * give it. Checked: the normal form is a fixed point, starts with '/', has
- * no empty, "." or ".." segment; the
+ * give it. Checked: the normal form starts with '/', has no empty, "." or
+ * ".." segment and is a fixed point unless decoding made an escape; the
+ * readings are distinct, bounded, the path as sent first, the normal form
+ * among them; a path with %00 or overlong UTF-8 is refused exactly where
+ * the listener's limits have paths; the
  * identity is "header#" + 16 hex digits (equal to its match_identity
  * form) or "ip:" + an address in canonical text; a verdict is whole. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,28 +61,71 @@ static void never(void *d, const struct sl_verdict *v)
     abort();
 }
 
+static int has_escape(const char *a, size_t an)
+{
+    for (size_t i = 0; i + 2 < an; i++)
+        if (a[i] == '%' && isxdigit((unsigned char)a[i + 1]) && isxdigit((unsigned char)a[i + 2]))
+            return 1;
+    return 0;
+}
+
 static void check_norm(const char *p, size_t n)
 {
     if (memchr(p, '\0', n) != NULL)
         return; /* the framer refuses control bytes in a request line */
-    char *a = malloc(SL_HTTP_PATH_NORM_CAP(n)), *b = malloc(SL_HTTP_PATH_NORM_CAP(3 * n + 1));
-    if (a == NULL || b == NULL)
+    char *a = malloc(SL_HTTP_PATH_NORM_CAP(n)), *b = malloc(SL_HTTP_PATH_NORM_CAP(n + 1));
+    char *scratch = malloc(SL_HTTP_PATH_FORMS_CAP(n));
+    if (a == NULL || b == NULL || scratch == NULL)
         abort();
+    /* the normal form (RESOLVED): no empty, "." or ".." segment */
     size_t an = sl_http_path_norm(p, n, a);
-    if (an > 3 * n + 1 || an != strlen(a) || a[0] != '/')
+    if (an > n + 1 || a[an] != '\0' || a[0] != '/')
         abort();
-    if (strstr(a, "//") != NULL || strstr(a, "/./") != NULL || strstr(a, "/../") != NULL)
+    if (memmem(a, an, "//", 2) != NULL || memmem(a, an, "/./", 3) != NULL ||
+        memmem(a, an, "/../", 4) != NULL)
         abort();
-    if ((an >= 2 && strcmp(a + an - 2, "/.") == 0) || (an >= 3 && strcmp(a + an - 3, "/..") == 0))
+    if ((an >= 2 && memcmp(a + an - 2, "/.", 2) == 0) || (an >= 3 && memcmp(a + an - 3, "/..", 3) == 0))
         abort();
+    /* a fixed point unless decoding made a new escape ("%252F") */
     size_t bn = sl_http_path_norm(a, an, b);
-    if (bn != an || memcmp(a, b, an) != 0)
+    if (!has_escape(a, an) && (bn != an || memcmp(a, b, an) != 0))
         abort();
-    /* patterns: a normal path matches itself, and "/" + '*' matches all */
-    if (memchr(a, '*', an) == NULL && memchr(a, '?', an) == NULL && !sl_http_path_match(a, a, an))
+    /* the readings: the path as sent first, all distinct, RESOLVED among them */
+    struct sl_http_path_forms f;
+    sl_http_path_forms(p, n, scratch, &f);
+    if (f.n < 1 || f.n > SL_HTTP_PATH_READINGS || f.form[0] != p || f.len[0] != n)
         abort();
+    if (sl_http_path_plain(p, n) && (f.n != 1 || an != n || memcmp(a, p, n) != 0))
+        abort();
+    int resolved = 0;
+    for (int i = 0; i < f.n; i++) {
+        if (f.len[i] > n + 1)
+            abort();
+        if (i > 0 && (f.form[i] < scratch || f.form[i] + f.len[i] > scratch + SL_HTTP_PATH_FORMS_CAP(n)))
+            abort();
+        for (int j = 0; j < i; j++)
+            if (f.len[i] == f.len[j] && memcmp(f.form[i], f.form[j], f.len[i]) == 0)
+                abort();
+        resolved |= f.len[i] == an && memcmp(f.form[i], a, an) == 0;
+        if (f.len[i] > 0 && f.form[i][0] == '/' && !sl_http_path_match("/*", f.form[i], f.len[i]))
+            abort();
+    }
+    if (!resolved && !sl_http_path_plain(p, n))
+        abort();
+    /* patterns: a normal path matches itself (in any case), and "/" + '*' matches all */
+    if (memchr(a, '*', an) == NULL && memchr(a, '?', an) == NULL && strlen(a) == an) {
+        struct sl_http_path_forms self = { 1, { a }, { an } };
+        if (!sl_http_path_match(a, a, an) || !sl_http_path_match_forms(a, &self))
+            abort();
+        for (size_t i = 0; i < an; i++)
+            b[i] = (char)toupper((unsigned char)a[i]);
+        if (!sl_http_path_match(a, b, an))
+            abort();
+    }
     if (!sl_http_path_match("/*", a, an))
         abort();
+    (void)sl_http_path_refusal(p, n);
+    free(scratch);
     free(a);
     free(b);
 }
@@ -159,7 +206,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sl_ident_state st;
     sl_identity_init(&st, (const struct sockaddr *)&ss);
     struct sl_req r = { .resp = NULL, .http = &hd };
-    char id[SL_ID_MAX + 1];
+    char id[SL_ID_MAX + 1], why[160];
+    /* the ambiguity check: a verdict either way, a reason when refused */
+    why[0] = '\0';
+    if (sl_identity_http_check(conf->listeners, &st, &hd, why, sizeof why) != 0 &&
+        (why[0] == '\0' || strlen(why) >= sizeof why))
+        abort();
     size_t n = sl_identity_of_req(conf->listeners, &st, &r, id);
     if (n == 0 || n > SL_ID_MAX || strlen(id) != n)
         abort();
@@ -191,6 +243,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     now_us += 997;
     memset(&v, 0xa5, sizeof(v));
     fuzz_us = now_us;
+    /* the [limit api] has paths: refused exactly when the path is */
+    const char *bad = sl_limiter_path_refusal(lim, conf->listeners, &hd);
+    if ((bad == NULL) != (hd.path_len == 0 || sl_http_path_refusal(buf + hd.path_off, hd.path_len) == NULL))
+        abort();
     if (sl_limiter_check_req(lim, conf->listeners, &st, 1, &r, &v, never, NULL, &h) != 0)
         abort();
     if (v.kind != SL_VERDICT_ALLOW && v.kind != SL_VERDICT_REJECT)

@@ -407,7 +407,7 @@ def case_expect(a, rng):
 def case_tunnel(a, rng):
     """Upgrade or CONNECT-like tunnels, cut at a random point."""
     s = connect(a.plain)
-    s.sendall(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\nearly")
+    s.sendall(b"GET /upgrade HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nearly")
     payload = bytes(rng.randrange(256) for _ in range(rng.randint(0, 5000)))
     try:
         send_split(s, payload, rng)

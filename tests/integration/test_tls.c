@@ -16,6 +16,8 @@
  *   h  -> protocol = http, TLS in (ALPN http/1.1) to a plain HTTP upstream
  *   c  -> protocol = tcp, TLS in and TLS out
  *   p  -> plaintext in; reloads turn TLS on with bad files, then good ones
+ *   n  -> TLS in (client certificate required), identity = tls_subject only,
+ *         2 requests a minute per identity
  * The last test swaps the server certificate's files and sends SIGHUP: new
  * connections get the new certificate, an open one keeps working. */
 #include <setjmp.h>
@@ -38,7 +40,7 @@
 static struct th_certs certs;
 static struct th_proc sluice_p, pyup, redis_p, redis_expired, redis_wrong;
 static int rport, rport_expired, rport_wrong; /* the upstreams' TLS ports */
-static int tport, mport, wport, eport, xport, hport, cport, pport, admin_port;
+static int tport, mport, wport, eport, xport, hport, cport, pport, nport, admin_port;
 
 static const char *path(const char *name)
 {
@@ -67,7 +69,24 @@ static int make_certs(void)
         { "server-expired", "/CN=localhost", TH_SAN_LOCAL, TH_CERT_EXPIRED },
         { "wronghost", "/CN=wrong.example", "DNS:wrong.example", 0 },
     };
-    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
+    if (th_certs_make(&certs, want, sizeof want / sizeof want[0]) != 0)
+        return -1;
+    /* two URI SANs (no CN) alike in their first 300 bytes; a CN that
+     * C-string code reads as client-alice; two CNs */
+    static char uri[2][400];
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(uri[i], sizeof uri[i], "spiffe://sluice.test/");
+        memset(uri[i] + n, 'a', 300);
+        snprintf(uri[i] + n + 300, sizeof uri[i] - (size_t)n - 300, "/%d", i);
+    }
+    static const char nul_cn[] = "client-alice\0.attacker.example";
+    const struct th_raw_cert raw[] = {
+        { "long-1", { NULL, NULL }, { 0, 0 }, 2, uri[0], strlen(uri[0]) },
+        { "long-2", { NULL, NULL }, { 0, 0 }, 2, uri[1], strlen(uri[1]) },
+        { "nul-cn", { nul_cn, NULL }, { sizeof nul_cn - 1, 0 }, 0, NULL, 0 },
+        { "two-cn", { "client-alice", "mallory" }, { 12, 7 }, 0, NULL, 0 },
+    };
+    return th_certs_make_raw(&certs, raw, sizeof raw / sizeof raw[0]);
 }
 
 /* The configuration; <p_tls>: lines added to listener p (its TLS keys). */
@@ -96,11 +115,16 @@ static void conf_text(char *ini, size_t cap, const char *p_tls)
              "upstream_tls = on\nupstream_tls_ca = %s\n"
              "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
              "upstream_tls = on\nupstream_tls_ca = %s\n%s"
+             "[listener n]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "tls_cert = %s\ntls_key = %s\ntls_ca = %s\ntls_verify_client = on\n"
+             "identity = tls_subject\nupstream_tls = on\nupstream_tls_ca = %s\n"
              "[limit per-cert]\nlistener = t\nrate = 3/m\nburst = 3\n"
-             "match_identity = tls:client-alice\n",
+             "match_identity = tls:client-alice\n"
+             "[limit per-name]\nlistener = n\nrate = 2/m\nburst = 2\n",
              admin_port, tport, rport, crt, key, ca, ca, mport, rport, crt, key, ca, ca, wport,
              rport, ca, eport, rport_expired, ca, xport, rport_wrong, ca, hport, pyup.port, crt,
-             key, cport, rport, crt, key, ca, pport, rport, ca, p_tls);
+             key, cport, rport, crt, key, ca, pport, rport, ca, p_tls, nport, rport, crt, key, ca,
+             ca);
     assert_true(n > 0 && (size_t)n < cap);
 }
 
@@ -124,6 +148,7 @@ static int group_setup(void **state)
     hport = th_free_port();
     cport = th_free_port();
     pport = th_free_port();
+    nport = th_free_port();
     admin_port = th_free_port();
     if (th_pyup_start(&pyup) < 0)
         return -1;
@@ -199,6 +224,72 @@ static void test_tls_subject_identity(void **state)
     assert_non_null(strstr(out, "THROTTLED limit 'per-cert' exceeded for 'tls:client-alice'"));
     /* without a certificate: another identity (the client ip), not limited */
     cli(tport, NULL, "ping", out, sizeof(out));
+    assert_string_equal(out, "PONG\n");
+}
+
+/* The TLS 1.2 default is ECDHE with AEAD only: `openssl s_client` offering
+ * only a CBC suite (ECDHE-ECDSA-AES128-SHA256: the certificates here are
+ * EC) is refused, the GCM suite of the same key exchange gets in. */
+static void test_default_ciphers_aead_only(void **state)
+{
+    (void)state;
+    static const char *const cbc[] = { "ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384",
+                                       "ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA" };
+    char cmd[1024], out[8192];
+    for (size_t i = 0; i < sizeof cbc / sizeof cbc[0]; i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "openssl s_client -connect 127.0.0.1:%d -tls1_2 -cipher %s -CAfile %s "
+                 "</dev/null 2>&1", hport, cbc[i], path("ca.pem"));
+        assert_int_not_equal(run(cmd, out, sizeof(out)), 0);
+        assert_non_null(strstr(out, "alert handshake failure"));
+    }
+    snprintf(cmd, sizeof(cmd),
+             "openssl s_client -connect 127.0.0.1:%d -tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256 "
+             "-CAfile %s </dev/null 2>&1", hport, path("ca.pem"));
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "Cipher is ECDHE-ECDSA-AES128-GCM-SHA256"));
+    assert_non_null(strstr(out, "Verify return code: 0 (ok)"));
+}
+
+/* A certificate's whole name is its identity: two URI SANs alike in their
+ * first 300 bytes are two identities (each its own 2 a minute); a CN with
+ * a NUL inside (client-alice\0.attacker.example) or two CNs are never
+ * charged as anyone: the connection is closed after the handshake,
+ * counted and logged. */
+static void test_tls_subject_whole_name(void **state)
+{
+    (void)state;
+    char out[512];
+    for (int i = 0; i < 2; i++) {
+        cli(nport, "long-1", "ping", out, sizeof(out));
+        assert_string_equal(out, "PONG\n");
+    }
+    cli(nport, "long-1", "ping", out, sizeof(out));
+    assert_non_null(strstr(out, "THROTTLED limit 'per-name' exceeded for 'tls#"));
+    char first[128];
+    snprintf(first, sizeof first, "%s", strstr(out, "tls#"));
+    cli(nport, "long-2", "ping", out, sizeof(out)); /* another identity */
+    assert_string_equal(out, "PONG\n");
+    cli(nport, "long-2", "ping", out, sizeof(out));
+    cli(nport, "long-2", "ping", out, sizeof(out));
+    assert_non_null(strstr(out, "THROTTLED limit 'per-name' exceeded for 'tls#"));
+    assert_string_not_equal(strstr(out, "tls#"), first);
+
+    const char *refused = "sluice_tls_identity_refused_total{listener=\"t\"}";
+    double before = th_metric(admin_port, refused);
+    assert_true(before >= 0);
+    int logged = th_log_count(sluice_p.log, "client certificate refused as an identity");
+    cli(tport, "nul-cn", "ping", out, sizeof(out));
+    assert_null(strstr(out, "PONG"));
+    assert_null(strstr(out, "client-alice"));
+    cli(tport, "two-cn", "ping", out, sizeof(out));
+    assert_null(strstr(out, "PONG"));
+    assert_true(th_metric(admin_port, refused) == before + 2);
+    assert_int_equal(th_log_wait(sluice_p.log, "client certificate refused as an identity",
+                                 logged + 1, TH_MS), 0);
+    assert_true(th_log_count(sluice_p.log, "name=\"client-alice?.attacker.example\"") >= 1);
+    /* a listener that does not use the name lets the same certificate in */
+    cli(mport, "nul-cn", "ping", out, sizeof(out));
     assert_string_equal(out, "PONG\n");
 }
 
@@ -467,6 +558,8 @@ int main(void)
         cmocka_unit_test(test_tls_in_tls_out),
         cmocka_unit_test(test_upstream_sessions_resumed),
         cmocka_unit_test(test_tls_subject_identity),
+        cmocka_unit_test(test_default_ciphers_aead_only),
+        cmocka_unit_test(test_tls_subject_whole_name),
         cmocka_unit_test(test_mtls_refuses_no_cert),
         cmocka_unit_test(test_mtls_refuses_expired_cert),
         cmocka_unit_test(test_plaintext_closed),

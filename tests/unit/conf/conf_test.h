@@ -137,6 +137,7 @@ static inline void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
         assert_int_equal(x->max_request, y->max_request);
         assert_int_equal(x->resolve_ttl_us, y->resolve_ttl_us);
         assert_int_equal(x->n_trusted_proxies, y->n_trusted_proxies);
+        assert_memory_equal(&x->upgrades, &y->upgrades, sizeof(x->upgrades));
         for (int i = 0; i < x->n_trusted_proxies; i++) {
             assert_memory_equal(x->trusted_proxies[i].addr, y->trusted_proxies[i].addr, 16);
             assert_int_equal(x->trusted_proxies[i].bits, y->trusted_proxies[i].bits);

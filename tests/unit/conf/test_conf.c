@@ -572,8 +572,8 @@ static void test_continuation(void **state)
     expect_errors("[listener a]\n  listen = 127.0.0.1:7001\n  upstream = 127.0.0.1:6379\n",
                   "t.ini:1: [listener a]: missing 'upstream'\n"
                   "t.ini:3: unexpected indented line: it would continue 'listen', which takes "
-                  "one value (only commands, cost, identity, match_identity, methods, paths "
-                  "and trusted_proxies continue on indented lines)\n");
+                  "one value (only commands, cost, identity, match_identity, methods, paths, "
+                  "trusted_proxies and upgrades continue on indented lines)\n");
     /* An indented section header would be swallowed by inih: refused. */
     expect_errors(L_A "identity = client_ip\n  [limit x]\n",
                   "t.ini:5: a section header must not be indented\n");
@@ -648,6 +648,23 @@ static void test_missing_required(void **state)
                   "t.ini:7: max: only for metric = connections (use rate)\n");
     expect_errors(L_A "[limit c]\nlistener = a\nrate = 5MiB/s\n",
                   "t.ini:6: rate: size units are for metric = bytes_in or bytes_out\n");
+    /* A size is no count: burst and rate of a requests limit take none
+     * (metric may come after them), max none at all; bytes limits do. */
+    expect_errors(L_A "[limit c]\nlistener = a\nrate = 5/s\nburst = 10kb\n",
+                  "t.ini:7: burst: size units are for metric = bytes_in or bytes_out; "
+                  "a requests limit's burst is a count\n");
+    expect_errors(L_A "[limit c]\nlistener = a\nburst = 1b\nrate = 10MiB/s\nmetric = requests\n",
+                  "t.ini:6: burst: size units are for metric = bytes_in or bytes_out; "
+                  "a requests limit's burst is a count\n"
+                  "t.ini:7: rate: size units are for metric = bytes_in or bytes_out\n");
+    expect_errors(L_A "[limit c]\nlistener = a\nmetric = connections\nmax = 10kb\n",
+                  "t.ini:7: max: expected a whole number, got '10kb'\n");
+    struct sl_conf *c = load_ok(L_A "[limit b]\nlistener = a\nburst = 64KiB\nrate = 10MiB/s\n"
+                                "metric = bytes_out\n[limit r]\nlistener = a\nrate = 5/s\n"
+                                "burst = 20\n");
+    assert_int_equal(c->limits->burst, 65536);
+    assert_int_equal(c->limits->next->burst, 20);
+    sl_conf_free(c);
 }
 
 static void test_protocol_rules(void **state)

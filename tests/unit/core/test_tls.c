@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "core/err.h"
 #include "core/tls.h"
 #include "certs.h"
@@ -27,6 +29,8 @@ static const char *path(const char *name)
 /* A CA, a server certificate for localhost / 127.0.0.1, a client
  * certificate, an expired server certificate, one with no CN and a second,
  * unrelated CA (ca2.pem). */
+static char long_uri[2][400]; /* two URI SANs alike in their first 300 bytes */
+
 static int make_certs(void **state)
 {
     (void)state;
@@ -36,7 +40,24 @@ static int make_certs(void **state)
         { "expired", "/CN=localhost", TH_SAN_LOCAL, TH_CERT_EXPIRED },
         { "nocn", "/O=sluice", "DNS:svc.example", 0 },
     };
-    return th_certs_make(&certs, want, sizeof want / sizeof want[0]);
+    if (th_certs_make(&certs, want, sizeof want / sizeof want[0]) != 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(long_uri[i], sizeof long_uri[i], "spiffe://sluice.test/");
+        memset(long_uri[i] + n, 'a', 300);
+        snprintf(long_uri[i] + n + 300, sizeof long_uri[i] - (size_t)n - 300, "/%s",
+                 i == 0 ? "one" : "two");
+    }
+    /* names the shell cannot carry: made with OpenSSL's API */
+    static const char nul_cn[] = "client-alice\0.attacker.example";
+    const struct th_raw_cert raw[] = {
+        { "nul-cn", { nul_cn, NULL }, { sizeof nul_cn - 1, 0 }, 0, NULL, 0 },
+        { "two-cn", { "client-alice", "mallory" }, { 12, 7 }, 0, NULL, 0 },
+        { "long-1", { NULL, NULL }, { 0, 0 }, 2, long_uri[0], strlen(long_uri[0]) },
+        { "long-2", { NULL, NULL }, { 0, 0 }, 2, long_uri[1], strlen(long_uri[1]) },
+        { "nul-san", { NULL, NULL }, { 0, 0 }, 1, "svc.example\0.evil", 17 },
+    };
+    return th_certs_make_raw(&certs, raw, sizeof raw / sizeof raw[0]);
 }
 
 static int remove_certs(void **state)
@@ -262,6 +283,81 @@ static void test_tls_mutual(void **state)
     assert_int_equal(p.rc[1], SL_OK);
     assert_int_equal(sl_tls_peer_verified(p.s), 0);
     transfer(p.c, p.s, 100);
+    pair_close(&p);
+}
+
+/* The server's view of a client presenting <cert> (NAME.pem / NAME.key). */
+static void pair_client_cert(struct pair *p, const char *cert)
+{
+    char pem[64], key[64];
+    snprintf(pem, sizeof pem, "%s.pem", cert);
+    snprintf(key, sizeof key, "%s.key", cert);
+    struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .ca_file = path("ca.pem"),
+                             .verify = SL_TLS_VERIFY_ON, .cert_file = path(pem),
+                             .key_file = path(key) };
+    pair_open(p, ctx_or_fail(&c), server_ctx(SL_TLS_VERIFY_ON, NULL, NULL), "localhost");
+    assert_int_equal(p->rc[0], SL_OK);
+    assert_int_equal(p->rc[1], SL_OK);
+    assert_int_equal(sl_tls_peer_verified(p->s), 1);
+}
+
+/* sl_tls_peer_id(): the whole name, or a refusal when it cannot stand for
+ * one peer; sl_tls_peer_name() shows it (cut, NUL as '?') for logs. */
+static void test_tls_peer_id(void **state)
+{
+    (void)state;
+    struct pair p;
+    char *name = NULL;
+    const char *why = NULL;
+
+    pair_client_cert(&p, "client");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), 12);
+    assert_memory_equal(name, "client-alice", 12);
+    free(name);
+    pair_close(&p);
+
+    /* a NUL inside the CN: not "client-alice" */
+    pair_client_cert(&p, "nul-cn");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_null(name);
+    assert_non_null(strstr(why, "NUL"));
+    assert_string_equal(sl_tls_peer_name(p.s), "client-alice?.attacker.example");
+    pair_close(&p);
+
+    /* and inside the SAN that would be the name */
+    pair_client_cert(&p, "nul-san");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_string_equal(sl_tls_peer_name(p.s), "svc.example?.evil");
+    pair_close(&p);
+
+    /* two CNs: which one counts depends on who reads it */
+    pair_client_cert(&p, "two-cn");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), SL_EPROTO);
+    assert_non_null(strstr(why, "more than one CN"));
+    pair_close(&p);
+
+    /* long URI SANs that share their first 300 bytes: whole, so apart */
+    char *first = NULL;
+    pair_client_cert(&p, "long-1");
+    size_t n1 = strlen(long_uri[0]);
+    assert_int_equal(sl_tls_peer_id(p.s, &first, &why), (ssize_t)n1);
+    assert_memory_equal(first, long_uri[0], n1);
+    assert_int_equal(strlen(sl_tls_peer_name(p.s)), SL_TLS_NAME_MAX - 1); /* the log's is cut */
+    pair_close(&p);
+    pair_client_cert(&p, "long-2");
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), (ssize_t)strlen(long_uri[1]));
+    assert_memory_equal(name, long_uri[1], strlen(long_uri[1]));
+    assert_memory_not_equal(name, first, n1);
+    free(first);
+    free(name);
+    pair_close(&p);
+
+    /* no certificate: nothing */
+    pair_open(&p, client_ctx(SL_TLS_VERIFY_ON, "ca.pem", 0, NULL),
+              server_ctx(SL_TLS_VERIFY_OPTIONAL, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_int_equal(sl_tls_peer_id(p.s, &name, &why), 0);
+    assert_null(name);
     pair_close(&p);
 }
 
@@ -535,6 +631,83 @@ static void test_tls_client_resumes(void **state)
     sl_tls_ctx_unref(cc);
 }
 
+/* With no tls_ciphers, TLS 1.2 is ECDHE with AEAD only, on both roles:
+ * for every TLS 1.2 suite OpenSSL knows that is not AEAD (the CBC suites
+ * testssl calls LUCKY13-prone, RC4, NULL ...), a client offering only it
+ * cannot reach a default server, and a default client cannot reach a
+ * server offering only it; tls_ciphers still chooses one. */
+static void test_tls_default_ciphers_aead_only(void **state)
+{
+    (void)state;
+    SSL_CTX *all = SSL_CTX_new(TLS_method());
+    assert_non_null(all);
+    SSL_CTX_set_security_level(all, 0);
+    assert_int_equal(SSL_CTX_set_cipher_list(all, "ALL:COMPLEMENTOFALL:@SECLEVEL=0"), 1);
+    STACK_OF(SSL_CIPHER) *list = SSL_CTX_get_ciphers(all);
+    int tried = 0, cbc_ecdsa = 0;
+    for (int i = 0; i < sk_SSL_CIPHER_num(list); i++) {
+        const SSL_CIPHER *ci = sk_SSL_CIPHER_value(list, i);
+        const char *name = SSL_CIPHER_get_name(ci);
+        if (SSL_CIPHER_is_aead(ci) || strncmp(name, "TLS_", 4) == 0)
+            continue; /* AEAD, or a TLS 1.3 suite (all AEAD) */
+        tried++;
+        cbc_ecdsa += strncmp(name, "ECDHE-ECDSA-", 12) == 0;
+        struct sl_tls_conf c = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2", .ciphers = name };
+        struct sl_tls_conf sv = { .role = SL_TLS_SERVER, .cert_file = path("server.pem"),
+                                  .key_file = path("server.key"), .protocols = "TLSv1.2",
+                                  .ciphers = name };
+        struct sl_tls_ctx *cc = NULL, *sc = NULL;
+        char err[256];
+        if (sl_tls_ctx_new(&cc, &c, err, sizeof err) != SL_OK)
+            continue; /* below OpenSSL's security level: no one can offer it */
+        struct pair p;
+        pair_open(&p, cc, server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+        if (p.rc[1] == SL_OK)
+            fail_msg("the default server accepted %s (%s)", name, sl_tls_cipher(p.s));
+        pair_close(&p);
+        if (sl_tls_ctx_new(&sc, &sv, err, sizeof err) != SL_OK)
+            continue;
+        struct sl_tls_conf dc = { .role = SL_TLS_CLIENT };
+        pair_open(&p, ctx_or_fail(&dc), sc, "localhost");
+        if (p.rc[0] == SL_OK)
+            fail_msg("the default client accepted %s", name);
+        /* the same suite chosen on both ends: tls_ciphers overrides */
+        if (strcmp(name, "ECDHE-ECDSA-AES128-SHA256") == 0) {
+            struct pair q;
+            sl_tls_ctx_ref(sc);
+            pair_open(&q, ctx_or_fail(&c), sc, "localhost");
+            assert_int_equal(q.rc[0], SL_OK);
+            assert_string_equal(sl_tls_cipher(q.c), "ECDHE-ECDSA-AES128-SHA256");
+            pair_close(&q);
+        }
+        pair_close(&p);
+    }
+    SSL_CTX_free(all);
+    assert_true(tried >= 10);
+    assert_true(cbc_ecdsa >= 4); /* the ones an EC certificate could have served */
+
+    /* defaults on both ends, TLS 1.2: an AEAD suite; TLS 1.3 too */
+    struct sl_tls_conf c12 = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2" };
+    struct pair p;
+    pair_open(&p, ctx_or_fail(&c12), server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_string_equal(sl_tls_version(p.s), "TLSv1.2");
+    assert_string_equal(sl_tls_cipher(p.s), "ECDHE-ECDSA-AES128-GCM-SHA256");
+    pair_close(&p);
+    pair_open(&p, client_ctx(SL_TLS_VERIFY_OFF, NULL, 0, NULL),
+              server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_non_null(strstr(sl_tls_cipher(p.s), "TLS_"));
+    pair_close(&p);
+    /* a list of TLS 1.3 suites only keeps the TLS 1.2 default */
+    struct sl_tls_conf only13 = { .role = SL_TLS_CLIENT, .protocols = "TLSv1.2",
+                                  .ciphers = "TLS_AES_128_GCM_SHA256" };
+    pair_open(&p, ctx_or_fail(&only13), server_ctx(SL_TLS_VERIFY_OFF, NULL, NULL), "localhost");
+    assert_int_equal(p.rc[1], SL_OK);
+    assert_string_equal(sl_tls_cipher(p.s), "ECDHE-ECDSA-AES128-GCM-SHA256");
+    pair_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_tls_alpn),
         cmocka_unit_test(test_tls_mutual),
         cmocka_unit_test(test_tls_peer_name_from_san),
+        cmocka_unit_test(test_tls_peer_id),
         cmocka_unit_test(test_tls_refusals),
         cmocka_unit_test(test_tls_plaintext_fails_fast),
         cmocka_unit_test(test_tls_close_notify_and_eof),
@@ -550,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_tls_protocols_and_reload),
         cmocka_unit_test(test_tls_peek_drop_and_idle_memory),
         cmocka_unit_test(test_tls_client_resumes),
+        cmocka_unit_test(test_tls_default_ciphers_aead_only),
     };
     return cmocka_run_group_tests(tests, make_certs, remove_certs);
 }

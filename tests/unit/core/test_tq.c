@@ -39,6 +39,50 @@ static void test_tq_order_and_expiry(void **state)
     assert_null(q.tail);
 }
 
+static int firsts;
+static void count_first(void *arg)
+{
+    (void)arg;
+    firsts++;
+}
+
+/* The deadline a timer is armed for is the head's touch plus the timeout,
+ * and the head expires exactly then: a timer armed with sl_tq_delay fires
+ * when sl_tq_expired returns it, not a sweep period later. Only a node
+ * entering an empty queue can bring an earlier deadline (on_first). */
+static void test_tq_due_and_first(void **state)
+{
+    (void)state;
+    struct sl_tq q = { 0 };
+    q.on_first = count_first;
+    struct sl_tq_node a = { 0 }, b = { 0 };
+    firsts = 0;
+    assert_int_equal(sl_tq_due(&q, 2000), UINT64_MAX);
+    sl_tq_touch(&q, &a, 1000);
+    assert_int_equal(firsts, 1);
+    sl_tq_touch(&q, &b, 1500);
+    sl_tq_touch(&q, &a, 1700); /* a goes last: the deadline moves later, never earlier */
+    assert_int_equal(firsts, 1);
+    uint64_t due = sl_tq_due(&q, 2000);
+    assert_int_equal(due, 3500); /* b's */
+    /* a timer started at any moment before fires at the deadline itself */
+    for (uint64_t now = 1500; now <= 3500; now += 250) {
+        uint64_t fires = now + sl_tq_delay(now, due);
+        assert_int_equal(fires, 3500);
+        assert_null(sl_tq_expired(&q, fires - 1, 2000));
+        assert_ptr_equal(sl_tq_expired(&q, fires, 2000), &b);
+    }
+    assert_int_equal(sl_tq_delay(4000, due), 0); /* past: at once */
+    sl_tq_remove(&b);
+    assert_int_equal(sl_tq_due(&q, 2000), 3700);
+    sl_tq_remove(&a);
+    assert_int_equal(sl_tq_due(&q, 2000), UINT64_MAX);
+    sl_tq_touch(&q, &b, 5000); /* empty again: a first again */
+    assert_int_equal(firsts, 2);
+    assert_int_equal(sl_tq_due(&q, UINT64_MAX), UINT64_MAX); /* no overflow */
+    sl_tq_remove(&b);
+}
+
 static void test_tq_move_between_queues(void **state)
 {
     (void)state;
@@ -118,6 +162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tq_order_and_expiry),
         cmocka_unit_test(test_tq_move_between_queues),
+        cmocka_unit_test(test_tq_due_and_first),
         cmocka_unit_test(test_buf_pool_reuse),
         cmocka_unit_test(test_pool_reuse_and_cap),
         cmocka_unit_test(test_log_quote),

@@ -840,6 +840,46 @@ static const char *http_id(const struct sl_conf *c, const char *peer, const stru
     return out;
 }
 
+/* tls_subject: the certificate's whole name. A short safe name is
+ * "tls:NAME"; a long one is hashed over every byte (and its length), so
+ * names alike in their first 255 (or 1000) bytes stay apart. */
+static void test_tls_identity(void **state)
+{
+    (void)state;
+    struct sl_ident_state st;
+    char a[SL_ID_MAX + 1], b[SL_ID_MAX + 1];
+    struct sl_listener_conf tls_ip = lconf(":", 2, SL_ID_TLS_SUBJECT, SL_ID_CLIENT_IP);
+    struct sl_resp_req ping = REQ("PING");
+    state_v4(&st, "192.0.2.7");
+    assert_string_equal(ident(&tls_ip, &st, &ping), "ip:192.0.2.7");
+    sl_identity_set_tls(&st, "client-alice", 12);
+    assert_string_equal(ident(&tls_ip, &st, &ping), "tls:client-alice");
+    assert_int_equal(sl_identity_uses(&tls_ip, SL_ID_TLS_SUBJECT), 1);
+    assert_int_equal(sl_identity_uses(&tls_ip, SL_ID_RESP_USER), 0);
+
+    static char n1[2000], n2[2000];
+    for (size_t len = 256; len <= sizeof n1; len *= 2) {
+        memset(n1, 'a', len);
+        memcpy(n2, n1, len);
+        n2[len - 1] = 'b'; /* the last byte differs */
+        sl_identity_set_tls(&st, n1, len);
+        snprintf(a, sizeof a, "%s", st.tls);
+        sl_identity_set_tls(&st, n2, len);
+        snprintf(b, sizeof b, "%s", st.tls);
+        assert_memory_equal(a, "tls#", 4);
+        assert_string_not_equal(a, b);
+        sl_identity_set_tls(&st, n1, len - 1); /* a prefix of the other */
+        assert_string_not_equal(st.tls, a);
+        sl_identity_set_tls(&st, n1, len);
+        assert_string_equal(st.tls, a); /* the same name, the same identity */
+    }
+    /* every byte counts, a NUL too (the session refuses such a name) */
+    sl_identity_set_tls(&st, "client-alice\0.x", 15);
+    assert_memory_equal(st.tls, "tls#", 4);
+    sl_identity_set_tls(&st, "", 0);
+    assert_string_equal(ident(&tls_ip, &st, &ping), "ip:192.0.2.7");
+}
+
 /* header:NAME: always the hashed form, over the name and the value, the
  * same a match_identity entry canonicalises to; the value shows nowhere. */
 static void test_http_header_identity(void **state)
@@ -866,8 +906,8 @@ static void test_http_header_identity(void **state)
     assert_string_not_equal(canon, id);
     hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "k123", NULL });
     assert_string_equal(http_id(c, "192.0.2.1", &hd), canon);
-    /* First source first, whatever the order of the fields; the first
-     * field of a name wins. */
+    /* First source first, whatever the order of the fields (a request
+     * with two fields of a name never gets here: see test_http_check). */
     hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "t", "X-Api-Key", "k123",
                                                       "X-Api-Key", "other", NULL });
     assert_string_equal(http_id(c, "192.0.2.1", &hd), id);
@@ -908,6 +948,71 @@ static void test_http_header_identity(void **state)
     struct sl_req none = { .resp = NULL, .http = NULL };
     sl_identity_of_req(c->listeners, &st, &none, out);
     assert_string_equal(out, "ip:unknown");
+    sl_conf_free(c);
+}
+
+/* The check that refuses a request whose identity could be read two
+ * ways: a header source meeting two fields, or a comma list, up to the
+ * source that yields. */
+static int http_check(const struct sl_conf *c, const struct sl_http_head *hd, char *why)
+{
+    struct sl_ident_state st;
+    sl_identity_init(&st, NULL);
+    why[0] = '\0';
+    return sl_identity_http_check(c->listeners, &st, hd, why, 160);
+}
+
+static void test_http_check(void **state)
+{
+    (void)state;
+    char why[160];
+    struct sl_conf *c = http_conf("identity = header:X-Api-Key header:X-Tenant client_ip\n");
+    struct sl_http_head hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1",
+                                                                      NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1", "x-api-key", "k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "more than one X-Api-Key"));
+    assert_null(strstr(why, "k1"));
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "", "X-Api-Key", "k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1, k2", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "comma"));
+    /* the key yields: what comes after it is not the identity's */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "k1", "X-Tenant", "a",
+                                                      "X-Tenant", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    /* no key: the tenant is the identity, and two of them are refused */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Tenant", "a", "X-Tenant", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    assert_non_null(strstr(why, "X-Tenant"));
+    /* an empty key yields nothing: the next source */
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "", "X-Tenant", "a,b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    hd = http_head("GET", "/", (const char *const[]){ "Host", "a", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    sl_conf_free(c);
+
+    /* client_ip first: headers are never the identity */
+    c = http_conf("identity = client_ip header:X-Api-Key\n");
+    hd = http_head("GET", "/", (const char *const[]){ "X-Api-Key", "a", "X-Api-Key", "b", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    sl_conf_free(c);
+
+    /* fields whose grammar holds commas: one value; two fields still not */
+    c = http_conf("identity = header:Authorization\n");
+    hd = http_head("GET", "/", (const char *const[]){ "Authorization",
+                                                      "Digest username=\"u\", realm=\"r\"", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
+    hd = http_head("GET", "/", (const char *const[]){ "Authorization", "Bearer a",
+                                                      "Authorization", "Bearer b", NULL });
+    assert_int_equal(http_check(c, &hd, why), -1);
+    sl_conf_free(c);
+    c = http_conf("identity = header:User-Agent\n");
+    hd = http_head("GET", "/", (const char *const[]){ "User-Agent",
+                                                      "Mozilla/5.0 (KHTML, like Gecko)", NULL });
+    assert_int_equal(http_check(c, &hd, why), 0);
     sl_conf_free(c);
 }
 
@@ -987,7 +1092,9 @@ int main(void)
         cmocka_unit_test(test_no_forgery),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_client_ip),
+        cmocka_unit_test(test_tls_identity),
         cmocka_unit_test(test_http_header_identity),
+        cmocka_unit_test(test_http_check),
         cmocka_unit_test(test_http_forwarded_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -284,6 +284,39 @@ static void test_reload_keeps_whole_tokens(void **state)
     assert_int_equal(sl_algo_take(&st, &g, 1000, 0, 1, &r), 0);
     assert_int_equal(r.remaining, 9); /* debt 1 us = 1 token */
     sl_algo_state_free(&st);
+
+    /* gcra: a TAT an hour ahead under 1/h, read under 100/s burst 100 (an
+     * override gone): the whole tokens held then (none) are kept and the
+     * bucket refills at the new rate from there, even after a peek; the
+     * old TAT does not refuse for the rest of the hour. */
+    struct sl_algo_params h = { .algo = SL_ALGO_GCRA, .amount = 1, .period_us = 3600 * S_US,
+                                .burst = 1 };
+    struct sl_algo_state sh = { 0 };
+    assert_int_equal(sl_algo_take(&sh, &h, t, 1, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(sl_algo_take(&sh, &h, t + 1000, 1, 1, &r), 0);
+    assert_int_equal(r.allowed, 0);
+    assert_true(r.retry_after_us > 3599 * S_US);
+    h.amount = 100;
+    h.period_us = S_US;
+    h.burst = 100;
+    assert_int_equal(sl_algo_take(&sh, &h, t + 2000, 1, 0, &r), 0);
+    assert_int_equal(r.allowed, 0);
+    assert_int_equal(r.retry_after_us, 10000); /* one token at 100/s */
+    assert_int_equal(sl_algo_take(&sh, &h, t + 12000, 1, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    int n = 0;
+    for (int i = 0; i < 150; i++) {
+        assert_int_equal(sl_algo_take(&sh, &h, t + 12000 + S_US + S_US / 100, 1, 1, &r), 0);
+        n += r.allowed;
+    }
+    assert_int_equal(n, 100); /* full again a second later */
+    /* and a burst changed alone (same rate) keeps the tokens, up to it */
+    h.burst = 10;
+    assert_int_equal(sl_algo_take(&sh, &h, t + 12000 + 2 * S_US, 1, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(r.remaining, 9);
+    sl_algo_state_free(&sh);
 }
 
 static void test_ttl(void **state)

@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "admin/admin.h"
+#include "core/log.h"
 #include "conf/conf.h"
 #include "identity/identity.h"
 #include "core/clock.h"
@@ -24,6 +26,28 @@ static const char *const base_conf =
     "[store]\nurl = local\n"
     "[listener r]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:7002\n"
     "identity = resp_user client_ip\n";
+
+/* The whole file <path>, NUL-terminated (malloc'd). */
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char *buf = calloc(1, 1 << 16);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 16) - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+/* How many times <needle> occurs in <hay>. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
 
 /* The one clock of every limiter here: moved by hand. */
 static uint64_t fake_us;
@@ -227,10 +251,33 @@ static void test_rejected_consumes_nothing(void **state)
     teardown_fix(f);
 }
 
+/* The log's clock for the rate of its lines: moved by hand. */
+static uint64_t log_us;
+
+static uint64_t log_now(void)
+{
+    return log_us;
+}
+
+/* A shadow limit changes nothing, counts both outcomes (allowed and
+ * shadow_rejected, as sluice_limit_decisions_total) and logs its
+ * would-be rejections at most once a second per limit: then the ones
+ * left out are counted on the next line (repeated=N), or on a line of
+ * their own at the sweep once the storm is over. */
 static void test_shadow_changes_nothing(void **state)
 {
     (void)state;
-    struct fix *f = setup_with("[limit sh]\nlistener = r\nrate = 1/d\nburst = 1\naction = shadow\n");
+    char path[] = "/tmp/sluice-shadow-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(sl_log_open(path, SL_LOG_LOGFMT), 0);
+    uint64_t (*saved_clock)(void) = sl_log_clock;
+    sl_log_clock = log_now;
+    log_us = 5000000;
+    struct fix *f = setup_with("[limit sh]\nlistener = r\nrate = 1/d\nburst = 1\naction = shadow\n"
+                               "[limit sh2]\nlistener = r\nrate = 1/d\nburst = 2\naction = shadow\n"
+                               "scope = global\n");
     for (int i = 0; i < 20; i++)
         assert_true(allow(f, 1, 0, "GET k", NULL));
     char *text = NULL;
@@ -238,10 +285,56 @@ static void test_shadow_changes_nothing(void **state)
     FILE *m = open_memstream(&text, &len);
     sl_limiter_stats_json(f->lim, m);
     fclose(m);
-    assert_non_null(strstr(text, "\"shadow_rejected\":19"));
-    assert_non_null(strstr(text, "\"rejected\":0"));
+    assert_non_null(strstr(text, "\"name\":\"sh\",\"algorithm\":\"token_bucket\",\"allowed\":1,"
+                                 "\"rejected\":0,\"shadow_rejected\":19,"));
+    assert_non_null(strstr(text, "\"name\":\"sh2\",\"algorithm\":\"token_bucket\",\"allowed\":2,"
+                                 "\"rejected\":0,\"shadow_rejected\":18,"));
     free(text);
+    char *metrics = NULL;
+    m = open_memstream(&metrics, &len);
+    struct sl_metrics *w = sl_metrics_open(m);
+    sl_limiter_metrics(f->lim, w);
+    sl_metrics_close(w);
+    fclose(m);
+    assert_non_null(strstr(metrics, "sluice_limit_decisions_total{limit=\"sh\",outcome=\"allowed\"} 1\n"));
+    assert_non_null(strstr(metrics,
+                           "sluice_limit_decisions_total{limit=\"sh\",outcome=\"shadow_rejected\"} 19\n"));
+    free(metrics);
+    /* one line per limit in that second, naming the identity */
+    char *log = slurp(path);
+    assert_int_equal(count_of(log, "a shadow limit would have rejected"), 2);
+    assert_int_equal(count_of(log, "limit=sh identity=\"ip:unknown\" retry_ms=86400000"), 1);
+    assert_int_equal(count_of(log, "limit=sh2 identity=\"*\" retry_ms="), 1);
+    free(log);
+    /* a second later: the next one logs, with the 18 (17) left out */
+    log_us += 1000000;
+    assert_true(allow(f, 1, 0, "GET k", NULL));
+    log = slurp(path);
+    assert_int_equal(count_of(log, "a shadow limit would have rejected"), 4);
+    assert_int_equal(count_of(log, "limit=sh identity=\"ip:unknown\" retry_ms=86400000 "
+                                   "kind=shadow_reject repeated=18"), 1);
+    assert_int_equal(count_of(log, "kind=shadow_reject repeated=17"), 1);
+    free(log);
+    /* the storm goes on within the second, then stops: the sweep writes
+     * its count once two seconds have passed without a line */
+    for (int i = 0; i < 5; i++)
+        assert_true(allow(f, 1, 0, "GET k", NULL));
+    log_us += 1000000;
+    sl_limiter_sweep(f->lim);
+    log = slurp(path);
+    assert_int_equal(count_of(log, "a shadow limit would have rejected"), 4);
+    free(log);
+    log_us += 1000000;
+    sl_limiter_sweep(f->lim);
+    log = slurp(path);
+    assert_int_equal(count_of(log, "a shadow limit would have rejected"), 6);
+    assert_int_equal(count_of(log, "limit=sh kind=shadow_reject repeated=5"), 1);
+    assert_int_equal(count_of(log, "limit=sh2 kind=shadow_reject repeated=5"), 1);
+    free(log);
     teardown_fix(f);
+    sl_log_clock = saved_clock;
+    assert_int_equal(sl_log_open(NULL, SL_LOG_LOGFMT), 0);
+    unlink(path);
 }
 
 static void test_exempt_and_other_listener(void **state)
@@ -942,8 +1035,9 @@ static void test_http_methods(void **state)
     teardown_fix(f);
 }
 
-/* paths: exact, prefix ("/api/" + '*') and globs, on the path's normal
- * form, so a spelling of the same path is counted as that path. */
+/* paths: exact, prefix ("/api/" + '*') and globs, on every reading of the
+ * path (proto/http_path.h), so a spelling of the same path is counted as
+ * that path. */
 static void test_http_paths(void **state)
 {
     (void)state;
@@ -961,7 +1055,10 @@ static void test_http_paths(void **state)
     assert_string_equal(v.limit, "api");
     assert_true(allow_http(f, 0, "GET", "/api", "k", NULL));     /* not under /api/ */
     assert_true(allow_http(f, 0, "GET", "/apix/1", "k", NULL));
-    assert_true(allow_http(f, 0, "GET", "/API/1", "k", NULL));   /* paths are case-sensitive */
+    assert_false(allow_http(f, 0, "GET", "/API/1", "k", NULL));  /* letters in either case */
+    assert_false(allow_http(f, 0, "GET", "/api%2f1", "k", NULL)); /* /api/1 once decoded */
+    assert_false(allow_http(f, 0, "GET", "/public/..%2fapi/1", "k", NULL));
+    assert_false(allow_http(f, 0, "GET", "/api/../public", "k", NULL)); /* as sent */
     assert_true(allow_http(f, 0, "GET", "/x/api/1", "k", NULL));
 
     assert_true(allow_http(f, 0, "POST", "/login", "k", NULL));
@@ -984,6 +1081,28 @@ static void test_http_paths(void **state)
     memset(longp + 5, 'a', sizeof(longp) - 10);
     strcpy(longp + sizeof(longp) - 5, ".png");
     assert_false(allow_http(f, 0, "GET", longp, "k", NULL));
+    teardown_fix(f);
+}
+
+/* %00 and overlong UTF-8 are refused where a limit on the listener has
+ * paths, and only there. */
+static void test_http_path_refusal(void **state)
+{
+    (void)state;
+    static const char *const bad[] = { "/api%00/x", "/%c0%afapi/x", "/x/%E0%80%AF" };
+    struct fix *f = setup_http("[limit api]\nlistener = w\nrate = 1/h\nburst = 4\npaths = /api/*\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_non_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
+    struct sl_http_head ok = http_head("GET", "/api%2fx/%c3%a9", "k");
+    assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &ok));
+    teardown_fix(f);
+    f = setup_http("[limit all]\nlistener = w\nrate = 1/h\nburst = 4\nmethods = GET\n");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sl_http_head hd = http_head("GET", bad[i], "k");
+        assert_null(sl_limiter_path_refusal(f->lim, f->conf->listeners, &hd));
+    }
     teardown_fix(f);
 }
 
@@ -1129,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_busiest_not_forged),
         cmocka_unit_test(test_http_methods),
         cmocka_unit_test(test_http_paths),
+        cmocka_unit_test(test_http_path_refusal),
         cmocka_unit_test(test_http_cost_per_method),
         cmocka_unit_test(test_http_tier_by_key),
         cmocka_unit_test(test_one_clock_drives_places_and_sweep),

@@ -316,6 +316,44 @@ static void test_maximum_size(void **state)
     assert_int_equal(sl_http_answer_error(400, NULL, buf, 10), 0);
 }
 
+/* The framing flags: a HEAD gets the head alone with the GET's
+ * Content-Length (RFC 9110 9.3.2); an HTTP/1.0 connection that stays open
+ * is told so; close wins over keep-alive. */
+static void test_head_and_keep_alive_flags(void **state)
+{
+    (void)state;
+    struct sl_verdict v = refusal("api", 2000000);
+    char full[SL_HTTP_ANSWER_MAX], head[SL_HTTP_ANSWER_MAX + 1];
+    size_t nf = sl_http_answer_limited(&v, SL_HTTP_RL_DRAFT, 0, full, sizeof(full));
+    size_t nh = sl_http_answer_limited(&v, SL_HTTP_RL_DRAFT, SL_HTTP_ANS_HEAD, head, SL_HTTP_ANSWER_MAX);
+    assert_true(nf > 0 && nh > 0 && nh < nf);
+    head[nh] = '\0';
+    /* the same head, and nothing after its empty line */
+    assert_memory_equal(full, head, nh);
+    assert_memory_equal(head + nh - 4, "\r\n\r\n", 4);
+    assert_int_equal(sl_http_answer_head_only(full, nf), nh);
+    const char *cl = strstr(head, "Content-Length: ");
+    assert_non_null(cl);
+    assert_int_equal(strtoul(cl + 16, NULL, 10), nf - nh);
+
+    char buf[SL_HTTP_ANSWER_MAX + 1];
+    size_t n = sl_http_answer_limited(&v, SL_HTTP_RL_NONE, SL_HTTP_ANS_KEEP, buf, SL_HTTP_ANSWER_MAX);
+    buf[n] = '\0';
+    assert_non_null(strstr(buf, "\r\nConnection: keep-alive\r\n\r\n"));
+    n = sl_http_answer_limited(&v, SL_HTTP_RL_NONE, SL_HTTP_ANS_KEEP | SL_HTTP_ANS_CLOSE, buf,
+                               SL_HTTP_ANSWER_MAX);
+    buf[n] = '\0';
+    assert_non_null(strstr(buf, "\r\nConnection: close\r\n\r\n"));
+    assert_null(strstr(buf, "keep-alive"));
+
+    /* an error answer cut for a HEAD */
+    n = sl_http_answer_error(502, NULL, buf, SL_HTTP_ANSWER_MAX);
+    size_t h = sl_http_answer_head_only(buf, n);
+    assert_true(h < n);
+    assert_memory_equal(buf + h - 4, "\r\n\r\n", 4);
+    assert_int_equal(sl_http_answer_head_only("no head", 7), 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_connection_limit_exact),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_maximum_size),
+        cmocka_unit_test(test_head_and_keep_alive_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
