@@ -25,6 +25,8 @@
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
     "max_headers", "max_header_size", "upgrades" };
+/* ... and those only a resp listener takes. */
+static const char *const resp_only_keys[] = { "setup_commands" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {
@@ -113,6 +115,13 @@ static void check_listener(struct loader *ld, struct section *sec)
             sl_cf_err(ld, id_line,
                       "identity: header:%s needs protocol = http (this listener is %s)",
                       l->identity_header[i], sl_conf_proto_names[l->protocol]);
+    }
+    for (size_t k = 0; k < N_OF(resp_only_keys) && l->protocol != SL_PROTO_RESP; k++) {
+        int line = sl_cf_key_line(sec, resp_only_keys[k]);
+        if (line != 0)
+            sl_cf_err(ld, line,
+                      "%s: only for resp listeners (this listener is %s)", resp_only_keys[k],
+                      sl_conf_proto_names[l->protocol]);
     }
     for (size_t k = 0; k < N_OF(http_only_keys) && l->protocol != SL_PROTO_HTTP; k++) {
         int line = sl_cf_key_line(sec, http_only_keys[k]);

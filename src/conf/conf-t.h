@@ -85,6 +85,9 @@ struct sl_listener_conf {
     uint64_t       max_request;        /* bytes, default 512mb */
     uint64_t       resolve_ttl_us;     /* an upstream name is looked up again when its answer
                                           is older than this; default 30s; 0 = at every connect */
+    /* protocol = resp only (an error on other listeners) */
+    uint64_t       setup_commands;     /* connect-time commands not charged to requests
+                                          limits, per connection; default 16; 0 = none */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip */

@@ -122,6 +122,8 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
     dump_listener_tls(out, l);
+    if (l->protocol == SL_PROTO_RESP)
+        kv_u64(out, "setup_commands", l->setup_commands);
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
     for (int i = 0; i < l->n_trusted_proxies; i++) {

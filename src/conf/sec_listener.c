@@ -27,6 +27,8 @@ static const struct keyword listener_kw[] = {
     NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
     NUM("resolve_ttl", KW_DURATION, struct sl_listener_conf, resolve_ttl_us, 0, DAY_US),
+    /* protocol = resp only (check.c: resp_only_keys) */
+    NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
     /* protocol = http only (check.c: http_only_keys, check_listener) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
@@ -73,6 +75,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_replies_owed = 8192;
     l->max_request = 512ULL * 1000 * 1000;
     l->resolve_ttl_us = 30 * S_US;
+    l->setup_commands = 16;
     l->upstream_timeout_us = 60 * S_US;
     l->rate_limit_headers = SL_RLH_DRAFT;
     l->forwarded_headers = 1;

@@ -320,13 +320,19 @@ int sl_limiter_check_req(struct sl_limiter *lim, const struct sl_listener_conf *
     const struct sl_resp_req *r = q != NULL ? q->resp : NULL;
     if (sl_lim_exempt(r))
         return 0;
-    uint32_t cats = lim->any_cats ? sl_resp_acl_of(r) : 0;
+    int setup = q != NULL && q->setup;
+    uint32_t cats = lim->any_cats && !setup ? sl_resp_acl_of(r) : 0;
     /* Candidates by listener and command: no identity work before this.
-     * All of them: tiers and match_identity thin them out afterwards. */
+     * All of them: tiers and match_identity thin them out afterwards. A
+     * connection's set-up command (sess_resp.c) meets only the limits that
+     * name it: one that takes every command, or a category, does not mean
+     * to refuse a client its connect-time checks; one that names INFO
+     * does. */
     int *cand = lim->cand, nc = 0;
     for (int i = 0; i < lim->n; i++)
         if (sl_lim_applies(&lim->limits[i], lc, SL_METRIC_REQUESTS) &&
-            sl_lim_command_matches(&lim->limits[i], r, cats))
+            (setup ? sl_lim_command_named(&lim->limits[i], r)
+                   : sl_lim_command_matches(&lim->limits[i], r, cats)))
             cand[nc++] = i;
     if (nc == 0)
         return 0;

@@ -5,6 +5,7 @@
  *     |-- sl_lim_exempt            MULTI, EXEC, AUTH, ... are never limited
  *     |-- sl_lim_applies           the limit's listener and metric
  *     |-- sl_lim_command_matches   its `commands`: a name, CONTAINER|SUB, @category
+ *     |   (sl_lim_command_named: by name only, for a connection's set-up)
  *     |      = the candidates (no identity work before this)
  *     |-- sl_lim_identity_matches  its match_identity (tiers: `replaces`, in limiter.c)
  *     '-- sl_lim_cost_of           its per-command cost
@@ -151,7 +152,12 @@ int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, u
         return 1;
     if (L->cats & cats)
         return 1;
-    if (r == NULL || !arg_whole(r, 0))
+    return sl_lim_command_named(L, r);
+}
+
+int sl_lim_command_named(const struct limit *L, const struct sl_resp_req *r)
+{
+    if (L->n_methods > 0 || L->n_paths > 0 || r == NULL || !arg_whole(r, 0))
         return 0;
     for (int i = 0; i < L->n_subcmds; i++)
         if (subcommand_is(r, L->subcmds[i]))

@@ -37,6 +37,11 @@ void sl_lim_canon_matches(char **m, int n);
  * categories are <cats>. */
 int sl_lim_command_matches(const struct limit *L, const struct sl_resp_req *r, uint32_t cats);
 
+/* Whether <L>'s `commands` name request <r> itself: its name or its
+ * CONTAINER|SUB, not a category nor every command by default. A
+ * connection's set-up commands are charged only to such limits. */
+int sl_lim_command_named(const struct limit *L, const struct sl_resp_req *r);
+
 /* What request <r> (NULL: none) costs limit <L>: per command (resp) or
  * per method (http, case-sensitive), else the default. */
 uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *r);

@@ -248,6 +248,18 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
     sl_rconn_allowed(&s->rc, kind, replies);
     if (replies > 0)
         sl_sess_owe(s, replies);
+    if (kind == SL_PK_QUIT && replies > 0) {
+        /* Redis writes QUIT's +OK and closes at once (inside MULTI too). A
+         * client that pools connections looks for that close before it
+         * sends the next command on one: it must come with the +OK, not
+         * when the upstream's FIN is read, a loop turn or more later. So
+         * the client's side is shut down as soon as the +OK is written.
+         * (Under CLIENT REPLY OFF there is nothing to wait for but the
+         * upstream, which still has to be sent the QUIT: its close ends
+         * the session, as before.) */
+        static char none[] = "";
+        sl_sess_local(s, none, 0, SL_SEG_CLOSE);
+    }
     auth_wake(s);
 }
 
@@ -285,6 +297,29 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
         return;
     sl_sess_owe(s, 1);
     sl_sess_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
+}
+
+/* A connection's set-up: the commands a client library sends as it
+ * connects (sl_rconn_is_setup: SELECT, CLIENT SETNAME, INFO, COMMAND
+ * DOCS ...), before the application's first command, are not charged to
+ * requests limits, so a client whose identity is throttled can still
+ * connect and be told so on its first real command (a library that
+ * cannot finish its connect-time checks reconnects in a loop instead).
+ * At most `setup_commands` of them per connection, so a client cannot
+ * live in set-up; the first other command ends the set-up for good.
+ * Commands that are never limited (AUTH, HELLO, MULTI, CLIENT REPLY ...)
+ * neither use it up nor end it. Byte limits still see them. Returns 1
+ * when <r> goes uncharged. */
+static int setup_free(struct sl_session *s, const struct sl_resp_req *r, int kind)
+{
+    if (s->setup_left == 0 || kind != SL_PK_PLAIN)
+        return 0;
+    if (!sl_rconn_is_setup(r)) {
+        s->setup_left = 0;
+        return 0;
+    }
+    s->setup_left--;
+    return 1;
 }
 
 /* Learns who the client is from its request. AUTH and HELLO ... AUTH only
@@ -473,7 +508,7 @@ static void process(struct sl_session *s)
         observe(s, r, kind);
         /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
          * what follows it is never framed, forwarded or answered. */
-        if (sl_rconn_is_quit(r))
+        if (kind == SL_PK_QUIT)
             s->quit = 1;
         if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
             /* what follows waits for the answer that says who it is */
@@ -483,6 +518,7 @@ static void process(struct sl_session *s)
         }
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
+        const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
         if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
             !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
@@ -493,7 +529,7 @@ static void process(struct sl_session *s)
             /* Nothing waits before it: when the verdict is in at once
              * (url = local, a lease, a remembered refusal) and allows, the
              * request joins the same write as the ones before it. */
-            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+            if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
             struct sl_pend *e = &s->pend[s->pend_head];
             if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
@@ -509,7 +545,7 @@ static void process(struct sl_session *s)
         } else {
             sl_sess_to_upstream(s, b, from, to);
             b->start = from = to;
-            if (sl_sess_enqueue(s, &(struct sl_req){ .resp = r }, span, fx, nchan, kind) < 0)
+            if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
         }
         apply(s);
@@ -563,7 +599,10 @@ static void process(struct sl_session *s)
         return;
     } else if (held >= SL_STREAM_AT) {
         struct sl_resp_req *head = &s->framer->req;
-        observe(s, head, sl_rconn_kind(head));
+        int kind = sl_rconn_kind(head);
+        observe(s, head, kind);
+        if (kind == SL_PK_PLAIN)
+            s->setup_left = 0; /* no set-up command is that big: charged, and the set-up is over */
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(head, &nchan);
         if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
@@ -655,7 +694,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         int due = push ? (s->seg_n > 0 && s->segs[s->seg_head].n == 0) : reply_ended(s);
         if (due) {
-            /* local replies go out here, between two upstream replies */
+            /* local replies go out here, between two upstream replies; when
+             * the next one ends the session (QUIT's close, a protocol
+             * error), the bytes before it leave with the close */
+            if (s->segs[s->seg_head].flags & SL_SEG_CLOSE)
+                sl_sess_cork(s);
             sl_sess_to_client(s, b, b->start, off);
             b->start = off;
             sl_sess_emit_locals(s);
@@ -713,6 +756,7 @@ static void upstream_eof(struct sl_session *s, int err)
 static void resp_init(struct sl_session *s)
 {
     sl_reply_init(&s->scan);
+    s->setup_left = (uint8_t)s->l->conf->setup_commands;
 }
 
 static int at_boundary(const struct sl_session *s)

@@ -102,6 +102,7 @@ void sl_sess_drain_check(struct sl_session *s);
 void sl_sess_local(struct sl_session *s, char *text, uint32_t len, uint8_t flags);
 void sl_sess_emit_locals(struct sl_session *s);
 void sl_sess_finish(struct sl_session *s);                /* close once the client has all */
+void sl_sess_cork(struct sl_session *s);  /* what goes to the client next leaves with the FIN */
 void sl_sess_resume(struct sl_session *s);
 void sl_sess_resume_later(struct sl_session *s);          /* at the end of the loop turn */
 /* Asks the limiter about request <r> (complete, or the head of a big one)

@@ -117,6 +117,8 @@ struct sl_session {
                                        by resp_user: what follows is charged to its user) */
     uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
     uint8_t             quit;       /* a QUIT was framed: nothing after it is */
+    uint8_t             setup_left; /* set-up commands that may still go uncharged;
+                                       0 once the connection's set-up is over */
     uint64_t            owed_total; /* upstream replies owed since the start */
     uint64_t            paid_total; /* upstream replies received against them */
     uint8_t             reply_first;/* first byte of the upstream reply in progress */

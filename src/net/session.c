@@ -35,6 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include "core/buf.h"
 #include "core/clock.h"
@@ -468,6 +471,8 @@ void sl_sess_emit_locals(struct sl_session *s)
             continue;
         }
         uint8_t flags = g->flags;
+        if (flags & SL_SEG_CLOSE)
+            sl_sess_cork(s); /* the last words leave with the FIN */
         int rc = g->len > 0 ? sl_sess_send(s, (uv_stream_t *)&s->client, NULL, g->text, g->len) : 0;
         if (flags & SL_SEG_OWNED)
             free(g->text);
@@ -890,6 +895,23 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     sl_tq_touch(&s->l->lingering, &s->tq, sl_sess_now_ms(s));
     s->cl_pause = 0;
     side_linger(s);
+}
+
+/* The bytes about to go to the client are its last: the kernel holds them
+ * (TCP_CORK) until the shutdown's FIN, which then leaves in the same
+ * segment, so the client never reads them without the close already there
+ * behind them. A client that reads a QUIT's +OK and then looks whether the
+ * connection closed before reusing it must see the close, as it does from
+ * Redis, whose close follows its write within microseconds; a separate FIN
+ * sent a few microseconds after the data loses that race often. The kernel
+ * sends what is corked after 200 ms at the latest whatever happens. Not a
+ * TCP socket (the error) or a failure: the FIN just follows. */
+void sl_sess_cork(struct sl_session *s)
+{
+    uv_os_fd_t fd;
+    int one = 1;
+    if (s->state < SL_SESS_FLUSHING && uv_fileno((uv_handle_t *)&s->client, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one));
 }
 
 /* Every byte for the client has been written: close gracefully. */

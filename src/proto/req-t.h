@@ -9,6 +9,8 @@
 struct sl_req {
     const struct sl_resp_req  *resp; /* resp: the command as framed */
     const struct sl_http_head *http; /* http: the request's head */
+    uint8_t                    setup;  /* resp: a connection's set-up command, which
+                                          only limits naming it count (sess_resp.c) */
 };
 
 #endif

@@ -28,6 +28,7 @@ enum sl_pk {
     SL_PK_STATE,  /* CLIENT REPLY: never refused, by a byte meter either */
     SL_PK_HEAD,   /* the first bytes of a request too big to hold: decided early */
     SL_PK_TAIL,   /* the rest of such a request: follows its head's verdict */
+    SL_PK_QUIT,   /* QUIT: never refused; the connection ends with its answer */
 };
 
 /* Whether Redis will have the connection subscribed, from what was sent. */

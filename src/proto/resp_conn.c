@@ -55,15 +55,62 @@ int sl_rconn_kind(const struct sl_resp_req *r)
     if (NAME_IS(r, 0, "DISCARD")) return SL_PK_DISCARD;
     if (NAME_IS(r, 0, "RESET"))   return SL_PK_RESET;
     if (NAME_IS(r, 0, "AUTH") || NAME_IS(r, 0, "HELLO")) return SL_PK_AUTH;
+    if (NAME_IS(r, 0, "QUIT"))    return SL_PK_QUIT;
     /* the client expects no answer to OFF and SKIP and would take a
      * refusal for the next command's; a refused ON would leave it waiting */
     if (NAME_IS(r, 0, "CLIENT") && NAME_IS(r, 1, "REPLY")) return SL_PK_STATE;
     return SL_PK_PLAIN;
 }
 
-int sl_rconn_is_quit(const struct sl_resp_req *r)
+struct cmd_name {
+    const char *name;
+    uint32_t    len;
+};
+
+static int name_in(const struct sl_resp_req *r, unsigned i, const struct cmd_name *list, size_t n)
 {
-    return NAME_IS(r, 0, "QUIT");
+    for (size_t k = 0; k < n; k++)
+        if (name_is(r, i, list[k].name, list[k].len))
+            return 1;
+    return 0;
+}
+
+/* What client libraries send when they connect, before the application's
+ * first command (docs/resp.md lists which library sends what): choosing
+ * the database and the protocol, naming the connection, learning the
+ * server (INFO, ROLE, COMMAND and its listings, the cluster's layout),
+ * checking it answers (PING). Each reads or sets only the connection's own
+ * state or what the server says of itself. AUTH and HELLO are not here:
+ * they are never limited at all. Nor is ECHO: no library sends it on
+ * connect, and applications do use it as a cheap command. */
+int sl_rconn_is_setup(const struct sl_resp_req *r)
+{
+#define CN(name) { name, sizeof(name) - 1 }
+#define IN(list, i) name_in(r, (i), (list), sizeof(list) / sizeof(list[0]))
+    static const struct cmd_name alone[] = {
+        CN("SELECT"), CN("READONLY"), CN("READWRITE"), CN("PING"), CN("INFO"), CN("ROLE"),
+    };
+    static const struct cmd_name client[] = {
+        CN("SETNAME"), CN("SETINFO"), CN("GETNAME"), CN("ID"), CN("INFO"), CN("TRACKING"),
+    };
+    static const struct cmd_name command[] = { CN("DOCS"), CN("INFO"), CN("COUNT"), CN("LIST") };
+    static const struct cmd_name cluster[] = {
+        CN("SLOTS"), CN("SHARDS"), CN("NODES"), CN("MYID"), CN("INFO"),
+    };
+    int yes = 0;
+    if (r->argc == 0)
+        yes = 0;
+    else if (IN(alone, 0))
+        yes = 1;
+    else if (NAME_IS(r, 0, "COMMAND"))
+        yes = r->argc == 1 || IN(command, 1);
+    else if (r->argc >= 2 && NAME_IS(r, 0, "CLIENT"))
+        yes = IN(client, 1);
+    else if (r->argc >= 2 && NAME_IS(r, 0, "CLUSTER"))
+        yes = IN(cluster, 1);
+    return yes;
+#undef IN
+#undef CN
 }
 
 /* ---- subscriptions ------------------------------------------------------- */

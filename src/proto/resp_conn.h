@@ -37,8 +37,10 @@ uint8_t sl_rconn_classify(const struct sl_resp_req *r, uint32_t *nchan);
 /* What <r> is to the order of verdicts (enum sl_pk, never HEAD or TAIL). */
 int sl_rconn_kind(const struct sl_resp_req *r);
 
-/* Nonzero for QUIT: Redis runs nothing after it. */
-int sl_rconn_is_quit(const struct sl_resp_req *r);
+/* Nonzero when <r> is one of the commands client libraries send as they
+ * connect (SELECT, PING, INFO, COMMAND DOCS, CLIENT SETNAME, CLUSTER
+ * SLOTS ...): while a connection sets itself up they are not charged. */
+int sl_rconn_is_setup(const struct sl_resp_req *r);
 
 /* ---- requests, when decided ---- */
 

@@ -210,16 +210,17 @@ static void test_upstream_sessions_resumed(void **state)
     assert_true(th_metric(admin_port, m) - before >= 3);
 }
 
-/* identity = tls_subject: the client certificate's CN is who is limited. */
+/* identity = tls_subject: the client certificate's CN is who is limited.
+ * (EXISTS: a PING alone on its connection is set-up, never charged.) */
 static void test_tls_subject_identity(void **state)
 {
     (void)state;
     char out[512];
     for (int i = 0; i < 3; i++) {
-        cli(tport, "client", "ping", out, sizeof(out));
-        assert_string_equal(out, "PONG\n");
+        cli(tport, "client", "exists tls-subject-k", out, sizeof(out));
+        assert_string_equal(out, "0\n");
     }
-    cli(tport, "client", "ping", out, sizeof(out));
+    cli(tport, "client", "exists tls-subject-k", out, sizeof(out));
     assert_non_null(strstr(out, "THROTTLED limit 'per-cert' exceeded for 'tls:client-alice'"));
     /* without a certificate: another identity (the client ip), not limited */
     cli(tport, NULL, "ping", out, sizeof(out));
@@ -259,18 +260,19 @@ static void test_tls_subject_whole_name(void **state)
 {
     (void)state;
     char out[512];
+    /* EXISTS: a PING alone on its connection is set-up, never charged */
     for (int i = 0; i < 2; i++) {
-        cli(nport, "long-1", "ping", out, sizeof(out));
-        assert_string_equal(out, "PONG\n");
+        cli(nport, "long-1", "exists tls-name-k", out, sizeof(out));
+        assert_string_equal(out, "0\n");
     }
-    cli(nport, "long-1", "ping", out, sizeof(out));
+    cli(nport, "long-1", "exists tls-name-k", out, sizeof(out));
     assert_non_null(strstr(out, "THROTTLED limit 'per-name' exceeded for 'tls#"));
     char first[128];
     snprintf(first, sizeof first, "%s", strstr(out, "tls#"));
-    cli(nport, "long-2", "ping", out, sizeof(out)); /* another identity */
-    assert_string_equal(out, "PONG\n");
-    cli(nport, "long-2", "ping", out, sizeof(out));
-    cli(nport, "long-2", "ping", out, sizeof(out));
+    cli(nport, "long-2", "exists tls-name-k", out, sizeof(out)); /* another identity */
+    assert_string_equal(out, "0\n");
+    cli(nport, "long-2", "exists tls-name-k", out, sizeof(out));
+    cli(nport, "long-2", "exists tls-name-k", out, sizeof(out));
     assert_non_null(strstr(out, "THROTTLED limit 'per-name' exceeded for 'tls#"));
     assert_string_not_equal(strstr(out, "tls#"), first);
 

@@ -945,7 +945,7 @@ static void test_http_header_identity(void **state)
     char out[SL_ID_MAX + 1];
     sl_identity_of_req(c->listeners, &st, NULL, out);
     assert_string_equal(out, "ip:unknown");
-    struct sl_req none = { NULL, NULL };
+    struct sl_req none = { .resp = NULL, .http = NULL };
     sl_identity_of_req(c->listeners, &st, &none, out);
     assert_string_equal(out, "ip:unknown");
     sl_conf_free(c);

@@ -99,9 +99,48 @@ static void test_classify(void **state)
     r = REQ("GET", "k");
     assert_int_equal(sl_rconn_kind(&r), SL_PK_PLAIN);
     r = REQ("quit");
-    assert_true(sl_rconn_is_quit(&r));
+    assert_int_equal(sl_rconn_kind(&r), SL_PK_QUIT);
     r = REQ("QUITE");
-    assert_false(sl_rconn_is_quit(&r));
+    assert_int_equal(sl_rconn_kind(&r), SL_PK_PLAIN);
+}
+
+/* What client libraries send as they connect; not what an application
+ * sends to work on data, nor the server-wide CLIENT and CLUSTER verbs. */
+static void test_setup_commands(void **state)
+{
+    (void)state;
+    struct sl_resp_req r;
+#define SETUP(...) (r = REQ(__VA_ARGS__), sl_rconn_is_setup(&r))
+    assert_true(SETUP("select", "0"));
+    assert_true(SETUP("PING"));
+    assert_true(SETUP("INFO"));
+    assert_true(SETUP("INFO", "server"));
+    assert_true(SETUP("ROLE"));
+    assert_true(SETUP("READONLY"));
+    assert_true(SETUP("COMMAND"));
+    assert_true(SETUP("COMMAND", "DOCS"));
+    assert_true(SETUP("command", "docs", "get"));
+    assert_true(SETUP("COMMAND", "COUNT"));
+    assert_true(SETUP("CLIENT", "SETNAME", "w1"));
+    assert_true(SETUP("CLIENT", "SETINFO", "LIB-NAME", "redis-py"));
+    assert_true(SETUP("client", "id"));
+    assert_true(SETUP("CLIENT", "TRACKING", "on"));
+    assert_true(SETUP("CLUSTER", "SLOTS"));
+    assert_true(SETUP("CLUSTER", "SHARDS"));
+    assert_true(SETUP("CLUSTER", "NODES"));
+    assert_false(SETUP("GET", "k"));
+    assert_false(SETUP("ECHO", "x"));
+    assert_false(SETUP("COMMAND", "GETKEYS", "GET", "k"));
+    assert_false(SETUP("CLIENT"));
+    assert_false(SETUP("CLIENT", "LIST"));
+    assert_false(SETUP("CLIENT", "KILL", "ID", "1"));
+    assert_false(SETUP("CLIENT", "PAUSE", "100"));
+    assert_false(SETUP("CLUSTER", "FAILOVER"));
+    assert_false(SETUP("INFOS"));
+    assert_false(SETUP("AUTH", "pw")); /* never limited: no set-up to spend */
+    assert_false(SETUP("HELLO", "3"));
+    assert_false(SETUP("SUBSCRIBE", "c"));
+#undef SETUP
 }
 
 static void test_reply_modes(void **state)
@@ -287,6 +326,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classify),
+        cmocka_unit_test(test_setup_commands),
         cmocka_unit_test(test_reply_modes),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_multi),
