@@ -124,7 +124,7 @@ static void send_map(struct sl_store *st, struct sl_node *nd)
     uint64_t ms = (st->conf.connect_timeout_us + 999) / 1000;
     r->kind = SL_K_MAP;
     r->sent_ns = uv_hrtime();
-    r->deadline = uv_now(st->loop) + (ms > st->timeout_ms ? ms : st->timeout_ms);
+    r->deadline = sl_store_deadline(st, ms > st->timeout_ms ? ms : st->timeout_ms);
     if (sl_wire_encode(&r->cmd, 2, argv, 0, NULL, 0, NULL) < 0 || sl_node_send(nd, r, 0) < 0) {
         sl_store_req_put(st, r);
         return;

@@ -76,6 +76,9 @@ struct sl_store_req *sl_store_eval_on(struct sl_store *st, struct sl_node *nd, i
                                       int nargs, const struct sl_str *args);
 /* 1 when <nd> takes new requests now (up, and its unsent bytes under a cap). */
 int sl_store_node_usable(const struct sl_node *nd);
+
+/* The loop ms <ms> from now, read now (for a call's deadline). */
+uint64_t sl_store_deadline(struct sl_store *st, uint64_t ms);
 /* Makes a node of <st> (not connecting yet); NULL when the table is full or OOM. */
 struct sl_node *sl_store_add_node(struct sl_store *st, const char *name,
                                   const struct sockaddr_storage *ss);

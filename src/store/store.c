@@ -82,14 +82,26 @@ struct sl_store_req *sl_store_eval_on(struct sl_store *st, struct sl_node *nd, i
     r->kind = (uint8_t)kind;
     r->script = script;
     r->sent_ns = uv_hrtime();
-    /* The loop time is when this turn began: the deadline errs early. */
-    r->deadline = uv_now(st->loop) + st->timeout_ms;
+    r->deadline = sl_store_deadline(st, st->timeout_ms);
     if (sl_wire_evalsha(&r->cmd, st->scripts[script].sha, nkeys, keys, nargs, args) < 0 ||
         sl_node_send(nd, r, 0) < 0) {
         sl_store_req_put(st, r);
         return NULL;
     }
     return r;
+}
+
+/* The loop's clock is when its turn began. A turn that ran long, or a
+ * process not run for a while after it read the clock (a loaded machine),
+ * gave a call a deadline already close, or already passed, when it was made:
+ * the next turn runs its timers before the prepare callback writes, so the
+ * call timed out unsent and on_failure decided what the store would have.
+ * The clock is read again here (uv_update_time: a coarse clock read), so a
+ * call has its whole timeout from when it is made. */
+uint64_t sl_store_deadline(struct sl_store *st, uint64_t ms)
+{
+    uv_update_time(st->loop);
+    return uv_now(st->loop) + ms;
 }
 
 /* 1 when <nd> takes new requests now. */
@@ -292,7 +304,7 @@ void sl_store_node_probe(struct sl_store *st, struct sl_node *nd)
         return;
     r->kind = SL_K_PROBE;
     r->sent_ns = uv_hrtime();
-    r->deadline = uv_now(st->loop) + st->timeout_ms;
+    r->deadline = sl_store_deadline(st, st->timeout_ms);
     if (sl_wire_encode(&r->cmd, 2, argv, 0, NULL, 0, NULL) < 0 || sl_node_send(nd, r, 0) < 0) {
         sl_store_req_put(st, r);
         return;
@@ -712,7 +724,7 @@ struct sl_store_req *sl_store_hget(struct sl_store *st, struct sl_str key, struc
     struct sl_str argv[3] = { { "HGET", 4 }, key, field };
     r->kind = SL_K_TEXT;
     r->sent_ns = uv_hrtime();
-    r->deadline = uv_now(st->loop) + st->timeout_ms;
+    r->deadline = sl_store_deadline(st, st->timeout_ms);
     r->slot = (uint16_t)sl_slot_of_key(key.p, key.len);
     if (sl_wire_encode(&r->cmd, 3, argv, 0, NULL, 0, NULL) < 0 || sl_node_send(nd, r, 0) < 0) {
         sl_store_req_put(st, r);

@@ -101,7 +101,16 @@ static void serve_sink(int lfd, void *arg)
                     continue;
                 if (n <= 0)
                     break;
-                __atomic_fetch_add(count, (uint64_t)n, __ATOMIC_RELAXED);
+                uint64_t was = __atomic_fetch_add(count, (uint64_t)n, __ATOMIC_RELAXED);
+                /* [1]: when all connections together passed 1 MiB (a
+                 * burst), [2]: when the last bytes came (th_now_ms) */
+                uint64_t now = th_now_ms(), last;
+                if (was < (uint64_t)MiB && was + (uint64_t)n >= (uint64_t)MiB)
+                    __atomic_store_n(&count[1], now, __ATOMIC_RELAXED);
+                last = __atomic_load_n(&count[2], __ATOMIC_RELAXED);
+                while (last < now && !__atomic_compare_exchange_n(&count[2], &last, now, 0, __ATOMIC_RELAXED,
+                                                                  __ATOMIC_RELAXED))
+                    ;
             }
             _exit(0);
         }
@@ -452,7 +461,11 @@ struct flow {
     uint64_t bytes; /* received (download) or written (upload) */
     int      closed;
     uint64_t closed_ms; /* when the close was seen, ms from t0 (the deadline if never) */
+    uint64_t last_ms;   /* the last read or write that moved bytes, ms from t0 */
 };
+
+static uint64_t flows_t0;       /* t0 of the last run_flows (th_now_ms) */
+static uint64_t flows_burst_ms; /* when its downloads together passed 1 MiB, ms from t0 (0: never) */
 
 /* What the last run_flows moved in each 100 ms (all flows together), to
  * show how a flow was shaped when a figure is off (or with SHAPE_TRACE=1). */
@@ -473,7 +486,11 @@ static void run_flows(struct flow *f, int n, int ms)
     static char buf[1 << 20];
     assert_true(n <= 8);
     uint64_t t0 = th_now_ms();
+    flows_t0 = t0;
+    flows_burst_ms = 0;
+    uint64_t down = 0;
     for (int i = 0; i < n; i++) {
+        f[i].last_ms = 0;
         f[i].fd = th_connect(f[i].port);
         assert_true(f[i].fd >= 0);
         th_nonblock(f[i].fd);
@@ -510,9 +527,12 @@ static void run_flows(struct flow *f, int n, int ms)
             if (pfd[i].revents == 0)
                 continue;
             ssize_t k = f[i].upload ? write(f[i].fd, buf, sizeof(buf)) : read(f[i].fd, buf, sizeof(buf));
-            if (k > 0)
+            if (k > 0) {
                 f[i].bytes += (uint64_t)k;
-            else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
+                f[i].last_ms = th_now_ms() - t0;
+                if (!f[i].upload && down < (uint64_t)MiB && (down += (uint64_t)k) >= (uint64_t)MiB)
+                    flows_burst_ms = f[i].last_ms;
+            } else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
                 f[i].closed = 1;
                 f[i].closed_ms = th_now_ms() - t0;
             }
@@ -526,6 +546,36 @@ static void close_flows(struct flow *f, int n)
 {
     for (int i = 0; i < n; i++)
         close(f[i].fd);
+}
+
+/* What a 1 MiB/s limit with a 1 MiB burst owes a flow that had moved its
+ * first MiB at <burst> ms and its last bytes at <last> ms of a run of <ms>
+ * (ms from t0, before connect): 1 MiB + rate x (last - burst). Not burst +
+ * rate x ms: until the burst is spent the bucket is full and what a stall
+ * then (a loaded machine not running sluice, the store or the client)
+ * would have refilled is lost, and what the limit allows in the run's last
+ * moments is delivered only if sluice, the client and the sink are run
+ * then: a run lost 0.48 s of both flows at once (10.516 MiB of 11; a 600 ms
+ * SIGSTOP of sluice across the deadline gives just that). Past the burst
+ * the bucket is near empty, and a stall shorter than a second (the burst
+ * over the rate) costs nothing: the bucket keeps what was not taken. So
+ * this floor still fails a limit that delivers below its rate, or loses
+ * what a stall left in its bucket. *<unused> is the time the floor does
+ * not count (burst + ms - last), bounded by the caller, so a flow that
+ * stopped early or started late is not excused. */
+static double bw_owed(uint64_t burst, uint64_t last, int ms, uint64_t *unused)
+{
+    if (last > (uint64_t)ms)
+        last = (uint64_t)ms; /* bytes after the deadline count, their time does not */
+    if (burst == 0 || burst > last)
+        burst = last;
+    *unused = burst + (uint64_t)ms - last;
+    return 1.0 * MiB + 1.0 * MiB * (double)(last - burst) / 1000.0;
+}
+
+static uint64_t since_t0(uint64_t when)
+{
+    return when > flows_t0 ? when - flows_t0 : 0;
 }
 
 static void test_bandwidth(void **state)
@@ -578,13 +628,22 @@ static void test_bandwidth(void **state)
     struct flow one[2] = { { .port = d1[0] }, { .port = u1[0], .upload = 1 } };
     run_flows(one, 2, 10000);
     uint64_t in_one = __atomic_load_n(sunk[0], __ATOMIC_RELAXED);
+    uint64_t un_out, un_in;
+    double owed_out = bw_owed(flows_burst_ms, one[0].last_ms, 10000, &un_out);
+    double owed_in = bw_owed(since_t0(__atomic_load_n(&sunk[0][1], __ATOMIC_RELAXED)),
+                             since_t0(__atomic_load_n(&sunk[0][2], __ATOMIC_RELAXED)), 10000, &un_in);
     close_flows(one, 2);
     printf("bandwidth, one instance, 10 s: bytes_out %.3f MiB received, bytes_in %.3f MiB reached "
-           "the server (%.3f MiB written by the client); expected %.3f MiB each\n",
-           (double)one[0].bytes / MiB, (double)in_one / MiB, (double)one[1].bytes / MiB, want / MiB);
+           "the server (%.3f MiB written by the client); at most %.3f MiB each; owed %.3f and %.3f "
+           "MiB (%llu and %llu ms unused at the ends)\n",
+           (double)one[0].bytes / MiB, (double)in_one / MiB, (double)one[1].bytes / MiB, want / MiB,
+           owed_out / MiB, owed_in / MiB, (unsigned long long)un_out, (unsigned long long)un_in);
+    if (!((double)one[0].bytes >= 0.99 * owed_out && (double)in_one >= 0.99 * owed_in))
+        print_timeline();
     assert_false(one[0].closed);
-    assert_true((double)one[0].bytes >= 0.99 * want && (double)one[0].bytes <= 1.01 * want);
-    assert_true((double)in_one >= 0.99 * want && (double)in_one <= 1.01 * want);
+    assert_true(un_out <= 1500 && un_in <= 1500);
+    assert_true((double)one[0].bytes >= 0.99 * owed_out && (double)one[0].bytes <= 1.01 * want);
+    assert_true((double)in_one >= 0.99 * owed_in && (double)in_one <= 1.01 * want);
 
     /* Two clients each way, one per instance, one identity: together they
      * get what one would. */
@@ -592,14 +651,24 @@ static void test_bandwidth(void **state)
                            { .port = u2[0], .upload = 1 }, { .port = u2[1], .upload = 1 } };
     run_flows(two, 4, 10000);
     uint64_t in_two = __atomic_load_n(sunk[1], __ATOMIC_RELAXED);
+    /* the two downloads together: to the last bytes of either */
+    uint64_t last2 = two[0].last_ms > two[1].last_ms ? two[0].last_ms : two[1].last_ms;
+    owed_out = bw_owed(flows_burst_ms, last2, 10000, &un_out);
+    owed_in = bw_owed(since_t0(__atomic_load_n(&sunk[1][1], __ATOMIC_RELAXED)),
+                      since_t0(__atomic_load_n(&sunk[1][2], __ATOMIC_RELAXED)), 10000, &un_in);
     close_flows(two, 4);
     double out_two = (double)(two[0].bytes + two[1].bytes);
     printf("bandwidth, two instances sharing the store, 10 s: bytes_out %.3f + %.3f = %.3f MiB, "
-           "bytes_in %.3f MiB at the server (written %.3f + %.3f MiB); expected %.3f MiB each\n",
+           "bytes_in %.3f MiB at the server (written %.3f + %.3f MiB); at most %.3f MiB each; owed "
+           "%.3f and %.3f MiB (%llu and %llu ms unused at the ends)\n",
            (double)two[0].bytes / MiB, (double)two[1].bytes / MiB, out_two / MiB, (double)in_two / MiB,
-           (double)two[2].bytes / MiB, (double)two[3].bytes / MiB, want / MiB);
-    assert_true(out_two >= 0.98 * want && out_two <= 1.02 * want);
-    assert_true((double)in_two >= 0.98 * want && (double)in_two <= 1.02 * want);
+           (double)two[2].bytes / MiB, (double)two[3].bytes / MiB, want / MiB, owed_out / MiB,
+           owed_in / MiB, (unsigned long long)un_out, (unsigned long long)un_in);
+    if (!(out_two >= 0.98 * owed_out && (double)in_two >= 0.98 * owed_in))
+        print_timeline();
+    assert_true(un_out <= 1500 && un_in <= 1500);
+    assert_true(out_two >= 0.98 * owed_out && out_two <= 1.02 * want);
+    assert_true((double)in_two >= 0.98 * owed_in && (double)in_two <= 1.02 * want);
     /* both clients got a share (neither instance was starved) */
     assert_true(two[0].bytes > 1.0 * MiB && two[1].bytes > 1.0 * MiB);
 
