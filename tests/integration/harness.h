@@ -123,6 +123,14 @@ int th_redis_tls_start(struct th_proc *p, int *tls_port, const char *cert, const
  * busy 2-core machine). */
 #define TH_MS 8000
 
+/* In a cmocka test: the string literal <lit> must be what <fd> gives next
+ * (TH_EXPECT), or all it gives before the close (TH_EXPECT_CLOSE), within
+ * TH_MS; TH_SEND writes <lit> whole. (th_expect, th_expect_close, th_write_all) */
+#define TH_EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
+#define TH_EXPECT_CLOSE(fd, lit) \
+    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
+#define TH_SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
+
 /* ---- forked servers ------------------------------------------------------- */
 
 typedef void (*th_serve_fn)(int lfd, void *arg);

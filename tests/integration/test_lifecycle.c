@@ -25,11 +25,6 @@
 
 #include "integration/harness.h"
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 static struct th_proc redis_p, sluice_p, redis2_p;
 static pid_t echo_pid;
 static int echo_port;
@@ -98,8 +93,8 @@ static int ping_conn(int port)
 {
     int fd = th_connect(port);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\n");
-    EXPECT(fd, "+PONG\r\n");
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
     return fd;
 }
 
@@ -126,7 +121,7 @@ static void test_sigterm_drain(void **state)
     int blk = ping_conn(port);
     int idle = ping_conn(port);
     uint64_t tb = th_now_ms();
-    SEND(blk, "BLPOP drain:q 1\r\n");
+    TH_SEND(blk, "BLPOP drain:q 1\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
 
     uint64_t t0 = th_now_ms();
@@ -139,7 +134,7 @@ static void test_sigterm_drain(void **state)
     /* New connections are refused. */
     assert_int_equal(wait_refused(port, 1500), 0);
     /* The request in flight is answered, then the connection closes. */
-    EXPECT_CLOSE(blk, "*-1\r\n");
+    TH_EXPECT_CLOSE(blk, "*-1\r\n");
     assert_true(th_now_ms() - tb >= 900);
     close(blk);
 
@@ -159,12 +154,12 @@ static void test_sigterm_drain_pipeline(void **state)
     (void)state;
     int port = start("5s", "");
     int fd = ping_conn(port);
-    SEND(fd, "BLPOP drain:q2 1\r\nECHO a\r\nECHO b\r\n");
+    TH_SEND(fd, "BLPOP drain:q2 1\r\nECHO a\r\nECHO b\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
     assert_int_equal(kill(sluice_p.pid, SIGTERM), 0);
     assert_int_equal(wait_refused(port, 1500), 0);
-    SEND(fd, "ECHO late\r\n");
-    EXPECT_CLOSE(fd, "*-1\r\n$1\r\na\r\n$1\r\nb\r\n");
+    TH_SEND(fd, "ECHO late\r\n");
+    TH_EXPECT_CLOSE(fd, "*-1\r\n$1\r\na\r\n$1\r\nb\r\n");
     close(fd);
     int st = th_signal_wait(&sluice_p, 0, 4000);
     assert_true(st != -1);
@@ -208,7 +203,7 @@ static void test_second_sigterm(void **state)
     (void)state;
     int port = start("10s", "");
     int blk = ping_conn(port);
-    SEND(blk, "BLPOP drain:forever 0\r\n");
+    TH_SEND(blk, "BLPOP drain:forever 0\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
     assert_int_equal(kill(sluice_p.pid, SIGTERM), 0);
     assert_int_equal(wait_refused(port, 1500), 0);
@@ -233,7 +228,7 @@ static void test_shutdown_grace(void **state)
     (void)state;
     int port = start("1s", "");
     int blk = ping_conn(port);
-    SEND(blk, "BLPOP drain:forever2 0\r\n");
+    TH_SEND(blk, "BLPOP drain:forever2 0\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
     uint64_t t0 = th_now_ms();
     int st = th_signal_wait(&sluice_p, SIGTERM, 5000);
@@ -260,13 +255,13 @@ static void test_drain_tcp_runs_on(void **state)
     assert_int_equal(th_sluice_start(&sluice_p, ini, port), 0);
     int fd = th_connect(port);
     assert_true(fd >= 0);
-    SEND(fd, "before\n");
-    EXPECT(fd, "before\n");
+    TH_SEND(fd, "before\n");
+    TH_EXPECT(fd, "before\n");
     uint64_t t0 = th_now_ms();
     assert_int_equal(kill(sluice_p.pid, SIGTERM), 0);
     assert_int_equal(wait_refused(port, 1500), 0);
-    SEND(fd, "during\n");
-    EXPECT(fd, "during\n");
+    TH_SEND(fd, "during\n");
+    TH_EXPECT(fd, "during\n");
     assert_int_equal(th_wait_eof(fd, 5000), 1);
     assert_true(th_now_ms() - t0 >= 1500);
     close(fd);
@@ -295,10 +290,10 @@ static void test_sighup_max_connections(void **state)
     /* Only c1 fits now. */
     int fd = th_connect(port);
     assert_true(fd >= 0);
-    EXPECT_CLOSE(fd, "-ERR max number of clients reached\r\n");
+    TH_EXPECT_CLOSE(fd, "-ERR max number of clients reached\r\n");
     close(fd);
-    SEND(c1, "ECHO kept\r\n");
-    EXPECT(c1, "$4\r\nkept\r\n");
+    TH_SEND(c1, "ECHO kept\r\n");
+    TH_EXPECT(c1, "$4\r\nkept\r\n");
 
     /* A broken file: refused, logged, the running configuration stays. */
     conf_text(ini, sizeof(ini), port, "2s", "max_connections = lots\n");
@@ -307,11 +302,11 @@ static void test_sighup_max_connections(void **state)
     assert_int_equal(th_log_wait(sluice_p.log, "reload failed", 1, TH_MS), 0);
     assert_true(th_log_count(sluice_p.log, "max_connections: ") >= 1); /* the reason */
     assert_true(th_running(&sluice_p, NULL));
-    SEND(c1, "ECHO still\r\n");
-    EXPECT(c1, "$5\r\nstill\r\n");
+    TH_SEND(c1, "ECHO still\r\n");
+    TH_EXPECT(c1, "$5\r\nstill\r\n");
     fd = th_connect(port);
     assert_true(fd >= 0);
-    EXPECT_CLOSE(fd, "-ERR max number of clients reached\r\n");
+    TH_EXPECT_CLOSE(fd, "-ERR max number of clients reached\r\n");
     close(fd);
 
     /* A good file again: it applies. */
@@ -357,7 +352,7 @@ static void test_sighup_max_request_applies_to_existing(void **state)
     size_t blen = (size_t)bl + 2002;
     /* Under the old limit it passes. */
     assert_int_equal(th_write_all(c1, big, blen), 0);
-    EXPECT(c1, "+OK\r\n");
+    TH_EXPECT(c1, "+OK\r\n");
 
     char ini[2048];
     conf_text(ini, sizeof(ini), port, "2s", "max_request = 1kb\n");
@@ -368,11 +363,11 @@ static void test_sighup_max_request_applies_to_existing(void **state)
     /* A new connection: refused by the new limit. */
     int c2 = ping_conn(port);
     assert_int_equal(th_write_all(c2, big, blen), 0);
-    EXPECT_CLOSE(c2, "-ERR Protocol error: invalid bulk length\r\n");
+    TH_EXPECT_CLOSE(c2, "-ERR Protocol error: invalid bulk length\r\n");
     close(c2);
     /* The existing one: the same. */
     assert_int_equal(th_write_all(c1, big, blen), 0);
-    EXPECT_CLOSE(c1, "-ERR Protocol error: invalid bulk length\r\n");
+    TH_EXPECT_CLOSE(c1, "-ERR Protocol error: invalid bulk length\r\n");
     close(c1);
     assert_int_equal(th_stop(&sluice_p), 0);
 }
@@ -443,10 +438,10 @@ static void test_sighup_listeners_added_removed(void **state)
     assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
     assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded ", 2, TH_MS), 0);
     assert_int_equal(wait_refused(pa, TH_MS), 0);
-    SEND(ca, "ECHO old\r\n");
-    EXPECT(ca, "$3\r\nold\r\n");
-    SEND(cb, "ECHO new\r\n");
-    EXPECT(cb, "$3\r\nnew\r\n");
+    TH_SEND(ca, "ECHO old\r\n");
+    TH_EXPECT(ca, "$3\r\nold\r\n");
+    TH_SEND(cb, "ECHO new\r\n");
+    TH_EXPECT(cb, "$3\r\nnew\r\n");
     close(ca);
     close(cb);
     close(ping_conn(pb));
@@ -504,8 +499,8 @@ static void test_sighup_moved_listener_one_series(void **state)
     snprintf(ini, sizeof(ini), fmt, admin, pa, redis_p.port);
     assert_int_equal(th_sluice_start(&sluice_p, ini, pa), 0);
     int old = ping_conn(pa);
-    SEND(old, "PING\r\n");
-    EXPECT(old, "+PONG\r\n");
+    TH_SEND(old, "PING\r\n");
+    TH_EXPECT(old, "+PONG\r\n");
     double req0 = 0, acc0 = 0, act = 0, bytes0 = 0;
     assert_int_equal(series(admin, "sluice_requests_total{", &req0), 1);
     assert_int_equal(series(admin, "sluice_connections_accepted_total{", &acc0), 1);
@@ -518,8 +513,8 @@ static void test_sighup_moved_listener_one_series(void **state)
     assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
     assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded ", 1, TH_MS), 0);
     int moved = ping_conn(pb);
-    SEND(old, "PING\r\n"); /* the old session still works */
-    EXPECT(old, "+PONG\r\n");
+    TH_SEND(old, "PING\r\n"); /* the old session still works */
+    TH_EXPECT(old, "+PONG\r\n");
 
     double req1 = 0, acc1 = 0, bytes1 = 0;
     assert_int_equal(series(admin, "sluice_connections_active{", &act), 1);

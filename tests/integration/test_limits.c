@@ -49,11 +49,6 @@ static int blackhole(void)
     return port;
 }
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 static int group_setup(void **state)
 {
     (void)state;
@@ -115,8 +110,8 @@ static int ping_conn(int port)
 {
     int fd = th_connect(port);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\n");
-    EXPECT(fd, "+PONG\r\n");
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
     return fd;
 }
 
@@ -151,18 +146,18 @@ static void test_max_connections(void **state)
     /* The 4th: told why, then closed; even if it sends a command first. */
     int f4 = th_connect(mport);
     assert_true(f4 >= 0);
-    EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
+    TH_EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
     close(f4);
     f4 = th_connect(mport);
     assert_true(f4 >= 0);
-    SEND(f4, "PING\r\n");
-    EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
+    TH_SEND(f4, "PING\r\n");
+    TH_EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
     close(f4);
 
     /* The three still work. */
     for (int i = 0; i < 3; i++) {
-        SEND(fds[i], "ECHO still\r\n");
-        EXPECT(fds[i], "$5\r\nstill\r\n");
+        TH_SEND(fds[i], "ECHO still\r\n");
+        TH_EXPECT(fds[i], "$5\r\nstill\r\n");
     }
 
     /* One goes: a new one is accepted, and then the limit holds again. */
@@ -171,7 +166,7 @@ static void test_max_connections(void **state)
     assert_true(fds[0] >= 0);
     f4 = th_connect(mport);
     assert_true(f4 >= 0);
-    EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
+    TH_EXPECT_CLOSE(f4, "-ERR max number of clients reached\r\n");
     close(f4);
 
     for (int i = 0; i < 3; i++)
@@ -190,7 +185,7 @@ static void test_max_connections_refusals_do_not_leak(void **state)
     for (int k = 0; k < 20; k++) {
         int f = th_connect(mport);
         assert_true(f >= 0);
-        EXPECT_CLOSE(f, "-ERR max number of clients reached\r\n");
+        TH_EXPECT_CLOSE(f, "-ERR max number of clients reached\r\n");
         close(f);
     }
     for (int i = 0; i < 3; i++)
@@ -219,9 +214,9 @@ static void test_idle_timeout(void **state)
 
     int blocked = ping_conn(iport);
     int sub = ping_conn(iport);
-    SEND(blocked, "BLPOP idle:k 0\r\n");
-    SEND(sub, "SUBSCRIBE idle:ch\r\n");
-    EXPECT(sub, "*3\r\n$9\r\nsubscribe\r\n$7\r\nidle:ch\r\n:1\r\n");
+    TH_SEND(blocked, "BLPOP idle:k 0\r\n");
+    TH_SEND(sub, "SUBSCRIBE idle:ch\r\n");
+    TH_EXPECT(sub, "*3\r\n$9\r\nsubscribe\r\n$7\r\nidle:ch\r\n:1\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
 
     uint64_t t0 = th_now_ms();
@@ -243,12 +238,12 @@ static void test_idle_timeout(void **state)
     redisReply *r = redisCommand(o, "LPUSH idle:k v");
     assert_non_null(r);
     freeReplyObject(r);
-    EXPECT(blocked, "*2\r\n$6\r\nidle:k\r\n$1\r\nv\r\n");
+    TH_EXPECT(blocked, "*2\r\n$6\r\nidle:k\r\n$1\r\nv\r\n");
     r = redisCommand(o, "PUBLISH idle:ch m");
     assert_non_null(r);
     assert_int_equal(r->integer, 1);
     freeReplyObject(r);
-    EXPECT(sub, "*3\r\n$7\r\nmessage\r\n$7\r\nidle:ch\r\n$1\r\nm\r\n");
+    TH_EXPECT(sub, "*3\r\n$7\r\nmessage\r\n$7\r\nidle:ch\r\n$1\r\nm\r\n");
 
     /* No longer blocked: now it is idle like any other. */
     t0 = th_now_ms();
@@ -267,8 +262,8 @@ static void test_idle_timeout_reset_by_activity(void **state)
     uint64_t end = th_now_ms() + 3000;
     while (th_now_ms() < end) {
         assert_true(th_quiet(fd, 400)); /* no EOF meanwhile */
-        SEND(fd, "PING\r\n");
-        EXPECT(fd, "+PONG\r\n");
+        TH_SEND(fd, "PING\r\n");
+        TH_EXPECT(fd, "+PONG\r\n");
     }
     close(fd);
 }
@@ -311,13 +306,13 @@ static void test_upstream_unavailable(void **state)
     (void)state;
     int fd = th_connect(uport);
     assert_true(fd >= 0);
-    EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
+    TH_EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
     close(fd);
     /* With requests already sent: still only the error (none is answered). */
     fd = th_connect(uport);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\nSET a b\r\n");
-    EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
+    TH_SEND(fd, "PING\r\nSET a b\r\n");
+    TH_EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
     close(fd);
     /* hiredis sees it as the error reply to its command. */
     struct timeval tv = { 10, 0 };
@@ -343,8 +338,8 @@ static void test_upstream_connect_timeout(void **state)
     uint64_t t0 = th_now_ms();
     int fd = th_connect(cport);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\n");
-    EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
     uint64_t took = th_now_ms() - t0;
     fprintf(stderr, "connect timeout reported after %llu ms\n", (unsigned long long)took);
     assert_true(took >= 450);
@@ -363,23 +358,23 @@ static void test_write_category(void **state)
     (void)state;
     int fd = th_connect(wport);
     assert_true(fd >= 0);
-    SEND(fd, "DEL sl:cat\r\n");
-    EXPECT(fd, ":0\r\n");
-    SEND(fd, "INCRBY sl:cat 5\r\n");
-    EXPECT(fd, ":5\r\n");
-    SEND(fd, "INCRBY sl:cat 5\r\n");
-    EXPECT(fd, "-THROTTLED limit 'writes' exceeded for 'ip:127.0.0.1', retry in ");
+    TH_SEND(fd, "DEL sl:cat\r\n");
+    TH_EXPECT(fd, ":0\r\n");
+    TH_SEND(fd, "INCRBY sl:cat 5\r\n");
+    TH_EXPECT(fd, ":5\r\n");
+    TH_SEND(fd, "INCRBY sl:cat 5\r\n");
+    TH_EXPECT(fd, "-THROTTLED limit 'writes' exceeded for 'ip:127.0.0.1', retry in ");
     char rest[64] = { 0 };
     size_t n = 0;
     while (n < sizeof(rest) - 1 && th_read_n(fd, rest + n, 1, TH_MS) == 1 && rest[n] != '\n')
         n++;
     assert_true(n > 0 && rest[n] == '\n');
     for (int i = 0; i < 5; i++) { /* GET is @read: never limited here */
-        SEND(fd, "GET sl:cat\r\n");
-        EXPECT(fd, "$1\r\n5\r\n");
+        TH_SEND(fd, "GET sl:cat\r\n");
+        TH_EXPECT(fd, "$1\r\n5\r\n");
     }
-    SEND(fd, "SET sl:cat 7\r\n"); /* @write too */
-    EXPECT(fd, "-THROTTLED limit 'writes'");
+    TH_SEND(fd, "SET sl:cat 7\r\n"); /* @write too */
+    TH_EXPECT(fd, "-THROTTLED limit 'writes'");
     close(fd);
 }
 

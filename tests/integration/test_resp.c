@@ -23,11 +23,6 @@
 static struct th_proc redis_p, sluice_p;
 static int sport; /* sluice's listener */
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 static int group_setup(void **state)
 {
     (void)state;
@@ -217,12 +212,12 @@ static void test_multi_exec(void **state)
     /* The same transaction pipelined in one write, raw. */
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, "MULTI\r\nSET tx:b x\r\nAPPEND tx:b y\r\nEXEC\r\nGET tx:b\r\n");
-    EXPECT(fd, "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:2\r\n$2\r\nxy\r\n");
+    TH_SEND(fd, "MULTI\r\nSET tx:b x\r\nAPPEND tx:b y\r\nEXEC\r\nGET tx:b\r\n");
+    TH_EXPECT(fd, "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:2\r\n$2\r\nxy\r\n");
 
     /* A command refused at queue time aborts the transaction at EXEC. */
-    SEND(fd, "MULTI\r\nNOSUCHCMD\r\nEXEC\r\n");
-    EXPECT(fd, "+OK\r\n-ERR unknown command 'NOSUCHCMD', with args beginning with: \r\n"
+    TH_SEND(fd, "MULTI\r\nNOSUCHCMD\r\nEXEC\r\n");
+    TH_EXPECT(fd, "+OK\r\n-ERR unknown command 'NOSUCHCMD', with args beginning with: \r\n"
                "-EXECABORT Transaction discarded because of previous errors.\r\n");
     assert_true(th_quiet(fd, 200));
     close(fd);
@@ -271,14 +266,14 @@ static void test_blpop_timeout(void **state)
     int fd = th_connect(sport);
     assert_true(fd >= 0);
     uint64_t t0 = th_now_ms();
-    SEND(fd, "BLPOP blk:empty 1\r\n");
-    EXPECT(fd, "*-1\r\n");
+    TH_SEND(fd, "BLPOP blk:empty 1\r\n");
+    TH_EXPECT(fd, "*-1\r\n");
     uint64_t took = th_now_ms() - t0;
     assert_true(took >= 900);
     assert_true(took < 5000);
     /* Still usable, in order. */
-    SEND(fd, "PING\r\nECHO after\r\n");
-    EXPECT(fd, "+PONG\r\n$5\r\nafter\r\n");
+    TH_SEND(fd, "PING\r\nECHO after\r\n");
+    TH_EXPECT(fd, "+PONG\r\n$5\r\nafter\r\n");
     close(fd);
 }
 
@@ -289,16 +284,16 @@ static void test_blpop_unblocked(void **state)
     freeReplyObject(redisCommand(b, "DEL blk:q"));
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, "BLPOP blk:q 30\r\n");
+    TH_SEND(fd, "BLPOP blk:q 30\r\n");
     /* It must reach Redis and block there before the push. */
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
     assert_true(th_quiet(fd, 100));
     uint64_t t0 = th_now_ms();
     expect_int(redisCommand(b, "LPUSH blk:q hello"), 1);
-    EXPECT(fd, "*2\r\n$5\r\nblk:q\r\n$5\r\nhello\r\n");
+    TH_EXPECT(fd, "*2\r\n$5\r\nblk:q\r\n$5\r\nhello\r\n");
     assert_true(th_now_ms() - t0 < 10000); /* the push, not the 30 s timeout */
-    SEND(fd, "PING\r\n");
-    EXPECT(fd, "+PONG\r\n");
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
     close(fd);
     redisFree(b);
 }
@@ -312,11 +307,11 @@ static void test_pubsub(void **state)
     assert_true(s >= 0);
     redisContext *p = hconn(sport);
 
-    SEND(s, "SUBSCRIBE ps:1 ps:2\r\n");
-    EXPECT(s, "*3\r\n$9\r\nsubscribe\r\n$4\r\nps:1\r\n:1\r\n"
+    TH_SEND(s, "SUBSCRIBE ps:1 ps:2\r\n");
+    TH_EXPECT(s, "*3\r\n$9\r\nsubscribe\r\n$4\r\nps:1\r\n:1\r\n"
               "*3\r\n$9\r\nsubscribe\r\n$4\r\nps:2\r\n:2\r\n");
     expect_int(redisCommand(p, "PUBLISH ps:1 hello"), 1);
-    EXPECT(s, "*3\r\n$7\r\nmessage\r\n$4\r\nps:1\r\n$5\r\nhello\r\n");
+    TH_EXPECT(s, "*3\r\n$7\r\nmessage\r\n$4\r\nps:1\r\n$5\r\nhello\r\n");
 
     /* 200 messages, pipelined by the publisher: all arrive, in order. */
     for (int i = 0; i < 200; i++)
@@ -332,29 +327,29 @@ static void test_pubsub(void **state)
         assert_int_equal(th_expect(s, want, (size_t)n, TH_MS), 0);
     }
 
-    SEND(s, "PSUBSCRIBE news.*\r\n");
-    EXPECT(s, "*3\r\n$10\r\npsubscribe\r\n$6\r\nnews.*\r\n:3\r\n");
+    TH_SEND(s, "PSUBSCRIBE news.*\r\n");
+    TH_EXPECT(s, "*3\r\n$10\r\npsubscribe\r\n$6\r\nnews.*\r\n:3\r\n");
     expect_int(redisCommand(p, "PUBLISH news.tech hi"), 1);
-    EXPECT(s, "*4\r\n$8\r\npmessage\r\n$6\r\nnews.*\r\n$9\r\nnews.tech\r\n$2\r\nhi\r\n");
+    TH_EXPECT(s, "*4\r\n$8\r\npmessage\r\n$6\r\nnews.*\r\n$9\r\nnews.tech\r\n$2\r\nhi\r\n");
 
     /* PING in subscribed mode (RESP2: an array). */
-    SEND(s, "PING\r\nPING x\r\n");
-    EXPECT(s, "*2\r\n$4\r\npong\r\n$0\r\n\r\n*2\r\n$4\r\npong\r\n$1\r\nx\r\n");
+    TH_SEND(s, "PING\r\nPING x\r\n");
+    TH_EXPECT(s, "*2\r\n$4\r\npong\r\n$0\r\n\r\n*2\r\n$4\r\npong\r\n$1\r\nx\r\n");
 
-    SEND(s, "UNSUBSCRIBE ps:1\r\n");
-    EXPECT(s, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nps:1\r\n:2\r\n");
+    TH_SEND(s, "UNSUBSCRIBE ps:1\r\n");
+    TH_EXPECT(s, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nps:1\r\n:2\r\n");
     expect_int(redisCommand(p, "PUBLISH ps:1 nobody"), 0);
     expect_int(redisCommand(p, "PUBLISH ps:2 still"), 1);
-    EXPECT(s, "*3\r\n$7\r\nmessage\r\n$4\r\nps:2\r\n$5\r\nstill\r\n");
+    TH_EXPECT(s, "*3\r\n$7\r\nmessage\r\n$4\r\nps:2\r\n$5\r\nstill\r\n");
 
-    SEND(s, "PUNSUBSCRIBE\r\n");
-    EXPECT(s, "*3\r\n$12\r\npunsubscribe\r\n$6\r\nnews.*\r\n:1\r\n");
-    SEND(s, "UNSUBSCRIBE\r\n");
-    EXPECT(s, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nps:2\r\n:0\r\n");
+    TH_SEND(s, "PUNSUBSCRIBE\r\n");
+    TH_EXPECT(s, "*3\r\n$12\r\npunsubscribe\r\n$6\r\nnews.*\r\n:1\r\n");
+    TH_SEND(s, "UNSUBSCRIBE\r\n");
+    TH_EXPECT(s, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nps:2\r\n:0\r\n");
 
     /* Out of subscribed mode: an ordinary connection again. */
-    SEND(s, "SET ps:k 1\r\nGET ps:k\r\nPING\r\n");
-    EXPECT(s, "+OK\r\n$1\r\n1\r\n+PONG\r\n");
+    TH_SEND(s, "SET ps:k 1\r\nGET ps:k\r\nPING\r\n");
+    TH_EXPECT(s, "+OK\r\n$1\r\n1\r\n+PONG\r\n");
     assert_true(th_quiet(s, 200));
     close(s);
     redisFree(p);
@@ -616,9 +611,9 @@ static void test_client_half_close(void **state)
     for (int i = 0; i < 2; i++) {
         int fd = th_connect(ports[i]);
         assert_true(fd >= 0);
-        SEND(fd, in);
+        TH_SEND(fd, in);
         assert_int_equal(shutdown(fd, SHUT_WR), 0);
-        EXPECT_CLOSE(fd, want);
+        TH_EXPECT_CLOSE(fd, want);
         close(fd);
     }
 }
@@ -635,22 +630,22 @@ static void test_slow_request_and_idle_gaps(void **state)
     assert_true(a >= 0);
     assert_true(b >= 0);
     /* a: half a multibulk request; b: half an inline one (after a whole one). */
-    SEND(a, "*3\r\n$3\r\nSET\r\n$6\r\nslow:k\r\n$5\r\nab");
-    SEND(b, "ECHO one\r\nEC");
-    EXPECT(b, "$3\r\none\r\n");
+    TH_SEND(a, "*3\r\n$3\r\nSET\r\n$6\r\nslow:k\r\n$5\r\nab");
+    TH_SEND(b, "ECHO one\r\nEC");
+    TH_EXPECT(b, "$3\r\none\r\n");
     assert_true(th_quiet(a, 3200));
     assert_true(th_quiet(b, 10));
-    SEND(a, "cde\r\n");
-    EXPECT(a, "+OK\r\n");
-    SEND(b, "HO two\r\n");
-    EXPECT(b, "$3\r\ntwo\r\n");
+    TH_SEND(a, "cde\r\n");
+    TH_EXPECT(a, "+OK\r\n");
+    TH_SEND(b, "HO two\r\n");
+    TH_EXPECT(b, "$3\r\ntwo\r\n");
     /* Both idle (nothing partial) for a while, then used again. */
     assert_true(th_quiet(a, 3200));
     assert_true(th_quiet(b, 10));
-    SEND(a, "GET slow:k\r\n");
-    EXPECT(a, "$5\r\nabcde\r\n");
-    SEND(b, "*2\r\n$4\r\nECHO\r\n$5\r\nthree\r\n");
-    EXPECT(b, "$5\r\nthree\r\n");
+    TH_SEND(a, "GET slow:k\r\n");
+    TH_EXPECT(a, "$5\r\nabcde\r\n");
+    TH_SEND(b, "*2\r\n$4\r\nECHO\r\n$5\r\nthree\r\n");
+    TH_EXPECT(b, "$5\r\nthree\r\n");
     close(a);
     close(b);
 }
@@ -662,17 +657,17 @@ static void test_client_reply(void **state)
     (void)state;
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, "CLIENT REPLY OFF\r\nSET cr:a 1\r\nSET cr:b 2\r\nCLIENT REPLY ON\r\n");
-    EXPECT(fd, "+OK\r\n");
-    SEND(fd, "GET cr:a\r\n");
-    EXPECT(fd, "$1\r\n1\r\n");
-    SEND(fd, "CLIENT REPLY SKIP\r\nGET cr:a\r\nGET cr:b\r\n");
-    EXPECT(fd, "$1\r\n2\r\n");
+    TH_SEND(fd, "CLIENT REPLY OFF\r\nSET cr:a 1\r\nSET cr:b 2\r\nCLIENT REPLY ON\r\n");
+    TH_EXPECT(fd, "+OK\r\n");
+    TH_SEND(fd, "GET cr:a\r\n");
+    TH_EXPECT(fd, "$1\r\n1\r\n");
+    TH_SEND(fd, "CLIENT REPLY SKIP\r\nGET cr:a\r\nGET cr:b\r\n");
+    TH_EXPECT(fd, "$1\r\n2\r\n");
     assert_true(th_quiet(fd, 300));
 
     /* SKIP while OFF changes nothing; ON answers. */
-    SEND(fd, "CLIENT REPLY OFF\r\nCLIENT REPLY SKIP\r\nGET cr:a\r\nCLIENT REPLY ON\r\nGET cr:b\r\n");
-    EXPECT(fd, "+OK\r\n$1\r\n2\r\n");
+    TH_SEND(fd, "CLIENT REPLY OFF\r\nCLIENT REPLY SKIP\r\nGET cr:a\r\nCLIENT REPLY ON\r\nGET cr:b\r\n");
+    TH_EXPECT(fd, "+OK\r\n$1\r\n2\r\n");
     assert_true(th_quiet(fd, 200));
 
     /* A normal pipeline after it. */
@@ -702,21 +697,21 @@ static void test_inline(void **state)
     (void)state;
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\n");
-    EXPECT(fd, "+PONG\r\n");
-    SEND(fd, "SET in:x \"a b\"\r\n");
-    EXPECT(fd, "+OK\r\n");
-    SEND(fd, "GET in:x\r\n");
-    EXPECT(fd, "$3\r\na b\r\n");
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
+    TH_SEND(fd, "SET in:x \"a b\"\r\n");
+    TH_EXPECT(fd, "+OK\r\n");
+    TH_SEND(fd, "GET in:x\r\n");
+    TH_EXPECT(fd, "$3\r\na b\r\n");
     /* Mixed with multibulk in one write; a bare \n ends an inline line too,
      * an empty line gets no reply. */
-    SEND(fd, "*1\r\n$4\r\nPING\r\nECHO hi\r\n*2\r\n$4\r\nECHO\r\n$2\r\nyo\r\nPING\n\r\nECHO 'x y'\r\n");
-    EXPECT(fd, "+PONG\r\n$2\r\nhi\r\n$2\r\nyo\r\n+PONG\r\n$3\r\nx y\r\n");
+    TH_SEND(fd, "*1\r\n$4\r\nPING\r\nECHO hi\r\n*2\r\n$4\r\nECHO\r\n$2\r\nyo\r\nPING\n\r\nECHO 'x y'\r\n");
+    TH_EXPECT(fd, "+PONG\r\n$2\r\nhi\r\n$2\r\nyo\r\n+PONG\r\n$3\r\nx y\r\n");
     /* An inline command split over two writes. */
-    SEND(fd, "ECHO sp");
+    TH_SEND(fd, "ECHO sp");
     assert_true(th_quiet(fd, 150));
-    SEND(fd, "lit\r\n");
-    EXPECT(fd, "$5\r\nsplit\r\n");
+    TH_SEND(fd, "lit\r\n");
+    TH_EXPECT(fd, "$5\r\nsplit\r\n");
     assert_true(th_quiet(fd, 200));
     close(fd);
 
@@ -731,8 +726,8 @@ static void test_quit(void **state)
     (void)state;
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, "QUIT\r\n");
-    EXPECT_CLOSE(fd, "+OK\r\n");
+    TH_SEND(fd, "QUIT\r\n");
+    TH_EXPECT_CLOSE(fd, "+OK\r\n");
     close(fd);
     /* Pipelined: what comes after QUIT is not answered. */
     SAME_AS_REDIS("PING\r\nQUIT\r\nPING\r\n", "+PONG\r\n+OK\r\n");
@@ -874,7 +869,7 @@ static void test_malformed_after_big_replies(void **state)
 
     int fd = th_connect(sport);
     assert_true(fd >= 0);
-    SEND(fd, in);
+    TH_SEND(fd, in);
     int ok = th_expect_close(fd, want, wantlen, 20000) == 0;
     close(fd);
     free(want);
@@ -891,11 +886,11 @@ static void test_malformed_after_pending(void **state)
     int fd = th_connect(sport);
     assert_true(fd >= 0);
     uint64_t t0 = th_now_ms();
-    SEND(fd, "BLPOP mal:none 1\r\nECHO e1\r\n");
+    TH_SEND(fd, "BLPOP mal:none 1\r\nECHO e1\r\n");
     assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
-    SEND(fd, "ECHO e2\r\n*1\r\n$abc\r\nPING\r\n");
+    TH_SEND(fd, "ECHO e2\r\n*1\r\n$abc\r\nPING\r\n");
     ping_ok(b); /* meanwhile another client is served */
-    EXPECT_CLOSE(fd, "*-1\r\n$2\r\ne1\r\n$2\r\ne2\r\n-ERR Protocol error: invalid bulk length\r\n");
+    TH_EXPECT_CLOSE(fd, "*-1\r\n$2\r\ne1\r\n$2\r\ne2\r\n-ERR Protocol error: invalid bulk length\r\n");
     assert_true(th_now_ms() - t0 >= 900);
     close(fd);
     ping_ok(b);

@@ -28,11 +28,6 @@ static int qport, rport, fake_port;
 static pid_t fake_pid;
 static char after_quit_file[128];
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 /* ---- the fake upstream -------------------------------------------------- */
 
 /* One connection of the fake: inline commands, one a line. PING is
@@ -149,8 +144,8 @@ static void test_quit_closes_with_its_answer(void **state)
     (void)state;
     int fd = th_connect(qport);
     assert_true(fd >= 0);
-    SEND(fd, "PING\r\nQUIT\r\nPING\r\nPING\r\n");
-    EXPECT_CLOSE(fd, "+PONG\r\n+OK\r\n");
+    TH_SEND(fd, "PING\r\nQUIT\r\nPING\r\nPING\r\n");
+    TH_EXPECT_CLOSE(fd, "+PONG\r\n+OK\r\n");
     close(fd);
     /* The fake sees sluice close its side, and nothing after the QUIT. */
     char *after = NULL;
@@ -170,8 +165,8 @@ static void test_quit_closes_with_its_answer(void **state)
     /* Alone on its connection, the same. */
     fd = th_connect(qport);
     assert_true(fd >= 0);
-    SEND(fd, "QUIT\r\n");
-    EXPECT_CLOSE(fd, "+OK\r\n");
+    TH_SEND(fd, "QUIT\r\n");
+    TH_EXPECT_CLOSE(fd, "+OK\r\n");
     close(fd);
 }
 
@@ -189,10 +184,10 @@ static void test_quit_eof_with_the_ok(void **state)
     for (int i = 0; i < 100; i++) {
         int fd = th_connect(rport);
         assert_true(fd >= 0);
-        SEND(fd, "PING\r\n");
-        EXPECT(fd, "+PONG\r\n");
-        SEND(fd, "QUIT\r\n");
-        EXPECT(fd, "+OK\r\n");
+        TH_SEND(fd, "PING\r\n");
+        TH_EXPECT(fd, "+PONG\r\n");
+        TH_SEND(fd, "QUIT\r\n");
+        TH_EXPECT(fd, "+OK\r\n");
         char c;
         ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
         if (n == 0) {

@@ -26,11 +26,6 @@
 static struct th_proc redis_p, sluice_p;
 static int tport, zport;
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 /* ---- the group ------------------------------------------------------------ */
 
 static int group_setup(void **state)

@@ -24,11 +24,6 @@
 
 #include "integration/harness.h"
 
-#define EXPECT(fd, lit) assert_int_equal(th_expect((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define EXPECT_CLOSE(fd, lit) \
-    assert_int_equal(th_expect_close((fd), (lit), sizeof(lit) - 1, TH_MS), 0)
-#define SEND(fd, lit) assert_int_equal(th_write_all((fd), (lit), sizeof(lit) - 1), 0)
-
 static const char HALF[] = "$10\r\nhello";
 static const char GARBAGE[] = "+OK\r\n?what is this\r\n";
 
@@ -144,16 +139,16 @@ static void test_upstream_closes_mid_reply(void **state)
     for (int i = 0; i < 3; i++) {
         int fd = th_connect(F.hport);
         assert_true(fd >= 0);
-        SEND(fd, "GET k\r\n");
-        EXPECT_CLOSE(fd, "$10\r\nhello");
+        TH_SEND(fd, "GET k\r\n");
+        TH_EXPECT_CLOSE(fd, "$10\r\nhello");
         close(fd);
         ping_ok(held);
     }
     /* Pipelined requests behind the cut reply change nothing. */
     int fd = th_connect(F.hport);
     assert_true(fd >= 0);
-    SEND(fd, "GET k\r\nGET l\r\nPING\r\n");
-    EXPECT_CLOSE(fd, "$10\r\nhello");
+    TH_SEND(fd, "GET k\r\nGET l\r\nPING\r\n");
+    TH_EXPECT_CLOSE(fd, "$10\r\nhello");
     close(fd);
     ping_ok(held);
     redisContext *fresh = hconn(F.rport);
@@ -169,8 +164,8 @@ static void test_upstream_sends_garbage(void **state)
     (void)state;
     int fd = th_connect(F.gport);
     assert_true(fd >= 0);
-    SEND(fd, "GET k\r\n");
-    EXPECT_CLOSE(fd, "+OK\r\n");
+    TH_SEND(fd, "GET k\r\n");
+    TH_EXPECT_CLOSE(fd, "+OK\r\n");
     close(fd);
     redisContext *c = hconn(F.rport);
     ping_ok(c);
@@ -187,9 +182,9 @@ static void test_upstream_killed(void **state)
     int blocked = th_connect(F.rport);
     assert_true(idle >= 0);
     assert_true(blocked >= 0);
-    SEND(idle, "PING\r\n");
-    EXPECT(idle, "+PONG\r\n");
-    SEND(blocked, "BLPOP kill:q 0\r\n");
+    TH_SEND(idle, "PING\r\n");
+    TH_EXPECT(idle, "+PONG\r\n");
+    TH_SEND(blocked, "BLPOP kill:q 0\r\n");
     assert_int_equal(th_redis_wait_info(F.redis.port, "blocked_clients", 1, TH_MS), 0);
 
     int st = th_signal_wait(&F.redis, SIGKILL, 5000);
@@ -204,8 +199,8 @@ static void test_upstream_killed(void **state)
     for (int i = 0; i < 3; i++) {
         int fd = th_connect(F.rport);
         assert_true(fd >= 0);
-        SEND(fd, "PING\r\n");
-        EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
+        TH_SEND(fd, "PING\r\n");
+        TH_EXPECT_CLOSE(fd, "-ERR upstream unavailable\r\n");
         close(fd);
     }
 }
