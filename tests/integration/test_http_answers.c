@@ -113,6 +113,15 @@ static void start(struct th_proc *p, int port, const char *extra)
 
 /* ---- HEAD ------------------------------------------------------------------ */
 
+/* Opens <r> on <port> and spends the limit's one request on it (a 200). */
+static void spend_limit(struct rd *r, int port)
+{
+    char head[4096];
+    assert_true(rd_open(r, port) >= 0);
+    assert_int_equal(th_write_all(r->fd, "GET /echo/lim HTTP/1.1\r\nHost: t\r\n\r\n", 35), 0);
+    assert_int_equal(rd_response(r, 0, TH_MS, head, sizeof(head)), 200);
+}
+
 static void test_head_answers_have_no_body(void **state)
 {
     (void)state;
@@ -121,11 +130,9 @@ static void test_head_answers_have_no_body(void **state)
     start(&sl, port, "");
     struct rd r;
     char head[4096];
-    assert_true(rd_open(&r, port) >= 0);
     /* the limit's one request, then a HEAD it refuses, then a GET: the
      * GET's answer must be the next thing on the wire */
-    assert_int_equal(th_write_all(r.fd, "GET /echo/lim HTTP/1.1\r\nHost: t\r\n\r\n", 35), 0);
-    assert_int_equal(rd_response(&r, 0, TH_MS, head, sizeof(head)), 200);
+    spend_limit(&r, port);
     const char *two = "HEAD /echo/lim HTTP/1.1\r\nHost: t\r\n\r\n"
                       "GET /echo/x HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_int_equal(th_write_all(r.fd, two, strlen(two)), 0);
@@ -172,9 +179,7 @@ static void test_http10_keep_alive_answers(void **state)
     struct rd r;
     char head[4096];
     /* spend the limit on another connection */
-    assert_true(rd_open(&r, port) >= 0);
-    assert_int_equal(th_write_all(r.fd, "GET /echo/lim HTTP/1.1\r\nHost: t\r\n\r\n", 35), 0);
-    assert_int_equal(rd_response(&r, 0, TH_MS, head, sizeof(head)), 200);
+    spend_limit(&r, port);
     close(r.fd);
 
     const char *req = "GET /echo/lim HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n";
