@@ -24,9 +24,11 @@
 /* The keys of [listener] (sec_listener.c) that only an http listener takes. */
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
-    "max_headers", "max_header_size", "upgrades" };
+    "max_headers", "max_header_size", "upgrades", "upstream_keepalive",
+    "upstream_keepalive_timeout" };
 /* ... and those only a resp listener takes. */
-static const char *const resp_only_keys[] = { "setup_commands" };
+static const char *const resp_only_keys[] = { "setup_commands", "upstream_pool",
+    "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {

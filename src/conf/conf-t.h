@@ -67,6 +67,8 @@ struct sl_cidr {
     uint8_t v4;                        /* written as IPv4: printed back so */
 };
 
+#define SL_POOL_MAX 256 /* upstream_pool = N: at most this */
+
 struct sl_listener_conf {
     char          *name;               /* [listener NAME] */
     int            line;               /* line of the section header */
@@ -88,6 +90,15 @@ struct sl_listener_conf {
     /* protocol = resp only (an error on other listeners) */
     uint64_t       setup_commands;     /* connect-time commands not charged to requests
                                           limits, per connection; default 16; 0 = none */
+    uint32_t       upstream_pool;      /* pipelined upstream connections per worker and pool
+                                          key; 0 = off (one per client, default) */
+    uint64_t       pool_pinned;        /* upstream_pool_pinned: clients holding a connection
+                                          of their own at once, per worker; default 1000 */
+    uint64_t       pool_pin_wait_us;   /* upstream_pool_pin_wait: how long a client waits for
+                                          one past that cap; default 1s; 0 = refused at once */
+    uint64_t       pool_client_buffer; /* upstream_pool_client_buffer: replies queued to one
+                                          client on a pooled listener before it is closed;
+                                          default 64mb */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip */
@@ -101,6 +112,10 @@ struct sl_listener_conf {
     uint64_t       max_header_size;    /* bytes of the whole head (431); default 64KiB */
     struct sl_http_upgrades upgrades;  /* protocols a request may switch to, CONNECT;
                                           default websocket */
+    uint64_t       upstream_keepalive; /* idle upstream connections kept per worker for reuse
+                                          by any client; default 0 = off */
+    uint64_t       upstream_keepalive_timeout_us; /* an idle kept one is closed after this;
+                                          default 60s */
     /* TLS (docs/configuration.md): paths absolute (resolved at load) or NULL */
     char          *tls_cert;           /* PEM chain: clients speak TLS to this listener */
     char          *tls_key;

@@ -122,8 +122,17 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
     dump_listener_tls(out, l);
-    if (l->protocol == SL_PROTO_RESP)
+    if (l->protocol == SL_PROTO_RESP) {
         kv_u64(out, "setup_commands", l->setup_commands);
+        if (l->upstream_pool == 0)
+            kv(out, "upstream_pool", "off");
+        else
+            kv_u64(out, "upstream_pool", l->upstream_pool);
+        kv_u64(out, "upstream_pool_pinned", l->pool_pinned);
+        kv_duration(out, "upstream_pool_pin_wait", l->pool_pin_wait_us);
+        sl_fmt_size(l->pool_client_buffer, b, sizeof(b));
+        kv(out, "upstream_pool_client_buffer", b);
+    }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
     for (int i = 0; i < l->n_trusted_proxies; i++) {
@@ -148,6 +157,8 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     if (l->upgrades.n == 0 && !l->upgrades.connect)
         word(&w, "upgrades", "none");
     words_end(&w);
+    kv_u64(out, "upstream_keepalive", l->upstream_keepalive);
+    kv_duration(out, "upstream_keepalive_timeout", l->upstream_keepalive_timeout_us);
 }
 
 static void dump_limit(FILE *out, const struct sl_limit_conf *m)

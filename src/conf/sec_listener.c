@@ -12,7 +12,7 @@
 #include "conf/names.h"
 #include "conf/units.h"
 
-static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades;
+static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades, set_pool;
 
 static const struct keyword listener_kw[] = {
     ADDR("listen", struct sl_listener_conf, listen),
@@ -29,6 +29,12 @@ static const struct keyword listener_kw[] = {
     NUM("resolve_ttl", KW_DURATION, struct sl_listener_conf, resolve_ttl_us, 0, DAY_US),
     /* protocol = resp only (check.c: resp_only_keys) */
     NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
+    FUNC("upstream_pool", set_pool, 0),
+    NUM("upstream_pool_pinned", KW_U64, struct sl_listener_conf, pool_pinned, 0, 1u << 20),
+    NUM("upstream_pool_pin_wait", KW_DURATION, struct sl_listener_conf, pool_pin_wait_us, 0,
+        HOUR_US),
+    NUM("upstream_pool_client_buffer", KW_SIZE, struct sl_listener_conf, pool_client_buffer,
+        64 * 1024, 1ULL << 40),
     /* protocol = http only (check.c: http_only_keys, check_listener) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
@@ -39,6 +45,9 @@ static const struct keyword listener_kw[] = {
     NUM("max_headers", KW_U64, struct sl_listener_conf, max_headers, 1, 10000),
     NUM("max_header_size", KW_SIZE, struct sl_listener_conf, max_header_size, 256, 16u << 20),
     FUNC("upgrades", set_upgrades, KW_MULTI),
+    NUM("upstream_keepalive", KW_U64, struct sl_listener_conf, upstream_keepalive, 0, 1u << 16),
+    NUM("upstream_keepalive_timeout", KW_DURATION, struct sl_listener_conf,
+        upstream_keepalive_timeout_us, 1000, DAY_US),
     /* TLS (checked together in conf/tls.c) */
     TLSPATH("tls_cert", struct sl_listener_conf, tls_cert),
     TLSPATH("tls_key", struct sl_listener_conf, tls_key),
@@ -76,6 +85,10 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_request = 512ULL * 1000 * 1000;
     l->resolve_ttl_us = 30 * S_US;
     l->setup_commands = 16;
+    l->pool_pinned = 1000;
+    l->pool_pin_wait_us = 1 * S_US;
+    l->pool_client_buffer = 64ULL * 1024 * 1024;
+    l->upstream_keepalive_timeout_us = 60 * S_US;
     l->upstream_timeout_us = 60 * S_US;
     l->rate_limit_headers = SL_RLH_DRAFT;
     l->forwarded_headers = 1;
@@ -168,6 +181,25 @@ static void set_separator(struct loader *ld, struct section *sec, const struct k
         return;
     }
     memcpy(l->key_prefix_separator, value, n + 1);
+}
+
+/* upstream_pool = off | N: N pipelined upstream connections per worker and
+ * pool key (1-256); off (0) = one upstream connection per client. */
+static void set_pool(struct loader *ld, struct section *sec, const struct keyword *kw,
+                     const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    if (strcmp(value, "off") == 0) {
+        l->upstream_pool = 0;
+        return;
+    }
+    char *end;
+    unsigned long n = isdigit((unsigned char)value[0]) ? strtoul(value, &end, 10) : 0;
+    if (n < 1 || n > SL_POOL_MAX || *end != '\0') {
+        sl_cf_bad(ld, kw, "off or a number of connections, 1-256", value);
+        return;
+    }
+    l->upstream_pool = (uint32_t)n;
 }
 
 /* trusted_proxies = 10.0.0.0/8 fd00::/8 192.0.2.7: kept parsed (conf/http.h). */
