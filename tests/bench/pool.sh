@@ -273,6 +273,9 @@ pool_fanin() { # target
     idle_hold "fanin.$t" "$port" "$POOL_FANIN" get || return 0
     read -r ok failed < <(awk '/^ready/ { print $4, $6 }' "$WORK/pool-idle.fanin.$t.out")
     up=$(upstream_clients "$POOL_SMALL_PORT")
+    # a Redis at maxclients refuses the asking connection too: count the
+    # established connections to it instead
+    [ -z "$up" ] && have ss && up=$(ss -Htn state established "dport = :$POOL_SMALL_PORT" 2>/dev/null | wc -l)
     stop_pid "$IDLE_PID"
     printf 'pool:fanin:ok:%s\t%s\npool:fanin:failed:%s\t%s\n' "$t" "$ok" "$t" "$failed" >> "$RAW"
     [ -n "$up" ] && echo -e "pool:fanin:up:$t\t$up" >> "$RAW"
@@ -345,11 +348,11 @@ pool_table() { # the pooling rows of the report
             r1=$(ratio "$pr" "${best:-}"); r2=$(ratio "$pr" "$tw")
             r3=$(ratio "$(median "pool:rcpu:$k:pooled")" "$(median "pool:rcpu:$k:direct")")
             res=""; [ -n "$r1" ] && { ge "$r1" 1.3; res=$?; }
-            printf '  %-40s %s\n' "pooled / best of haproxy, nginx (${bn:-none})" "${r1:-n/a}x  >=1.3x: $(mark "$res")"
+            printf '  %-42s %s\n' "pooled / best of haproxy, nginx (${bn:-none})" "${r1:-n/a}${r1:+x}  >=1.3x: $(mark "$res")"
             res=""; [ -n "$r2" ] && { ge "$r2" 1.0; res=$?; }
-            printf '  %-40s %s\n' "pooled / twemproxy" "${r2:-n/a}x  >=1.0x: $(mark "$res")"
+            printf '  %-42s %s\n' "pooled / twemproxy" "${r2:-n/a}${r2:+x}  >=1.0x: $(mark "$res")"
             res=""; [ -n "$r3" ] && { ge 0.35 "$r3"; res=$?; }
-            printf '  %-40s %s\n' "redis CPU/req pooled / direct" "${r3:-n/a}x  <=0.35x: $(mark "$res")"
+            printf '  %-42s %s\n' "redis CPU/req pooled / direct" "${r3:-n/a}${r3:+x}  <=0.35x: $(mark "$res")"
         done
     done
     echo
@@ -367,26 +370,26 @@ pool_table() { # the pooling rows of the report
         r1=$(ratio "$(median "pool:rps:$k:pooled")" "$(median "pool:rps:$k:one")")
         r2=$(ratio "$(median "pool:pcpu:$k:one")" "$(median "pool:pcpu:$k:nginx")")
         res=""; [ -n "$r1" ] && { ge "$r1" 1.0; res=$?; }
-        printf '  %-40s %s\n' "pooled / 1:1 req/s" "${r1:-n/a}x  >=1.0x: $(mark "$res")"
+        printf '  %-42s %s\n' "pooled / 1:1 req/s" "${r1:-n/a}${r1:+x}  >=1.0x: $(mark "$res")"
         res=""; [ -n "$r2" ] && { ge 1.0 "$r2"; res=$?; }
-        printf '  %-40s %s\n' "1:1 proxy CPU/req / nginx stream's" "${r2:-n/a}x  <=1.0x: $(mark "$res")"
+        printf '  %-42s %s\n' "1:1 proxy CPU/req / nginx stream's" "${r2:-n/a}${r2:+x}  <=1.0x: $(mark "$res")"
     done
     echo
     echo "upstream connections (Redis's connected_clients, highest seen)"
     local one pooled nut okv fv up
     one=$(median pool:conns:one); pooled=$(median pool:conns:pooled); nut=$(median pool:conns:nutcracker)
-    printf '  %-40s %s\n' "$POOL_ACTIVE active + $POOL_IDLE idle clients" \
+    printf '  %-42s %s\n' "$POOL_ACTIVE active + $POOL_IDLE idle clients" \
         "sluice 1:1 $(fmt "$one" 0), sluice pooled $(fmt "$pooled" 0), twemproxy $(fmt "$nut" 0)"
     res=""
     if [ -n "$pooled" ]; then
         # workers x N (plus the pinned ones: none in this load)
         [ "$pooled" -le $(( $(nproc) * POOL_SIZE )) ]; res=$?
     fi
-    printf '  %-40s %s\n' "" "pooled <= workers x $POOL_SIZE = $(( $(nproc) * POOL_SIZE )): $(mark "$res")"
+    printf '  %-42s %s\n' "" "pooled <= workers x $POOL_SIZE = $(( $(nproc) * POOL_SIZE )): $(mark "$res")"
     for t in one pooled nutcracker; do
         okv=$(median "pool:fanin:ok:$t"); fv=$(median "pool:fanin:failed:$t"); up=$(median "pool:fanin:up:$t")
         res=""; [ -n "$okv" ] && { [ "$okv" -eq "$POOL_FANIN" ]; res=$?; }
-        printf '  %-40s %s\n' "$POOL_FANIN clients, maxclients $POOL_FANIN_MAXCLIENTS: $(pool_label "$t")" \
+        printf '  %-42s %s\n' "$POOL_FANIN clients, maxclients $POOL_FANIN_MAXCLIENTS: $(pool_label "$t")" \
             "$(fmt "$okv" 0) served, $(fmt "$fv" 0) failed, upstream $(fmt "$up" 0)$([ "$t" = pooled ] && echo "; all served: $(mark "$res")")"
     done
 }
