@@ -71,7 +71,11 @@ http_nginx_conf() { # dir port workers [upstream port: proxy_pass [keepalive]]
             printf '    server {\n        listen 127.0.0.1:%s;\n' "$2"
             printf '        location = /small { default_type text/plain; return 200 "hello\\n"; }\n'
             # the connections it accepted: read by the one-request rows
-            printf '        location = /sluice-bench-status { stub_status; }\n    }\n'
+            # (when this nginx has the module: else that column is n/a)
+            if "${HTTP_NGINX_BIN:-nginx}" -V 2>&1 | grep -q stub_status; then
+                printf '        location = /sluice-bench-status { stub_status; }\n'
+            fi
+            printf '    }\n'
         fi
         printf '}\n'
     } > "$1/nginx.conf"
@@ -102,6 +106,7 @@ http_setup() {
     have curl || { log "warning: curl not installed: HTTP rows n/a"; return 1; }
     local ngx=nginx
     have nginx || ngx=/usr/sbin/nginx
+    HTTP_NGINX_BIN=$ngx
     local up
     up=$(free_port)
     http_nginx_conf "$WORK/http-up" "$up" 1

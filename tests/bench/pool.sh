@@ -181,7 +181,8 @@ pool_run() {
     name=${POOL_PID_NAME[$t]}
     pid=""; [ -n "$name" ] && pid=${PID_OF[$name]:-}
     rpid=${PID_OF[pool_redis]:-}
-    if { [ -n "$name" ] && ! kill -0 "${pid:-0}" 2>/dev/null; } || ! kill -0 "${rpid:-0}" 2>/dev/null; then
+    if { [ -n "$name" ] && { [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; }; } ||
+        [ -z "$rpid" ] || ! kill -0 "$rpid" 2>/dev/null; then
         echo "round $5: pool: $(pool_label "$t") (or its redis) is gone" >> "$FAILS"
         unset "POOL_PORT[$t]"
         return 0
