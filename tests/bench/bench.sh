@@ -13,6 +13,16 @@
 #     lease), HAProxy (mode http) and nginx proxy_pass: requests/s, p99 latency,
 #     proxy CPU time per request (tests/bench/http.sh). BENCH_ONLY=http runs
 #     only these rows;
+#   * HTTP one-request connections (wrk -H 'Connection: close'): sluice vs
+#     nginx proxy_pass with an upstream keepalive block, with the connections
+#     the upstream accepted per request (tests/bench/http.sh);
+#   * pooling (tests/bench/pool.sh): redis-benchmark -P 1 with 50 and 400
+#     clients and -P 16 against Redis, sluice 1:1, sluice pooled (when the
+#     build accepts `upstream_pool`), HAProxy, nginx stream and twemproxy,
+#     with p99 and the upstream Redis's and the proxy's CPU per request; the
+#     upstream connections with 400 active and 5,000 idle clients; 10,000
+#     clients in front of a Redis with maxclients 1000. BENCH_ONLY=pool runs
+#     only these rows;
 #   * TLS: redis-benchmark --tls at -P 1 and -P 16 against Redis's TLS port,
 #     through sluice and HAProxy (TLS in, TLS out), and RSS per idle TLS
 #     connection (tests/bench/tls.sh). BENCH_ONLY=tls runs only these rows.
@@ -42,7 +52,7 @@ SLUICE_WORKERS=${BENCH_SLUICE_WORKERS:-$(nproc)}
 STRICT=${BENCH_STRICT:-0}
 RESULTS_OUT=${BENCH_OUT:-build/bench/results.txt}
 ONLY=${BENCH_ONLY:-}
-case "$ONLY" in ""|all|http|tls) ;; *) echo "bench: BENCH_ONLY must be http or tls (or empty: everything)" >&2; exit 2 ;; esac
+case "$ONLY" in ""|all|http|tls|pool) ;; *) echo "bench: BENCH_ONLY must be http, tls or pool (or empty: everything)" >&2; exit 2 ;; esac
 
 BENCH_BIN=build/bench
 N_STRICT=${BENCH_N_STRICT:-300000}
@@ -247,6 +257,14 @@ report_save() { # stdin: the report: shown, and kept with the raw figures in $RE
 . tests/bench/http.sh
 # --- TLS rows: tests/bench/tls.sh; alone with BENCH_ONLY=tls
 . tests/bench/tls.sh
+# --- pooling rows: tests/bench/pool.sh; alone with BENCH_ONLY=pool
+. tests/bench/pool.sh
+if [ "$ONLY" = pool ]; then
+    pool_bench
+    pool_report_only
+    [ "$HAVE_SLUICE" = 1 ] || exit 1
+    exit 0
+fi
 if [ "$ONLY" = tls ]; then
     tls_bench
     tls_report_only
@@ -532,6 +550,10 @@ done
 stop nginx
 stop sink
 
+# -------------------------------------------------------------- pooling ----
+# Its own upstream Redis and proxies, started and stopped there.
+pool_bench
+
 # ----------------------------------------------------------------- HTTP ----
 # Its own upstream (nginx) and proxies, started and stopped here.
 http_bench
@@ -793,6 +815,8 @@ fi
 {
     echo
     http_table
+    echo
+    pool_table
     tls_table
 } >> "$TABLE"
 

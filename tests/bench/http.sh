@@ -16,11 +16,22 @@
 # Per run: requests/s, p99 latency, and the proxy's CPU time per request
 # (utime + stime of the process and its children, from /proc/PID/stat,
 # read before and after the run; for direct: nginx's own).
+#
+# One-request connections: the same wrk with -H 'Connection: close' (every
+# request on a new client connection) against direct, sluice (no limit) and
+#   nginxk    nginx proxy_pass with an upstream `keepalive $HTTP_CLOSE_KEEPALIVE`
+#             block (proxy_http_version 1.1, Connection ""), worker_processes
+#             $SLUICE_WORKERS
+# with, beside the figures above, the connections the upstream nginx accepted
+# during the run per request (its stub_status `accepts`, read before and after).
 
 HTTP_ROUNDS=${BENCH_HTTP_ROUNDS:-3}
 HTTP_DURATION=${BENCH_HTTP_DURATION:-5}
 HTTP_CONNS=${BENCH_HTTP_CONNS:-50}
 HTTP_TARGETS=(direct sluice sluicel sluicer haproxy nginxp)
+HTTP_CLOSE_ROUNDS=${BENCH_HTTP_CLOSE_ROUNDS:-$HTTP_ROUNDS}
+HTTP_CLOSE_KEEPALIVE=${BENCH_HTTP_CLOSE_KEEPALIVE:-32}
+HTTP_CLOSE_TARGETS=(direct sluice nginxk)
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 declare -A HTTP_PORT=() HTTP_PID_NAME=()
 
@@ -43,7 +54,7 @@ wait_http() { # port [pid]: until GET /small answers 200
     return 1
 }
 
-http_nginx_conf() { # dir port workers [upstream port: proxy_pass]
+http_nginx_conf() { # dir port workers [upstream port: proxy_pass [keepalive]]
     mkdir -p "$1/logs" "$1/tmp"
     {
         printf 'worker_processes %s;\npid %s/nginx.pid;\nerror_log %s/logs/error.log;\n' "$3" "$1" "$1"
@@ -52,13 +63,19 @@ http_nginx_conf() { # dir port workers [upstream port: proxy_pass]
         printf '    proxy_temp_path %s/tmp/proxy;\n' "$1"
         printf '    keepalive_requests 10000000;\n    keepalive_timeout 300s;\n'
         if [ -n "${4:-}" ]; then
-            printf '    upstream up {\n        server 127.0.0.1:%s;\n        keepalive 128;\n    }\n' "$4"
+            printf '    upstream up {\n        server 127.0.0.1:%s;\n        keepalive %s;\n    }\n' "$4" "${5:-128}"
             printf '    server {\n        listen 127.0.0.1:%s;\n        location / {\n' "$2"
             printf '            proxy_pass http://up;\n            proxy_http_version 1.1;\n'
             printf '            proxy_set_header Connection "";\n        }\n    }\n'
         else
             printf '    server {\n        listen 127.0.0.1:%s;\n' "$2"
-            printf '        location = /small { default_type text/plain; return 200 "hello\\n"; }\n    }\n'
+            printf '        location = /small { default_type text/plain; return 200 "hello\\n"; }\n'
+            # the connections it accepted: read by the one-request rows
+            # (when this nginx has the module: else that column is n/a)
+            if "${HTTP_NGINX_BIN:-nginx}" -V 2>&1 | grep -q stub_status; then
+                printf '        location = /sluice-bench-status { stub_status; }\n'
+            fi
+            printf '    }\n'
         fi
         printf '}\n'
     } > "$1/nginx.conf"
@@ -89,6 +106,7 @@ http_setup() {
     have curl || { log "warning: curl not installed: HTTP rows n/a"; return 1; }
     local ngx=nginx
     have nginx || ngx=/usr/sbin/nginx
+    HTTP_NGINX_BIN=$ngx
     local up
     up=$(free_port)
     http_nginx_conf "$WORK/http-up" "$up" 1
@@ -142,6 +160,21 @@ http_setup() {
     else
         log "warning: nginx proxy_pass did not start"; cat "$WORK/http-px/logs/error.log" >&2
     fi
+    p=$(free_port)
+    http_nginx_conf "$WORK/http-pk" "$p" "$SLUICE_WORKERS" "$up" "$HTTP_CLOSE_KEEPALIVE"
+    spawn http_nginxk "$WORK/http-pk.log" "$ngx" -p "$WORK/http-pk" -e "$WORK/http-pk/logs/error.log" \
+        -c "$WORK/http-pk/nginx.conf" -g 'daemon off;'
+    if wait_http "$p" "${PID_OF[http_nginxk]}"; then
+        HTTP_PORT[nginxk]=$p; HTTP_PID_NAME[nginxk]=http_nginxk
+    else
+        log "warning: nginx proxy_pass (keepalive $HTTP_CLOSE_KEEPALIVE) did not start"; cat "$WORK/http-pk/logs/error.log" >&2
+    fi
+}
+
+# connections the upstream nginx has accepted so far (stub_status), or ""
+http_up_accepts() {
+    curl -s --max-time 2 "http://127.0.0.1:${HTTP_PORT[direct]}/sluice-bench-status" 2>/dev/null |
+        awk 'prev { print $1; exit } /server accepts/ { prev = 1 }'
 }
 
 # wrk's "1.23ms" / "456.00us" / "1.02s" -> ms
@@ -150,8 +183,9 @@ to_ms() {
         else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }
 
-http_run() { # target round
-    local t=$1 port name pid out c0 c1 rps p99 reqs rc
+http_run() { # target round [close: one request per connection]
+    local t=$1 port name pid out c0 c1 rps p99 reqs rc a0 a1 kp=http hdr=()
+    [ "${3:-}" = close ] && { kp=httpc; hdr=(-H 'Connection: close'); }
     port=${HTTP_PORT[$t]:-}
     [ -n "$port" ] || return 0
     name=${HTTP_PID_NAME[$t]}
@@ -161,27 +195,35 @@ http_run() { # target round
         unset "HTTP_PORT[$t]"
         return 0
     fi
-    out="$WORK/wrk.$t.$2.txt"
+    out="$WORK/wrk.$kp.$t.$2.txt"
+    [ "$kp" = httpc ] && a0=$(http_up_accepts)
     c0=$(cpu_ticks "$pid")
-    timeout -k 5 "$RUN_TIMEOUT" wrk -t2 -c"$HTTP_CONNS" -d"${HTTP_DURATION}s" --latency \
+    timeout -k 5 "$RUN_TIMEOUT" wrk -t2 -c"$HTTP_CONNS" -d"${HTTP_DURATION}s" --latency "${hdr[@]}" \
         "http://127.0.0.1:$port/small" >"$out" 2>&1 </dev/null
     rc=$?
     c1=$(cpu_ticks "$pid")
+    [ "$kp" = httpc ] && a1=$(http_up_accepts)
     rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
     p99=$(awk '$1 == "99%" { print $2 }' "$out")
     reqs=$(awk '/requests in/ { print $1 }' "$out")
     if [ "$rc" -ne 0 ] || [ -z "$rps" ] || [ -z "$p99" ] || [ -z "$reqs" ] || [ "$reqs" -eq 0 ] ||
         grep -q 'Non-2xx' "$out"; then
-        echo "round $2: wrk via $t failed (rc=$rc): $(grep -E 'Non-2xx|errors|unable' "$out" | head -n 2 | tr '\n' ' ')" >> "$FAILS"
+        echo "round $2: wrk ${hdr[*]} via $t failed (rc=$rc): $(grep -E 'Non-2xx|errors|unable' "$out" | head -n 2 | tr '\n' ' ')" >> "$FAILS"
         log "  $t: FAILED (rc=$rc)"
         return 0
     fi
     local us
     us=$(awk -v a="$c0" -v b="$c1" -v n="$reqs" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / hz * 1e6 / n }')
     p99=$(to_ms "$p99")
-    printf 'http:rps:%s\t%s\nhttp:p99:%s\t%s\nhttp:cpu:%s\t%s\n' "$t" "$rps" "$t" "$p99" "$t" "$us" >> "$RAW"
-    grep -q "Socket errors" "$out" && echo "note: round $2: wrk via $t: $(grep 'Socket errors' "$out" | sed 's/^ *//')" >> "$FAILS"
-    log "  $t: $rps req/s, p99 $p99 ms, $us us CPU/request"
+    printf '%s:rps:%s\t%s\n%s:p99:%s\t%s\n%s:cpu:%s\t%s\n' "$kp" "$t" "$rps" "$kp" "$t" "$p99" "$kp" "$t" "$us" >> "$RAW"
+    local acc=""
+    if [ -n "${a0:-}" ] && [ -n "${a1:-}" ]; then
+        # less the status request that read a1
+        acc=$(awk -v a="$a0" -v b="$a1" -v n="$reqs" 'BEGIN { printf "%.3f", (b - a - 1) / n }')
+        printf '%s:acc:%s\t%s\n' "$kp" "$t" "$acc" >> "$RAW"
+    fi
+    grep -q "Socket errors" "$out" && echo "note: round $2: wrk ${hdr[*]} via $t: $(grep 'Socket errors' "$out" | sed 's/^ *//')" >> "$FAILS"
+    log "  $t${hdr[*]:+ (close)}: $rps req/s, p99 $p99 ms, $us us CPU/request${acc:+, $acc upstream connections/request}"
 }
 
 http_bench() {
@@ -198,12 +240,19 @@ http_bench() {
             http_run "$t" "$round"
         done
     done
+    log "HTTP one-request connections: $HTTP_CLOSE_ROUNDS rounds x ${#HTTP_CLOSE_TARGETS[@]} targets x wrk -H 'Connection: close'"
+    for round in $(seq 1 "$HTTP_CLOSE_ROUNDS"); do
+        log "HTTP close round $round/$HTTP_CLOSE_ROUNDS"
+        for t in "${HTTP_CLOSE_TARGETS[@]}"; do
+            http_run "$t" "$round" close
+        done
+    done
     http_stop
 }
 
 http_stop() {
     local n
-    for n in http_sluice http_sluicel http_sluicer http_haproxy http_nginxp http_up http_store; do
+    for n in http_sluice http_sluicel http_sluicer http_haproxy http_nginxp http_nginxk http_up http_store; do
         stop "$n"
     done
 }
@@ -216,6 +265,7 @@ http_label() {
         sluicer) echo "sluice, limit (store, lease)" ;;
         haproxy) echo "haproxy mode http" ;;
         nginxp) echo "nginx proxy_pass keepalive" ;;
+        nginxk) echo "nginx proxy_pass keepalive $HTTP_CLOSE_KEEPALIVE" ;;
     esac
 }
 
@@ -243,15 +293,35 @@ http_table() { # the HTTP rows of the report
         tgt="not measured"
     fi
     printf '%-34s %s\n' "http target" "$tgt; >=1.0x best peer, CPU/req <= peer: $(mark "$res")"
+    http_close_table
+}
+
+http_close_table() { # one request per connection: sluice vs nginx with upstream keepalive
+    local H_FMT='%-34s %11s %9s %12s %10s\n' t rps p99 cpu acc s n sc nc res
+    echo
+    printf "$H_FMT" "http one-request conns (close)" "req/s" "p99 ms" "CPU us/req" "up conn/req"
+    for t in "${HTTP_CLOSE_TARGETS[@]}"; do
+        rps=$(median "httpc:rps:$t"); p99=$(median "httpc:p99:$t"); cpu=$(median "httpc:cpu:$t")
+        acc=$(median "httpc:acc:$t")
+        printf "$H_FMT" "$(http_label "$t")" "$(fmt "$rps" 0)" "$(fmt "$p99" 2)" "$(fmt "$cpu" 1)" "$(fmt "$acc" 2)"
+    done
+    s=$(median httpc:rps:sluice); n=$(median httpc:rps:nginxk)
+    sc=$(median httpc:cpu:sluice); nc=$(median httpc:cpu:nginxk)
+    res=""
+    if [ -n "$s" ] && [ -n "$n" ] && [ -n "$sc" ] && [ -n "$nc" ]; then
+        res=1; ge "$s" "$n" && ge "$nc" "$sc" && res=0
+    fi
+    printf '%-34s %s\n' "http close target" "sluice $(ratio "$s" "$n")x nginx keepalive req/s, CPU/req $(fmt "$sc" 1) vs $(fmt "$nc" 1) us; >=1.0x, CPU/req <= nginx: $(mark "$res")"
 }
 
 http_report_only() { # BENCH_ONLY=http: the HTTP rows alone
     {
         echo "sluice benchmark (HTTP rows only) — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r)"
-        echo "medians of $HTTP_ROUNDS interleaved rounds of wrk -t2 -c$HTTP_CONNS -d${HTTP_DURATION}s --latency (keep-alive)"
+        echo "medians of $HTTP_ROUNDS interleaved rounds of wrk -t2 -c$HTTP_CONNS -d${HTTP_DURATION}s --latency (keep-alive;" \
+            "one-request rows: $HTTP_CLOSE_ROUNDS rounds with -H 'Connection: close')"
         echo "sluice: workers = $SLUICE_WORKERS (x1: one process); haproxy: nbthread ${HAPROXY_NBTHREAD:-default}; nginx proxy: worker_processes $SLUICE_WORKERS; upstream nginx: 1 worker"
         http_table
-        echo "samples: $(for t in "${HTTP_TARGETS[@]}"; do printf '%s=%s ' "$t" "$(count "http:rps:$t")"; done)"
+        echo "samples: $(for t in "${HTTP_TARGETS[@]}"; do printf '%s=%s ' "$t" "$(count "http:rps:$t")"; done)close: $(for t in "${HTTP_CLOSE_TARGETS[@]}"; do printf '%s=%s ' "$t" "$(count "httpc:rps:$t")"; done)"
         fails_notes
     } | report_save
 }

@@ -1,13 +1,20 @@
 /*
  * idle — open N client connections and keep them idle.
  *
- *   idle HOST PORT N [ping]
+ *   idle HOST PORT N [ping|get]
  *
  * Connects N TCP sockets to HOST:PORT (raising RLIMIT_NOFILE as needed). With
  * `ping`, sends one RESP PING on each and waits for each +PONG, so that a proxy
  * surely holds an established upstream connection for every client. Then prints
  * "ready N" on stdout and holds the connections until SIGTERM/SIGINT (or until
  * stdin reaches EOF, when stdin is not a terminal and is not /dev/null).
+ *
+ * With `get`, each connection sends one GET of a key that does not exist and
+ * expects the nil reply ($-1); a connection that fails (refused, reset, an
+ * error reply such as Redis's "max number of clients reached", no answer in
+ * 10 s) is counted instead of ending the run. It prints
+ * "ready N ok K failed F" (the first failure's reason on stderr) and holds
+ * the connections that are left open, as above: a fan-in test.
  *
  * Exit status: 0 after a clean stop, 1 on any error (message on stderr).
  */
@@ -31,6 +38,8 @@
 #define BATCH 500 /* connections in flight at once (keeps listen backlogs happy) */
 #define PING "*1\r\n$4\r\nPING\r\n"
 #define PONG "+PONG\r\n"
+#define GET "*2\r\n$3\r\nGET\r\n$24\r\nsluice:bench:no-such-key\r\n"
+#define NIL "$-1\r\n"
 
 static volatile sig_atomic_t stop;
 
@@ -101,16 +110,28 @@ static int expect(int fd, const char *want, size_t len, int timeout_ms)
     return 0;
 }
 
+/* get mode: one connection failed; counted, its reason told once, closed. */
+static void fail_one(int *fd, long *failed, long i, const char *what)
+{
+    if (*failed == 0)
+        fprintf(stderr, "idle: connection %ld: %s: %s (first failure)\n", i, what, strerror(errno));
+    (*failed)++;
+    close(*fd);
+    *fd = -1;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 4 || argc > 5 || (argc == 5 && strcmp(argv[4], "ping"))) {
-        fprintf(stderr, "usage: idle HOST PORT N [ping]\n");
+    if (argc < 4 || argc > 5 || (argc == 5 && strcmp(argv[4], "ping") && strcmp(argv[4], "get"))) {
+        fprintf(stderr, "usage: idle HOST PORT N [ping|get]\n");
         return 2;
     }
     const char *host = argv[1];
     int port = atoi(argv[2]);
     long n = atol(argv[3]);
-    int ping = argc == 5;
+    int ping = argc == 5 && !strcmp(argv[4], "ping");
+    int get = argc == 5 && !strcmp(argv[4], "get");
+    long ok = 0, failed = 0;
     if (n <= 0)
         return 2;
 
@@ -140,6 +161,12 @@ int main(int argc, char **argv)
             fds[i] = socket(AF_INET, SOCK_STREAM, 0);
             if (fds[i] < 0)
                 die("socket");
+            if (get) {
+                if (connect(fds[i], (struct sockaddr *)&addr, sizeof addr) < 0 ||
+                    write(fds[i], GET, sizeof GET - 1) != (ssize_t)(sizeof GET - 1))
+                    fail_one(&fds[i], &failed, i, "connect/write");
+                continue;
+            }
             if (connect(fds[i], (struct sockaddr *)&addr, sizeof addr) < 0) {
                 fprintf(stderr, "idle: connection %ld: ", i);
                 die("connect");
@@ -147,6 +174,16 @@ int main(int argc, char **argv)
             if (ping && write(fds[i], PING, sizeof PING - 1) != (ssize_t)(sizeof PING - 1)) {
                 fprintf(stderr, "idle: connection %ld: ", i);
                 die("write");
+            }
+        }
+        if (get) {
+            for (long i = base; i < end; i++) {
+                if (fds[i] < 0)
+                    continue;
+                if (expect(fds[i], NIL, sizeof NIL - 1, 10000) < 0)
+                    fail_one(&fds[i], &failed, i, "waiting for $-1");
+                else
+                    ok++;
             }
         }
         if (ping) {
@@ -161,7 +198,10 @@ int main(int argc, char **argv)
     if (stop)
         return 1;
 
-    printf("ready %ld\n", n);
+    if (get)
+        printf("ready %ld ok %ld failed %ld\n", n, ok, failed);
+    else
+        printf("ready %ld\n", n);
     fflush(stdout);
 
     /* Hold until a signal, or until stdin closes when it is a pipe/fifo. */
@@ -182,7 +222,8 @@ int main(int argc, char **argv)
         }
     }
     for (long i = 0; i < n; i++)
-        close(fds[i]);
+        if (fds[i] >= 0)
+            close(fds[i]);
     free(fds);
     return 0;
 }
