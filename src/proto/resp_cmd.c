@@ -221,7 +221,7 @@ static int xread(const struct sl_resp_req *r, struct sl_rcmd_info *o, int group)
 static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
 {
     if (r->argc < 2)
-        return pin(o, SL_PIN_UNKNOWN); /* Redis answers an arity error */
+        return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
     if (arg_is(r, 1, "SETNAME")) {
         o->name_arg = 2;
         return local(o, SL_RLOCAL_SETNAME);
@@ -242,7 +242,9 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
     for (size_t k = 0; k < sizeof(stateless) / sizeof(stateless[0]); k++)
         if (arg_is(r, 1, stateless[k]))
             return (o->cls = SL_RCMD_POOL);
-    if (arg_is(r, 1, "REPLY") && r->argc == 3) {
+    if (arg_is(r, 1, "REPLY")) {
+        if (r->argc != 3)
+            return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
         if (arg_is(r, 2, "ON"))
             return pool_ending(o, SL_PIN_REPLY, 0);
         if (arg_is(r, 2, "OFF"))
