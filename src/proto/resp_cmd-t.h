@@ -43,6 +43,10 @@ enum sl_pin {
                                    else for the client's life */
     SL_PIN_SCRIPT   = 1u << 15, /* SCRIPT DEBUG YES|SYNC: for the client's life */
     SL_PIN_REPLICA  = 1u << 16, /* SYNC, PSYNC, REPLCONF: for the client's life */
+    SL_PIN_STICKY   = 1u << 17, /* HELLO whose SETNAME sluice cannot check: Redis
+                                   may authenticate, then refuse the name, so
+                                   even its error may leave a new user: until
+                                   RESET */
 };
 
 /* Bits that end with their own request's answer (counted, see sl_rcmd_pin). */
@@ -53,7 +57,7 @@ enum sl_pin {
 #define SL_PIN_UNDO   (SL_PIN_WATCH | SL_PIN_SUB | SL_PIN_MONITOR | SL_PIN_TRACKING | \
                        SL_PIN_NOEVICT | SL_PIN_NOTOUCH | SL_PIN_READONLY | SL_PIN_ODD | \
                        SL_PIN_UNKNOWN | SL_PIN_SCRIPT)
-#define SL_PIN_RESET_CLEARS (~(uint32_t)SL_PIN_DIRTY & ((SL_PIN_REPLICA << 1) - 1))
+#define SL_PIN_RESET_CLEARS (~(uint32_t)SL_PIN_DIRTY & ((SL_PIN_STICKY << 1) - 1))
 
 /* What sluice answers itself on a pooled listener (docs/resp.md). */
 enum sl_rlocal {

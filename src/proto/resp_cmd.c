@@ -223,6 +223,10 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
     if (r->argc < 2)
         return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
     if (arg_is(r, 1, "SETNAME")) {
+        /* kept by sluice, which checks the name as Redis does; an arity
+         * error, or a name longer than the framer keeps, goes to Redis */
+        if (r->argc != 3 || r->arglen[2] > SL_RESP_CAPTURE_LEN)
+            return pin(o, SL_PIN_ODD);
         o->name_arg = 2;
         return local(o, SL_RLOCAL_SETNAME);
     }
@@ -326,6 +330,7 @@ static int hello(const struct sl_resp_req *r, struct sl_rcmd_info *o)
         return pin(o, SL_PIN_ODD); /* Redis answers an error (NOPROTO) */
     o->resp = (uint8_t)ver;
     o->set |= SL_RKEY_RESP;
+    int sticky = 0;
     for (unsigned i = 2; i < r->argc; i++) {
         unsigned more = r->argc - i - 1;
         if (arg_is(r, i, "AUTH") && more >= 2) {
@@ -339,10 +344,16 @@ static int hello(const struct sl_resp_req *r, struct sl_rcmd_info *o)
                 return pin(o, SL_PIN_ODD);
             o->name_arg = (uint8_t)(i + 1);
             i += 1;
+            /* Redis authenticates before it checks the name: a name it
+             * refuses answers an error after the user changed */
+            if (r->arglen[i] > SL_RESP_CAPTURE_LEN || !sl_rcmd_name_ok(r->argv[i], r->arglen[i]))
+                sticky = 1;
         } else {
             return pin(o, SL_PIN_ODD); /* a syntax error, or not captured */
         }
     }
+    if (sticky)
+        return pin(o, SL_PIN_STICKY);
     return key(o);
 }
 

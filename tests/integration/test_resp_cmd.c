@@ -177,6 +177,29 @@ static void test_refusals_change_nothing(void **state)
     freeReplyObject(rr);
 }
 
+/* The exception: HELLO authenticates before it checks SETNAME's name, so
+ * its error may leave the connection with a new user (SL_PIN_STICKY). */
+static void test_hello_refused_name_after_auth(void **state)
+{
+    (void)state;
+    redisReply *rr = redisCommand(rc, "ACL SETUSER pooluser on >pw ~* +@all");
+    assert_int_equal(rr->type, REDIS_REPLY_STATUS);
+    freeReplyObject(rr);
+    redisContext *c = redisConnect("127.0.0.1", redis_p.port);
+    assert_true(c != NULL && c->err == 0);
+    rr = redisCommand(c, "HELLO 3 AUTH pooluser pw SETNAME %s", "a b");
+    assert_int_equal(rr->type, REDIS_REPLY_ERROR);
+    freeReplyObject(rr);
+    rr = redisCommand(c, "ACL WHOAMI");
+    assert_string_equal(rr->str, "pooluser");
+    freeReplyObject(rr);
+    redisFree(c);
+    struct sl_resp_req r = req_of("hello|3|auth|pooluser|pw|setname|a b", NULL);
+    struct sl_rcmd_info o;
+    assert_int_equal(sl_rcmd_class(&r, &o), SL_RCMD_PIN);
+    assert_int_equal(o.pin, SL_PIN_STICKY);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -202,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_blocking_commands_pin),
         cmocka_unit_test(test_connection_commands_reviewed),
         cmocka_unit_test(test_refusals_change_nothing),
+        cmocka_unit_test(test_hello_refused_name_after_auth),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -173,6 +173,12 @@ static void test_client_subcommands(void **state)
     assert_int_equal(cls(REQ("client", "setname", "app"), &o), SL_RCMD_LOCAL);
     assert_int_equal(o.local, SL_RLOCAL_SETNAME);
     assert_int_equal(o.name_arg, 2);
+    assert_int_equal(PINS("CLIENT", "SETNAME"), SL_PIN_ODD);
+    assert_int_equal(PINS("CLIENT", "SETNAME", "a", "b"), SL_PIN_ODD);
+    assert_int_equal(PINS("CLIENT", "SETNAME", "n234567890123456789012345678901234567890"
+                                               "12345678901234567890123456789"),
+                     SL_PIN_ODD);
+    assert_int_equal(LOC("CLIENT", "SETNAME", "a b"), SL_RLOCAL_SETNAME); /* sluice refuses */
     assert_int_equal(LOC("CLIENT", "GetName"), SL_RLOCAL_GETNAME);
     assert_int_equal(LOC("Client", "SETINFO", "LIB-NAME", "x"), SL_RLOCAL_SETINFO);
     assert_int_equal(LOC("CLIENT", "id"), SL_RLOCAL_ID);
@@ -271,6 +277,19 @@ static void test_hello(void **state)
     assert_int_equal(PINS("HELLO", "3", "AUTH", "u"), SL_PIN_ODD);
     assert_int_equal(PINS("HELLO", "3", "SETNAME"), SL_PIN_ODD);
     assert_int_equal(PINS("HELLO", "3", "EXTRA"), SL_PIN_ODD);
+    /* a name Redis refuses, after it authenticated: pinned whatever it answers */
+    assert_int_equal(PINS("HELLO", "3", "AUTH", "u", "p", "SETNAME", "a b"), SL_PIN_STICKY);
+    assert_int_equal(PINS("HELLO", "3", "SETNAME", "a\nb"), SL_PIN_STICKY);
+    assert_int_equal(PINS("HELLO", "3", "SETNAME", "n234567890123456789012345678901234567890"
+                                                   "12345678901234567890123456789"),
+                     SL_PIN_STICKY);
+    struct sl_rcmd_pin p;
+    sl_rcmd_pin_init(&p);
+    struct sl_resp_req r = REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "a b");
+    sl_rcmd_class(&r, &o);
+    sl_rcmd_pin_done(&p, &o, sl_rcmd_pin_sent(&p, &o), 0);
+    assert_int_equal(p.why, SL_PIN_STICKY);
+    assert_true(sl_rcmd_pin_clean(&p));
     /* options past the captured arguments */
     assert_int_equal(PINS("HELLO", "3", "SETNAME", "a", "SETNAME", "b", "SETNAME", "c",
                           "SETNAME", "d"),
