@@ -105,7 +105,9 @@ struct sl_rcmd_info {
     uint32_t ends;     /* enum sl_pin bits its answer ends (any class) */
     /* KEY: the new key's parts, those named in <set> */
     uint8_t  set;      /* enum sl_rkey bits */
-    uint8_t  pass_arg; /* AUTH, HELLO AUTH: index of the password (0: none) */
+    uint8_t  pass_arg; /* AUTH, HELLO AUTH: index of the password (0: none);
+                          it is captured cut when longer than
+                          SL_RESP_CAPTURE_LEN (the request's arglen tells) */
     uint8_t  name_arg; /* HELLO SETNAME, CLIENT SETNAME: index of the name (0: none) */
     uint8_t  resp;     /* 2 or 3 */
     int32_t  db;

@@ -47,8 +47,10 @@ int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p);
  * the request for sl_rcmd_pin_done()). */
 uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
 
-/* The answer to request <i> came; <ok>: it was not an error reply. <added>:
- * what sl_rcmd_pin_sent() returned for it. */
+/* The answer to request <i> came (all of it: an unsubscribe's last
+ * confirmation); <ok>: it was not an error reply. <added>: what
+ * sl_rcmd_pin_sent() returned for it. A request whose reply Redis skips
+ * (CLIENT REPLY OFF|SKIP) gets no call: its pins end by their own rules. */
 void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t added, int ok);
 
 /* An (un)subscribe confirmation counted <n> subscriptions left. */
