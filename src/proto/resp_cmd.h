@@ -1,0 +1,75 @@
+/* sluice — RESP command classes for pooled listeners (`upstream_pool = N`).
+ *
+ * Pure (no I/O): which requests may share an upstream connection with other
+ * clients (an allow-list of the stateless commands of Redis 7's command
+ * table; anything else pins), which pin the client to a connection of its
+ * own and until when, which move it to another pool key (user, database,
+ * protocol version) and which sluice answers itself. docs/resp.md,
+ * "Pooled listeners (upstream_pool)", is the contract.
+ *
+ *   sl_rcmd_class(req, &info);                        // at framing
+ *   pinned = sl_rcmd_pinned(&pin) || info.cls == SL_RCMD_PIN;   // route
+ *   added = sl_rcmd_pin_sent(&pin, &info);             // written upstream
+ *   ... its answer came (ok: not an error reply):
+ *   sl_rcmd_pin_done(&pin, &info, added, ok);
+ *   sl_pool_key_apply(&key, &info, ok);
+ *   ... each (un)subscribe confirmation: sl_rcmd_pin_subs(&pin, count);
+ */
+#ifndef SL_PROTO_RESP_CMD_H
+#define SL_PROTO_RESP_CMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/resp-t.h"
+#include "proto/resp_cmd-t.h"
+
+/* The class of request <r> (enum sl_rcmd_class); fills <*out>. */
+int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *out);
+
+/* Nonzero when a client name (CLIENT SETNAME, HELLO SETNAME) is one Redis
+ * accepts: printable ASCII without spaces ('!' to '~'). */
+int sl_rcmd_name_ok(const char *name, size_t len);
+
+/* ---- the pin tracker: when a client's own connection can be given back ---- */
+
+void sl_rcmd_pin_init(struct sl_rcmd_pin *p);
+
+/* Nonzero while the client must stay on its own connection. */
+int sl_rcmd_pinned(const struct sl_rcmd_pin *p);
+
+/* Nonzero when RESET (then the pool key's AUTH/HELLO/SELECT) leaves the
+ * pinned connection clean; else it is closed when the pin ends. */
+int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p);
+
+/* Request <i> was written upstream (after its route was chosen): applies
+ * the pins it starts; returns the bits it added (the caller keeps them with
+ * the request for sl_rcmd_pin_done()). */
+uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
+
+/* The answer to request <i> came (all of it: an unsubscribe's last
+ * confirmation); <ok>: it was not an error reply. <added>: what
+ * sl_rcmd_pin_sent() returned for it. A request whose reply Redis skips
+ * (CLIENT REPLY OFF|SKIP) gets no call: its pins end by their own rules. */
+void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t added, int ok);
+
+/* An (un)subscribe confirmation counted <n> subscriptions left. */
+void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n);
+
+/* ---- the pool key ---- */
+
+/* The key of a new connection: user "default", database 0, RESP2. */
+void sl_pool_key_default(struct sl_pool_key *k);
+
+/* Orders keys (memcmp-like); equal keys may share connections. */
+int sl_pool_key_cmp(const struct sl_pool_key *a, const struct sl_pool_key *b);
+
+/* A hash of <k> (equal keys, equal hashes). */
+uint32_t sl_pool_key_hash(const struct sl_pool_key *k);
+
+/* The answer to KEY request <i> came (<ok>: not an error): the key moves
+ * only then, and only as far as the request said. Returns nonzero when the
+ * key changed. Requests of other classes change nothing. */
+int sl_pool_key_apply(struct sl_pool_key *k, const struct sl_rcmd_info *i, int ok);
+
+#endif
