@@ -794,6 +794,11 @@ void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
      * letting them go now could run them on a connection whose setup then
      * fails; nothing of it is worth keeping. */
     if (!clean || p->closing || c->state != C_READY) {
+        /* the owner hears nothing more (conn_fail tells only owners still
+         * attached): it gave the connection up */
+        sl_upool_route_forget(&c->rt, o);
+        o->conn = NULL;
+        o->pinned = 0;
         conn_fail(c, SL_ECLOSED, "unpinned");
         return;
     }
