@@ -337,17 +337,20 @@ static void test_killed_midflight(void **state)
     conf_init(&cf, r.port, 1);
     struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
     struct sl_upool_key *k = sl_upool_key_get(p, "k", 1, NULL, 0, 0);
-    struct towner done, a, b, idle;
+    struct towner done, a, b, c, idle;
+    towner_init(&c);
     towner_init(&done);
     towner_init(&a);
     towner_init(&b);
     towner_init(&idle);
     submit(k, &done, 1, "PING");
     assert_true(run_for_one(&loop, &done, 1));
-    /* A blocks the shared connection; B's GET waits behind it */
+    /* A blocks the shared connection; B's and C's requests wait behind it
+     * (B has two entries in the FIFO, apart: it must still hear once) */
     submit(k, &a, 3, "BLPOP", "upool:never", "0");
-    submit(k, &b, 2, "GET", "x");
-    submit(k, &b, 2, "GET", "y");
+    submit(k, &b, 2, "GET", "upool:x");
+    submit(k, &c, 2, "GET", "upool:y");
+    submit(k, &b, 2, "GET", "upool:z");
     int blocked = 0;
     for (int i = 0; i < 400 && !blocked; i++) {
         th_run_until(&loop, NULL, NULL, 10);
@@ -358,13 +361,14 @@ static void test_killed_midflight(void **state)
     int status;
     waitpid(r.pid, &status, 0);
     r.pid = 0;
-    struct towner *ts[2] = { &a, &b };
-    struct want w = { ts, 2, 1 };
+    struct towner *ts[3] = { &a, &b, &c };
+    struct want w = { ts, 3, 1 };
     assert_true(th_run_until(&loop, all_answered, &w, TH_MS));
     th_run_until(&loop, NULL, NULL, 50); /* anything more would show now */
     assert_int_equal(a.failed, 1);
     assert_int_equal(b.failed, 1);
-    assert_int_equal(a.len + b.len, 0);
+    assert_int_equal(c.failed, 1);
+    assert_int_equal(a.len + b.len + c.len, 0);
     assert_non_null(strstr(a.why, "closed"));
     assert_int_equal(done.failed, 0);
     assert_int_equal(idle.failed, 0);
@@ -372,7 +376,7 @@ static void test_killed_midflight(void **state)
     struct sl_upool_stats st;
     sl_upool_stats(p, &st);
     assert_int_equal(st.failures, 1);
-    assert_int_equal(st.owners_failed, 2);
+    assert_int_equal(st.owners_failed, 3);
     assert_int_equal(st.conns, 0);
 
     /* lazily again: a new connection, refused */
@@ -386,6 +390,7 @@ static void test_killed_midflight(void **state)
     towner_free(&done);
     towner_free(&a);
     towner_free(&b);
+    towner_free(&c);
     towner_free(&idle);
     sl_upool_key_put(k);
     pool_done(&loop, p);
