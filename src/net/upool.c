@@ -165,11 +165,11 @@ static int setup_pending(struct sl_upool_conn *c)
     return 0;
 }
 
-static void rt_entry_done(void *ctx, int kind)
+static int rt_entry_done(void *ctx, int kind)
 {
     struct sl_upool_conn *c = ctx;
     if (kind == SL_UPE_OWNER || kind == SL_UPE_RAW || c->state != C_SETUP || setup_pending(c))
-        return;
+        return 0;
     c->state = C_READY;
     uv_timer_stop(&c->timer);
     c->go = c->out.len;
@@ -179,7 +179,7 @@ static void rt_entry_done(void *ctx, int kind)
         struct sl_upool_key *k = c->key;
         if (k->nconns >= c->pool->conf.per_key || c->pool->closing) {
             conn_fail(c, SL_ECLOSED, "not needed");
-            return;
+            return 1;
         }
         list_del(&c->pool->cleaning, c);
         c->cleaning = 0;
@@ -189,6 +189,7 @@ static void rt_entry_done(void *ctx, int kind)
         list_add(&k->conns, c);
     }
     conn_flush(c);
+    return c->state == C_CLOSING;
 }
 
 static const struct sl_upool_route_ops rt_ops = { rt_deliver, rt_reply_end, rt_entry_done };
@@ -267,13 +268,13 @@ static void conn_flush(struct sl_upool_conn *c)
 
 void sl_upool_flush_all(struct sl_upool *p)
 {
-    struct sl_upool_conn *c = p->dirty;
-    p->dirty = NULL;
-    while (c != NULL) {
-        struct sl_upool_conn *next = c->dnext;
+    /* One at a time off the list: a flush that fails a connection calls
+     * owners back, and they may submit (or end another connection). */
+    struct sl_upool_conn *c;
+    while ((c = p->dirty) != NULL) {
+        p->dirty = c->dnext;
         c->dirty = 0;
         conn_flush(c);
-        c = next;
     }
 }
 
@@ -453,6 +454,14 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
         list_del(&k->conns, c);
         k->nconns--;
         p->st.pooled--;
+    }
+    if (c->dirty) {
+        /* freed in its close callback: no flush may find it after that */
+        struct sl_upool_conn **pp = &p->dirty;
+        while (*pp != c)
+            pp = &(*pp)->dnext;
+        *pp = c->dnext;
+        c->dirty = 0;
     }
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_close);

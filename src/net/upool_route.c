@@ -193,8 +193,11 @@ int sl_upool_route_feed(struct sl_upool_route *rt, struct sl_buf *b, uint32_t fr
             rt->owed--;
         if (e->owed == 0) {
             sl_upool_route_pop(rt);
-            if (ops->entry_done)
-                ops->entry_done(ctx, kind);
+            if (kind == SL_UPE_OWNER && ops->reply_end)
+                ops->reply_end(ctx, o);
+            if (ops->entry_done && ops->entry_done(ctx, kind) != 0)
+                return 1;
+            continue;
         }
         if (kind == SL_UPE_OWNER && ops->reply_end)
             ops->reply_end(ctx, o);

@@ -25,8 +25,9 @@ struct sl_upool_route_ops {
                    uint32_t to, unsigned flags);
     /* One reply of an OWNER entry of <o> (NULL: forgotten) ended. */
     void (*reply_end)(void *ctx, struct sl_upool_owner *o);
-    /* An entry of <kind> (enum sl_upool_ek) left the FIFO, all its replies in. */
-    void (*entry_done)(void *ctx, int kind);
+    /* An entry of <kind> (enum sl_upool_ek) left the FIFO, all its replies
+     * in. Returns 0 to go on, nonzero to stop feeding (the connection is gone). */
+    int (*entry_done)(void *ctx, int kind);
 };
 
 void sl_upool_route_init(struct sl_upool_route *rt);

@@ -626,6 +626,64 @@ static void test_pin_unpin(void **state)
     pool_done(&loop, p);
 }
 
+static int stats_settled(void *arg)
+{
+    struct sl_upool_stats st;
+    sl_upool_stats(arg, &st);
+    return st.conns == 1 && st.pooled == 1 && st.pinned == 0;
+}
+
+/* A pinned subscriber gets its messages (everything read is its own); a
+ * clean unpin that cannot count what is still coming (SL_UPOOL_OWED_SCAN)
+ * drops messages up to RESET's +RESET; the connection is then clean (no
+ * subscription, the key's db). When the key meanwhile has its shared
+ * connection, the cleaned one is closed as not needed. */
+static void test_pinned_subscriber(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    static const char sel3[] = "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n";
+    struct sl_upool_key *k = sl_upool_key_get(p, "db3", 3, sel3, sizeof(sel3) - 1, 1);
+    struct towner a, b;
+    towner_init(&a);
+    towner_init(&b);
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(k, &a.o, 0, &err);
+    assert_non_null(pc); /* a fresh one: the key had none */
+    submit(k, &a, 2, "SUBSCRIBE", "upool:ch");
+    assert_true(run_for_one(&loop, &a, 1));
+    /* B publishes through the shared connection (a new one: A's is A's) */
+    submit(k, &b, 3, "PUBLISH", "upool:ch", "hello");
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_memory_equal(b.got, ":1\r\n", 4);
+    assert_true(run_for_one(&loop, &a, 2));
+    assert_non_null(memmem(a.got, a.len, "$7\r\nmessage\r\n$8\r\nupool:ch\r\n$5\r\nhello\r\n", 38));
+    /* more messages on their way while A leaves */
+    submit(k, &b, 3, "PUBLISH", "upool:ch", "late1");
+    submit(k, &b, 3, "PUBLISH", "upool:ch", "late2");
+    sl_upool_unpin(pc, 1, SL_UPOOL_OWED_SCAN);
+    size_t alen = a.len;
+    assert_true(run_for_one(&loop, &b, 3));
+    /* the cleaned connection is not needed: the key has B's */
+    assert_true(th_run_until(&loop, stats_settled, p, TH_MS));
+    assert_int_equal(a.len, alen); /* nothing more reached A */
+    assert_int_equal(a.failed, 0);
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(th_redis_info(redis_p.port, "pubsub_channels"), 0);
+    struct sl_upool_stats st;
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.failures, 0);
+
+    towner_free(&a);
+    towner_free(&b);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_setup),
         cmocka_unit_test(test_forgotten_big_reply),
         cmocka_unit_test(test_pin_unpin),
+        cmocka_unit_test(test_pinned_subscriber),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

@@ -51,10 +51,11 @@ static void reply_end(void *ctx, struct sl_upool_owner *o)
         ((struct rec *)o->data)->ended++;
 }
 
-static void entry_done(void *ctx, int kind)
+static int entry_done(void *ctx, int kind)
 {
     (void)ctx;
     kinds_done[kind]++;
+    return 0;
 }
 
 static const struct sl_upool_route_ops ops = { deliver, reply_end, entry_done };
