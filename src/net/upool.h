@@ -73,7 +73,16 @@
  * owed with an error and closes (or retries nothing: the requests may have
  * run); pin triggers (MULTI ...) wait until owner->inflight is 0, then pin;
  * the session's AUTH/SELECT/HELLO pick another key; sl_upool_flush_all()
- * moves to the end-of-turn mechanism (net/turn.h) with conf.own_flush = 0. */
+ * moves to the end-of-turn mechanism (net/turn.h) with conf.own_flush = 0.
+ *
+ * NOT YET (phase 2): upstream TLS (store/tlsio.h drives the same engine
+ * over a stream and fits here: plaintext into <in>, <out> through it); an
+ * idle timeout for shared connections (they stay open until they fail or
+ * the pool closes); requests split over several submissions (a request is
+ * submitted whole: one bigger than the caller's chunk must be buffered or
+ * pinned, or another owner's bytes could land inside it). A new shared
+ * connection is opened whenever every open one has requests in flight,
+ * connecting ones included, so a burst opens up to per_key at once. */
 #ifndef SL_NET_UPOOL_H
 #define SL_NET_UPOOL_H
 
@@ -150,8 +159,11 @@ struct sl_upool_conn *sl_upool_pin(struct sl_upool_key *k, struct sl_upool_owner
 /* Gives <c> back. <clean>: RESET and the key's setup are sent, the <owed>
  * replies the owner had not seen end (a reply in progress counts) and
  * pushes are dropped, the RESET's reply must then be +RESET, the setup's
- * must be OK; then <c> rejoins the pool. Not clean: <c> is closed. The
- * owner is no longer told anything about <c>. */
+ * must be OK (else <c> closes: never a doubtful connection back in the
+ * pool); then <c> rejoins the pool, or closes when the key already has
+ * per_key shared ones. Not clean, or <c> not ready yet (its own setup not
+ * over): <c> is closed. Either way the owner hears nothing more about <c>
+ * and a waiting pin may be granted. */
 void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed);
 
 /* Writes what every connection has waiting: one write each. */
