@@ -1,0 +1,888 @@
+/* sluice — pooled upstream connections (see upool.h for the contract).
+ *
+ * One connection:
+ *
+ *   CONNECTING --tcp up--> SETUP --setup replies OK--> READY
+ *        |                   |  ^                        |  \--pin--> (pinned, READY)
+ *        |                   |  +--- unpin clean: RESET + setup ----------/
+ *        v                   v                           v
+ *      CLOSING <---- connect timeout, EOF, error, protocol error, setup refused
+ *      (owners in flight failed once; freed in the last close callback)
+ *
+ * Output: <out> holds bytes in wire order; only its first <go> bytes may
+ * leave before READY (the setup, or a pinned owner's last requests and the
+ * RESET that follows them); owners' bytes wait behind. One write is in
+ * flight at most: what the kernel does not take at once moves to <wbuf>.
+ *
+ * Input: reads land in a pooled chunk (<in>); the router (upool_route.c)
+ * hands every piece to whom it belongs at once, so after a read nothing is
+ * held but the chunk itself, and only while owners reference it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "net/upool.h"
+#include "net/upool_route.h"
+#include "store/wire.h"
+
+#define MIN_READ (8 * 1024) /* less room than this in the chunk: take another */
+
+enum { C_CONNECTING = 0, C_SETUP, C_READY, C_CLOSING };
+
+struct sl_upool_conn {
+    uv_tcp_t              tcp;      /* data = this */
+    uv_timer_t            timer;    /* connect + setup deadline */
+    uv_connect_t          creq;
+    uv_write_t            wreq;
+    struct sl_upool      *pool;
+    struct sl_upool_key  *key;
+    struct sl_upool_conn *next, *prev; /* in key->conns (shared) or pool->pinned */
+    struct sl_upool_conn *dnext;    /* in pool->dirty while <dirty> */
+    struct sl_upool_owner *pin;     /* the owner it is pinned to, or NULL */
+    struct sl_upool_route rt;       /* whose each reply is */
+    struct sl_obuf        out;      /* bytes waiting to be written */
+    struct sl_obuf        wbuf;     /* what the write in flight writes */
+    size_t                go;       /* bytes of <out> that may leave before READY */
+    struct sl_buf        *in;       /* read chunk */
+    uint8_t               state;
+    uint8_t               dirty;
+    uint8_t               writing;
+    uint8_t               listed;   /* in key->conns, pool->pinned or pool->cleaning */
+    uint8_t               cleaning; /* unpinned clean: RESET and setup under way */
+    uint8_t               handles;  /* open handles (tcp, timer) */
+};
+
+struct sl_upool_key {
+    struct sl_upool      *pool;
+    struct sl_upool_key  *next;     /* in pool->keys */
+    struct sl_upool_conn *conns;    /* shared connections */
+    uint32_t              nconns;
+    uint32_t              npinned;  /* pinned connections made for it */
+    uint32_t              refs;     /* the callers' */
+    uint32_t              nsetup;   /* replies the setup owes */
+    char                 *setup;    /* RESP commands */
+    size_t                setuplen;
+    size_t                idlen;
+    char                  id[];
+};
+
+struct sl_upool {
+    uv_loop_t            *loop;
+    struct sl_upool_conf  conf;
+    struct sl_upool_cbs   cbs;
+    struct sl_upool_key  *keys;
+    struct sl_upool_conn *pinned;   /* pinned connections */
+    struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
+    struct sl_upool_conn *dirty;    /* connections with bytes to write */
+    struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
+    uint32_t              nwait;
+    uint32_t              npinned;
+    uint32_t              handles;  /* open handles of every connection + the flush pair */
+    uint8_t               closing;
+    uv_prepare_t          prep;     /* own_flush: before the loop blocks */
+    uv_check_t            check;    /* own_flush: after the I/O callbacks */
+    struct sl_upool_stats st;
+};
+
+static void conn_fail(struct sl_upool_conn *c, int err, const char *why);
+static void conn_flush(struct sl_upool_conn *c);
+static void pool_maybe_free(struct sl_upool *p);
+static void serve_waiters(struct sl_upool *p);
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static void list_add(struct sl_upool_conn **head, struct sl_upool_conn *c)
+{
+    c->prev = NULL;
+    c->next = *head;
+    if (*head)
+        (*head)->prev = c;
+    *head = c;
+    c->listed = 1;
+}
+
+static void list_del(struct sl_upool_conn **head, struct sl_upool_conn *c)
+{
+    if (!c->listed)
+        return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        *head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    c->listed = 0;
+}
+
+static void key_maybe_free(struct sl_upool_key *k)
+{
+    /* a closing pool frees its keys itself, at the end */
+    if (k->refs > 0 || k->nconns > 0 || k->npinned > 0 || k->pool->closing)
+        return;
+    struct sl_upool_key **pp = &k->pool->keys;
+    while (*pp != k)
+        pp = &(*pp)->next;
+    *pp = k->next;
+    free(k->setup);
+    free(k);
+}
+
+/* ---- the router's callbacks ----------------------------------------------- */
+
+static int rt_deliver(void *ctx, struct sl_upool_owner *o, struct sl_buf *b, uint32_t from,
+                      uint32_t to, unsigned flags)
+{
+    struct sl_upool_conn *c = ctx;
+    if (c->pool->cbs.deliver(o, b, from, to, flags) != 0 && c->state != C_CLOSING && o->conn == c)
+        sl_upool_forget(o); /* refused: the rest of its replies are dropped */
+    return c->state == C_CLOSING;
+}
+
+static void rt_reply_end(void *ctx, struct sl_upool_owner *o)
+{
+    struct sl_upool_conn *c = ctx;
+    c->pool->st.inflight--;
+    if (o == NULL) {
+        c->pool->st.dropped_replies++;
+        return;
+    }
+    if (o->inflight > 0 && --o->inflight == 0)
+        o->conn = NULL; /* free to go to the least busy connection next time */
+}
+
+/* Setup, RESET or skipped replies are still to come. */
+static int setup_pending(struct sl_upool_conn *c)
+{
+    for (uint32_t i = 0; i < c->rt.n; i++) {
+        int k = sl_upool_route_at(&c->rt, i)->kind;
+        if (k == SL_UPE_SETUP || k == SL_UPE_RESET || k == SL_UPE_RESET_SCAN || k == SL_UPE_SKIP)
+            return 1;
+    }
+    return 0;
+}
+
+static int rt_entry_done(void *ctx, int kind)
+{
+    struct sl_upool_conn *c = ctx;
+    if (kind == SL_UPE_OWNER || kind == SL_UPE_RAW || c->state != C_SETUP || setup_pending(c))
+        return 0;
+    c->state = C_READY;
+    uv_timer_stop(&c->timer);
+    c->go = c->out.len;
+    if (c->cleaning) {
+        /* back from a clean unpin: rejoins the pool, or closes when the
+         * key has enough shared connections */
+        struct sl_upool_key *k = c->key;
+        if (k->nconns >= c->pool->conf.per_key || c->pool->closing) {
+            conn_fail(c, SL_ECLOSED, "not needed");
+            return 1;
+        }
+        list_del(&c->pool->cleaning, c);
+        c->cleaning = 0;
+        k->npinned--;
+        k->nconns++;
+        c->pool->st.pooled++;
+        list_add(&k->conns, c);
+    }
+    conn_flush(c);
+    return c->state == C_CLOSING;
+}
+
+static const struct sl_upool_route_ops rt_ops = { rt_deliver, rt_reply_end, rt_entry_done };
+
+/* ---- writing ---------------------------------------------------------------- */
+
+static void mark_dirty(struct sl_upool_conn *c)
+{
+    if (c->dirty || c->state == C_CLOSING)
+        return;
+    c->dirty = 1;
+    c->dnext = c->pool->dirty;
+    c->pool->dirty = c;
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+    struct sl_upool_conn *c = w->data;
+    c->writing = 0;
+    c->wbuf.len = 0;
+    if (c->state == C_CLOSING)
+        return;
+    if (status < 0) {
+        conn_fail(c, status, uv_strerror(status));
+        return;
+    }
+    conn_flush(c);
+}
+
+/* Writes what may leave of <out>: one uv_try_write, the rest with one
+ * uv_write (and the next batch waits for it). */
+static void conn_flush(struct sl_upool_conn *c)
+{
+    if (c->writing || c->state == C_CONNECTING || c->state == C_CLOSING)
+        return;
+    size_t n = c->state == C_READY ? c->out.len : c->go;
+    if (n == 0)
+        return;
+    uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
+    int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (w < 0 && w != UV_EAGAIN) {
+        conn_fail(c, w, uv_strerror(w));
+        return;
+    }
+    size_t took = w > 0 ? (size_t)w : 0;
+    if (took < n) {
+        if (took == 0 && n == c->out.len) {
+            /* all of it: swap the buffers instead of copying */
+            struct sl_obuf t = c->wbuf;
+            c->wbuf = c->out;
+            c->out = t;
+            c->out.len = 0;
+        } else {
+            c->wbuf.len = 0;
+            if (sl_wire_append(&c->wbuf, c->out.p + took, n - took) < 0) {
+                conn_fail(c, SL_ENOMEM, "out of memory");
+                return;
+            }
+            memmove(c->out.p, c->out.p + n, c->out.len - n);
+            c->out.len -= n;
+        }
+        b = uv_buf_init(c->wbuf.p, (unsigned)c->wbuf.len);
+        c->wreq.data = c;
+        int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+        if (rc < 0) {
+            conn_fail(c, rc, uv_strerror(rc));
+            return;
+        }
+        c->writing = 1;
+    } else {
+        memmove(c->out.p, c->out.p + n, c->out.len - n);
+        c->out.len -= n;
+    }
+    c->go = c->go > n ? c->go - n : 0;
+}
+
+void sl_upool_flush_all(struct sl_upool *p)
+{
+    /* One at a time off the list: a flush that fails a connection calls
+     * owners back, and they may submit (or end another connection). */
+    struct sl_upool_conn *c;
+    while ((c = p->dirty) != NULL) {
+        p->dirty = c->dnext;
+        c->dirty = 0;
+        conn_flush(c);
+    }
+}
+
+static void on_prep(uv_prepare_t *h)
+{
+    sl_upool_flush_all(h->data);
+}
+
+static void on_check(uv_check_t *h)
+{
+    sl_upool_flush_all(h->data);
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *ub)
+{
+    (void)hint;
+    struct sl_upool_conn *c = h->data;
+    struct sl_buf *b = c->in;
+    /* every byte read is routed at once: a chunk nobody else holds restarts */
+    if (b != NULL && b->refs == 1)
+        b->start = b->end = 0;
+    if (b != NULL && SL_BUF_SIZE - b->end < MIN_READ) {
+        sl_buf_unref(b);
+        b = c->in = NULL;
+    }
+    if (b == NULL)
+        b = c->in = sl_buf_get();
+    *ub = b ? uv_buf_init(b->data + b->end, SL_BUF_SIZE - b->end) : uv_buf_init(NULL, 0);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
+{
+    (void)ub;
+    struct sl_upool_conn *c = st->data;
+    if (nread == 0 || c->state == C_CLOSING)
+        return;
+    if (nread < 0) {
+        conn_fail(c, (int)nread, nread == UV_EOF ? "the upstream closed the connection"
+                                                 : uv_strerror((int)nread));
+        return;
+    }
+    struct sl_buf *b = c->in;
+    uint32_t from = b->end;
+    b->end += (uint32_t)nread;
+    char why[200];
+    int rc = sl_upool_route_feed(&c->rt, b, from, b->end, &rt_ops, c, why, sizeof(why));
+    if (c->state == C_CLOSING)
+        return;
+    b->start = b->end;
+    if (rc < 0) {
+        if (strncmp(why, "a setup", 7) == 0)
+            c->pool->st.setup_failures++;
+        conn_fail(c, rc, why);
+        return;
+    }
+    if (b->refs == 1) {
+        /* nobody holds its bytes: the chunk goes back (a pooled get is cheap) */
+        sl_buf_unref(b);
+        c->in = NULL;
+    }
+}
+
+/* ---- connecting ------------------------------------------------------------- */
+
+static void on_close(uv_handle_t *h)
+{
+    struct sl_upool_conn *c = h->data;
+    struct sl_upool *p = c->pool;
+    p->handles--;
+    if (--c->handles > 0)
+        return;
+    sl_upool_route_free(&c->rt);
+    free(c->out.p);
+    free(c->wbuf.p);
+    if (c->in)
+        sl_buf_unref(c->in);
+    free(c);
+    pool_maybe_free(p);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct sl_upool_conn *c = t->data;
+    conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING ? "connect timed out"
+                                                         : "setup replies timed out");
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct sl_upool_conn *c = req->data;
+    if (c->state == C_CLOSING)
+        return;
+    if (status < 0) {
+        conn_fail(c, status, uv_strerror(status));
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->state = setup_pending(c) ? C_SETUP : C_READY;
+    if (c->state == C_READY) {
+        uv_timer_stop(&c->timer);
+        c->go = c->out.len;
+    }
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    conn_flush(c);
+}
+
+/* A new connection for <k>, its setup queued first. Not listed anywhere. */
+static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
+{
+    struct sl_upool *p = k->pool;
+    struct sl_upool_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        *err = SL_ENOMEM;
+        return NULL;
+    }
+    c->pool = p;
+    c->key = k;
+    sl_upool_route_init(&c->rt);
+    if (k->nsetup > 0 && (sl_wire_append(&c->out, k->setup, k->setuplen) < 0 ||
+                          sl_upool_route_push(&c->rt, NULL, k->nsetup, SL_UPE_SETUP) < 0)) {
+        sl_upool_route_free(&c->rt);
+        free(c->out.p);
+        free(c);
+        *err = SL_ENOMEM;
+        return NULL;
+    }
+    c->go = c->out.len;
+    uv_tcp_init(p->loop, &c->tcp);
+    uv_timer_init(p->loop, &c->timer);
+    c->tcp.data = c->timer.data = c->creq.data = c;
+    c->handles = 2;
+    p->handles += 2;
+    p->st.connects++;
+    p->st.conns++;
+    uv_timer_start(&c->timer, on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
+    int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr, on_connect);
+    if (rc < 0) {
+        /* fails nobody (no owner yet); the handles close */
+        c->state = C_CLOSING;
+        p->st.conns--;
+        p->st.failures++;
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        uv_close((uv_handle_t *)&c->timer, on_close);
+        *err = rc;
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- failing ---------------------------------------------------------------- */
+
+static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
+{
+    struct sl_upool *p = c->pool;
+    struct sl_upool_key *k = c->key;
+    if (c->state == C_CLOSING)
+        return;
+    int was_ready = c->state == C_READY;
+    c->state = C_CLOSING;
+    if (err != SL_ECLOSED || !was_ready)
+        p->st.failures++;
+    p->st.conns--;
+    p->st.inflight -= c->pin ? 0 : c->rt.owed;
+    /* Out of every list first: callbacks may submit, and must not land here. */
+    if (c->pin != NULL) {
+        list_del(&p->pinned, c);
+        p->npinned--;
+        k->npinned--;
+        p->st.pinned--;
+    } else if (c->cleaning) {
+        list_del(&p->cleaning, c);
+        c->cleaning = 0;
+        k->npinned--;
+    } else if (c->listed) {
+        list_del(&k->conns, c);
+        k->nconns--;
+        p->st.pooled--;
+    }
+    if (c->dirty) {
+        /* freed in its close callback: no flush may find it after that */
+        struct sl_upool_conn **pp = &p->dirty;
+        while (*pp != c)
+            pp = &(*pp)->dnext;
+        *pp = c->dnext;
+        c->dirty = 0;
+    }
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_close((uv_handle_t *)&c->tcp, on_close);
+    uv_close((uv_handle_t *)&c->timer, on_close);
+    if (err != SL_ECLOSED || c->rt.owed > 0 || c->pin != NULL)
+        sl_log_debug_rl("upool_failed", "pooled upstream connection failed", "err=\"%s\"", why);
+
+    /* The owners in flight, each once: first detach them all (no callback
+     * yet), then tell them, so a callback that frees its owner cannot
+     * leave a dangling entry behind. */
+    struct sl_upool_route rt = c->rt;
+    sl_upool_route_init(&c->rt);
+    struct sl_upool_owner *pin = c->pin;
+    c->pin = NULL;
+    for (uint32_t i = 0; i < rt.n; i++) {
+        struct sl_upool_ent *e = sl_upool_route_at(&rt, i);
+        struct sl_upool_owner *o = e->owner;
+        if (o == NULL)
+            continue;
+        if (o->conn != c) {
+            e->owner = NULL; /* told already by an earlier entry */
+            continue;
+        }
+        o->conn = NULL;
+        o->inflight = 0;
+        o->pinned = 0;
+    }
+    if (pin != NULL && pin->conn == c) {
+        pin->conn = NULL;
+        pin->pinned = 0;
+    } else {
+        pin = NULL;
+    }
+    for (uint32_t i = 0; i < rt.n; i++) {
+        struct sl_upool_ent *e = sl_upool_route_at(&rt, i);
+        if (e->owner != NULL && e->owner != pin) {
+            p->st.owners_failed++;
+            p->cbs.failed(e->owner, err, why);
+        }
+    }
+    sl_upool_route_free(&rt);
+    if (pin != NULL) {
+        p->st.owners_failed++;
+        p->cbs.failed(pin, err, why);
+    }
+    if (k != NULL)
+        key_maybe_free(k);
+    serve_waiters(p);
+}
+
+/* ---- the pool --------------------------------------------------------------- */
+
+struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
+                              const struct sl_upool_cbs *cbs)
+{
+    struct sl_upool *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->loop = loop;
+    p->conf = *conf;
+    if (p->conf.per_key == 0)
+        p->conf.per_key = 1;
+    p->cbs = *cbs;
+    if (conf->own_flush) {
+        uv_prepare_init(loop, &p->prep);
+        uv_check_init(loop, &p->check);
+        p->prep.data = p->check.data = p;
+        uv_prepare_start(&p->prep, on_prep);
+        uv_check_start(&p->check, on_check);
+        /* they never keep the loop alive by themselves */
+        uv_unref((uv_handle_t *)&p->prep);
+        uv_unref((uv_handle_t *)&p->check);
+        p->handles += 2;
+    }
+    return p;
+}
+
+static void on_pool_handle_close(uv_handle_t *h)
+{
+    struct sl_upool *p = h->data;
+    p->handles--;
+    pool_maybe_free(p);
+}
+
+static void pool_maybe_free(struct sl_upool *p)
+{
+    if (!p->closing || p->handles > 0)
+        return;
+    while (p->keys != NULL) {
+        struct sl_upool_key *k = p->keys;
+        p->keys = k->next;
+        free(k->setup);
+        free(k);
+    }
+    free(p);
+}
+
+void sl_upool_close(struct sl_upool *p)
+{
+    if (p->closing)
+        return;
+    p->closing = 1;
+    while (p->wait_head != NULL) {
+        struct sl_upool_owner *o = p->wait_head;
+        p->wait_head = o->wnext;
+        o->waiting = 0;
+        o->wkey = NULL;
+        o->wnext = NULL;
+        p->cbs.failed(o, SL_ECLOSED, "the pool is closing");
+    }
+    p->wait_tail = NULL;
+    p->nwait = 0;
+    p->st.pin_waiting = 0;
+    while (p->pinned != NULL)
+        conn_fail(p->pinned, SL_ECLOSED, "the pool is closing");
+    while (p->cleaning != NULL)
+        conn_fail(p->cleaning, SL_ECLOSED, "the pool is closing");
+    for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
+        while (k->conns != NULL)
+            conn_fail(k->conns, SL_ECLOSED, "the pool is closing");
+    if (p->conf.own_flush) {
+        p->prep.data = p->check.data = p;
+        uv_close((uv_handle_t *)&p->prep, on_pool_handle_close);
+        uv_close((uv_handle_t *)&p->check, on_pool_handle_close);
+    }
+    pool_maybe_free(p);
+}
+
+struct sl_upool_key *sl_upool_key_get(struct sl_upool *p, const void *id, size_t idlen,
+                                      const char *setup, size_t setuplen, uint32_t nsetup)
+{
+    for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next) {
+        if (k->idlen == idlen && memcmp(k->id, id, idlen) == 0) {
+            k->refs++;
+            return k;
+        }
+    }
+    struct sl_upool_key *k = calloc(1, sizeof(*k) + idlen);
+    if (k == NULL)
+        return NULL;
+    if (setuplen > 0 && (k->setup = malloc(setuplen)) == NULL) {
+        free(k);
+        return NULL;
+    }
+    if (setuplen > 0)
+        memcpy(k->setup, setup, setuplen);
+    memcpy(k->id, id, idlen);
+    k->idlen = idlen;
+    k->setuplen = setuplen;
+    k->nsetup = nsetup;
+    k->pool = p;
+    k->refs = 1;
+    k->next = p->keys;
+    p->keys = k;
+    return k;
+}
+
+void sl_upool_key_put(struct sl_upool_key *k)
+{
+    if (k->refs > 0)
+        k->refs--;
+    key_maybe_free(k);
+}
+
+void sl_upool_owner_init(struct sl_upool_owner *o, void *data)
+{
+    memset(o, 0, sizeof(*o));
+    o->data = data;
+}
+
+/* The shared connection of <k> a new request of an owner without one
+ * goes to: the one with the fewest replies owed, a new one when all are
+ * busy and there is room. */
+static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
+{
+    struct sl_upool_conn *best = NULL;
+    for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next)
+        if (best == NULL || c->rt.owed < best->rt.owed)
+            best = c;
+    if (best != NULL && (best->rt.owed == 0 || k->nconns >= k->pool->conf.per_key))
+        return best;
+    struct sl_upool_conn *c = conn_new(k, err);
+    if (c == NULL)
+        return best; /* the busy one still serves */
+    list_add(&k->conns, c);
+    k->nconns++;
+    k->pool->st.pooled++;
+    return c;
+}
+
+int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
+                    uint32_t replies)
+{
+    struct sl_upool_conn *c = o->conn;
+    int err = 0;
+    if (k != NULL && k->pool->closing)
+        return SL_ECLOSED;
+    if (c == NULL) {
+        if (o->pinned || k == NULL)
+            return SL_ECLOSED;
+        if ((c = pick(k, &err)) == NULL)
+            return err;
+    }
+    if (sl_wire_append(&c->out, p, len) < 0)
+        return SL_ENOMEM;
+    if (!o->pinned) {
+        if (sl_upool_route_push(&c->rt, o, replies, SL_UPE_OWNER) < 0) {
+            c->out.len -= len;
+            return SL_ENOMEM;
+        }
+        o->conn = c;
+        o->inflight += replies;
+        c->pool->st.inflight += replies;
+    }
+    mark_dirty(c);
+    return 0;
+}
+
+/* ---- pinning ---------------------------------------------------------------- */
+
+/* <c> (out of every list) becomes <o>'s. */
+static int pin_to(struct sl_upool_conn *c, struct sl_upool_owner *o)
+{
+    struct sl_upool *p = c->pool;
+    if (sl_upool_route_push(&c->rt, o, 1, SL_UPE_RAW) < 0)
+        return SL_ENOMEM;
+    c->pin = o;
+    o->conn = c;
+    o->pinned = 1;
+    o->inflight = 0;
+    list_add(&p->pinned, c);
+    p->npinned++;
+    c->key->npinned++;
+    p->st.pinned++;
+    return 0;
+}
+
+static struct sl_upool_conn *pin_now(struct sl_upool_key *k, struct sl_upool_owner *o, int *err)
+{
+    struct sl_upool *p = k->pool;
+    struct sl_upool_conn *c;
+    for (c = k->conns; c != NULL; c = c->next)
+        if (c->rt.owed == 0 && c->state != C_CLOSING)
+            break;
+    if (c != NULL) {
+        list_del(&k->conns, c);
+        k->nconns--;
+        p->st.pooled--;
+    } else if ((c = conn_new(k, err)) == NULL) {
+        return NULL;
+    }
+    if ((*err = pin_to(c, o)) < 0) {
+        conn_fail(c, *err, "out of memory");
+        return NULL;
+    }
+    return c;
+}
+
+struct sl_upool_conn *sl_upool_pin(struct sl_upool_key *k, struct sl_upool_owner *o, int wait,
+                                   int *err)
+{
+    struct sl_upool *p = k->pool;
+    if (p->closing) {
+        *err = SL_ECLOSED;
+        return NULL;
+    }
+    if (o->pinned || o->waiting || o->inflight > 0) {
+        *err = UV_EBUSY;
+        return NULL;
+    }
+    if (p->npinned >= p->conf.max_pinned || p->nwait > 0) {
+        if (!wait || p->nwait >= p->conf.pin_wait_max) {
+            p->st.pin_refused++;
+            *err = SL_ELIMIT;
+            return NULL;
+        }
+        o->waiting = 1;
+        o->wkey = k;
+        o->wnext = NULL;
+        if (p->wait_tail)
+            p->wait_tail->wnext = o;
+        else
+            p->wait_head = o;
+        p->wait_tail = o;
+        p->nwait++;
+        p->st.pin_waiting++;
+        k->refs++; /* the key outlives the wait */
+        *err = SL_EAGAIN;
+        return NULL;
+    }
+    return pin_now(k, o, err);
+}
+
+static void wait_del(struct sl_upool *p, struct sl_upool_owner *o)
+{
+    struct sl_upool_owner **pp = &p->wait_head, *prev = NULL;
+    while (*pp != NULL && *pp != o) {
+        prev = *pp;
+        pp = &(*pp)->wnext;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = o->wnext;
+    if (p->wait_tail == o)
+        p->wait_tail = prev;
+    o->wnext = NULL;
+    o->waiting = 0;
+    p->nwait--;
+    p->st.pin_waiting--;
+}
+
+/* A pinned place freed: the waiters at the head get theirs. */
+static void serve_waiters(struct sl_upool *p)
+{
+    while (p->wait_head != NULL && p->npinned < p->conf.max_pinned && !p->closing) {
+        struct sl_upool_owner *o = p->wait_head;
+        struct sl_upool_key *k = o->wkey;
+        wait_del(p, o);
+        o->wkey = NULL;
+        int err = 0;
+        struct sl_upool_conn *c = pin_now(k, o, &err);
+        sl_upool_key_put(k);
+        if (c == NULL) {
+            p->st.owners_failed++;
+            p->cbs.failed(o, err, "no upstream connection for a pin");
+        } else {
+            p->cbs.pinned(o, c);
+        }
+    }
+}
+
+void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
+{
+    struct sl_upool *p = c->pool;
+    struct sl_upool_owner *o = c->pin;
+    if (o == NULL || c->state == C_CLOSING)
+        return;
+    /* Not ready yet: the owner's bytes still wait behind the setup, and
+     * letting them go now could run them on a connection whose setup then
+     * fails; nothing of it is worth keeping. */
+    if (!clean || p->closing || c->state != C_READY) {
+        /* the owner hears nothing more (conn_fail tells only owners still
+         * attached): it gave the connection up */
+        sl_upool_route_forget(&c->rt, o);
+        o->conn = NULL;
+        o->pinned = 0;
+        conn_fail(c, SL_ECLOSED, "unpinned");
+        return;
+    }
+    /* The owner hears no more; the connection is in no list while it is
+     * made clean (it counts as pinned for its key until it rejoins). */
+    o->conn = NULL;
+    o->pinned = 0;
+    c->pin = NULL;
+    list_del(&p->pinned, c);
+    p->npinned--;
+    p->st.pinned--;
+    list_add(&p->cleaning, c);
+    c->cleaning = 1;
+    /* The RAW entry is the last one (a pinned owner's submissions push
+     * none), at the head or behind a fresh connection's setup: it goes, and
+     * what the owner still had coming is skipped by count or by scan. */
+    struct sl_upool_key *k = c->key;
+    struct sl_upool_ent *raw = c->rt.n ? sl_upool_route_at(&c->rt, c->rt.n - 1) : NULL;
+    int rc = 0;
+    if (raw != NULL && raw->kind == SL_UPE_RAW)
+        c->rt.n--;
+    if (owed != SL_UPOOL_OWED_SCAN && owed > 0)
+        rc |= sl_upool_route_push(&c->rt, NULL, owed, SL_UPE_SKIP);
+    rc |= sl_upool_route_push(&c->rt, NULL, 1,
+                              owed == SL_UPOOL_OWED_SCAN ? SL_UPE_RESET_SCAN : SL_UPE_RESET);
+    if (k->nsetup > 0)
+        rc |= sl_upool_route_push(&c->rt, NULL, k->nsetup, SL_UPE_SETUP);
+    static const char reset[] = "*1\r\n$5\r\nRESET\r\n";
+    rc |= sl_wire_append(&c->out, reset, sizeof(reset) - 1);
+    if (k->nsetup > 0)
+        rc |= sl_wire_append(&c->out, k->setup, k->setuplen);
+    if (rc != 0) {
+        conn_fail(c, SL_ENOMEM, "out of memory");
+        return;
+    }
+    c->state = C_SETUP;
+    uv_timer_start(&c->timer, on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
+    c->go = c->out.len; /* the owner's last bytes, RESET and the setup; nothing after */
+    mark_dirty(c);
+    serve_waiters(p);
+}
+
+void sl_upool_forget(struct sl_upool_owner *o)
+{
+    if (o->waiting) {
+        struct sl_upool *p = o->wkey->pool;
+        struct sl_upool_key *k = o->wkey;
+        wait_del(p, o);
+        o->wkey = NULL;
+        sl_upool_key_put(k);
+    }
+    struct sl_upool_conn *c = o->conn;
+    if (c == NULL)
+        return;
+    if (o->pinned) {
+        sl_upool_unpin(c, 0, 0);
+        return;
+    }
+    sl_upool_route_forget(&c->rt, o);
+    o->conn = NULL;
+    o->inflight = 0;
+}
+
+/* ---- numbers ---------------------------------------------------------------- */
+
+void sl_upool_stats(const struct sl_upool *p, struct sl_upool_stats *st)
+{
+    *st = p->st;
+}
+
+void sl_upool_key_stats(const struct sl_upool_key *k, struct sl_upool_key_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->conns = k->nconns;
+    st->pinned = k->npinned;
+    for (const struct sl_upool_conn *c = k->conns; c != NULL; c = c->next)
+        st->inflight += c->rt.owed;
+}
