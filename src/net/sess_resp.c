@@ -80,7 +80,7 @@ static void framer_give(struct sl_resp *f)
 /* The session's framer goes back when nothing of a request is left in it. */
 static void framer_release_if_idle(struct sl_session *s)
 {
-    if (s->framer != NULL && s->pend_n == 0 && s->req_fwd == 0 && s->head_state == 0 &&
+    if (s->framer != NULL && sl_pend_count(&s->pend) == 0 && s->req_fwd == 0 && s->head_state == 0 &&
         sl_resp_idle(s->framer)) {
         framer_give(s->framer);
         s->framer = NULL;
@@ -370,13 +370,15 @@ static void protocol_error(struct sl_session *s, const char *msg)
  * in; their bytes are at the start of the client chunk. */
 static void apply(struct sl_session *s)
 {
-    if (s->pend_n == 0)
+    if (sl_pend_count(&s->pend) == 0)
         return;
     struct sl_buf *b = s->cin;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
-        /* Take the entry out first: what follows may close the session. */
-        struct sl_pend e = s->pend[s->pend_head];
+    while (sl_pend_count(&s->pend) > 0 && s->state < SL_SESS_FLUSHING) {
+        /* The entry is taken out before it acts: what follows may close
+         * the session. */
+        struct sl_pend *p = sl_pend_head(&s->pend);
+        struct sl_pend e = *p;
         if (e.state == SL_PEND_WAIT)
             break;
         if (e.state == SL_PEND_DELAY) {
@@ -385,10 +387,9 @@ static void apply(struct sl_session *s)
                 sl_sess_park(s, e.due_us);
                 break;
             }
-            e.state = SL_PEND_ALLOW;
+            e.state = p->state = SL_PEND_ALLOW; /* a delay is served */
         }
         if (e.state == SL_PEND_ALLOW && sl_rconn_sub_wait(&s->rc, e.fx, e.kind)) {
-            s->pend[s->pend_head].state = SL_PEND_ALLOW; /* a delay is served */
             s->sub_hold = 1;
             break;
         }
@@ -402,13 +403,11 @@ static void apply(struct sl_session *s)
                 break;
             }
             if (g == SL_METER_REFUSE) {
-                sl_sess_verdict(&s->pend[s->pend_head], &v);
-                e = s->pend[s->pend_head];
+                sl_sess_verdict(p, &v);
+                e = *p;
             }
         }
-        s->pend[s->pend_head].text = NULL;
-        s->pend_head = (s->pend_head + 1) % PEND_MAX;
-        s->pend_n--;
+        sl_pend_pop(&s->pend, &e);
         int forward = e.state == SL_PEND_ALLOW &&
                       !(e.kind == SL_PK_EXEC && s->rc.multi_dirty) &&
                       !(e.kind == SL_PK_TAIL && s->head_state == 2);
@@ -463,7 +462,7 @@ static void apply(struct sl_session *s)
  * idle_timeout from expiring, but not this. */
 static void head_clock(struct sl_session *s)
 {
-    int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
+    int waiting = s->framer != NULL && s->head_state == 0 && sl_pend_count(&s->pend) == 0 &&
                   !frame_held(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
                   s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
     sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
@@ -480,7 +479,7 @@ static void process(struct sl_session *s)
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) && !s->quit &&
+    while (!sl_pend_full(&s->pend) && s->state < SL_SESS_FLUSHING && !frame_held(s) && !s->quit &&
            (rc = sl_resp_next(s->framer, &r)) == 1) {
         if (s->hq.q != NULL)
             sl_tq_remove(&s->hq); /* the next request's head has its own time */
@@ -488,7 +487,7 @@ static void process(struct sl_session *s)
         s->req_fwd = 0;
         if (s->head_state != 0) {
             /* The rest of a request decided at its head. */
-            if (s->pend_n == 0 && s->head_state == 1) {
+            if (sl_pend_count(&s->pend) == 0 && s->head_state == 1) {
                 to += span;
                 s->head_state = 0;
                 allowed(s, SL_PK_PLAIN, s->head_replies);
@@ -519,23 +518,22 @@ static void process(struct sl_session *s)
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
-        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
+        if (!s->l->limited && sl_pend_count(&s->pend) == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
             !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, commit(s, fx, nchan));
             continue;
         }
-        if (s->pend_n == 0) {
+        if (sl_pend_count(&s->pend) == 0) {
             /* Nothing waits before it: when the verdict is in at once
              * (url = local, a lease, a remembered refusal) and allows, the
              * request joins the same write as the ones before it. */
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
-            struct sl_pend *e = &s->pend[s->pend_head];
-            if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
+            struct sl_pend *e = sl_pend_head(&s->pend);
+            if (sl_pend_count(&s->pend) == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
                 !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&s->rc, fx, kind)) {
-                s->pend_head = (s->pend_head + 1) % PEND_MAX;
-                s->pend_n = 0;
+                sl_pend_unpush(&s->pend); /* it goes with the requests before it */
                 to += span;
                 allowed(s, kind, commit(s, fx, nchan));
                 continue;
@@ -569,11 +567,11 @@ static void process(struct sl_session *s)
          * and the dead framer fails again. */
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
         b->end = b->start + sl_sess_pend_bytes(s);
-        if (s->pend_n == 0)
+        if (sl_pend_count(&s->pend) == 0)
             protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
         return;
     }
-    if (s->pend_n > 0 || frame_held(s)) {
+    if (sl_pend_count(&s->pend) > 0 || frame_held(s)) {
         sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return;
     }
@@ -608,7 +606,7 @@ static void process(struct sl_session *s)
         if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
             return;
         apply(s);
-        if (s->pend_n > 0)
+        if (sl_pend_count(&s->pend) > 0)
             sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return; /* apply() moved the bytes on (or dropped them) */
     } else {
@@ -723,11 +721,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 static void resume(struct sl_session *s)
 {
     apply(s);
-    if (s->pend_n == 0 && s->state < SL_SESS_FLUSHING) {
+    if (sl_pend_count(&s->pend) == 0 && s->state < SL_SESS_FLUSHING) {
         /* Requests framed but not yet taken, or a big one in progress. */
         process(s);
         if (s->state < SL_SESS_CLOSED) {
-            if (s->pend_n == 0 && !frame_held(s))
+            if (sl_pend_count(&s->pend) == 0 && !frame_held(s))
                 sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 0);
             head_clock(s);
             sl_sess_rx_release(&s->cin);

@@ -16,11 +16,11 @@
 #include <stdint.h>
 
 #include "limit/limiter.h"
+#include "net/pend.h"
 #include "net/session-t.h"
 #include "proto/req-t.h"
 
 #define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
-#define PEND_MAX     256             /* requests in order behind an undecided one */
 
 /* What a client's EOF does (client_eof). */
 #define SL_EOF_FORWARD 1

@@ -11,6 +11,7 @@
 #include "proto/resp-t.h"
 #include "proto/resp_conn-t.h"
 #include "proto/resp_reply-t.h"
+#include "net/pend-t.h"
 
 struct sl_listener;
 struct sl_sess_proto;
@@ -41,25 +42,6 @@ enum sl_pause {
     SL_PAUSE_OWNQ     = 64,/* client: its own write queue is above the high mark (the
                               answers its requests would get are not being read) */
 };
-
-/* A request waiting for its turn: its verdict is not in yet, or one before
- * it is still waiting. Entries never move while waiting (the ring is
- * allocated once, PEND_MAX long), so a verdict can land in place. */
-struct sl_pend {
-    struct sl_session     *s;       /* owner (the verdict callback's data is the entry) */
-    struct sl_limiter_req *h;       /* the limiter's pending decision, while waiting */
-    char                  *text;    /* rejection line (owned), when rejected */
-    uint32_t               span;    /* bytes of the request in the client chunk */
-    uint32_t               len;     /* bytes of <text> */
-    uint32_t               nchan;   /* SL_FX_(UN)SUB: channels named */
-    uint64_t               due_us;  /* SL_PEND_DELAY: when it may go */
-    uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
-    uint8_t                kind;    /* SL_PK_* */
-    uint8_t                fx;      /* enum sl_fx: what it changes if it goes upstream */
-};
-enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
-       SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */
-
 
 /* One entry of the reply queue: <n> upstream replies pass to the client, then
  * the local reply <text> (a rejection, a protocol error) goes out in their
@@ -122,9 +104,7 @@ struct sl_session {
     uint64_t            owed_total; /* upstream replies owed since the start */
     uint64_t            paid_total; /* upstream replies received against them */
     uint8_t             reply_first;/* first byte of the upstream reply in progress */
-    struct sl_pend     *pend;       /* ring of requests in order (NULL until needed) */
-    uint32_t            pend_head;  /* first entry */
-    uint32_t            pend_n;     /* entries in the ring */
+    struct sl_pend_ring pend;       /* requests in order waiting for verdicts (net/pend.h) */
     struct sl_buf      *cin;        /* chunk receiving client bytes, or NULL */
     struct sl_buf      *uin;        /* chunk receiving upstream bytes, or NULL */
     struct sl_resp     *framer;     /* resp: request framer, while requests come */
