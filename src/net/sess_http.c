@@ -794,6 +794,15 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     return n;
 }
 
+/* A connection refused before its session is closed without a word, as
+ * it always was on http (a session out of descriptors for its upstream
+ * answers 503, see answer). */
+static size_t refusal(enum sl_answer what, char *out, size_t cap)
+{
+    (void)what, (void)out, (void)cap;
+    return 0;
+}
+
 static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
                            size_t cap)
 {
@@ -909,6 +918,7 @@ const struct sl_sess_proto sl_sess_http = {
     .release = release,
     .free = http_free,
     .answer = answer,
+    .refusal = refusal,
     .verdict_text = verdict_text,
     .header_late = header_late,
     .upstream_late = upstream_late,

@@ -774,16 +774,25 @@ static void resp_free(struct sl_session *s)
 }
 
 static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
+                     size_t cap);
+
+static size_t refusal(enum sl_answer what, char *out, size_t cap)
+{
+    return answer(NULL, what, NULL, out, cap);
+}
+
+static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
                      size_t cap)
 {
-    (void)s;
+    (void)s; /* the same words with or without a session */
     int n = 0;
     switch (what) {
     case SL_ANSWER_MAX_CLIENTS:
         n = snprintf(out, cap, "-ERR max number of clients reached\r\n");
         break;
     case SL_ANSWER_NO_FD:
-        n = snprintf(out, cap, "%s", sl_listener_fd_refusal);
+        n = snprintf(out, cap,
+                     "-ERR max number of clients reached (sluice is out of file descriptors)\r\n");
         break;
     case SL_ANSWER_UPSTREAM_DOWN:
         n = snprintf(out, cap, "-ERR upstream unavailable\r\n");
@@ -844,6 +853,7 @@ const struct sl_sess_proto sl_sess_resp = {
     .release = framer_release_if_idle,
     .free = resp_free,
     .answer = answer,
+    .refusal = refusal,
     .verdict_text = verdict_text,
     .header_late = header_late,
     .upstream_late = upstream_late,

@@ -64,6 +64,10 @@ struct sl_sess_proto {
      * <out>; returns its length, 0 = close without a word */
     size_t (*answer)(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
                      size_t cap);
+    /* the same for a connection the listener refuses before it has a
+     * session (SL_ANSWER_NO_FD): written once to the fresh socket, which
+     * is then closed; 0 = closed without a word */
+    size_t (*refusal)(enum sl_answer what, char *out, size_t cap);
     /* a queue marker (SL_SEG_UNSUB of <kind>) reached its turn: how many
      * upstream replies it stands for; one left the queue */
     uint32_t (*marker_due)(struct sl_session *s, uint32_t kind);
@@ -83,6 +87,9 @@ struct sl_sess_proto {
 };
 
 extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;
+
+/* The protocol of a listener (enum sl_proto of its configuration). */
+const struct sl_sess_proto *sl_sess_proto_of(const struct sl_listener *l);
 
 /* ---- the core, for the protocols (session.c) ---- */
 

@@ -103,9 +103,32 @@ void sl_sess_ring_release(struct sl_session *s)
 static struct sl_session **resume_list;
 static uint32_t            resume_n, resume_cap;
 
+/* The protocols, by enum sl_proto. */
+static const struct sl_sess_proto *const protos[] = {
+    [SL_PROTO_RESP] = &sl_sess_resp,
+    [SL_PROTO_HTTP] = &sl_sess_http,
+    [SL_PROTO_TCP] = &sl_sess_tcp,
+};
+
+const struct sl_sess_proto *sl_sess_proto_of(const struct sl_listener *l)
+{
+    return protos[l->conf->protocol];
+}
+
+const char *sl_session_proto_name(const struct sl_listener *l)
+{
+    return sl_sess_proto_of(l)->name;
+}
+
+size_t sl_session_refusal_fd(const struct sl_listener *l, char *out, size_t cap)
+{
+    return sl_sess_proto_of(l)->refusal(SL_ANSWER_NO_FD, out, cap);
+}
+
 void sl_session_pool_drain(void)
 {
-    sl_sess_resp.pool_drain();
+    for (size_t i = 0; i < sizeof(protos) / sizeof(protos[0]); i++)
+        protos[i]->pool_drain();
     sl_pend_pool_drain();
     free(resume_list);
     resume_list = NULL;
@@ -1252,9 +1275,7 @@ void sl_session_accept(struct sl_listener *l)
     s->client.data = s;
     s->l = l;
     s->handles = 1;
-    s->proto = l->conf->protocol == SL_PROTO_RESP   ? &sl_sess_resp
-             : l->conf->protocol == SL_PROTO_HTTP ? &sl_sess_http
-                                                  : &sl_sess_tcp;
+    s->proto = sl_sess_proto_of(l);
     l->sessions++;
     l->stats.conns_active++;
     if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)&s->client) < 0) {
