@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "proto/resp_conn-t.h" /* SL_PK_*: what a request is to the connection */
+
 struct sl_session;
 struct sl_limiter_req;
 

@@ -3,12 +3,16 @@
  *
  * The core (session.c) owns what every protocol shares: the two sockets,
  * pooled chunks, pause bits and watermarks, the queue of replies owed with
- * room for local replies, the ring of requests waiting for verdicts, byte
+ * room for local replies, the ring of requests waiting for verdicts (its
+ * entries are net/pend.c's: everyone else goes through net/pend.h), byte
  * meters, parking for `delay`, connection limits, closing and lingering.
  * A protocol (sess_resp.c, sess_http.c, sess_tcp.c) frames what each side
  * sends, decides what a request does to the connection, and renders local
- * answers; it reaches the sockets only through the core's functions below.
- * The core never asks which protocol it runs. */
+ * answers, also the listener's refusals before a session exists; it
+ * reaches the sockets only through the core's functions below. What only
+ * it keeps of a session is its own (s->pstate, state_size bytes; HTTP's in
+ * s->http). The core never asks which protocol it runs: the listener's
+ * protocol picks one from a table (sl_sess_proto_of). */
 #ifndef SL_NET_SESSION_I_H
 #define SL_NET_SESSION_I_H
 
@@ -36,6 +40,7 @@ enum sl_answer {
 
 struct sl_sess_proto {
     const char *name;
+    size_t      state_size;  /* bytes of its per-session state (s->pstate, zeroed) */
     uint8_t     framed;      /* requests have boundaries: local answers go in order,
                                 a drain ends at a boundary, byte limits refuse requests */
     /* a session begins (its upstream is being connected) */

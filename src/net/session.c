@@ -402,7 +402,6 @@ void sl_sess_to_client(struct sl_session *s, struct sl_buf *b, uint32_t from, ui
 
 void sl_sess_owe(struct sl_session *s, uint32_t n)
 {
-    s->owed_total += n;
     s->tail_n += n;
     s->inflight += n;
     if (s->inflight >= s->l->conf->max_replies_owed)
@@ -427,7 +426,8 @@ void sl_sess_paid(struct sl_session *s)
  * last reply would be cut off). */
 void sl_sess_drain_check(struct sl_session *s)
 {
-    if (s->draining && s->proto->framed && s->inflight == 0 && sl_pend_count(&s->pend) == 0 && s->state == SL_SESS_RELAY)
+    if (s->draining && s->proto->framed && s->inflight == 0 && sl_pend_count(&s->pend) == 0 &&
+        s->state == SL_SESS_RELAY)
         sl_sess_finish(s);
 }
 
@@ -1268,14 +1268,19 @@ static void client_tls_done(struct sl_session *s, int ok);
 void sl_session_accept(struct sl_listener *l)
 {
     uv_loop_t *loop = l->handle.loop;
-    struct sl_session *s = calloc(1, sizeof(*s));
+    /* The protocol's own state follows the session in the same allocation
+     * (rounded so it is aligned for anything). */
+    const struct sl_sess_proto *proto = sl_sess_proto_of(l);
+    size_t al = _Alignof(max_align_t), head = (sizeof(struct sl_session) + al - 1) / al * al;
+    struct sl_session *s = calloc(1, head + proto->state_size);
     if (s == NULL)
         return;
+    s->pstate = proto->state_size > 0 ? (char *)s + head : NULL;
     uv_tcp_init(loop, &s->client);
     s->client.data = s;
     s->l = l;
     s->handles = 1;
-    s->proto = sl_sess_proto_of(l);
+    s->proto = proto;
     l->sessions++;
     l->stats.conns_active++;
     if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)&s->client) < 0) {
