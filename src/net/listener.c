@@ -50,9 +50,6 @@
  * refusal, at most every 100 ms) and followed in between from the sessions
  * and admin connections opened and closed since. */
 
-const char sl_listener_fd_refusal[] =
-    "-ERR max number of clients reached (sluice is out of file descriptors)\r\n";
-
 #define FD_RECOUNT_MS 100 /* at most this often before a refusal */
 
 /* Descriptors open in this process, or -1 when /proc cannot tell. */
@@ -175,8 +172,9 @@ static void on_refused_close(uv_handle_t *h)
     free(h);
 }
 
-/* Takes the pending connection of <l> and closes it, telling a RESP client
- * why first (a fresh socket's send buffer takes the line at once). */
+/* Takes the pending connection of <l> and closes it, telling the client why
+ * first in the listener's protocol, if it has words for it (a fresh
+ * socket's send buffer takes them at once). */
 static void refuse_fd(struct sl_listener *l)
 {
     uv_tcp_t *t = malloc(sizeof(*t));
@@ -187,8 +185,10 @@ static void refuse_fd(struct sl_listener *l)
     uv_tcp_init(l->handle.loop, t);
     if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)t) == 0) {
         l->stats.conns_accepted++; /* accepted, then refused: as over max_connections */
-        if (l->conf->protocol == SL_PROTO_RESP) {
-            uv_buf_t b = uv_buf_init((char *)sl_listener_fd_refusal, sizeof(sl_listener_fd_refusal) - 1);
+        char why[256];
+        size_t n = sl_session_refusal_fd(l, why, sizeof(why));
+        if (n > 0) {
+            uv_buf_t b = uv_buf_init(why, (unsigned)n);
             (void)uv_try_write((uv_stream_t *)t, &b, 1);
         }
     }
@@ -529,7 +529,7 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     append(srv, l);
     sl_log_info("listening", "listener=%s addr=%s upstream=%s protocol=%s", lc->name,
                 lc->listen.text, lc->upstream.text,
-                lc->protocol == SL_PROTO_RESP ? "resp" : lc->protocol == SL_PROTO_TCP ? "tcp" : "http");
+                sl_session_proto_name(l));
     return l;
 }
 

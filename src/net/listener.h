@@ -50,7 +50,4 @@ void sl_listener_stats_add(struct sl_listener_stats *to, const struct sl_listene
  * cannot be made. */
 void sl_listener_refused_fd(struct sl_listener *l, int err);
 
-/* The text a RESP client gets when sluice has no descriptor for it. */
-extern const char sl_listener_fd_refusal[];
-
 #endif

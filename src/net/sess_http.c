@@ -207,7 +207,7 @@ static void await_clock(struct sl_session *s)
 static void head_clock(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
-    int waiting = !h->in_body && !sl_http_idle(&h->req) && s->pend_n == 0 && !h->hold &&
+    int waiting = !h->in_body && !sl_http_idle(&h->req) && sl_pend_count(&s->pend) == 0 && !h->hold &&
                   !h->tunnel && lconf(s)->header_timeout_us > 0 &&
                   !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE | SL_PAUSE_DONE));
     sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
@@ -336,8 +336,8 @@ static void on_request(struct sl_session *s)
  * refused once its verdict is in. */
 static void apply(struct sl_session *s)
 {
-    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
-        struct sl_pend *p = &s->pend[s->pend_head];
+    while (sl_pend_count(&s->pend) > 0 && s->state < SL_SESS_FLUSHING) {
+        struct sl_pend *p = sl_pend_head(&s->pend);
         if (p->state == SL_PEND_WAIT)
             return;
         if (p->state == SL_PEND_DELAY) {
@@ -358,10 +358,8 @@ static void apply(struct sl_session *s)
             if (g == SL_METER_REFUSE)
                 sl_sess_verdict(p, &v);
         }
-        struct sl_pend e = *p;
-        p->text = NULL;
-        s->pend_head = (s->pend_head + 1) % PEND_MAX;
-        s->pend_n--;
+        struct sl_pend e;
+        sl_pend_pop(&s->pend, &e);
         if (e.state == SL_PEND_ALLOW)
             send_head(s, e.text, e.len);
         else
@@ -391,7 +389,7 @@ static void frame(struct sl_session *s)
             b->start = b->end;
             return;
         }
-        if (s->pend_n > 0 || h->hold || h->upgrade_wait) {
+        if (sl_pend_count(&s->pend) > 0 || h->hold || h->upgrade_wait) {
             if (b != NULL && b->start < b->end)
                 sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
             return;
@@ -464,14 +462,14 @@ static void resume_(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     apply(s);
-    if (s->pend_n > 0 || s->state >= SL_SESS_FLUSHING)
+    if (sl_pend_count(&s->pend) > 0 || s->state >= SL_SESS_FLUSHING)
         return;
     if (h->hold && h->qn < HQ_MAX)
         h->hold = 0;
     frame(s);
     if (s->state >= SL_SESS_CLOSED)
         return;
-    if (s->pend_n == 0 && !h->hold && !h->upgrade_wait)
+    if (sl_pend_count(&s->pend) == 0 && !h->hold && !h->upgrade_wait)
         sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 0);
     head_clock(s);
     sl_sess_rx_release(&s->cin);
@@ -489,7 +487,7 @@ static void resume_(struct sl_session *s)
 static void eof_check(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
-    if (!h->eof || s->state >= SL_SESS_FLUSHING || s->pend_n > 0 || h->hold ||
+    if (!h->eof || s->state >= SL_SESS_FLUSHING || sl_pend_count(&s->pend) > 0 || h->hold ||
         h->upgrade_wait || (s->cin != NULL && s->cin->start < s->cin->end))
         return; /* whole requests may still wait to be framed */
     if (h->in_body || s->inflight == 0) {
@@ -687,7 +685,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         }
         await_clock(s);
         eof_check(s);
-        if ((close || (h->last && h->qn == 0 && s->pend_n == 0 && !h->in_body)) &&
+        if ((close || (h->last && h->qn == 0 && sl_pend_count(&s->pend) == 0 && !h->in_body)) &&
             !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the
              * connection ends once the client has every byte */
@@ -794,6 +792,15 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     if (n > 12)
         count_status(s, atoi(out + 9));
     return n;
+}
+
+/* A connection refused before its session is closed without a word, as
+ * it always was on http (a session out of descriptors for its upstream
+ * answers 503, see answer). */
+static size_t refusal(enum sl_answer what, char *out, size_t cap)
+{
+    (void)what, (void)out, (void)cap;
+    return 0;
 }
 
 static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
@@ -911,6 +918,7 @@ const struct sl_sess_proto sl_sess_http = {
     .release = release,
     .free = http_free,
     .answer = answer,
+    .refusal = refusal,
     .verdict_text = verdict_text,
     .header_late = header_late,
     .upstream_late = upstream_late,

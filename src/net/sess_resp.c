@@ -31,7 +31,48 @@
 #include "proto/resp_reply.h"
 #include "shape/meter.h"
 
+/* What only RESP keeps of a session: it lives right after the session
+ * (state_size), zeroed at the start; the core never reads it. */
+struct sl_resp_sess {
+    struct sl_resp_conn rc;         /* what Redis makes of the connection */
+    struct sl_resp     *framer;     /* request framer, while requests come */
+    uint64_t            req_fwd;    /* bytes of the request in progress already sent on */
+    uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
+    uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
+    uint8_t             quit;       /* a QUIT was framed: nothing after it is */
+    uint8_t             setup_left; /* set-up commands that may still go uncharged;
+                                       0 once the connection's set-up is over */
+    uint8_t             sub_hold;   /* the ring's head waits for confirmations that say
+                                       if the client is still subscribed */
+    struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
+    uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
+    struct sl_reply_pick *auth_pick;/* ... an EXEC's reply, judged by element <auth_elem> */
+    uint32_t            auth_elem;  /* ... the AUTH's place among the commands queued */
+    uint8_t             auth_in_multi; /* ... the AUTH was queued in MULTI: judged at EXEC */
+    uint8_t             auth_exec_framed; /* ... and an EXEC behind it is framed, not sent */
+    uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
+                                       by resp_user: what follows is charged to its user) */
+    uint64_t            owed_total; /* upstream replies owed since the start */
+    uint64_t            paid_total; /* upstream replies received against them */
+    struct sl_reply_scan scan;      /* upstream reply boundaries */
+    uint8_t             reply_first;/* first byte of the upstream reply in progress */
+    uint8_t             swallow;    /* dropping the upstream reply in progress */
+    uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
+};
+
+static inline struct sl_resp_sess *rs(const struct sl_session *s)
+{
+    return s->pstate;
+}
+
 static void process(struct sl_session *s);
+
+/* <n> upstream replies are owed: numbered, so an AUTH's can be told apart. */
+static void owe(struct sl_session *s, uint32_t n)
+{
+    rs(s)->owed_total += n;
+    sl_sess_owe(s, n);
+}
 static void head_clock(struct sl_session *s);
 
 /* ---- framers ---------------------------------------------------------------- */
@@ -80,10 +121,11 @@ static void framer_give(struct sl_resp *f)
 /* The session's framer goes back when nothing of a request is left in it. */
 static void framer_release_if_idle(struct sl_session *s)
 {
-    if (s->framer != NULL && s->pend_n == 0 && s->req_fwd == 0 && s->head_state == 0 &&
-        sl_resp_idle(s->framer)) {
-        framer_give(s->framer);
-        s->framer = NULL;
+    struct sl_resp_sess *r = rs(s);
+    if (r->framer != NULL && sl_pend_count(&s->pend) == 0 && r->req_fwd == 0 &&
+        r->head_state == 0 && sl_resp_idle(r->framer)) {
+        framer_give(r->framer);
+        r->framer = NULL;
     }
     sl_sess_ring_release(s);
 }
@@ -106,20 +148,20 @@ static int auth_matters(const struct sl_session *s)
  * EXEC's reply: the MULTI's commands go on until an EXEC is framed. */
 static int auth_waits(const struct sl_session *s)
 {
-    return s->auth_hold && s->auth_next != NULL &&
-           (s->auth_seq != 0 || !s->auth_in_multi || s->auth_exec_framed);
+    return rs(s)->auth_hold && rs(s)->auth_next != NULL &&
+           (rs(s)->auth_seq != 0 || !rs(s)->auth_in_multi || rs(s)->auth_exec_framed);
 }
 
 /* The AUTH candidate is settled or void: forget it, and let framing go on. */
 static void auth_drop(struct sl_session *s)
 {
-    free(s->auth_next);
-    s->auth_next = NULL;
-    free(s->auth_pick);
-    s->auth_pick = NULL;
-    s->auth_seq = 0;
-    s->auth_in_multi = 0;
-    s->auth_exec_framed = 0;
+    free(rs(s)->auth_next);
+    rs(s)->auth_next = NULL;
+    free(rs(s)->auth_pick);
+    rs(s)->auth_pick = NULL;
+    rs(s)->auth_seq = 0;
+    rs(s)->auth_in_multi = 0;
+    rs(s)->auth_exec_framed = 0;
 }
 
 /* Requests already read wait unframed: behind an AUTH's answer, or while
@@ -133,8 +175,8 @@ static int frame_held(const struct sl_session *s)
 /* Framing was held and need not be any more: go on at the end of the turn. */
 static void auth_wake(struct sl_session *s)
 {
-    if (s->auth_hold && !auth_waits(s)) {
-        s->auth_hold = 0;
+    if (rs(s)->auth_hold && !auth_waits(s)) {
+        rs(s)->auth_hold = 0;
         sl_sess_resume_later(s);
     }
 }
@@ -145,13 +187,13 @@ static void auth_wake(struct sl_session *s)
  * error, the client is now who that AUTH said. */
 static void paid_one(struct sl_session *s)
 {
-    s->paid_total++;
-    if (s->auth_next != NULL && s->paid_total == s->auth_seq) {
+    rs(s)->paid_total++;
+    if (rs(s)->auth_next != NULL && rs(s)->paid_total == rs(s)->auth_seq) {
         /* Inside a transaction the AUTH's own element of EXEC's reply
          * says; +QUEUED said nothing. */
-        uint8_t first = s->auth_pick != NULL ? s->auth_pick->found : s->reply_first;
+        uint8_t first = rs(s)->auth_pick != NULL ? rs(s)->auth_pick->found : rs(s)->reply_first;
         if (first != 0 && first != '-' && first != '!')
-            *s->ident = *s->auth_next;
+            *s->ident = *rs(s)->auth_next;
         auth_drop(s);
         auth_wake(s);
     }
@@ -185,7 +227,7 @@ static uint32_t refused(struct sl_session *s)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     int send_ping;
-    uint32_t n = sl_rconn_refused(&s->rc, &send_ping);
+    uint32_t n = sl_rconn_refused(&rs(s)->rc, &send_ping);
     if (send_ping && sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
         sl_session_close(s);
     return n;
@@ -203,7 +245,7 @@ static int settle_marks(struct sl_session *s)
     if (!(g->flags & SL_SEG_MARK) || g->n == 0)
         return 0;
     s->inflight -= g->n;
-    sl_rconn_settled(&s->rc, g->n);
+    sl_rconn_settled(&rs(s)->rc, g->n);
     g->n = 0;
     return 1;
 }
@@ -214,7 +256,7 @@ static int settle_marks(struct sl_session *s)
 static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
 {
     int unsub;
-    uint32_t n = sl_rconn_commit(&s->rc, fx, nchan, &unsub);
+    uint32_t n = sl_rconn_commit(&rs(s)->rc, fx, nchan, &unsub);
     if (unsub >= 0)
         sl_sess_local(s, NULL, (uint32_t)unsub, SL_SEG_UNSUB);
     return n;
@@ -224,30 +266,31 @@ static uint32_t commit(struct sl_session *s, uint8_t fx, uint32_t nchan)
 static void allowed(struct sl_session *s, int kind, uint32_t replies)
 {
     if (kind == SL_PK_EXEC || kind == SL_PK_DISCARD || kind == SL_PK_RESET) {
-        if (s->auth_in_multi && s->auth_next != NULL) {
+        if (rs(s)->auth_in_multi && rs(s)->auth_next != NULL) {
             /* An AUTH queued in the transaction counts by its element of
              * EXEC's reply; DISCARD and RESET drop it unrun. */
-            if (kind == SL_PK_EXEC && s->rc.in_multi && replies == 1 &&
-                (s->auth_pick != NULL || (s->auth_pick = malloc(sizeof(*s->auth_pick))) != NULL)) {
-                s->auth_seq = s->owed_total + 1;
-                s->auth_exec_framed = 0;
+            if (kind == SL_PK_EXEC && rs(s)->rc.in_multi && replies == 1 &&
+                (rs(s)->auth_pick != NULL ||
+                 (rs(s)->auth_pick = malloc(sizeof(*rs(s)->auth_pick))) != NULL)) {
+                rs(s)->auth_seq = rs(s)->owed_total + 1;
+                rs(s)->auth_exec_framed = 0;
             } else {
                 auth_drop(s);
             }
         }
-    } else if (kind == SL_PK_AUTH && s->auth_next != NULL) {
-        if (s->rc.in_multi) {
-            s->auth_in_multi = 1; /* +QUEUED says nothing */
-            s->auth_elem = s->rc.multi_queued;
+    } else if (kind == SL_PK_AUTH && rs(s)->auth_next != NULL) {
+        if (rs(s)->rc.in_multi) {
+            rs(s)->auth_in_multi = 1; /* +QUEUED says nothing */
+            rs(s)->auth_elem = rs(s)->rc.multi_queued;
         } else if (replies == 1) {
-            s->auth_seq = s->owed_total + 1;
+            rs(s)->auth_seq = rs(s)->owed_total + 1;
         } else {
             auth_drop(s); /* no reply to judge by */
         }
     }
-    sl_rconn_allowed(&s->rc, kind, replies);
+    sl_rconn_allowed(&rs(s)->rc, kind, replies);
     if (replies > 0)
-        sl_sess_owe(s, replies);
+        owe(s, replies);
     if (kind == SL_PK_QUIT && replies > 0) {
         /* Redis writes QUIT's +OK and closes at once (inside MULTI too). A
          * client that pools connections looks for that close before it
@@ -268,7 +311,7 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
 static void rejected(struct sl_session *s, char *text, uint32_t len, uint32_t replies)
 {
     s->l->stats.rejected++;
-    sl_rconn_rejected(&s->rc);
+    sl_rconn_rejected(&rs(s)->rc);
     if (replies > 0 && text != NULL)
         sl_sess_local(s, text, len, SL_SEG_OWNED);
     else
@@ -281,8 +324,8 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
-    sl_rconn_exec_aborted(&s->rc);
-    if (s->auth_in_multi && s->auth_next != NULL) {
+    sl_rconn_exec_aborted(&rs(s)->rc);
+    if (rs(s)->auth_in_multi && rs(s)->auth_next != NULL) {
         auth_drop(s); /* the transaction never runs */
         auth_wake(s);
     }
@@ -295,7 +338,7 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
      * and the client expects nothing. */
     if (replies == 0)
         return;
-    sl_sess_owe(s, 1);
+    owe(s, 1);
     sl_sess_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
 }
 
@@ -312,13 +355,13 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
  * when <r> goes uncharged. */
 static int setup_free(struct sl_session *s, const struct sl_resp_req *r, int kind)
 {
-    if (s->setup_left == 0 || kind != SL_PK_PLAIN)
+    if (rs(s)->setup_left == 0 || kind != SL_PK_PLAIN)
         return 0;
     if (!sl_rconn_is_setup(r)) {
-        s->setup_left = 0;
+        rs(s)->setup_left = 0;
         return 0;
     }
-    s->setup_left--;
+    rs(s)->setup_left--;
     return 1;
 }
 
@@ -334,11 +377,11 @@ static void observe(struct sl_session *s, const struct sl_resp_req *r, int kind)
         sl_identity_observe(s->ident, r);
         return;
     }
-    if (s->auth_next == NULL && (s->auth_next = malloc(sizeof(*s->auth_next))) == NULL)
+    if (rs(s)->auth_next == NULL && (rs(s)->auth_next = malloc(sizeof(*rs(s)->auth_next))) == NULL)
         return;
-    *s->auth_next = *s->ident;
-    sl_identity_observe(s->auth_next, r);
-    s->auth_seq = 0; /* set when it is sent */
+    *rs(s)->auth_next = *s->ident;
+    sl_identity_observe(rs(s)->auth_next, r);
+    rs(s)->auth_seq = 0; /* set when it is sent */
 }
 
 static void protocol_error(struct sl_session *s, const char *msg)
@@ -346,7 +389,7 @@ static void protocol_error(struct sl_session *s, const char *msg)
     s->l->stats.protocol_errors++;
     sl_log_debug_rl("protocol_error", "protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
-    if (s->rc.reply_mode != SL_REPLY_ON) {
+    if (rs(s)->rc.reply_mode != SL_REPLY_ON) {
         /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
          * Redis says nothing either. It then keeps the connection open but
          * reads no more of it; sluice closes it. */
@@ -370,13 +413,15 @@ static void protocol_error(struct sl_session *s, const char *msg)
  * in; their bytes are at the start of the client chunk. */
 static void apply(struct sl_session *s)
 {
-    if (s->pend_n == 0)
+    if (sl_pend_count(&s->pend) == 0)
         return;
     struct sl_buf *b = s->cin;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n > 0 && s->state < SL_SESS_FLUSHING) {
-        /* Take the entry out first: what follows may close the session. */
-        struct sl_pend e = s->pend[s->pend_head];
+    while (sl_pend_count(&s->pend) > 0 && s->state < SL_SESS_FLUSHING) {
+        /* The entry is taken out before it acts: what follows may close
+         * the session. */
+        struct sl_pend *p = sl_pend_head(&s->pend);
+        struct sl_pend e = *p;
         if (e.state == SL_PEND_WAIT)
             break;
         if (e.state == SL_PEND_DELAY) {
@@ -385,11 +430,10 @@ static void apply(struct sl_session *s)
                 sl_sess_park(s, e.due_us);
                 break;
             }
-            e.state = SL_PEND_ALLOW;
+            e.state = p->state = SL_PEND_ALLOW; /* a delay is served */
         }
-        if (e.state == SL_PEND_ALLOW && sl_rconn_sub_wait(&s->rc, e.fx, e.kind)) {
-            s->pend[s->pend_head].state = SL_PEND_ALLOW; /* a delay is served */
-            s->sub_hold = 1;
+        if (e.state == SL_PEND_ALLOW && sl_rconn_sub_wait(&rs(s)->rc, e.fx, e.kind)) {
+            rs(s)->sub_hold = 1;
             break;
         }
         if (e.state == SL_PEND_ALLOW && e.kind == SL_PK_PLAIN && sl_sess_meters_owe(s)) {
@@ -402,29 +446,27 @@ static void apply(struct sl_session *s)
                 break;
             }
             if (g == SL_METER_REFUSE) {
-                sl_sess_verdict(&s->pend[s->pend_head], &v);
-                e = s->pend[s->pend_head];
+                sl_sess_verdict(p, &v);
+                e = *p;
             }
         }
-        s->pend[s->pend_head].text = NULL;
-        s->pend_head = (s->pend_head + 1) % PEND_MAX;
-        s->pend_n--;
+        sl_pend_pop(&s->pend, &e);
         int forward = e.state == SL_PEND_ALLOW &&
-                      !(e.kind == SL_PK_EXEC && s->rc.multi_dirty) &&
-                      !(e.kind == SL_PK_TAIL && s->head_state == 2);
+                      !(e.kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) &&
+                      !(e.kind == SL_PK_TAIL && rs(s)->head_state == 2);
         if (e.kind == SL_PK_HEAD)
-            s->req_fwd += e.span; /* sent or dropped: either way behind us */
+            rs(s)->req_fwd += e.span; /* sent or dropped: either way behind us */
         if (forward) {
             to += e.span;
             if (e.kind == SL_PK_HEAD) {
                 /* Its replies are owed once it is whole: a request cut short
                  * by a protocol error gets none. */
-                s->head_state = 1;
-                s->head_replies = commit(s, e.fx, e.nchan);
+                rs(s)->head_state = 1;
+                rs(s)->head_replies = commit(s, e.fx, e.nchan);
             } else if (e.kind == SL_PK_TAIL) {
-                s->head_state = 0;
-                allowed(s, SL_PK_PLAIN, s->head_replies);
-                s->head_replies = 0;
+                rs(s)->head_state = 0;
+                allowed(s, SL_PK_PLAIN, rs(s)->head_replies);
+                rs(s)->head_replies = 0;
             } else {
                 allowed(s, e.kind, commit(s, e.fx, e.nchan));
             }
@@ -435,10 +477,10 @@ static void apply(struct sl_session *s)
         if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
             exec_abort(s, commit(s, e.fx, e.nchan)); /* DISCARD goes in its place */
         } else if (e.kind == SL_PK_TAIL) {
-            s->head_state = 0;
+            rs(s)->head_state = 0;
         } else {
             if (e.kind == SL_PK_HEAD)
-                s->head_state = 2;
+                rs(s)->head_state = 2;
             uint32_t replies = refused(s);
             if (s->state >= SL_SESS_CLOSED) {
                 free(e.text);
@@ -463,9 +505,9 @@ static void apply(struct sl_session *s)
  * idle_timeout from expiring, but not this. */
 static void head_clock(struct sl_session *s)
 {
-    int waiting = s->framer != NULL && s->head_state == 0 && s->pend_n == 0 &&
+    int waiting = rs(s)->framer != NULL && rs(s)->head_state == 0 && sl_pend_count(&s->pend) == 0 &&
                   !frame_held(s) && !(s->cl_pause & (SL_PAUSE_INFLIGHT | SL_PAUSE_DECIDE)) &&
-                  s->l->conf->header_timeout_us > 0 && !sl_resp_idle(s->framer);
+                  s->l->conf->header_timeout_us > 0 && !sl_resp_idle(rs(s)->framer);
     sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
 }
 
@@ -480,19 +522,19 @@ static void process(struct sl_session *s)
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
-    while (s->pend_n < PEND_MAX && s->state < SL_SESS_FLUSHING && !frame_held(s) && !s->quit &&
-           (rc = sl_resp_next(s->framer, &r)) == 1) {
+    while (!sl_pend_full(&s->pend) && s->state < SL_SESS_FLUSHING && !frame_held(s) && !rs(s)->quit &&
+           (rc = sl_resp_next(rs(s)->framer, &r)) == 1) {
         if (s->hq.q != NULL)
             sl_tq_remove(&s->hq); /* the next request's head has its own time */
-        uint32_t span = (uint32_t)(r->size - s->req_fwd);
-        s->req_fwd = 0;
-        if (s->head_state != 0) {
+        uint32_t span = (uint32_t)(r->size - rs(s)->req_fwd);
+        rs(s)->req_fwd = 0;
+        if (rs(s)->head_state != 0) {
             /* The rest of a request decided at its head. */
-            if (s->pend_n == 0 && s->head_state == 1) {
+            if (sl_pend_count(&s->pend) == 0 && rs(s)->head_state == 1) {
                 to += span;
-                s->head_state = 0;
-                allowed(s, SL_PK_PLAIN, s->head_replies);
-                s->head_replies = 0;
+                rs(s)->head_state = 0;
+                allowed(s, SL_PK_PLAIN, rs(s)->head_replies);
+                rs(s)->head_replies = 0;
                 continue;
             }
             sl_sess_to_upstream(s, b, from, to);
@@ -509,33 +551,32 @@ static void process(struct sl_session *s)
         /* Redis runs nothing after a QUIT (even inside MULTI) and closes:
          * what follows it is never framed, forwarded or answered. */
         if (kind == SL_PK_QUIT)
-            s->quit = 1;
-        if (s->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
+            rs(s)->quit = 1;
+        if (rs(s)->auth_next != NULL && (kind == SL_PK_AUTH || kind == SL_PK_EXEC) && auth_matters(s)) {
             /* what follows waits for the answer that says who it is */
-            s->auth_hold = 1;
+            rs(s)->auth_hold = 1;
             if (kind == SL_PK_EXEC)
-                s->auth_exec_framed = 1;
+                rs(s)->auth_exec_framed = 1;
         }
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
-        if (!s->l->limited && s->pend_n == 0 && !(kind == SL_PK_EXEC && s->rc.multi_dirty) &&
-            !sl_sess_meters_owe(s)) {
+        if (!s->l->limited && sl_pend_count(&s->pend) == 0 &&
+            !(kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) && !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, commit(s, fx, nchan));
             continue;
         }
-        if (s->pend_n == 0) {
+        if (sl_pend_count(&s->pend) == 0) {
             /* Nothing waits before it: when the verdict is in at once
              * (url = local, a lease, a remembered refusal) and allows, the
              * request joins the same write as the ones before it. */
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
-            struct sl_pend *e = &s->pend[s->pend_head];
-            if (s->pend_n == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
-                !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&s->rc, fx, kind)) {
-                s->pend_head = (s->pend_head + 1) % PEND_MAX;
-                s->pend_n = 0;
+            struct sl_pend *e = sl_pend_head(&s->pend);
+            if (sl_pend_count(&s->pend) == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
+                !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&rs(s)->rc, fx, kind)) {
+                sl_pend_unpush(&s->pend); /* it goes with the requests before it */
                 to += span;
                 allowed(s, kind, commit(s, fx, nchan));
                 continue;
@@ -557,7 +598,7 @@ static void process(struct sl_session *s)
     b->start = to;
     if (s->state >= SL_SESS_FLUSHING)
         return;
-    if (s->quit) {
+    if (rs(s)->quit) {
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
         b->end = b->start + sl_sess_pend_bytes(s);
         return;
@@ -569,11 +610,11 @@ static void process(struct sl_session *s)
          * and the dead framer fails again. */
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
         b->end = b->start + sl_sess_pend_bytes(s);
-        if (s->pend_n == 0)
-            protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
+        if (sl_pend_count(&s->pend) == 0)
+            protocol_error(s, rs(s)->framer->err[0] ? rs(s)->framer->err : "Protocol error");
         return;
     }
-    if (s->pend_n > 0 || frame_held(s)) {
+    if (sl_pend_count(&s->pend) > 0 || frame_held(s)) {
         sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return;
     }
@@ -582,51 +623,51 @@ static void process(struct sl_session *s)
     uint32_t held = b->end - b->start;
     if (held == 0)
         return;
-    if (s->head_state == 1) {
+    if (rs(s)->head_state == 1) {
         sl_sess_to_upstream(s, b, b->start, b->end);
-    } else if (s->head_state == 2) {
+    } else if (rs(s)->head_state == 2) {
         /* dropped: a rejected big request never reaches the upstream */
-    } else if (held >= SL_STREAM_AT && sl_resp_line_len(s->framer) >= SL_STREAM_AT) {
+    } else if (held >= SL_STREAM_AT && sl_resp_line_len(rs(s)->framer) >= SL_STREAM_AT) {
         /* A long line, not a payload: an inline request (at most 64 KiB)
          * or a count line that will be refused. It is held whole: no
          * request is decided on it, nor does it change the connection's
          * state; one that fills the chunk without ending is too big (as
          * Redis says once it passes 64 KiB). */
-        if (held == SL_BUF_SIZE && sl_resp_line_full(s->framer) < 0) {
-            protocol_error(s, s->framer->err);
+        if (held == SL_BUF_SIZE && sl_resp_line_full(rs(s)->framer) < 0) {
+            protocol_error(s, rs(s)->framer->err);
             b->start = b->end;
         }
         return;
     } else if (held >= SL_STREAM_AT) {
-        struct sl_resp_req *head = &s->framer->req;
+        struct sl_resp_req *head = &rs(s)->framer->req;
         int kind = sl_rconn_kind(head);
         observe(s, head, kind);
         if (kind == SL_PK_PLAIN)
-            s->setup_left = 0; /* no set-up command is that big: charged, and the set-up is over */
+            rs(s)->setup_left = 0; /* no set-up command is that big: charged, and the set-up is over */
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(head, &nchan);
         if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
             return;
         apply(s);
-        if (s->pend_n > 0)
+        if (sl_pend_count(&s->pend) > 0)
             sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
         return; /* apply() moved the bytes on (or dropped them) */
     } else {
         return;
     }
-    s->req_fwd += held;
+    rs(s)->req_fwd += held;
     b->start = b->end;
 }
 
 /* Frames the <n> bytes just read at the end of <b>. */
 static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
 {
-    if (s->framer == NULL && (s->framer = framer_take(s->l->conf->max_request)) == NULL) {
+    if (rs(s)->framer == NULL && (rs(s)->framer = framer_take(s->l->conf->max_request)) == NULL) {
         sl_session_close(s);
         return;
     }
-    if (sl_resp_feed(s->framer, b->data + b->end - n, n) < 0) {
-        protocol_error(s, s->framer->err[0] ? s->framer->err : "Protocol error");
+    if (sl_resp_feed(rs(s)->framer, b->data + b->end - n, n) < 0) {
+        protocol_error(s, rs(s)->framer->err[0] ? rs(s)->framer->err : "Protocol error");
         return;
     }
     process(s);
@@ -642,26 +683,26 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
     uint32_t fstart = UINT32_MAX; /* where the frame in progress began, if in <b> */
     while (off < b->end) {
         /* At a boundary, the next reply may be one to drop (EXECABORT). */
-        if (!s->swallow && s->seg_n > 0 && sl_reply_idle(&s->scan)) {
+        if (!rs(s)->swallow && s->seg_n > 0 && sl_reply_idle(&rs(s)->scan)) {
             struct sl_reply_seg *g = &s->segs[s->seg_head];
             if ((g->flags & SL_SEG_SWALLOW) && g->n == 1) {
                 sl_sess_to_client(s, b, b->start, off);
                 b->start = off;
-                s->swallow = 1;
+                rs(s)->swallow = 1;
             }
         }
-        if (sl_reply_idle(&s->scan)) {
-            s->reply_first = (uint8_t)b->data[off];
-            sl_rconn_reply_begin(&s->rc);
+        if (sl_reply_idle(&rs(s)->scan)) {
+            rs(s)->reply_first = (uint8_t)b->data[off];
+            sl_rconn_reply_begin(&rs(s)->rc);
             fstart = off;
             /* EXEC's reply, which says if the AUTH queued before it ran */
-            s->pick_on = s->auth_pick != NULL && s->paid_total + 1 == s->auth_seq &&
-                         s->reply_first != '>';
-            if (s->pick_on)
-                sl_reply_pick_init(s->auth_pick, s->auth_elem);
+            rs(s)->pick_on = rs(s)->auth_pick != NULL && rs(s)->paid_total + 1 == rs(s)->auth_seq &&
+                         rs(s)->reply_first != '>';
+            if (rs(s)->pick_on)
+                sl_reply_pick_init(rs(s)->auth_pick, rs(s)->auth_elem);
         }
         unsigned f = 0;
-        long n = sl_reply_scan(&s->scan, b->data + off, b->end - off, &f);
+        long n = sl_reply_scan(&rs(s)->scan, b->data + off, b->end - off, &f);
         if (n < 0) {
             sl_log_warn_rl("upstream_protocol_error", "upstream protocol error", "listener=%s",
                            s->l->name);
@@ -670,14 +711,14 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             sl_sess_finish(s);
             return;
         }
-        sl_rconn_reply_bytes(&s->rc, b->data + off, (size_t)n);
-        if (s->pick_on)
-            sl_reply_pick_feed(s->auth_pick, b->data + off, (size_t)n);
+        sl_rconn_reply_bytes(&rs(s)->rc, b->data + off, (size_t)n);
+        if (rs(s)->pick_on)
+            sl_reply_pick_feed(rs(s)->auth_pick, b->data + off, (size_t)n);
         off += (uint32_t)n;
         if (!(f & SL_REPLY_DONE))
             continue;
         int confirm;
-        int push = sl_rconn_reply_end(&s->rc, (f & SL_REPLY_PUSH) != 0, &confirm);
+        int push = sl_rconn_reply_end(&rs(s)->rc, (f & SL_REPLY_PUSH) != 0, &confirm);
         if (!push && !confirm && settle_marks(s)) {
             /* an unsubscribe-all was owed more confirmations than came:
              * what waited for them goes out before this reply */
@@ -688,9 +729,9 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             if (s->state >= SL_SESS_FLUSHING)
                 return;
         }
-        if (s->swallow && !push) {
+        if (rs(s)->swallow && !push) {
             b->start = off; /* the swallowed reply never reaches the client */
-            s->swallow = 0;
+            rs(s)->swallow = 0;
         }
         int due = push ? (s->seg_n > 0 && s->segs[s->seg_head].n == 0) : reply_ended(s);
         if (due) {
@@ -706,13 +747,13 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
                 return;
         }
     }
-    if (s->swallow)
+    if (rs(s)->swallow)
         b->start = b->end;
     sl_sess_to_client(s, b, b->start, b->end);
     b->start = b->end;
-    if (s->sub_hold && !sl_rconn_sub_unsure(&s->rc)) {
+    if (rs(s)->sub_hold && !sl_rconn_sub_unsure(&rs(s)->rc)) {
         /* the confirmations told: the request waiting for them moves */
-        s->sub_hold = 0;
+        rs(s)->sub_hold = 0;
         sl_sess_resume_later(s);
     }
 }
@@ -723,11 +764,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 static void resume(struct sl_session *s)
 {
     apply(s);
-    if (s->pend_n == 0 && s->state < SL_SESS_FLUSHING) {
+    if (sl_pend_count(&s->pend) == 0 && s->state < SL_SESS_FLUSHING) {
         /* Requests framed but not yet taken, or a big one in progress. */
         process(s);
         if (s->state < SL_SESS_CLOSED) {
-            if (s->pend_n == 0 && !frame_held(s))
+            if (sl_pend_count(&s->pend) == 0 && !frame_held(s))
                 sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 0);
             head_clock(s);
             sl_sess_rx_release(&s->cin);
@@ -755,37 +796,46 @@ static void upstream_eof(struct sl_session *s, int err)
 
 static void resp_init(struct sl_session *s)
 {
-    sl_reply_init(&s->scan);
-    s->setup_left = (uint8_t)s->l->conf->setup_commands;
+    sl_reply_init(&rs(s)->scan);
+    rs(s)->setup_left = (uint8_t)s->l->conf->setup_commands;
 }
 
 static int at_boundary(const struct sl_session *s)
 {
-    return sl_reply_idle(&s->scan);
+    return sl_reply_idle(&rs(s)->scan);
 }
 
 static void resp_free(struct sl_session *s)
 {
-    sl_reply_release(&s->scan);
-    if (s->framer) {
-        sl_resp_free(s->framer); /* may hold a partial request: not pooled */
-        free(s->framer);
+    sl_reply_release(&rs(s)->scan);
+    if (rs(s)->framer) {
+        sl_resp_free(rs(s)->framer); /* may hold a partial request: not pooled */
+        free(rs(s)->framer);
     }
-    free(s->auth_next);
-    free(s->auth_pick);
+    free(rs(s)->auth_next);
+    free(rs(s)->auth_pick);
+}
+
+static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
+                     size_t cap);
+
+static size_t refusal(enum sl_answer what, char *out, size_t cap)
+{
+    return answer(NULL, what, NULL, out, cap);
 }
 
 static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
                      size_t cap)
 {
-    (void)s;
+    (void)s; /* the same words with or without a session */
     int n = 0;
     switch (what) {
     case SL_ANSWER_MAX_CLIENTS:
         n = snprintf(out, cap, "-ERR max number of clients reached\r\n");
         break;
     case SL_ANSWER_NO_FD:
-        n = snprintf(out, cap, "%s", sl_listener_fd_refusal);
+        n = snprintf(out, cap,
+                     "-ERR max number of clients reached (sluice is out of file descriptors)\r\n");
         break;
     case SL_ANSWER_UPSTREAM_DOWN:
         n = snprintf(out, cap, "-ERR upstream unavailable\r\n");
@@ -819,22 +869,23 @@ static void upstream_late(struct sl_session *s)
 
 static uint32_t marker_due(struct sl_session *s, uint32_t kind)
 {
-    return sl_rconn_unsub_due(&s->rc, kind);
+    return sl_rconn_unsub_due(&rs(s)->rc, kind);
 }
 
 static void marker_gone(struct sl_session *s)
 {
-    sl_rconn_mark_gone(&s->rc);
+    sl_rconn_mark_gone(&rs(s)->rc);
 }
 
 /* As in Redis: a subscribed or MONITOR client is not idle. */
 static int busy(const struct sl_session *s)
 {
-    return sl_rconn_passthru(&s->rc);
+    return sl_rconn_passthru(&rs(s)->rc);
 }
 
 const struct sl_sess_proto sl_sess_resp = {
     .name = "resp",
+    .state_size = sizeof(struct sl_resp_sess),
     .framed = 1,
     .init = resp_init,
     .at_boundary = at_boundary,
@@ -846,6 +897,7 @@ const struct sl_sess_proto sl_sess_resp = {
     .release = framer_release_if_idle,
     .free = resp_free,
     .answer = answer,
+    .refusal = refusal,
     .verdict_text = verdict_text,
     .header_late = header_late,
     .upstream_late = upstream_late,

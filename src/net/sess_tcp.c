@@ -41,6 +41,12 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     return 0; /* tcp has no words: the close says it */
 }
 
+static size_t refusal(enum sl_answer what, char *out, size_t cap)
+{
+    (void)what, (void)out, (void)cap;
+    return 0;
+}
+
 static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,
                            size_t cap)
 {
@@ -88,6 +94,7 @@ const struct sl_sess_proto sl_sess_tcp = {
     .release = nothing,
     .free = nothing,
     .answer = answer,
+    .refusal = refusal,
     .verdict_text = verdict_text,
     .header_late = late,
     .upstream_late = late,

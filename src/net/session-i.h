@@ -3,12 +3,16 @@
  *
  * The core (session.c) owns what every protocol shares: the two sockets,
  * pooled chunks, pause bits and watermarks, the queue of replies owed with
- * room for local replies, the ring of requests waiting for verdicts, byte
+ * room for local replies, the ring of requests waiting for verdicts (its
+ * entries are net/pend.c's: everyone else goes through net/pend.h), byte
  * meters, parking for `delay`, connection limits, closing and lingering.
  * A protocol (sess_resp.c, sess_http.c, sess_tcp.c) frames what each side
  * sends, decides what a request does to the connection, and renders local
- * answers; it reaches the sockets only through the core's functions below.
- * The core never asks which protocol it runs. */
+ * answers, also the listener's refusals before a session exists; it
+ * reaches the sockets only through the core's functions below. What only
+ * it keeps of a session is its own (s->pstate, state_size bytes; HTTP's in
+ * s->http). The core never asks which protocol it runs: the listener's
+ * protocol picks one from a table (sl_sess_proto_of). */
 #ifndef SL_NET_SESSION_I_H
 #define SL_NET_SESSION_I_H
 
@@ -16,11 +20,11 @@
 #include <stdint.h>
 
 #include "limit/limiter.h"
+#include "net/pend.h"
 #include "net/session-t.h"
 #include "proto/req-t.h"
 
 #define SL_STREAM_AT (16 * 1024)     /* a partial request this big is committed */
-#define PEND_MAX     256             /* requests in order behind an undecided one */
 
 /* What a client's EOF does (client_eof). */
 #define SL_EOF_FORWARD 1
@@ -36,6 +40,7 @@ enum sl_answer {
 
 struct sl_sess_proto {
     const char *name;
+    size_t      state_size;  /* bytes of its per-session state (s->pstate, zeroed) */
     uint8_t     framed;      /* requests have boundaries: local answers go in order,
                                 a drain ends at a boundary, byte limits refuse requests */
     /* a session begins (its upstream is being connected) */
@@ -64,6 +69,10 @@ struct sl_sess_proto {
      * <out>; returns its length, 0 = close without a word */
     size_t (*answer)(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
                      size_t cap);
+    /* the same for a connection the listener refuses before it has a
+     * session (SL_ANSWER_NO_FD): written once to the fresh socket, which
+     * is then closed; 0 = closed without a word */
+    size_t (*refusal)(enum sl_answer what, char *out, size_t cap);
     /* a queue marker (SL_SEG_UNSUB of <kind>) reached its turn: how many
      * upstream replies it stands for; one left the queue */
     uint32_t (*marker_due)(struct sl_session *s, uint32_t kind);
@@ -83,6 +92,9 @@ struct sl_sess_proto {
 };
 
 extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;
+
+/* The protocol of a listener (enum sl_proto of its configuration). */
+const struct sl_sess_proto *sl_sess_proto_of(const struct sl_listener *l);
 
 /* ---- the core, for the protocols (session.c) ---- */
 

@@ -1,4 +1,6 @@
-/* sluice — types of a session: one client connection and its own upstream. */
+/* sluice — types of a session: one client connection and its own upstream.
+ * What only one protocol keeps is that protocol's (struct sl_resp_sess in
+ * sess_resp.c, struct sl_http_sess in sess_http.c). */
 #ifndef SL_NET_SESSION_T_H
 #define SL_NET_SESSION_T_H
 
@@ -8,9 +10,7 @@
 #include "core/buf-t.h"
 #include "core/tq.h"
 #include "shape/wait-t.h"
-#include "proto/resp-t.h"
-#include "proto/resp_conn-t.h"
-#include "proto/resp_reply-t.h"
+#include "net/pend-t.h"
 
 struct sl_listener;
 struct sl_sess_proto;
@@ -42,25 +42,6 @@ enum sl_pause {
                               answers its requests would get are not being read) */
 };
 
-/* A request waiting for its turn: its verdict is not in yet, or one before
- * it is still waiting. Entries never move while waiting (the ring is
- * allocated once, PEND_MAX long), so a verdict can land in place. */
-struct sl_pend {
-    struct sl_session     *s;       /* owner (the verdict callback's data is the entry) */
-    struct sl_limiter_req *h;       /* the limiter's pending decision, while waiting */
-    char                  *text;    /* rejection line (owned), when rejected */
-    uint32_t               span;    /* bytes of the request in the client chunk */
-    uint32_t               len;     /* bytes of <text> */
-    uint32_t               nchan;   /* SL_FX_(UN)SUB: channels named */
-    uint64_t               due_us;  /* SL_PEND_DELAY: when it may go */
-    uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
-    uint8_t                kind;    /* SL_PK_* */
-    uint8_t                fx;      /* enum sl_fx: what it changes if it goes upstream */
-};
-enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
-       SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */
-
-
 /* One entry of the reply queue: <n> upstream replies pass to the client, then
  * the local reply <text> (a rejection, a protocol error) goes out in their
  * place in the order. Plain requests after the last local reply are only
@@ -89,53 +70,30 @@ struct sl_session {
     struct sl_tq_node   hq;         /* place in l->heading while a request's head comes */
     struct sl_tq_node   wq;         /* http: place in l->awaiting while a response's head is due */
     struct sl_http_sess *http;      /* http: the protocol's state (sess_http.c) */
+    void               *pstate;     /* the protocol's own state, proto->state_size bytes
+                                       allocated with the session; the core never reads it */
     uint8_t             state;      /* enum sl_sess_state */
     uint8_t             cl_pause;   /* enum sl_pause bits for reading the client */
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */
     uint8_t             handles;    /* handles still to see their close callback */
-    struct sl_resp_conn rc;         /* resp: what Redis makes of the connection */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             resolving;  /* in l->connecting, waiting for a lookup of the upstream's
                                        name (resolve_ttl = 0) before connecting */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
-    uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
-    uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
-    uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             meter_hold; /* the ring's head waits for a byte meter's take */
-    uint8_t             sub_hold;   /* ... for confirmations that say if still subscribed */
     uint8_t             resume_due; /* verdicts landed: in the turn's resume list */
     uint64_t            id;         /* connection number (connection-scoped limits) */
     struct sl_ident_state *ident;   /* who the client is (resp) */
-    struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
-    uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
-    struct sl_reply_pick *auth_pick;/* ... an EXEC's reply, judged by element <auth_elem> */
-    uint32_t            auth_elem;  /* ... the AUTH's place among the commands queued */
-    uint8_t             auth_in_multi; /* ... the AUTH was queued in MULTI: judged at EXEC */
-    uint8_t             auth_exec_framed; /* ... and an EXEC behind it is framed, not sent */
-    uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
-                                       by resp_user: what follows is charged to its user) */
-    uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
-    uint8_t             quit;       /* a QUIT was framed: nothing after it is */
-    uint8_t             setup_left; /* set-up commands that may still go uncharged;
-                                       0 once the connection's set-up is over */
-    uint64_t            owed_total; /* upstream replies owed since the start */
-    uint64_t            paid_total; /* upstream replies received against them */
-    uint8_t             reply_first;/* first byte of the upstream reply in progress */
-    struct sl_pend     *pend;       /* ring of requests in order (NULL until needed) */
-    uint32_t            pend_head;  /* first entry */
-    uint32_t            pend_n;     /* entries in the ring */
+    struct sl_pend_ring pend;       /* requests in order waiting for verdicts (net/pend.h) */
     struct sl_buf      *cin;        /* chunk receiving client bytes, or NULL */
     struct sl_buf      *uin;        /* chunk receiving upstream bytes, or NULL */
-    struct sl_resp     *framer;     /* resp: request framer, while requests come */
-    uint64_t            req_fwd;    /* bytes of the request in progress already sent on */
     uint32_t            inflight;   /* replies owed to the client (upstream + local) */
     uint32_t            tail_n;     /* upstream replies owed after the last segment */
     struct sl_reply_seg *segs;      /* ring of segments (NULL until a local reply) */
     uint32_t            seg_head;   /* first segment */
     uint32_t            seg_n;      /* segments queued */
     uint32_t            seg_cap;    /* ring size */
-    struct sl_reply_scan scan;      /* resp: upstream reply boundaries */
     struct sl_wait      park;       /* parked: a delayed request's due time, or the
                                        login queue's next poll */
     struct sl_meter    *meter[2];   /* bytes_in (client reads), bytes_out (upstream

@@ -86,10 +86,6 @@ uint64_t sl_sess_now_ms(struct sl_session *s)
 
 /* ---- pools ------------------------------------------------------------------ */
 
-/* Verdict rings are lent to sessions while requests wait: a session whose
- * requests wait for the store takes one per batch. */
-static struct sl_pool ring_pool = SL_POOL_INIT(PEND_MAX * sizeof(struct sl_pend), 16);
-
 void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running)
 {
     if (!running)
@@ -100,21 +96,40 @@ void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, 
 
 void sl_sess_ring_release(struct sl_session *s)
 {
-    if (s->pend != NULL && s->pend_n == 0) {
-        sl_pool_give(&ring_pool, s->pend);
-        s->pend = NULL;
-        s->pend_head = 0;
-    }
+    sl_pend_release(&s->pend);
 }
 
 /* Sessions whose verdicts landed this loop turn (see resume_later). */
 static struct sl_session **resume_list;
 static uint32_t            resume_n, resume_cap;
 
+/* The protocols, by enum sl_proto. */
+static const struct sl_sess_proto *const protos[] = {
+    [SL_PROTO_RESP] = &sl_sess_resp,
+    [SL_PROTO_HTTP] = &sl_sess_http,
+    [SL_PROTO_TCP] = &sl_sess_tcp,
+};
+
+const struct sl_sess_proto *sl_sess_proto_of(const struct sl_listener *l)
+{
+    return protos[l->conf->protocol];
+}
+
+const char *sl_session_proto_name(const struct sl_listener *l)
+{
+    return sl_sess_proto_of(l)->name;
+}
+
+size_t sl_session_refusal_fd(const struct sl_listener *l, char *out, size_t cap)
+{
+    return sl_sess_proto_of(l)->refusal(SL_ANSWER_NO_FD, out, cap);
+}
+
 void sl_session_pool_drain(void)
 {
-    sl_sess_resp.pool_drain();
-    sl_pool_drain(&ring_pool);
+    for (size_t i = 0; i < sizeof(protos) / sizeof(protos[0]); i++)
+        protos[i]->pool_drain();
+    sl_pend_pool_drain();
     free(resume_list);
     resume_list = NULL;
     resume_n = resume_cap = 0;
@@ -387,7 +402,6 @@ void sl_sess_to_client(struct sl_session *s, struct sl_buf *b, uint32_t from, ui
 
 void sl_sess_owe(struct sl_session *s, uint32_t n)
 {
-    s->owed_total += n;
     s->tail_n += n;
     s->inflight += n;
     if (s->inflight >= s->l->conf->max_replies_owed)
@@ -412,7 +426,8 @@ void sl_sess_paid(struct sl_session *s)
  * last reply would be cut off). */
 void sl_sess_drain_check(struct sl_session *s)
 {
-    if (s->draining && s->proto->framed && s->inflight == 0 && s->pend_n == 0 && s->state == SL_SESS_RELAY)
+    if (s->draining && s->proto->framed && s->inflight == 0 && sl_pend_count(&s->pend) == 0 &&
+        s->state == SL_SESS_RELAY)
         sl_sess_finish(s);
 }
 
@@ -734,23 +749,18 @@ static void on_verdict(void *data, const struct sl_verdict *v)
 int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
                    uint8_t fx, uint32_t nchan, int kind)
 {
-    if (s->pend == NULL) {
-        s->pend = sl_pool_take(&ring_pool);
-        if (s->pend == NULL) {
-            sl_session_close(s);
-            return -1;
-        }
-    }
-    if (s->pend_n == PEND_MAX || s->state >= SL_SESS_FLUSHING)
+    if (sl_pend_full(&s->pend) || s->state >= SL_SESS_FLUSHING)
         return -1;
-    struct sl_pend *e = &s->pend[(s->pend_head + s->pend_n) % PEND_MAX];
-    memset(e, 0, sizeof(*e));
+    struct sl_pend *e = sl_pend_push(&s->pend);
+    if (e == NULL) {
+        sl_session_close(s); /* out of memory */
+        return -1;
+    }
     e->s = s;
     e->span = span;
     e->fx = fx;
     e->nchan = nchan;
     e->kind = (uint8_t)kind;
-    s->pend_n++;
     if (kind == SL_PK_TAIL || (!s->l->limited && !sl_sess_meters_owe(s)) ||
         s->l->srv->limiter == NULL) {
         e->state = SL_PEND_ALLOW;
@@ -784,10 +794,7 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
  * client chunk, in order. */
 uint32_t sl_sess_pend_bytes(const struct sl_session *s)
 {
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < s->pend_n; i++)
-        n += s->pend[(s->pend_head + i) % PEND_MAX].span;
-    return n;
+    return sl_pend_bytes(&s->pend);
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -801,10 +808,7 @@ static void session_free(struct sl_session *s)
         sl_buf_unref(s->uin);
     s->proto->free(s);
     free_segs(s);
-    for (uint32_t i = 0; i < s->pend_n; i++)
-        free(s->pend[(s->pend_head + i) % PEND_MAX].text);
-    if (s->pend != NULL)
-        sl_pool_give(&ring_pool, s->pend);
+    sl_pend_free(&s->pend);
     free(s->ident);
     for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
         if (resume_list[i] == s)
@@ -842,8 +846,8 @@ void sl_session_close(struct sl_session *s)
     /* Verdicts still on their way must not land: the entries go away with
      * the session. Everything else stays valid until the last close
      * callback, because this may run in the middle of a loop over it. */
-    for (uint32_t i = 0; i < s->pend_n; i++) {
-        struct sl_pend *e = &s->pend[(s->pend_head + i) % PEND_MAX];
+    for (uint32_t i = 0; i < sl_pend_count(&s->pend); i++) {
+        struct sl_pend *e = sl_pend_at(&s->pend, i);
         if (e->h != NULL)
             sl_limiter_cancel(e->h);
         e->h = NULL;
@@ -1264,16 +1268,19 @@ static void client_tls_done(struct sl_session *s, int ok);
 void sl_session_accept(struct sl_listener *l)
 {
     uv_loop_t *loop = l->handle.loop;
-    struct sl_session *s = calloc(1, sizeof(*s));
+    /* The protocol's own state follows the session in the same allocation
+     * (rounded so it is aligned for anything). */
+    const struct sl_sess_proto *proto = sl_sess_proto_of(l);
+    size_t al = _Alignof(max_align_t), head = (sizeof(struct sl_session) + al - 1) / al * al;
+    struct sl_session *s = calloc(1, head + proto->state_size);
     if (s == NULL)
         return;
+    s->pstate = proto->state_size > 0 ? (char *)s + head : NULL;
     uv_tcp_init(loop, &s->client);
     s->client.data = s;
     s->l = l;
     s->handles = 1;
-    s->proto = l->conf->protocol == SL_PROTO_RESP   ? &sl_sess_resp
-             : l->conf->protocol == SL_PROTO_HTTP ? &sl_sess_http
-                                                  : &sl_sess_tcp;
+    s->proto = proto;
     l->sessions++;
     l->stats.conns_active++;
     if (uv_accept((uv_stream_t *)&l->handle, (uv_stream_t *)&s->client) < 0) {

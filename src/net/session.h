@@ -29,6 +29,13 @@ uint64_t sl_session_next_due(const struct sl_listener *l);
 /* Frees the pooled framers (at exit, so leak checkers stay quiet). */
 void sl_session_pool_drain(void);
 
+/* The name of the protocol <l>'s sessions speak ("resp", "http", "tcp"). */
+const char *sl_session_proto_name(const struct sl_listener *l);
+
+/* What a connection <l> refuses for lack of descriptors is told, in its
+ * protocol, into <out> (before any session exists); 0 = nothing. */
+size_t sl_session_refusal_fd(const struct sl_listener *l, char *out, size_t cap);
+
 /* The end of a loop turn: sessions whose verdicts came from the store in
  * it forward what they now may, one write each for all of them. */
 void sl_session_turn_end(void);
