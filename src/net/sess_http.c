@@ -44,6 +44,8 @@ struct hq {
     uint8_t  connect;    /* a CONNECT: a 2xx makes the connection a tunnel */
     uint8_t  upgrade;    /* it asked to upgrade: only it may be answered 101 */
     uint32_t offered;    /* ... to these of the listener's upgrades (a mask) */
+    uint8_t  unclosed;   /* its "Connection: close" was kept from the upstream (keep-alive
+                            reuse): its response tells the client instead */
 };
 
 enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
@@ -68,6 +70,9 @@ struct sl_http_sess {
     uint8_t  res_close;      /* the response in progress ends the connection */
     uint8_t  upgrade_wait;   /* an upgrade or CONNECT was sent: its answer decides */
     uint8_t  eof;            /* the client sent EOF: end once what it sent is answered */
+    uint8_t  fwd_unclosed;   /* the request head in fwd lost its "Connection: close" */
+    uint8_t  reuse_ok;       /* the last response ended the upstream's stream cleanly and
+                                kept the connection open: it may serve another session */
     struct hq q[HQ_MAX];     /* requests sent upstream, oldest first */
     uint32_t qh, qn;
 };
@@ -226,7 +231,9 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     e->connect = h->fwd_connect;
     e->upgrade = h->fwd_upgrade;
     e->offered = h->fwd_offered;
+    e->unclosed = h->fwd_unclosed;
     h->qn++;
+    h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
     char *p = ob_room(s, (uv_stream_t *)&s->upstream, h->fwd_len);
@@ -320,6 +327,14 @@ static void on_request(struct sl_session *s)
     if (h->fwd_len == 0) {
         sl_session_close(s);
         return;
+    }
+    /* With upstream keep-alive the client's wish to close is sluice's to
+     * honour (it closes after the answer), not the upstream's: the
+     * upstream connection stays open for the next client. */
+    h->fwd_unclosed = 0;
+    if (lc->upstream_keepalive > 0 && hd->minor == 1 && !hd->keep_alive) {
+        h->fwd_len = (uint32_t)sl_http_fwd_drop_close(h->fwd, h->fwd_len);
+        h->fwd_unclosed = 1;
     }
     struct sl_req r = { .http = hd };
     if (s->meter[0] != NULL || s->meter[1] != NULL)
@@ -550,6 +565,7 @@ static int response_ended(struct sl_session *s)
 static void bad_gateway(struct sl_session *s, int status, const char *why)
 {
     struct sl_http_sess *h = s->http;
+    h->reuse_ok = 0;
     sl_log_warn_rl("bad_upstream_response", "bad upstream response", "listener=%s err=\"%s\"",
                    s->l->name, why);
     if (h->res_sent || h->qn == 0) {
@@ -601,6 +617,14 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     count_status(s, hd->status);
     const char *extra = h->res_final ? e->fields : NULL;
     size_t elen = extra ? e->fields_len : 0;
+    char closing[SL_HTTP_ANSWER_MAX];
+    if (h->res_final && e->unclosed && hd->keep_alive && elen + 20 <= sizeof(closing)) {
+        /* the client asked to close: the answer says it will be */
+        memcpy(closing, extra ? extra : "", elen);
+        memcpy(closing + elen, "Connection: close\r\n", 19);
+        extra = closing;
+        elen += 19;
+    }
     char *out = ob_room(s, (uv_stream_t *)&s->client, hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
     (void)b;
@@ -671,6 +695,9 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         int connect = h->q[h->qh].connect;
         int close = h->res_close;
         int due = response_ended(s);
+        /* the stream is at a boundary the upstream keeps open (a body
+         * delimited by the close ends at upstream_eof, never here) */
+        h->reuse_ok = !close && h->qn == 0 && status != 101 && !connect;
         if (h->upgrade_wait && h->qn == 0) {
             /* the upgrade or CONNECT was answered */
             h->upgrade_wait = 0;
@@ -702,6 +729,8 @@ static void upstream_eof_(struct sl_session *s, int err)
 {
     struct sl_http_sess *h = s->http;
     (void)err;
+    if (h != NULL)
+        h->reuse_ok = 0;
     if (h == NULL) {
         ob_flush();
         sl_sess_finish(s);
@@ -853,6 +882,16 @@ static int busy(const struct sl_session *s)
     return 0;
 }
 
+/* The upstream connection may serve another client: its last response
+ * ended cleanly and kept it open, no request is in flight or part-sent,
+ * nothing of a response has come, and it is not a tunnel. */
+static int reusable(const struct sl_session *s)
+{
+    const struct sl_http_sess *h = s->http;
+    return h != NULL && h->reuse_ok && h->qn == 0 && !h->tunnel && !h->upgrade_wait &&
+           !h->res_body && sl_http_idle(&h->res) && !(h->in_body && h->body == BODY_FWD);
+}
+
 static void pool_drain(void)
 {
     free(ob.p);
@@ -918,4 +957,5 @@ const struct sl_sess_proto sl_sess_http = {
     .marker_gone = marker_gone,
     .busy = busy,
     .pool_drain = pool_drain,
+    .reusable = reusable,
 };

@@ -80,6 +80,10 @@ struct sl_sess_proto {
     int (*busy)(const struct sl_session *s);
     /* at exit: free pooled state */
     void (*pool_drain)(void);
+    /* the upstream connection is at a message boundary the upstream did
+     * not end, with nothing in flight: another session may reuse it
+     * (upstream_keepalive; NULL: never) */
+    int (*reusable)(const struct sl_session *s);
 };
 
 extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;

@@ -37,7 +37,9 @@
 #include <strings.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/clock.h"
@@ -52,6 +54,7 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/upkeep.h"
 #include "shape/meter.h"
 #include "shape/wait.h"
 
@@ -830,6 +833,66 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, on_close);
 }
 
+static void upstream_failed(struct sl_session *s, int err);
+static void upstream_ready(struct sl_session *s);
+
+/* The upstream connection is done with: an http one at a response
+ * boundary goes to the listener's kept ones (upstream_keepalive) for the
+ * next session, as a duplicate of its descriptor (the handle is the
+ * session's and closes with it); any other is closed. */
+static void upstream_release(struct sl_session *s)
+{
+    if (!s->up_up || uv_is_closing((uv_handle_t *)&s->upstream))
+        return;
+    struct sl_tls *t = s->tls[1];
+    uv_os_fd_t fd;
+    int d;
+    if (s->l->conf->upstream_keepalive > 0 && s->proto->reusable != NULL &&
+        !(s->up_pause & SL_PAUSE_CONNECT) && !s->tls_hs[1] &&
+        !s->tls_eof[1] && side_queued(s, 1) == 0 && (s->uin == NULL || s->uin->start == s->uin->end) &&
+        (t == NULL || (sl_tls_state(t) == SL_TLS_OPEN && sl_tls_read_pending(t) == 0)) &&
+        s->proto->reusable(s) && uv_fileno((uv_handle_t *)&s->upstream, &fd) == 0 &&
+        (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
+        s->tls[1] = NULL; /* the engine goes with the socket */
+        sl_upkeep_put(s->l, d, t, sl_sess_now_ms(s));
+    }
+    close_handle((uv_handle_t *)&s->upstream);
+}
+
+/* A kept upstream connection of the listener, if one is alive, becomes the
+ * session's: no connect, no TLS handshake. Returns 1 when the session was
+ * dealt with (it relays, or failed), 0 when it must connect. */
+static int upstream_adopt(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
+    struct sl_tls *t = NULL;
+    int fd = sl_upkeep_take(l, sl_sess_now_ms(s), &t);
+    if (fd < 0)
+        return 0;
+    int rc = uv_tcp_init(l->handle.loop, &s->upstream);
+    if (rc < 0) {
+        sl_upkeep_drop(fd, t);
+        return 0;
+    }
+    s->upstream.data = s;
+    s->up_up = 1;
+    s->handles++;
+    /* libuv adopts a connected socket as it is (non-blocking, readable
+     * and writable); TCP_NODELAY stays set from its first session. */
+    rc = uv_tcp_open(&s->upstream, fd);
+    if (rc < 0) {
+        sl_upkeep_drop(fd, t);
+        close_handle((uv_handle_t *)&s->upstream);
+        s->up_up = 0;
+        upstream_failed(s, rc);
+        return 1;
+    }
+    s->tls[1] = t;
+    l->stats.upstream_reused++;
+    upstream_ready(s);
+    return 1;
+}
+
 void sl_session_close(struct sl_session *s)
 {
     if (s->state == SL_SESS_CLOSED)
@@ -860,8 +923,7 @@ void sl_session_close(struct sl_session *s)
     sl_place_free(s->place); /* the connection's places go back at once */
     s->place = NULL;
     close_handle((uv_handle_t *)&s->client);
-    if (s->up_up)
-        close_handle((uv_handle_t *)&s->upstream);
+    upstream_release(s);
 }
 
 static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
@@ -927,8 +989,7 @@ void sl_sess_finish(struct sl_session *s)
     }
     if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
-    if (s->up_up)
-        close_handle((uv_handle_t *)&s->upstream);
+    upstream_release(s);
     if (s->cl_eof) {
         sl_session_close(s);
         return;
@@ -1100,6 +1161,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&s->upstream, 1);
+    s->l->stats.upstream_connects++;
     if (s->l->up_tls != NULL) {
         /* The handshake runs within connect_timeout: the session stays in
          * l->connecting until it is done (upstream_tls_done). */
@@ -1179,6 +1241,8 @@ static void connect_upstream(struct sl_session *s)
         sl_session_close(s);
         return;
     }
+    if (l->conf->upstream_keepalive > 0 && upstream_adopt(s))
+        return;
     uint64_t ttl = l->conf->resolve_ttl_us;
     if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);
@@ -1416,12 +1480,14 @@ uint64_t sl_session_next_due(const struct sl_listener *l)
         if (d < due)
             due = d;
     }
-    return due;
+    uint64_t k = sl_upkeep_due(l);
+    return k < due ? k : due;
 }
 
 void sl_session_sweep(struct sl_listener *l, uint64_t now)
 {
     struct sl_tq_node *n;
+    sl_upkeep_sweep(l, now);
     while ((n = sl_tq_expired(&l->connecting, now, timeout_ms(l, TO_CONNECT))) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
