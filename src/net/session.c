@@ -850,7 +850,8 @@ static void upstream_release(struct sl_session *s)
     if (s->l->conf->upstream_keepalive > 0 && s->proto->reusable != NULL &&
         !(s->up_pause & SL_PAUSE_CONNECT) && !s->tls_hs[1] &&
         !s->tls_eof[1] && side_queued(s, 1) == 0 && (s->uin == NULL || s->uin->start == s->uin->end) &&
-        (t == NULL || (sl_tls_state(t) == SL_TLS_OPEN && sl_tls_read_pending(t) == 0)) &&
+        (t == NULL || (sl_tls_state(t) == SL_TLS_OPEN && sl_tls_read_pending(t) == 0 &&
+                       sl_tls_feed_room(t) == SL_TLS_IN_MAX && sl_tls_out_pending(t) == 0)) &&
         s->proto->reusable(s) && uv_fileno((uv_handle_t *)&s->upstream, &fd) == 0 &&
         (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
         s->tls[1] = NULL; /* the engine goes with the socket */
