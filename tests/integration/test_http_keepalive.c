@@ -13,12 +13,16 @@
  *     "Connection: close", and to see the idle timeout's close;
  *   a second listener of the same sluice serving TLS (upstream_tls reuse:
  *     its accepted-connections counter).
+ * Also: the cap closes the oldest kept one, HTTP/1.0 requests are not
+ * kept (they go as they came, and nginx closes after them), a reload
+ * closes what is kept.
  *
  * KA_ONLY=<cmocka pattern> runs only matching tests. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,7 +41,7 @@
 static struct th_proc sluice_p;
 static struct th_nginx ngx;
 static struct th_certs certs;
-static int admin_port, ka_port, off_port, man_port, tmo_port, tls_port, tlsfront_port;
+static int admin_port, ka_port, off_port, man_port, tmo_port, tls_port, tlsfront_port, cap_port;
 static int man_lfd = -1, tmo_lfd = -1; /* the hand-played upstreams' listening sockets */
 
 /* ---- the hand-played upstream ----------------------------------------------- */
@@ -194,6 +198,7 @@ static int group_setup(void **state)
     ka_port = th_free_port();
     off_port = th_free_port();
     int man_front = th_free_port(), tmo_front = th_free_port();
+    cap_port = th_free_port();
     tls_port = th_free_port();
     tlsfront_port = th_free_port();
     char ini[8192];
@@ -210,11 +215,13 @@ static int group_setup(void **state)
              "[listener tls]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
              "tls_cert = %s\ntls_key = %s\n"
              "[listener tlsfront]\nlisten = 127.0.0.1:%d\nupstream = localhost:%d\nprotocol = http\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\nupstream_keepalive = 4\n",
+             "upstream_tls = on\nupstream_tls_ca = %s\nupstream_keepalive = 4\n"
+             "[listener cap]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "upstream_keepalive = 1\n",
              admin_port, ka_port, ngx.proc.port, off_port, ngx.proc.port, man_front, man_port,
              tmo_front, tmo_port, tls_port, ngx.proc.port, th_certs_path(&certs, "server.pem"),
              th_certs_path(&certs, "server.key"), tlsfront_port, tls_port,
-             th_certs_path(&certs, "ca.pem"));
+             th_certs_path(&certs, "ca.pem"), cap_port, man_port);
     man_port = man_front; /* from here on: where clients go */
     tmo_port = tmo_front;
     return th_sluice_start(&sluice_p, ini, tlsfront_port);
@@ -375,6 +382,75 @@ static void test_tls_upstream_reuse(void **state)
     assert_true(metric("sluice_upstream_connections_reused_total", "tlsfront") >= 9);
 }
 
+/* The cap: two clients at once on a listener with upstream_keepalive = 1
+ * leave one connection kept; the other is closed (the upstream sees it). */
+static void test_cap_closes_the_rest(void **state)
+{
+    (void)state;
+    char head[4096];
+    int c1 = client_send(cap_port, "/h1");
+    int u1 = up_accept(man_lfd, TH_MS);
+    assert_true(u1 >= 0);
+    assert_int_equal(up_head(u1, head, sizeof head), 0);
+    int c2 = client_send(cap_port, "/h2"); /* c1 is unanswered: a second connection */
+    int u2 = up_accept(man_lfd, TH_MS);
+    assert_true(u2 >= 0);
+    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    TH_SEND(u1, UP_OK);
+    client_done(c1, "ok");
+    TH_SEND(u2, UP_OK);
+    client_done(c2, "ok");
+    /* the oldest kept one (u1) made room for u2 */
+    assert_int_equal(up_eof(u1, TH_MS), 0);
+    close(u1);
+    assert_true(metric("sluice_upstream_connections_idle", "cap") == 1);
+    /* and u2 serves the next client */
+    int c3 = client_send(cap_port, "/h3");
+    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    assert_non_null(strstr(head, "GET /h3 "));
+    TH_SEND(u2, UP_OK);
+    client_done(c3, "ok");
+    up_close_idle(u2);
+}
+
+/* HTTP/1.0 requests go as they came: nginx answers them with the close,
+ * so nothing is kept and each costs a connection. */
+static void test_http10_not_kept(void **state)
+{
+    (void)state;
+    int skip = th_nginx_requests(&ngx, 0, NULL);
+    for (int i = 0; i < 3; i++) {
+        int fd = th_connect(ka_port);
+        assert_true(fd >= 0);
+        TH_SEND(fd, "GET /small HTTP/1.0\r\n\r\n");
+        char buf[2048];
+        int eof = 0;
+        size_t n = th_read_until_eof(fd, buf, sizeof buf - 1, TH_MS, &eof);
+        close(fd);
+        buf[n] = '\0';
+        assert_true(eof);
+        assert_non_null(strstr(buf, " 200 "));
+        assert_non_null(strstr(buf, "hello from nginx\n"));
+    }
+    assert_int_equal(nginx_conns(skip, 3), 3);
+}
+
+/* A reload closes the kept connections (its upstream may have changed). */
+static void test_reload_closes_kept(void **state)
+{
+    (void)state;
+    char head[4096];
+    int c = client_send(man_port, "/r");
+    int u = up_accept(man_lfd, TH_MS);
+    assert_true(u >= 0);
+    assert_int_equal(up_head(u, head, sizeof head), 0);
+    TH_SEND(u, UP_OK);
+    client_done(c, "ok");
+    assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+    assert_int_equal(up_eof(u, TH_MS), 0);
+    close(u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +461,9 @@ int main(void)
         cmocka_unit_test_teardown(test_upstream_close_answer_not_kept, check_alive),
         cmocka_unit_test_teardown(test_idle_timeout_closes, check_alive),
         cmocka_unit_test_teardown(test_tls_upstream_reuse, check_alive),
+        cmocka_unit_test_teardown(test_cap_closes_the_rest, check_alive),
+        cmocka_unit_test_teardown(test_http10_not_kept, check_alive),
+        cmocka_unit_test_teardown(test_reload_closes_kept, check_alive),
     };
     const char *only = getenv("KA_ONLY");
     if (only != NULL)
