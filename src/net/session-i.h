@@ -124,6 +124,12 @@ void sl_sess_rx_release(struct sl_buf **slot);
  * while <running> (kept where it is if already there), out of it when not. */
 void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running);
 void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back when empty */
+/* The kept upstream connection the session took (up_kept = 1) ended before
+ * answering the request sent on it: a new one replaces it, the <unowe>
+ * replies owed on the old one are no longer owed, and the protocol's
+ * resume runs once it is up (the protocol sends the request again). If
+ * the connect fails, the client gets the usual answer and the close. */
+void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe);
 
 /* ---- the transport (session.c) and TLS under it (sess_tls.c) ---------------- */
 

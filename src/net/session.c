@@ -889,9 +889,46 @@ static int upstream_adopt(struct sl_session *s)
         return 1;
     }
     s->tls[1] = t;
+    s->up_kept = 1;
     l->stats.upstream_reused++;
     upstream_ready(s);
     return 1;
+}
+
+static void connect_now(struct sl_session *s);
+
+static void on_again_close(uv_handle_t *h)
+{
+    struct sl_session *s = h->data;
+    if (--s->handles == 0) {
+        session_free(s);
+        return;
+    }
+    if (s->state == SL_SESS_CONNECTING) /* else closed meanwhile: nothing more */
+        connect_now(s);
+}
+
+void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe)
+{
+    struct sl_listener *l = s->l;
+    s->tail_n -= unowe;
+    s->inflight -= unowe;
+    s->owed_total -= unowe;
+    /* The engine goes with the old socket; its EOF was the old one's. */
+    sl_tls_free(s->tls[1]);
+    s->tls[1] = NULL;
+    s->tls_eof[1] = 0;
+    s->tls_hs[1] = 0;
+    if (s->uin != NULL)
+        s->uin->start = s->uin->end;
+    s->up_kept = 2;
+    s->state = SL_SESS_CONNECTING;
+    sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 1);
+    s->up_pause |= SL_PAUSE_CONNECT;
+    s->up_pause &= (uint8_t)~SL_PAUSE_DONE;
+    sl_tq_touch(&l->connecting, &s->tq, sl_sess_now_ms(s));
+    s->up_up = 0;
+    uv_close((uv_handle_t *)&s->upstream, on_again_close);
 }
 
 void sl_session_close(struct sl_session *s)
@@ -1184,6 +1221,8 @@ static void upstream_ready(struct sl_session *s)
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_pause(s, 1, SL_PAUSE_CONNECT, 0);
     sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 0);
+    if (s->up_kept == 2)
+        sl_sess_resume_later(s); /* the request the failed one lost goes again */
 }
 
 static void upstream_tls_done(struct sl_session *s, int ok)

@@ -435,6 +435,48 @@ static void test_http10_not_kept(void **state)
     assert_int_equal(nginx_conns(skip, 3), 3);
 }
 
+/* The upstream closes a kept connection just as a request was sent on it
+ * (it read the request, then closed without a word): a GET goes once more
+ * on a new connection and is answered; a POST (not safe to send twice)
+ * gets a 502. */
+static void test_closed_as_sent(void **state)
+{
+    (void)state;
+    char head[4096];
+    int c = client_send(man_port, "/j1");
+    int u = up_accept(man_lfd, TH_MS);
+    assert_true(u >= 0);
+    assert_int_equal(up_head(u, head, sizeof head), 0);
+    TH_SEND(u, UP_OK);
+    client_done(c, "ok");
+
+    c = client_send(man_port, "/j2");
+    assert_int_equal(up_head(u, head, sizeof head), 0); /* on the kept one */
+    close(u);                                            /* ... which the upstream drops */
+    int u2 = up_accept(man_lfd, TH_MS);
+    assert_true(u2 >= 0);
+    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    assert_non_null(strstr(head, "GET /j2 "));
+    TH_SEND(u2, UP_OK);
+    client_done(c, "ok");
+
+    /* a POST on it now: not sent again */
+    c = th_connect(man_port);
+    assert_true(c >= 0);
+    TH_SEND(c, "POST /j3 HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi");
+    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    assert_non_null(strstr(head, "POST /j3 "));
+    close(u2);
+    char buf[2048];
+    int eof = 0;
+    size_t n = th_read_until_eof(c, buf, sizeof buf - 1, TH_MS, &eof);
+    close(c);
+    buf[n] = '\0';
+    assert_true(eof);
+    if (strncmp(buf, "HTTP/1.1 502 ", 13) != 0)
+        fail_msg("not a 502: %s", buf);
+}
+
 /* A reload closes the kept connections (its upstream may have changed). */
 static void test_reload_closes_kept(void **state)
 {
@@ -463,6 +505,7 @@ int main(void)
         cmocka_unit_test_teardown(test_tls_upstream_reuse, check_alive),
         cmocka_unit_test_teardown(test_cap_closes_the_rest, check_alive),
         cmocka_unit_test_teardown(test_http10_not_kept, check_alive),
+        cmocka_unit_test_teardown(test_closed_as_sent, check_alive),
         cmocka_unit_test_teardown(test_reload_closes_kept, check_alive),
     };
     const char *only = getenv("KA_ONLY");
