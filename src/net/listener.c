@@ -478,7 +478,9 @@ static void due_arm(struct sl_server *srv)
         return;
     uint64_t due = UINT64_MAX;
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
-        uint64_t d = sl_session_next_due(l);
+        uint64_t d = sl_session_next_due(l), k = sl_upkeep_due(l);
+        if (k < d)
+            d = k;
         if (d < due)
             due = d;
     }
@@ -552,8 +554,10 @@ static void on_due(uv_timer_t *t)
     struct sl_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
     srv->due_at = UINT64_MAX;
-    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
+        sl_upkeep_sweep(l, now);
+    }
     due_arm(srv);
 }
 
@@ -564,6 +568,7 @@ static void on_sweep(uv_timer_t *t)
     srv->due_dirty = 1; /* and the timer again, should a reload have changed a timeout */
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
+        sl_upkeep_sweep(l, now);
         if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
             fd_log(l, now); /* the refusals since the last line */
     }

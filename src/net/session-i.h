@@ -155,6 +155,20 @@ void sl_sess_got(struct sl_session *s, int up, ssize_t nread);
 /* Side <up>'s TLS handshake ended (<ok>: established). */
 void sl_sess_tls_done(struct sl_session *s, int up, int ok);
 
+/* sess_keep.c (http upstream keep-alive, net/upkeep.h): */
+/* The session's upstream connection is about to close (<queued> bytes not
+ * yet taken by its socket): a duplicate of it goes to the listener's kept
+ * ones when it stands at a clean boundary (proto->reusable and the
+ * transport agree). The caller closes the handle either way. */
+void sl_sess_keep_give(struct sl_session *s, size_t queued);
+/* Takes a kept connection as the session's upstream: 1 (up_up set, the
+ * handle open), 0 (none: connect), or a libuv error with the handle
+ * initialised (the caller closes it). */
+int  sl_sess_keep_take(struct sl_session *s);
+/* The state of a session whose kept connection failed, made ready for a
+ * new connect (sl_sess_upstream_again): <unowe> replies no longer owed. */
+void sl_sess_keep_again(struct sl_session *s, uint32_t unowe);
+
 /* sess_tls.c: */
 /* Encrypts and sends <len> bytes at <p> on side <up>: 0 or a libuv error. */
 int sl_sess_tls_send(struct sl_session *s, int up, const char *p, size_t len);

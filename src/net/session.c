@@ -37,9 +37,7 @@
 #include <strings.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <fcntl.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/clock.h"
@@ -54,7 +52,6 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
-#include "net/upkeep.h"
 #include "shape/meter.h"
 #include "shape/wait.h"
 
@@ -835,98 +832,45 @@ static void close_handle(uv_handle_t *h)
 
 static void upstream_failed(struct sl_session *s, int err);
 static void upstream_ready(struct sl_session *s);
+static void connect_now(struct sl_session *s);
 
-/* The upstream connection is done with: an http one at a response
- * boundary goes to the listener's kept ones (upstream_keepalive) for the
- * next session, as a duplicate of its descriptor (the handle is the
- * session's and closes with it); any other is closed. */
+/* The upstream connection is done with: kept for another session when it
+ * may be (sess_keep.c), closed here either way. */
 static void upstream_release(struct sl_session *s)
 {
     if (!s->up_up || uv_is_closing((uv_handle_t *)&s->upstream))
         return;
-    struct sl_tls *t = s->tls[1];
-    uv_os_fd_t fd;
-    int d;
-    if (s->l->conf->upstream_keepalive > 0 && s->proto->reusable != NULL &&
-        !(s->up_pause & SL_PAUSE_CONNECT) && !s->tls_hs[1] &&
-        !s->tls_eof[1] && side_queued(s, 1) == 0 && (s->uin == NULL || s->uin->start == s->uin->end) &&
-        (t == NULL || (sl_tls_state(t) == SL_TLS_OPEN && sl_tls_read_pending(t) == 0 &&
-                       sl_tls_feed_room(t) == SL_TLS_IN_MAX && sl_tls_out_pending(t) == 0)) &&
-        s->proto->reusable(s) && uv_fileno((uv_handle_t *)&s->upstream, &fd) == 0 &&
-        (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
-        s->tls[1] = NULL; /* the engine goes with the socket */
-        sl_upkeep_put(s->l, d, t, sl_sess_now_ms(s));
-    }
+    sl_sess_keep_give(s, side_queued(s, 1));
     close_handle((uv_handle_t *)&s->upstream);
 }
 
-/* A kept upstream connection of the listener, if one is alive, becomes the
- * session's: no connect, no TLS handshake. Returns 1 when the session was
- * dealt with (it relays, or failed), 0 when it must connect. */
+/* A kept upstream connection becomes the session's (sess_keep.c): 1 when
+ * the session was dealt with (it relays, or failed), 0 when it connects. */
 static int upstream_adopt(struct sl_session *s)
 {
-    struct sl_listener *l = s->l;
-    struct sl_tls *t = NULL;
-    int fd = sl_upkeep_take(l, sl_sess_now_ms(s), &t);
-    if (fd < 0)
-        return 0;
-    int rc = uv_tcp_init(l->handle.loop, &s->upstream);
+    int rc = sl_sess_keep_take(s);
     if (rc < 0) {
-        sl_upkeep_drop(fd, t);
-        return 0;
-    }
-    s->upstream.data = s;
-    s->up_up = 1;
-    s->handles++;
-    /* libuv adopts a connected socket as it is (non-blocking, readable
-     * and writable); TCP_NODELAY stays set from its first session. */
-    rc = uv_tcp_open(&s->upstream, fd);
-    if (rc < 0) {
-        sl_upkeep_drop(fd, t);
         close_handle((uv_handle_t *)&s->upstream);
         s->up_up = 0;
         upstream_failed(s, rc);
-        return 1;
+    } else if (rc > 0) {
+        upstream_ready(s);
     }
-    s->tls[1] = t;
-    s->up_kept = 1;
-    l->stats.upstream_reused++;
-    upstream_ready(s);
-    return 1;
+    return rc != 0;
 }
-
-static void connect_now(struct sl_session *s);
 
 static void on_again_close(uv_handle_t *h)
 {
     struct sl_session *s = h->data;
-    if (--s->handles == 0) {
+    if (--s->handles == 0)
         session_free(s);
-        return;
-    }
-    if (s->state == SL_SESS_CONNECTING) /* else closed meanwhile: nothing more */
+    else if (s->state == SL_SESS_CONNECTING) /* else closed meanwhile */
         connect_now(s);
 }
 
 void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe)
 {
-    struct sl_listener *l = s->l;
-    s->tail_n -= unowe;
-    s->inflight -= unowe;
-    s->owed_total -= unowe;
-    /* The engine goes with the old socket; its EOF was the old one's. */
-    sl_tls_free(s->tls[1]);
-    s->tls[1] = NULL;
-    s->tls_eof[1] = 0;
-    s->tls_hs[1] = 0;
-    if (s->uin != NULL)
-        s->uin->start = s->uin->end;
-    s->up_kept = 2;
-    s->state = SL_SESS_CONNECTING;
-    sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 1);
-    s->up_pause |= SL_PAUSE_CONNECT;
-    s->up_pause &= (uint8_t)~SL_PAUSE_DONE;
-    sl_tq_touch(&l->connecting, &s->tq, sl_sess_now_ms(s));
+    sl_sess_keep_again(s, unowe);
     s->up_up = 0;
     uv_close((uv_handle_t *)&s->upstream, on_again_close);
 }
@@ -1520,14 +1464,12 @@ uint64_t sl_session_next_due(const struct sl_listener *l)
         if (d < due)
             due = d;
     }
-    uint64_t k = sl_upkeep_due(l);
-    return k < due ? k : due;
+    return due;
 }
 
 void sl_session_sweep(struct sl_listener *l, uint64_t now)
 {
     struct sl_tq_node *n;
-    sl_upkeep_sweep(l, now);
     while ((n = sl_tq_expired(&l->connecting, now, timeout_ms(l, TO_CONNECT))) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
