@@ -34,6 +34,10 @@ struct sl_listener_stats {
                                         that cannot be an identity (tls_subject) */
     uint64_t http_responses[5];/* http: responses sent to clients, by status class 1xx..5xx
                                   (the upstream's and sluice's own) */
+    uint64_t upstream_connects;/* upstream connections made (connect succeeded) */
+    uint64_t upstream_reused;  /* http, upstream_keepalive: kept connections handed to a
+                                  session instead of a connect */
+    uint64_t upstream_idle;    /* ... kept idle now (a gauge; net/upkeep.c) */
 };
 
 struct sl_server;
@@ -63,6 +67,8 @@ struct sl_listener {
     struct sl_tq             heading;    /* sessions part-way through a request's head, by its start */
     struct sl_tq             handshaking;/* sessions in their TLS handshake with the client */
     struct sl_tq             awaiting;   /* http: sessions waiting for a response's head, by when */
+    struct sl_tq             kept;       /* http: idle upstream connections kept for reuse,
+                                            oldest first (net/upkeep.c) */
     struct sl_listener_stats stats;      /* counters */
     uint64_t                 fd_unlogged; /* descriptor refusals not logged yet */
     uint64_t                 fd_logged_ms; /* loop time of the last such log line */
@@ -83,6 +89,7 @@ struct sl_fds {
     uint64_t limit;      /* RLIMIT_NOFILE (soft) at start; 0: unlimited or unknown */
     int64_t  counted;    /* descriptors open at the last count */
     uint64_t sessions;   /* sessions alive then (all listeners) */
+    uint64_t kept;       /* idle upstream connections kept then (net/upkeep.c) */
     int      admin;      /* admin connections then */
     uint64_t at_ms;      /* loop time of that count */
 };

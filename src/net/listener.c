@@ -29,6 +29,7 @@
 #include "net/listener.h"
 #include "net/report.h"
 #include "net/session.h"
+#include "net/upkeep.h"
 #include "shape/wait.h"
 #include "store/store.h"
 
@@ -76,6 +77,15 @@ static uint64_t all_sessions(const struct sl_server *srv)
     return n;
 }
 
+/* Idle upstream connections kept for reuse (net/upkeep.c): one descriptor each. */
+static uint64_t all_kept(const struct sl_server *srv)
+{
+    uint64_t n = 0;
+    for (const struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        n += l->kept.n;
+    return n;
+}
+
 static int admin_conns(const struct sl_server *srv)
 {
     return srv->admin != NULL ? sl_admin_connections(srv->admin) : 0;
@@ -88,6 +98,7 @@ static void fd_count(struct sl_server *srv)
         return; /* keep following the last count */
     srv->fds.counted = n >= 0 ? n : SL_FD_SLACK; /* no /proc: a guess at the base */
     srv->fds.sessions = all_sessions(srv);
+    srv->fds.kept = all_kept(srv);
     srv->fds.admin = admin_conns(srv);
     srv->fds.at_ms = uv_now(srv->loop);
 }
@@ -96,7 +107,7 @@ static void fd_count(struct sl_server *srv)
 static int64_t fd_estimate(const struct sl_server *srv)
 {
     return srv->fds.counted + 2 * ((int64_t)all_sessions(srv) - (int64_t)srv->fds.sessions) +
-           (admin_conns(srv) - srv->fds.admin);
+           ((int64_t)all_kept(srv) - (int64_t)srv->fds.kept) + (admin_conns(srv) - srv->fds.admin);
 }
 
 /* 1 when a new session's two descriptors fit under the limit with
@@ -258,6 +269,7 @@ static void listener_free(struct sl_listener *l)
     while (*pp != l)
         pp = &(*pp)->next;
     *pp = l->next;
+    sl_upkeep_clear(l);
     sl_resolve_stop(&l->up);
     conf_copies_free(l);
     sl_tls_ctx_unref(l->tls);
@@ -466,7 +478,9 @@ static void due_arm(struct sl_server *srv)
         return;
     uint64_t due = UINT64_MAX;
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
-        uint64_t d = sl_session_next_due(l);
+        uint64_t d = sl_session_next_due(l), k = sl_upkeep_due(l);
+        if (k < d)
+            d = k;
         if (d < due)
             due = d;
     }
@@ -540,8 +554,10 @@ static void on_due(uv_timer_t *t)
     struct sl_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
     srv->due_at = UINT64_MAX;
-    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
+        sl_upkeep_sweep(l, now);
+    }
     due_arm(srv);
 }
 
@@ -552,6 +568,7 @@ static void on_sweep(uv_timer_t *t)
     srv->due_dirty = 1; /* and the timer again, should a reload have changed a timeout */
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
+        sl_upkeep_sweep(l, now);
         if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
             fd_log(l, now); /* the refusals since the last line */
     }
@@ -748,8 +765,12 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         l->retired = 1;
         listener_close(l);
     }
-    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
+        /* the upstream, its TLS or the cap may have changed: kept
+         * connections are not carried over to the new configuration */
+        sl_upkeep_clear(l);
+    }
     sl_conf_free(srv->conf);
     srv->conf = conf;
     sl_log_level = conf->log_level;
@@ -818,6 +839,7 @@ void sl_server_drain(struct sl_server *srv)
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         l->retired = 1;
         listener_close(l);
+        sl_upkeep_clear(l);
         for_each_session(l, sl_session_drain);
     }
     maybe_stopped(srv);
@@ -829,6 +851,7 @@ void sl_server_stop(struct sl_server *srv)
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         l->retired = 1;
         listener_close(l);
+        sl_upkeep_clear(l);
         for_each_session(l, sl_session_close);
     }
     maybe_stopped(srv);

@@ -44,6 +44,8 @@ struct hq {
     uint8_t  connect;    /* a CONNECT: a 2xx makes the connection a tunnel */
     uint8_t  upgrade;    /* it asked to upgrade: only it may be answered 101 */
     uint32_t offered;    /* ... to these of the listener's upgrades (a mask) */
+    uint8_t  unclosed;   /* its "Connection: close" was kept from the upstream (keep-alive
+                            reuse): its response tells the client instead */
 };
 
 enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
@@ -68,12 +70,29 @@ struct sl_http_sess {
     uint8_t  res_close;      /* the response in progress ends the connection */
     uint8_t  upgrade_wait;   /* an upgrade or CONNECT was sent: its answer decides */
     uint8_t  eof;            /* the client sent EOF: end once what it sent is answered */
+    uint8_t  fwd_unclosed;   /* the request head in fwd lost its "Connection: close" */
+    uint8_t  fwd_plain;      /* ... a GET or HEAD without a body, no upgrade: safe to resend */
+    uint8_t  again_done;     /* a request was resent once on a new upstream connection */
+    uint8_t  again_due;      /* ... and goes out once that connection is up */
+    char    *again;          /* the head sent first on a kept connection, while nothing of its
+                                response came (owned): sent again if the connection fails */
+    uint32_t again_len;
+    char    *again_fields;   /* ... and the fields its response gains (owned) */
+    uint32_t again_fields_len;
+    uint8_t  reuse_ok;       /* the last response ended the upstream's stream cleanly and
+                                kept the connection open: it may serve another session */
     struct hq q[HQ_MAX];     /* requests sent upstream, oldest first */
     uint32_t qh, qn;
 };
 
 static void frame(struct sl_session *s);
 static int response_ended(struct sl_session *s);
+
+static void again_forget(struct sl_http_sess *h)
+{
+    free(h->again);
+    h->again = NULL;
+}
 static void eof_check(struct sl_session *s);
 
 /* ---- batched output ---------------------------------------------------------- */
@@ -226,7 +245,9 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     e->connect = h->fwd_connect;
     e->upgrade = h->fwd_upgrade;
     e->offered = h->fwd_offered;
+    e->unclosed = h->fwd_unclosed;
     h->qn++;
+    h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
     char *p = ob_room(s, (uv_stream_t *)&s->upstream, h->fwd_len);
@@ -236,7 +257,15 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     }
     memcpy(p, h->fwd, h->fwd_len);
     ob.len += h->fwd_len;
-    free(h->fwd);
+    if (s->up_kept == 1 && h->fwd_plain && h->qn == 1 && !h->again_done && h->again == NULL) {
+        /* the first request on a kept connection: kept until its response
+         * starts, should the upstream have closed the connection as it
+         * was sent */
+        h->again = h->fwd;
+        h->again_len = h->fwd_len;
+    } else {
+        free(h->fwd);
+    }
     h->fwd = NULL;
     h->body = BODY_FWD;
     sl_sess_owe(s, 1);
@@ -315,11 +344,21 @@ static void on_request(struct sl_session *s)
     /* its body may never come if we refuse it: then we close after */
     h->fwd_close = !hd->keep_alive || (hd->expect_continue && hd->body != SL_HTTP_BODY_NONE);
     h->fwd_keep10 = hd->minor == 0 && hd->keep_alive;
+    h->fwd_plain = (hd->method == SL_HTTP_M_GET || hd->method == SL_HTTP_M_HEAD) &&
+                   hd->body == SL_HTTP_BODY_NONE && !h->fwd_upgrade;
     if (!hd->keep_alive)
         h->last = 1;
     if (h->fwd_len == 0) {
         sl_session_close(s);
         return;
+    }
+    /* With upstream keep-alive the client's wish to close is sluice's to
+     * honour (it closes after the answer), not the upstream's: the
+     * upstream connection stays open for the next client. */
+    h->fwd_unclosed = 0;
+    if (lc->upstream_keepalive > 0 && hd->minor == 1 && !hd->keep_alive) {
+        h->fwd_len = (uint32_t)sl_http_fwd_drop_close(h->fwd, h->fwd_len);
+        h->fwd_unclosed = 1;
     }
     struct sl_req r = { .http = hd };
     if (s->meter[0] != NULL || s->meter[1] != NULL)
@@ -461,6 +500,16 @@ static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
 static void resume_(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
+    if (h->again_due) {
+        /* the request sent again waits for its new connection */
+        if (s->state != SL_SESS_RELAY)
+            return;
+        h->again_due = 0;
+        send_head(s, h->again_fields, h->again_fields_len);
+        h->again_fields = NULL;
+        if (s->state >= SL_SESS_FLUSHING)
+            return;
+    }
     apply(s);
     if (sl_pend_count(&s->pend) > 0 || s->state >= SL_SESS_FLUSHING)
         return;
@@ -548,6 +597,7 @@ static int response_ended(struct sl_session *s)
 static void bad_gateway(struct sl_session *s, int status, const char *why)
 {
     struct sl_http_sess *h = s->http;
+    h->reuse_ok = 0;
     sl_log_warn_rl("bad_upstream_response", "bad upstream response", "listener=%s err=\"%s\"",
                    s->l->name, why);
     if (h->res_sent || h->qn == 0) {
@@ -599,6 +649,14 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     count_status(s, hd->status);
     const char *extra = h->res_final ? e->fields : NULL;
     size_t elen = extra ? e->fields_len : 0;
+    char closing[SL_HTTP_ANSWER_MAX];
+    if (h->res_final && e->unclosed && hd->keep_alive && elen + 20 <= sizeof(closing)) {
+        /* the client asked to close: the answer says it will be */
+        memcpy(closing, extra ? extra : "", elen);
+        memcpy(closing + elen, "Connection: close\r\n", 19);
+        extra = closing;
+        elen += 19;
+    }
     char *out = ob_room(s, (uv_stream_t *)&s->client, hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
     (void)b;
@@ -620,6 +678,8 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         sl_session_close(s);
         return;
     }
+    if (h->again != NULL) /* its response started: it is not sent again */
+        again_forget(h);
     if (s->wq.q != NULL) /* the upstream is alive: its deadline starts again */
         sl_tq_touch(&s->l->awaiting, &s->wq, sl_sess_now_ms(s));
     /* A message's end takes no byte: the framer is asked once more after
@@ -669,6 +729,9 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
         int connect = h->q[h->qh].connect;
         int close = h->res_close;
         int due = response_ended(s);
+        /* the stream is at a boundary the upstream keeps open (a body
+         * delimited by the close ends at upstream_eof, never here) */
+        h->reuse_ok = !close && h->qn == 0 && status != 101 && !connect;
         if (h->upgrade_wait && h->qn == 0) {
             /* the upgrade or CONNECT was answered */
             h->upgrade_wait = 0;
@@ -696,10 +759,46 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
     }
 }
 
+/* The kept connection failed before any byte of the answer to the first
+ * request sent on it (the upstream closed it as the request went): that
+ * request, a GET or HEAD without a body, goes once more on a new
+ * connection instead of a 502, as nginx does. */
+static int send_again(struct sl_session *s)
+{
+    struct sl_http_sess *h = s->http;
+    if (h->again == NULL || s->up_kept != 1 || h->qn != 1 || h->res_any || h->tunnel ||
+        s->state != SL_SESS_RELAY || (h->in_body && h->body == BODY_FWD))
+        return 0;
+    struct hq *e = &h->q[h->qh];
+    free(h->fwd);
+    h->fwd = h->again;
+    h->fwd_len = h->again_len;
+    h->again = NULL;
+    h->again_fields = e->fields;
+    h->again_fields_len = e->fields_len;
+    e->fields = NULL;
+    h->fwd_head = e->head;
+    h->fwd_connect = h->fwd_upgrade = 0;
+    h->fwd_offered = 0;
+    h->fwd_unclosed = e->unclosed;
+    h->qh = (h->qh + 1) % HQ_MAX;
+    h->qn--;
+    h->again_done = h->again_due = 1;
+    sl_log_debug_rl("upstream_again", "kept upstream connection closed: request sent again",
+                    "listener=%s", s->l->name);
+    await_clock(s);
+    sl_sess_upstream_again(s, 1);
+    return 1;
+}
+
 static void upstream_eof_(struct sl_session *s, int err)
 {
     struct sl_http_sess *h = s->http;
     (void)err;
+    if (h != NULL && send_again(s))
+        return;
+    if (h != NULL)
+        h->reuse_ok = 0;
     if (h == NULL) {
         ob_flush();
         sl_sess_finish(s);
@@ -755,6 +854,8 @@ static void http_free(struct sl_session *s)
     sl_http_free(&h->req);
     sl_http_free(&h->res);
     free(h->fwd);
+    again_forget(h);
+    free(h->again_fields);
     for (uint32_t i = 0; i < h->qn; i++)
         free(h->q[(h->qh + i) % HQ_MAX].fields);
     free(h);
@@ -860,6 +961,16 @@ static int busy(const struct sl_session *s)
     return 0;
 }
 
+/* The upstream connection may serve another client: its last response
+ * ended cleanly and kept it open, no request is in flight or part-sent,
+ * nothing of a response has come, and it is not a tunnel. */
+static int reusable(const struct sl_session *s)
+{
+    const struct sl_http_sess *h = s->http;
+    return h != NULL && h->reuse_ok && h->qn == 0 && !h->tunnel && !h->upgrade_wait &&
+           !h->res_body && sl_http_idle(&h->res) && !(h->in_body && h->body == BODY_FWD);
+}
+
 static void pool_drain(void)
 {
     free(ob.p);
@@ -926,4 +1037,5 @@ const struct sl_sess_proto sl_sess_http = {
     .marker_gone = marker_gone,
     .busy = busy,
     .pool_drain = pool_drain,
+    .reusable = reusable,
 };

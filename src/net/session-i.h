@@ -89,6 +89,10 @@ struct sl_sess_proto {
     int (*busy)(const struct sl_session *s);
     /* at exit: free pooled state */
     void (*pool_drain)(void);
+    /* the upstream connection is at a message boundary the upstream did
+     * not end, with nothing in flight: another session may reuse it
+     * (upstream_keepalive; NULL: never) */
+    int (*reusable)(const struct sl_session *s);
 };
 
 extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;
@@ -132,6 +136,12 @@ void sl_sess_rx_release(struct sl_buf **slot);
  * while <running> (kept where it is if already there), out of it when not. */
 void sl_sess_clock(struct sl_session *s, struct sl_tq *q, struct sl_tq_node *n, int running);
 void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back when empty */
+/* The kept upstream connection the session took (up_kept = 1) ended before
+ * answering the request sent on it: a new one replaces it, the <unowe>
+ * replies owed on the old one are no longer owed, and the protocol's
+ * resume runs once it is up (the protocol sends the request again). If
+ * the connect fails, the client gets the usual answer and the close. */
+void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe);
 
 /* ---- the transport (session.c) and TLS under it (sess_tls.c) ---------------- */
 
@@ -156,6 +166,20 @@ void sl_sess_got(struct sl_session *s, int up, ssize_t nread);
 
 /* Side <up>'s TLS handshake ended (<ok>: established). */
 void sl_sess_tls_done(struct sl_session *s, int up, int ok);
+
+/* sess_keep.c (http upstream keep-alive, net/upkeep.h): */
+/* The session's upstream connection is about to close (<queued> bytes not
+ * yet taken by its socket): a duplicate of it goes to the listener's kept
+ * ones when it stands at a clean boundary (proto->reusable and the
+ * transport agree). The caller closes the handle either way. */
+void sl_sess_keep_give(struct sl_session *s, size_t queued);
+/* Takes a kept connection as the session's upstream: 1 (up_up set, the
+ * handle open), 0 (none: connect), or a libuv error with the handle
+ * initialised (the caller closes it). */
+int  sl_sess_keep_take(struct sl_session *s);
+/* The state of a session whose kept connection failed, made ready for a
+ * new connect (sl_sess_upstream_again): <unowe> replies no longer owed. */
+void sl_sess_keep_again(struct sl_session *s, uint32_t unowe);
 
 /* sess_tls.c: */
 /* Encrypts and sends <len> bytes at <p> on side <up>: 0 or a libuv error. */

@@ -78,6 +78,8 @@ struct sl_session {
     uint8_t             handles;    /* handles still to see their close callback */
     uint8_t             cl_eof;     /* the client sent EOF */
     uint8_t             up_up;      /* the upstream handle was initialised */
+    uint8_t             up_kept;    /* http keep-alive: 1 the upstream connection was taken
+                                       from the kept ones; 2 it replaces one that failed so */
     uint8_t             resolving;  /* in l->connecting, waiting for a lookup of the upstream's
                                        name (resolve_ttl = 0) before connecting */
     uint8_t             draining;   /* server drain: close when nothing is in flight */

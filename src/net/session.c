@@ -834,6 +834,51 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, on_close);
 }
 
+static void upstream_failed(struct sl_session *s, int err);
+static void upstream_ready(struct sl_session *s);
+static void connect_now(struct sl_session *s);
+
+/* The upstream connection is done with: kept for another session when it
+ * may be (sess_keep.c), closed here either way. */
+static void upstream_release(struct sl_session *s)
+{
+    if (!s->up_up || uv_is_closing((uv_handle_t *)&s->upstream))
+        return;
+    sl_sess_keep_give(s, side_queued(s, 1));
+    close_handle((uv_handle_t *)&s->upstream);
+}
+
+/* A kept upstream connection becomes the session's (sess_keep.c): 1 when
+ * the session was dealt with (it relays, or failed), 0 when it connects. */
+static int upstream_adopt(struct sl_session *s)
+{
+    int rc = sl_sess_keep_take(s);
+    if (rc < 0) {
+        close_handle((uv_handle_t *)&s->upstream);
+        s->up_up = 0;
+        upstream_failed(s, rc);
+    } else if (rc > 0) {
+        upstream_ready(s);
+    }
+    return rc != 0;
+}
+
+static void on_again_close(uv_handle_t *h)
+{
+    struct sl_session *s = h->data;
+    if (--s->handles == 0)
+        session_free(s);
+    else if (s->state == SL_SESS_CONNECTING) /* else closed meanwhile */
+        connect_now(s);
+}
+
+void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe)
+{
+    sl_sess_keep_again(s, unowe);
+    s->up_up = 0;
+    uv_close((uv_handle_t *)&s->upstream, on_again_close);
+}
+
 void sl_session_close(struct sl_session *s)
 {
     if (s->state == SL_SESS_CLOSED)
@@ -864,8 +909,7 @@ void sl_session_close(struct sl_session *s)
     sl_place_free(s->place); /* the connection's places go back at once */
     s->place = NULL;
     close_handle((uv_handle_t *)&s->client);
-    if (s->up_up)
-        close_handle((uv_handle_t *)&s->upstream);
+    upstream_release(s);
 }
 
 static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
@@ -931,8 +975,7 @@ void sl_sess_finish(struct sl_session *s)
     }
     if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
-    if (s->up_up)
-        close_handle((uv_handle_t *)&s->upstream);
+    upstream_release(s);
     if (s->cl_eof) {
         sl_session_close(s);
         return;
@@ -1104,6 +1147,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&s->upstream, 1);
+    s->l->stats.upstream_connects++;
     if (s->l->up_tls != NULL) {
         /* The handshake runs within connect_timeout: the session stays in
          * l->connecting until it is done (upstream_tls_done). */
@@ -1125,6 +1169,8 @@ static void upstream_ready(struct sl_session *s)
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_pause(s, 1, SL_PAUSE_CONNECT, 0);
     sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 0);
+    if (s->up_kept == 2)
+        sl_sess_resume_later(s); /* the request the failed one lost goes again */
 }
 
 static void upstream_tls_done(struct sl_session *s, int ok)
@@ -1183,6 +1229,8 @@ static void connect_upstream(struct sl_session *s)
         sl_session_close(s);
         return;
     }
+    if (l->conf->upstream_keepalive > 0 && upstream_adopt(s))
+        return;
     uint64_t ttl = l->conf->resolve_ttl_us;
     if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);

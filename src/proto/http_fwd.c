@@ -131,3 +131,72 @@ size_t sl_http_fwd_with(const struct sl_http_head *h, const char *extra, size_t 
     memcpy(out + body + extra_len, "\r\n", 2);
     return h->len + extra_len;
 }
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Rewrites the value <v, n> of a Connection field without its "close"
+ * options into <out> (never longer); returns the length written. */
+static size_t without_close(const char *v, size_t n, char *out)
+{
+    size_t o = 0, i = 0;
+    while (i <= n) {
+        size_t j = i;
+        while (j < n && v[j] != ',')
+            j++;
+        size_t a = i, b = j;
+        while (a < b && is_ows(v[a]))
+            a++;
+        while (b > a && is_ows(v[b - 1]))
+            b--;
+        if (b > a && !(b - a == 5 && strncasecmp(v + a, "close", 5) == 0)) {
+            if (o > 0) {
+                out[o++] = ',';
+                out[o++] = ' ';
+            }
+            memmove(out + o, v + a, b - a);
+            o += b - a;
+        }
+        i = j + 1;
+    }
+    return o;
+}
+
+size_t sl_http_fwd_drop_close(char *head, size_t len)
+{
+    static const char name[] = "Connection:";
+    size_t nl = sizeof(name) - 1;
+    char *nlp = memchr(head, '\n', len);
+    size_t at = nlp ? (size_t)(nlp - head) + 1 : len; /* after the start line */
+    while (at < len) {
+        char *e = memchr(head + at, '\n', len - at);
+        size_t end = e ? (size_t)(e - head) + 1 : len; /* the line with its LF */
+        if (end - at <= 2 || end - at < nl || strncasecmp(head + at, name, nl) != 0) {
+            at = end;
+            continue;
+        }
+        size_t vend = end;
+        if (vend > at && head[vend - 1] == '\n')
+            vend--;
+        if (vend > at && head[vend - 1] == '\r')
+            vend--;
+        /* "Connection: " then the rewritten value then CRLF, in place: the
+         * value only shrinks, so it is written over itself front to back */
+        size_t v = at + nl;
+        size_t kept = without_close(head + v, vend - v, head + at + nl + 1);
+        size_t nlen;
+        if (kept == 0) {
+            nlen = 0; /* nothing left: the field goes */
+        } else {
+            head[at + nl] = ' ';
+            memcpy(head + at + nl + 1 + kept, "\r\n", 2);
+            nlen = nl + 1 + kept + 2;
+        }
+        memmove(head + at + nlen, head + end, len - end);
+        len -= end - at - nlen;
+        at += nlen;
+    }
+    return len;
+}

@@ -42,4 +42,11 @@ size_t sl_http_fwd_request_in(const struct sl_http_head *h, const char *peer, co
 size_t sl_http_fwd_with(const struct sl_http_head *h, const char *extra, size_t extra_len,
                         char *out, size_t cap);
 
+/* Removes the "close" option from the Connection fields of head <head>
+ * (<len> bytes, as sl_http_fwd_request wrote it), in place; a field left
+ * with no option goes. Returns the new length. For a request that goes
+ * upstream on a connection kept for reuse (upstream_keepalive): the client
+ * asked to close, and sluice closes the client's connection itself. */
+size_t sl_http_fwd_drop_close(char *head, size_t len);
+
 #endif

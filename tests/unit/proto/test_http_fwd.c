@@ -107,12 +107,45 @@ static void test_response_fields(void **state)
     sl_http_free(&h);
 }
 
+/* Keep-alive reuse: the client's "close" does not go upstream; other
+ * options stay, a field left empty goes, the head still frames and no
+ * longer asks to close. */
+static void check_drop_close(const char *in, const char *want)
+{
+    char buf[1024];
+    size_t n = strlen(in);
+    memcpy(buf, in, n);
+    n = sl_http_fwd_drop_close(buf, n);
+    buf[n] = '\0';
+    assert_string_equal(buf, want);
+    struct sl_http again;
+    head_of(&again, SL_HTTP_REQUESTS, buf);
+    assert_true(again.head.keep_alive);
+    sl_http_free(&again);
+}
+
+static void test_drop_close(void **state)
+{
+    (void)state;
+    check_drop_close("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAccept: */*\r\n\r\n",
+                     "GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n");
+    check_drop_close("GET / HTTP/1.1\r\nHost: a\r\nconnection:CLOSE\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    check_drop_close("GET / HTTP/1.1\r\nHost: a\r\nConnection: x-a , Close,x-b\r\nX-A: 1\r\n\r\n",
+                     "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-a, x-b\r\nX-A: 1\r\n\r\n");
+    check_drop_close("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: te, close\r\nTE: trailers\r\n\r\n",
+                     "GET / HTTP/1.1\r\nHost: a\r\nConnection: te\r\nTE: trailers\r\n\r\n");
+    /* a field named like it is not it; "closed" is not "close" */
+    check_drop_close("GET / HTTP/1.1\r\nHost: a\r\nConnection-X: close\r\nConnection: closed\r\n\r\n",
+                     "GET / HTTP/1.1\r\nHost: a\r\nConnection-X: close\r\nConnection: closed\r\n\r\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forwarded_added),   cmocka_unit_test(test_forwarded_appended),
         cmocka_unit_test(test_forwarded_off),     cmocka_unit_test(test_hop_fields_kept),
         cmocka_unit_test(test_too_small),         cmocka_unit_test(test_response_fields),
+        cmocka_unit_test(test_drop_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

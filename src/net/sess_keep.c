@@ -1,0 +1,87 @@
+/* sluice — the session's side of upstream keep-alive (http,
+ * upstream_keepalive): when its upstream connection may serve another
+ * client, handing it to the listener's kept ones (net/upkeep.c), and
+ * taking one instead of connecting. The socket moves, not the handle: the
+ * handle is part of the session, so a duplicate of its descriptor is kept
+ * and the next session opens its own handle on it. Private to src/net/
+ * (session-i.h). */
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/tls.h"
+#include "net/session.h"
+#include "net/session-i.h"
+#include "net/upkeep.h"
+
+/* The transport is at rest: connected, nothing unsent or unread, and over
+ * TLS an open engine holding nothing either way (no close_notify seen). */
+static int transport_idle(const struct sl_session *s, size_t queued)
+{
+    const struct sl_tls *t = s->tls[1];
+    if ((s->up_pause & SL_PAUSE_CONNECT) || s->tls_hs[1] || s->tls_eof[1] || queued > 0 ||
+        (s->uin != NULL && s->uin->start < s->uin->end))
+        return 0;
+    return t == NULL || (sl_tls_state(t) == SL_TLS_OPEN && sl_tls_read_pending(t) == 0 &&
+                         sl_tls_feed_room(t) == SL_TLS_IN_MAX && sl_tls_out_pending(t) == 0);
+}
+
+void sl_sess_keep_give(struct sl_session *s, size_t queued)
+{
+    uv_os_fd_t fd;
+    int d;
+    if (s->l->conf->upstream_keepalive == 0 || s->proto->reusable == NULL ||
+        !transport_idle(s, queued) || !s->proto->reusable(s) ||
+        uv_fileno((uv_handle_t *)&s->upstream, &fd) != 0 ||
+        (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return;
+    struct sl_tls *t = s->tls[1];
+    s->tls[1] = NULL; /* the engine goes with the socket */
+    sl_upkeep_put(s->l, d, t, sl_sess_now_ms(s));
+}
+
+int sl_sess_keep_take(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
+    struct sl_tls *t = NULL;
+    int fd = sl_upkeep_take(l, sl_sess_now_ms(s), &t);
+    if (fd < 0)
+        return 0;
+    if (uv_tcp_init(l->handle.loop, &s->upstream) < 0) {
+        sl_upkeep_drop(fd, t);
+        return 0;
+    }
+    s->upstream.data = s;
+    s->up_up = 1;
+    s->handles++;
+    /* libuv adopts a connected socket as it is (non-blocking, readable
+     * and writable); TCP_NODELAY stays set from its first session. */
+    int rc = uv_tcp_open(&s->upstream, fd);
+    if (rc < 0) {
+        sl_upkeep_drop(fd, t);
+        return rc;
+    }
+    s->tls[1] = t;
+    s->up_kept = 1;
+    l->stats.upstream_reused++;
+    return 1;
+}
+
+void sl_sess_keep_again(struct sl_session *s, uint32_t unowe)
+{
+    s->tail_n -= unowe;
+    s->inflight -= unowe;
+    s->owed_total -= unowe;
+    /* The engine goes with the old socket; its EOF was the old one's. */
+    sl_tls_free(s->tls[1]);
+    s->tls[1] = NULL;
+    s->tls_eof[1] = 0;
+    s->tls_hs[1] = 0;
+    if (s->uin != NULL)
+        s->uin->start = s->uin->end;
+    s->up_kept = 2;
+    s->state = SL_SESS_CONNECTING;
+    sl_sess_pause(s, 0, SL_PAUSE_CONNECT, 1);
+    s->up_pause = (uint8_t)((s->up_pause | SL_PAUSE_CONNECT) & ~SL_PAUSE_DONE);
+    sl_tq_touch(&s->l->connecting, &s->tq, sl_sess_now_ms(s));
+}
