@@ -71,7 +71,6 @@ void sl_sess_keep_again(struct sl_session *s, uint32_t unowe)
 {
     s->tail_n -= unowe;
     s->inflight -= unowe;
-    s->owed_total -= unowe;
     /* The engine goes with the old socket; its EOF was the old one's. */
     sl_tls_free(s->tls[1]);
     s->tls[1] = NULL;
