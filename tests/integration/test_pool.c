@@ -274,6 +274,40 @@ static void test_upstream_killed(void **state)
     assert_int_equal(th_stop(&s2), 0);
 }
 
+/* Past upstream_pool_pinned a client waits upstream_pool_pin_wait, then
+ * gets an error in its request's place; both are counted. */
+static void test_pin_cap(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char extra[256];
+    snprintf(extra, sizeof(extra), "upstream_pool_pinned = 1\nupstream_pool_pin_wait = 50ms\n");
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\n%s",
+             admin, port, redis_p.port, extra);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    redisContext *a = conn(port), *b = conn(port);
+    expect_str(a, "OK", "MULTI");
+    expect_str(b, "ERR sluice: too many clients hold an upstream connection of their own",
+               "MULTI");
+    expect_str(b, "PONG", "PING"); /* b itself goes on, pooled */
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_refused_total{listener=\"p\"}"), 1);
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_waits_total{listener=\"p\"}"), 1);
+    assert_int_equal(th_metric(admin, "sluice_pool_pinned_connections{listener=\"p\"}"), 1);
+    redisReply *r = cmd(a, "EXEC");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    expect_str(b, "OK", "MULTI"); /* a gave its connection back */
+    expect_str(b, "OK", "DISCARD");
+    redisFree(a);
+    redisFree(b);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_blocking),
         cmocka_unit_test(test_local_client),
         cmocka_unit_test(test_upstream_killed),
+        cmocka_unit_test(test_pin_cap),
     };
     const char *only = getenv("POOL_ONLY");
     if (only != NULL)
