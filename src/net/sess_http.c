@@ -78,68 +78,17 @@ static void eof_check(struct sl_session *s);
 
 /* ---- batched output ---------------------------------------------------------- */
 
-/* A rewritten head is a copy; the body bytes after it in the same read go
- * into the same write when they are few, so a small response costs one
- * write, not two. One batch for the process (one session's one stream at
- * a time); it is flushed before anything else is written to that stream,
- * and at the end of every entry point (client_in, upstream_in, resume,
- * upstream_eof), so nothing waits in it across loop turns. */
-#define OB_MAX (64 * 1024) /* body bytes are copied into a batch up to this */
-static struct {
-    char              *p;
-    uint32_t           len, cap;
-    struct sl_session *s;
-    uv_stream_t       *dst;
-} ob;
+/* A rewritten head is a copy into the side's buffer (s->out[], written by
+ * the session core); the body bytes after it go into the same write as
+ * references to their chunk, so a small response costs one write, not
+ * two. The core writes the buffers after each read it hands over; the
+ * entry points that are not reads (resume, upstream_eof, the timeouts)
+ * flush before they return, so nothing waits in them across loop turns. */
 
-static void ob_flush(void)
-{
-    struct sl_session *s = ob.s;
-    uint32_t n = ob.len;
-    ob.s = NULL;
-    ob.len = 0;
-    if (s != NULL && n > 0 && s->state < SL_SESS_CLOSED &&
-        sl_sess_send(s, ob.dst, NULL, ob.p, n) < 0)
-        sl_session_close(s);
-}
-
-/* Room for <n> more bytes in the batch for <s>'s stream <dst>: where they
- * go, or NULL (out of memory). */
-static char *ob_room(struct sl_session *s, uv_stream_t *dst, size_t n)
-{
-    if (ob.s != NULL && (ob.s != s || ob.dst != dst))
-        ob_flush();
-    if (ob.len + n > ob.cap) {
-        size_t cap = ob.cap ? ob.cap : 16 * 1024;
-        while (cap < ob.len + n)
-            cap *= 2;
-        char *p = realloc(ob.p, cap);
-        if (p == NULL)
-            return NULL;
-        ob.p = p;
-        ob.cap = (uint32_t)cap;
-    }
-    ob.s = s;
-    ob.dst = dst;
-    return ob.p + ob.len;
-}
-
-/* Sends <from, to) of chunk <b> to <dst>: into the batch when a head waits
- * there and the bytes are few, else after it, from the chunk itself. */
-static void ob_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
+/* Sends <from, to) of chunk <b> to <dst>, after what the side holds. */
+static void send_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
                     uint32_t to)
 {
-    if (to <= from)
-        return;
-    if (ob.s == s && ob.dst == dst && ob.len + (to - from) <= OB_MAX) {
-        char *p = ob_room(s, dst, to - from);
-        if (p != NULL) {
-            memcpy(p, b->data + from, to - from);
-            ob.len += to - from;
-            return;
-        }
-    }
-    ob_flush();
     if (dst == (uv_stream_t *)&s->upstream)
         sl_sess_to_upstream(s, b, from, to);
     else
@@ -229,13 +178,10 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     h->qn++;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
-    char *p = ob_room(s, (uv_stream_t *)&s->upstream, h->fwd_len);
-    if (p == NULL) {
+    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len) < 0) {
         sl_session_close(s);
         return;
     }
-    memcpy(p, h->fwd, h->fwd_len);
-    ob.len += h->fwd_len;
     free(h->fwd);
     h->fwd = NULL;
     h->body = BODY_FWD;
@@ -381,7 +327,7 @@ static void frame(struct sl_session *s)
         if (b == NULL && (h->tunnel || h->last))
             return;
         if (h->tunnel) {
-            ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
+            send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -428,7 +374,7 @@ static void frame(struct sl_session *s)
             /* nothing was given: nothing taken */
         } else if (h->in_body) {
             if (h->body == BODY_FWD)
-                ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
+                send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
         } else {
             b->start += (uint32_t)used; /* head bytes: the framer holds a copy */
@@ -493,7 +439,6 @@ static void eof_check(struct sl_session *s)
         h->upgrade_wait || (s->cin != NULL && s->cin->start < s->cin->end))
         return; /* whole requests may still wait to be framed */
     if (h->in_body || s->inflight == 0) {
-        ob_flush();
         sl_sess_finish(s);
     }
 }
@@ -553,7 +498,6 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     sl_log_warn_rl("bad_upstream_response", "bad upstream response", "listener=%s err=\"%s\"",
                    s->l->name, why);
     if (h->res_sent || h->qn == 0) {
-        ob_flush();
         sl_sess_finish(s);
         return;
     }
@@ -563,13 +507,11 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
         n = sl_http_answer_head_only(out, n);
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
-    ob_flush();
     if (sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) < 0) {
         sl_session_close(s);
         return;
     }
     count_status(s, status);
-    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -601,14 +543,14 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     count_status(s, hd->status);
     const char *extra = h->res_final ? e->fields : NULL;
     size_t elen = extra ? e->fields_len : 0;
-    char *out = ob_room(s, (uv_stream_t *)&s->client, hd->len + elen);
+    char *out = sl_outbuf_room(&s->out[0], hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
     (void)b;
     if (n == 0) {
         sl_session_close(s);
         return -1;
     }
-    ob.len += (uint32_t)n;
+    sl_outbuf_commit(&s->out[0], n);
     h->res_sent = 1;
     if (h->res_final)
         await_clock(s);
@@ -628,7 +570,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
      * the last byte it took, to say so. */
     while ((b->start < b->end || h->res_body) && s->state < SL_SESS_FLUSHING) {
         if (h->tunnel) {
-            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->end);
+            send_span(s, (uv_stream_t *)&s->client, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -646,7 +588,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             return;
         }
         if (h->res_body) {
-            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->start + (uint32_t)used);
+            send_span(s, (uv_stream_t *)&s->client, b, b->start, b->start + (uint32_t)used);
             h->res_sent = 1;
         }
         b->start += (uint32_t)used;
@@ -682,7 +624,6 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             sl_sess_resume_later(s);
         }
         if (due) {
-            ob_flush();
             sl_sess_emit_locals(s);
         }
         await_clock(s);
@@ -691,7 +632,6 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the
              * connection ends once the client has every byte */
-            ob_flush();
             sl_sess_finish(s);
             return;
         }
@@ -703,7 +643,6 @@ static void upstream_eof_(struct sl_session *s, int err)
     struct sl_http_sess *h = s->http;
     (void)err;
     if (h == NULL) {
-        ob_flush();
         sl_sess_finish(s);
         return;
     }
@@ -711,14 +650,12 @@ static void upstream_eof_(struct sl_session *s, int err)
         /* a body delimited by the close */
         h->res_body = 0;
         if (response_ended(s)) {
-            ob_flush();
             sl_sess_emit_locals(s);
         }
     } else if (!h->tunnel && h->qn > 0 && !h->res_sent) {
         bad_gateway(s, 502, "the upstream closed before it answered");
         return;
     }
-    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -748,10 +685,6 @@ static void http_init(struct sl_session *s)
 static void http_free(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
-    if (ob.s == s) {
-        ob.s = NULL;
-        ob.len = 0;
-    }
     if (h == NULL)
         return;
     sl_http_free(&h->req);
@@ -855,47 +788,43 @@ static int busy(const struct sl_session *s)
 
 static void pool_drain(void)
 {
-    free(ob.p);
-    ob.p = NULL;
-    ob.cap = ob.len = 0;
-    ob.s = NULL;
 }
 
 /* The entry points: whatever they batched leaves before they return. */
 static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
 {
     client_in_(s, b, n);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 static void resume(struct sl_session *s)
 {
     resume_(s);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 static void upstream_in(struct sl_session *s, struct sl_buf *b)
 {
     upstream_in_(s, b);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 static void upstream_eof(struct sl_session *s, int err)
 {
     upstream_eof_(s, err);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 static void header_late(struct sl_session *s)
 {
     header_late_(s);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 static void upstream_late(struct sl_session *s)
 {
     upstream_late_(s);
-    ob_flush();
+    sl_sess_flush(s);
 }
 
 const struct sl_sess_proto sl_sess_http = {
