@@ -393,7 +393,7 @@ static void frame(struct sl_session *s)
     }
 }
 
-static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
+static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
 {
     (void)b, (void)n;
     if (s->http == NULL) { /* out of memory at the start */
@@ -406,7 +406,7 @@ static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
 }
 
 /* After a verdict, a delay, a meter's take or a response: go on. */
-static void resume_(struct sl_session *s)
+static void resume(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     apply(s);
@@ -557,7 +557,7 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     return 0;
 }
 
-static void upstream_in_(struct sl_session *s, struct sl_buf *b)
+static void upstream_in(struct sl_session *s, struct sl_buf *b)
 {
     struct sl_http_sess *h = s->http;
     if (h == NULL) {
@@ -638,7 +638,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
     }
 }
 
-static void upstream_eof_(struct sl_session *s, int err)
+static void upstream_eof(struct sl_session *s, int err)
 {
     struct sl_http_sess *h = s->http;
     (void)err;
@@ -748,7 +748,7 @@ static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, cha
 }
 
 /* header_timeout: 408, and the connection ends. */
-static void header_late_(struct sl_session *s)
+static void header_late(struct sl_session *s)
 {
     if (s->http == NULL) {
         sl_session_close(s);
@@ -758,7 +758,7 @@ static void header_late_(struct sl_session *s)
 }
 
 /* upstream_timeout: 504 in the response's place, and the connection ends. */
-static void upstream_late_(struct sl_session *s)
+static void upstream_late(struct sl_session *s)
 {
     if (s->http == NULL || s->http->res_sent) {
         sl_session_close(s);
@@ -788,43 +788,6 @@ static int busy(const struct sl_session *s)
 
 static void pool_drain(void)
 {
-}
-
-/* The entry points: whatever they batched leaves before they return. */
-static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
-{
-    client_in_(s, b, n);
-    sl_sess_flush(s);
-}
-
-static void resume(struct sl_session *s)
-{
-    resume_(s);
-    sl_sess_flush(s);
-}
-
-static void upstream_in(struct sl_session *s, struct sl_buf *b)
-{
-    upstream_in_(s, b);
-    sl_sess_flush(s);
-}
-
-static void upstream_eof(struct sl_session *s, int err)
-{
-    upstream_eof_(s, err);
-    sl_sess_flush(s);
-}
-
-static void header_late(struct sl_session *s)
-{
-    header_late_(s);
-    sl_sess_flush(s);
-}
-
-static void upstream_late(struct sl_session *s)
-{
-    upstream_late_(s);
-    sl_sess_flush(s);
 }
 
 const struct sl_sess_proto sl_sess_http = {

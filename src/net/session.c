@@ -748,6 +748,7 @@ void sl_sess_resume(struct sl_session *s)
     if (s->state >= SL_SESS_FLUSHING)
         return;
     s->proto->resume(s);
+    sess_flush(s);
 }
 
 /* Sessions whose verdicts landed this loop turn. The store answers a
@@ -1044,6 +1045,7 @@ static void client_got(struct sl_session *s, ssize_t nread)
         if (s->state >= SL_SESS_CLOSED)
             return;
         sl_sess_rx_release(&s->cin);
+        sess_flush(s);
         /* the protocol ended the session, or will once its requests are
          * answered (the upstream must not see a half-close before them) */
         if (s->state >= SL_SESS_FLUSHING || (how & SL_EOF_KEEP))
@@ -1077,6 +1079,7 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
         sl_log_debug("upstream closed", "listener=%s err=%s", s->l->name, uv_strerror((int)nread));
         sl_sess_rx_release(&s->uin);
         s->proto->upstream_eof(s, (int)nread);
+        sess_flush(s);
         return;
     }
     struct sl_buf *b = s->uin;
@@ -1515,6 +1518,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         l->stats.header_timeouts++;
         sl_log_debug_rl("header_timeout", "header timeout", "listener=%s", l->name);
         s->proto->header_late(s);
+        sess_flush(s);
     }
 
     uint64_t ut = l->conf->upstream_timeout_us / 1000;
@@ -1526,6 +1530,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         l->stats.upstream_timeouts++;
         sl_log_debug_rl("upstream_timeout", "upstream timeout", "listener=%s", l->name);
         s->proto->upstream_late(s);
+        sess_flush(s);
     }
 
     uint64_t idle = timeout_ms(l, TO_IDLE);
