@@ -379,6 +379,8 @@ int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
  * engine when there is one), then the watermarks are looked at. A failed
  * write ends the session (the flush may come from the turn's end, where
  * nobody else would). */
+static char tls_gather[16 * 1024]; /* one TLS record's worth; one loop, one at a time */
+
 static int side_write(struct sl_outbuf *ob, const struct sl_outbuf_iov *iov, unsigned n,
                       size_t total)
 {
@@ -387,7 +389,16 @@ static int side_write(struct sl_outbuf *ob, const struct sl_outbuf_iov *iov, uns
     int rc = 0;
     if (s->state >= SL_SESS_CLOSED)
         return UV_ECANCELED;
-    if (s->tls[up] != NULL) {
+    if (s->tls[up] != NULL && n > 1 && total <= sizeof(tls_gather)) {
+        /* The engine copies anyway: gathered, the pieces make one record
+         * and one socket write, as one piece would. */
+        size_t at = 0;
+        for (unsigned i = 0; i < n; i++) {
+            memcpy(tls_gather + at, iov[i].p, iov[i].len);
+            at += iov[i].len;
+        }
+        rc = sl_sess_tls_send(s, up, tls_gather, at);
+    } else if (s->tls[up] != NULL) {
         for (unsigned i = 0; i < n && rc == 0; i++)
             rc = sl_sess_tls_send(s, up, iov[i].p, iov[i].len);
     } else {
