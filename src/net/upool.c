@@ -203,6 +203,8 @@ static void mark_dirty(struct sl_upool_conn *c)
     c->dirty = 1;
     c->dnext = c->pool->dirty;
     c->pool->dirty = c;
+    if (!c->pool->conf.own_flush && c->pool->conf.wake != NULL)
+        c->pool->conf.wake(c->pool->conf.wake_arg);
 }
 
 static void on_write(uv_write_t *w, int status)
