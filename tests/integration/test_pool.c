@@ -3,7 +3,7 @@
  * what lives on a connection (a transaction, a database, a user, a blocking
  * command) stays each client's own. The broad transparency checks (Redis's
  * suite, the differential fuzzer) run elsewhere; these are the basics.
- * POOL_ONLY=pattern runs the tests whose name contains it. */
+ * POOL_ONLY=pattern runs the tests whose name matches it (cmocka filter: "test_pin*"). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -308,6 +309,43 @@ static void test_pin_cap(void **state)
     assert_int_equal(th_stop(&s2), 0);
 }
 
+/* A client that does not read its replies is closed past
+ * upstream_pool_client_buffer; the client sharing its connection goes on. */
+static void test_slow_reader(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\nupstream_pool_client_buffer = 1mb\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    redisContext *d = conn(redis_p.port);
+    static char big[512 * 1024];
+    redisReply *r = cmd(d, "SET slow:big %b", big, sizeof(big));
+    freeReplyObject(r);
+    redisFree(d);
+    /* the slow one: a small receive buffer, 200 GETs of 512 KiB, never read */
+    int fd = th_connect(port);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    static const char get[] = "*2\r\n$3\r\nGET\r\n$8\r\nslow:big\r\n";
+    for (int i = 0; i < 200; i++)
+        TH_SEND(fd, get);
+    assert_int_equal(th_metric_wait(admin, "sluice_pool_slow_clients_closed_total{listener=\"p\"}", 1,
+                                    TH_MS),
+                     0);
+    redisContext *b = conn(port);
+    expect_str(b, "PONG", "PING");
+    redisFree(b);
+    close(fd);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_local_client),
         cmocka_unit_test(test_upstream_killed),
         cmocka_unit_test(test_pin_cap),
+        cmocka_unit_test(test_slow_reader),
     };
     const char *only = getenv("POOL_ONLY");
     if (only != NULL)
