@@ -41,12 +41,14 @@ struct prec {
     uint8_t  setinfo;  /* CLIENT SETINFO: 1 LIB-NAME, 2 LIB-VER */
     char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
     uint32_t arglen;
+    char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
 };
 
 static void prec_free(struct prec *p)
 {
     if (p != NULL) {
         free(p->arg);
+        free(p->hname);
         free(p);
     }
 }
@@ -200,6 +202,12 @@ int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int str
                      : strcasecmp(q->argv[2], "LIB-VER") == 0 ? 2 : 0;
     } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_KILL) {
         p->kill_old = q->argc == 3;
+    }
+    if (info.cls == SL_RCMD_KEY && info.name_arg > 0 && info.name_arg < q->ncap &&
+        q->arglen[info.name_arg] <= SL_RESP_CAPTURE_LEN &&
+        (p->hname = dup_arg(q->argv[info.name_arg], q->arglen[info.name_arg])) == NULL) {
+        free(p);
+        return -1;
     }
     if (a > 0 && a < q->ncap) {
         p->arglen = q->arglen[a] < SL_RESP_CAPTURE_LEN ? q->arglen[a] : SL_RESP_CAPTURE_LEN;
@@ -392,6 +400,13 @@ void sl_rpool_answered(struct sl_session *s)
     while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
         pq_pop(&r->pool_ans);
         int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
+        if (ok && c->hname != NULL) {
+            /* HELLO ... SETNAME named the pinned connection: the kept name too */
+            free(r->name);
+            r->name = c->hname[0] != '\0' ? c->hname : NULL;
+            if (r->name != NULL)
+                c->hname = NULL;
+        }
         sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
         struct sl_pool_key old = r->key;
         if (sl_pool_key_apply(&r->key, &c->info, ok) ||

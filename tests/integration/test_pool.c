@@ -231,6 +231,11 @@ static void test_local_client(void **state)
     redisReply *r = cmd(b, "CLIENT GETNAME");
     assert_int_equal(r->type, REDIS_REPLY_NIL);
     freeReplyObject(r);
+    redisReply *h = cmd(b, "HELLO 2 SETNAME beta");
+    assert_int_equal(h->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(h);
+    expect_str(b, "beta", "CLIENT GETNAME");
+    expect_str(a, "alpha", "CLIENT GETNAME");
     redisReply *ia = cmd(a, "CLIENT ID"), *ib = cmd(b, "CLIENT ID");
     assert_true(ia->integer != ib->integer);
     freeReplyObject(ia);
