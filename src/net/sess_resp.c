@@ -821,7 +821,13 @@ static void resume(struct sl_session *s)
  * and Redis sees the same cut. */
 static int client_eof(struct sl_session *s)
 {
-    (void)s;
+    /* Pooled, on a connection of its own: a blocked or subscribed client
+     * that goes is closed now, as Redis closes it on reading the EOF (its
+     * replies may never come); the connection is closed with it. */
+    if (s->link != NULL && sl_sess_link_pinned(s) &&
+        ((rs(s)->pin.why & (SL_PIN_BLOCK | SL_PIN_SUB | SL_PIN_MONITOR)) ||
+         sl_rconn_passthru(&rs(s)->rc)))
+        sl_session_close(s);
     return SL_EOF_FORWARD;
 }
 

@@ -1106,7 +1106,12 @@ static void client_got(struct sl_session *s, ssize_t nread)
         if (s->link != NULL) {
             /* Pooled: no half-close can travel on a shared connection. The
              * replies owed still go out, then the session ends (a partial
-             * request is dropped, as Redis drops one cut by a close). */
+             * request is dropped, as Redis drops one cut by a close); the
+             * protocol may end it at once (a client blocked or subscribed
+             * on a connection of its own, which Redis would close). */
+            (void)s->proto->client_eof(s);
+            if (s->state >= SL_SESS_CLOSED)
+                return;
             if (s->cin != NULL)
                 s->cin->start = s->cin->end = 0;
             sl_sess_rx_release(&s->cin);

@@ -221,6 +221,42 @@ static void test_blocking(void **state)
     redisFree(b);
 }
 
+/* Clients blocked in BLPOP on the upstream now (its CLIENT LIST). */
+static int upstream_blocked(void)
+{
+    redisContext *d = conn(redis_p.port);
+    redisReply *r = cmd(d, "CLIENT LIST");
+    int n = 0;
+    for (const char *p = r->str; (p = strstr(p, "cmd=blpop")) != NULL; p++)
+        n++;
+    freeReplyObject(r);
+    redisFree(d);
+    return n;
+}
+
+/* A blocked client that half-closes is closed, with its own connection, as
+ * Redis closes one on reading its EOF. */
+static void test_eof_blocked(void **state)
+{
+    (void)state;
+    int fd = th_connect(pport);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "*3\r\n$5\r\nBLPOP\r\n$5\r\neofbq\r\n$1\r\n0\r\n");
+    int n = 0;
+    for (uint64_t end = th_now_ms() + 10000; n == 0 && th_now_ms() < end; usleep(10000))
+        n = upstream_blocked();
+    assert_int_equal(n, 1);
+    shutdown(fd, SHUT_WR);
+    char buf[64];
+    int eof = 0;
+    assert_int_equal(th_read_until_eof(fd, buf, sizeof(buf), TH_MS, &eof), 0);
+    assert_true(eof);
+    close(fd);
+    for (uint64_t end = th_now_ms() + 10000; n > 0 && th_now_ms() < end; usleep(10000))
+        n = upstream_blocked();
+    assert_int_equal(n, 0);
+}
+
 /* CLIENT SETNAME/GETNAME/ID are each client's own. */
 static void test_local_client(void **state)
 {
@@ -359,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_select_own),
         cmocka_unit_test(test_auth_user),
         cmocka_unit_test(test_blocking),
+        cmocka_unit_test(test_eof_blocked),
         cmocka_unit_test(test_local_client),
         cmocka_unit_test(test_upstream_killed),
         cmocka_unit_test(test_pin_cap),
