@@ -26,44 +26,13 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/sess_resp-i.h"
 #include "proto/resp.h"
+#include "proto/resp_cmd.h"
 #include "proto/resp_conn.h"
 #include "proto/resp_reply.h"
 #include "shape/meter.h"
 
-/* What only RESP keeps of a session: it lives right after the session
- * (state_size), zeroed at the start; the core never reads it. */
-struct sl_resp_sess {
-    struct sl_resp_conn rc;         /* what Redis makes of the connection */
-    struct sl_resp     *framer;     /* request framer, while requests come */
-    uint64_t            req_fwd;    /* bytes of the request in progress already sent on */
-    uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
-    uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
-    uint8_t             quit;       /* a QUIT was framed: nothing after it is */
-    uint8_t             setup_left; /* set-up commands that may still go uncharged;
-                                       0 once the connection's set-up is over */
-    uint8_t             sub_hold;   /* the ring's head waits for confirmations that say
-                                       if the client is still subscribed */
-    struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
-    uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
-    struct sl_reply_pick *auth_pick;/* ... an EXEC's reply, judged by element <auth_elem> */
-    uint32_t            auth_elem;  /* ... the AUTH's place among the commands queued */
-    uint8_t             auth_in_multi; /* ... the AUTH was queued in MULTI: judged at EXEC */
-    uint8_t             auth_exec_framed; /* ... and an EXEC behind it is framed, not sent */
-    uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
-                                       by resp_user: what follows is charged to its user) */
-    uint64_t            owed_total; /* upstream replies owed since the start */
-    uint64_t            paid_total; /* upstream replies received against them */
-    struct sl_reply_scan scan;      /* upstream reply boundaries */
-    uint8_t             reply_first;/* first byte of the upstream reply in progress */
-    uint8_t             swallow;    /* dropping the upstream reply in progress */
-    uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
-};
-
-static inline struct sl_resp_sess *rs(const struct sl_session *s)
-{
-    return s->pstate;
-}
 
 static void process(struct sl_session *s);
 
@@ -188,6 +157,8 @@ static void auth_wake(struct sl_session *s)
 static void paid_one(struct sl_session *s)
 {
     rs(s)->paid_total++;
+    if (s->link != NULL && rs(s)->pool_ans.n > 0)
+        sl_rpool_answered(s);
     if (rs(s)->auth_next != NULL && rs(s)->paid_total == rs(s)->auth_seq) {
         /* Inside a transaction the AUTH's own element of EXEC's reply
          * says; +QUEUED said nothing. */
@@ -223,7 +194,7 @@ static int reply_ended(struct sl_session *s)
 /* A request sluice refuses: how many replies the client expects for it
  * (the rejection goes in their place); under CLIENT REPLY SKIP a PING
  * takes its place upstream (see sl_rconn_refused). */
-static uint32_t refused(struct sl_session *s)
+uint32_t sl_rsess_refused(struct sl_session *s)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     int send_ping;
@@ -436,6 +407,23 @@ static void apply(struct sl_session *s)
             rs(s)->sub_hold = 1;
             break;
         }
+        if (e.state == SL_PEND_ALLOW && e.pooled) {
+            /* pooled: one that needs a connection of its own waits for it */
+            int w = sl_rpool_wait(s, sl_rpool_peek(s));
+            if (w > 0)
+                break;
+            if (w < 0) {
+                static const char busy[] = "-ERR sluice: too many clients hold an upstream "
+                                           "connection of their own, try again\r\n";
+                free(p->text);
+                p->text = malloc(sizeof(busy) - 1);
+                if (p->text != NULL)
+                    memcpy(p->text, busy, sizeof(busy) - 1);
+                p->len = p->text != NULL ? (uint32_t)(sizeof(busy) - 1) : 0;
+                p->state = SL_PEND_REJECT;
+                e = *p;
+            }
+        }
         if (e.state == SL_PEND_ALLOW && e.kind == SL_PK_PLAIN && sl_sess_meters_owe(s)) {
             /* A reject byte limit is in debt: the request waits for the
              * take at the store, or is refused. */
@@ -451,6 +439,19 @@ static void apply(struct sl_session *s)
             }
         }
         sl_pend_pop(&s->pend, &e);
+        struct prec *rec = e.pooled ? sl_rpool_next(s) : NULL;
+        if (rec != NULL && e.state == SL_PEND_ALLOW && sl_rpool_is_local(s, rec)) {
+            /* answered by sluice, in its place: its bytes never leave */
+            sl_sess_to_upstream(s, b, from, to);
+            from = to = to + e.span;
+            sl_rpool_local(s, rec);
+            sl_rpool_done(rec);
+            free(e.text);
+            if (s->state >= SL_SESS_CLOSED)
+                return;
+            continue;
+        }
+        uint64_t owed_before = rs(s)->owed_total;
         int forward = e.state == SL_PEND_ALLOW &&
                       !(e.kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) &&
                       !(e.kind == SL_PK_TAIL && rs(s)->head_state == 2);
@@ -470,8 +471,11 @@ static void apply(struct sl_session *s)
             } else {
                 allowed(s, e.kind, commit(s, e.fx, e.nchan));
             }
+            if (rec != NULL)
+                sl_rpool_sent(s, rec, owed_before);
             continue;
         }
+        sl_rpool_done(rec); /* refused: it changes nothing */
         sl_sess_to_upstream(s, b, from, to);
         from = to = to + e.span; /* the request's bytes never leave */
         if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
@@ -481,7 +485,7 @@ static void apply(struct sl_session *s)
         } else {
             if (e.kind == SL_PK_HEAD)
                 rs(s)->head_state = 2;
-            uint32_t replies = refused(s);
+            uint32_t replies = sl_rsess_refused(s);
             if (s->state >= SL_SESS_CLOSED) {
                 free(e.text);
                 return;
@@ -561,6 +565,25 @@ static void process(struct sl_session *s)
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
+        /* pooled: a request that is not plainly stateless takes its turn in
+         * the ring, with a record of what it is */
+        int rec = s->link != NULL ? sl_rpool_classify(s, r, 0) : 0;
+        if (rec < 0) {
+            sl_session_close(s);
+            return;
+        }
+        if (rec) {
+            sl_sess_to_upstream(s, b, from, to);
+            b->start = from = to;
+            if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
+                return;
+            sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1)->pooled = 1;
+            apply(s);
+            if (s->state >= SL_SESS_FLUSHING)
+                return;
+            from = to = b->start;
+            continue;
+        }
         if (!s->l->limited && sl_pend_count(&s->pend) == 0 &&
             !(kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) && !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
@@ -646,8 +669,16 @@ static void process(struct sl_session *s)
             rs(s)->setup_left = 0; /* no set-up command is that big: charged, and the set-up is over */
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(head, &nchan);
+        /* pooled: its parts must not mix with other clients' requests on a
+         * shared connection, nor a stalled sender hold one: it pins */
+        if (s->link != NULL && sl_rpool_classify(s, head, 1) < 0) {
+            sl_session_close(s);
+            return;
+        }
         if (sl_sess_enqueue(s, &(struct sl_req){ .resp = head }, held, fx, nchan, SL_PK_HEAD) < 0)
             return;
+        if (s->link != NULL)
+            sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1)->pooled = 1;
         apply(s);
         if (sl_pend_count(&s->pend) > 0)
             sl_sess_pause(s, 0, SL_PAUSE_DECIDE, 1);
@@ -719,6 +750,9 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             continue;
         int confirm;
         int push = sl_rconn_reply_end(&rs(s)->rc, (f & SL_REPLY_PUSH) != 0, &confirm);
+        if (confirm && s->link != NULL)
+            sl_rcmd_pin_subs(&rs(s)->pin, (long)rs(s)->rc.subs[0] + rs(s)->rc.subs[1] +
+                                              rs(s)->rc.subs[2] + rs(s)->rc.sub_owed);
         if (!push && !confirm && settle_marks(s)) {
             /* an unsubscribe-all was owed more confirmations than came:
              * what waited for them goes out before this reply */
@@ -756,13 +790,18 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         rs(s)->sub_hold = 0;
         sl_sess_resume_later(s);
     }
+    /* pooled: a request waiting for the pooled replies to be in, or a pin
+     * that can go back, moves at the end of the turn */
+    if (s->link != NULL && ((rs(s)->pool_hold && !sl_sess_link_waiting(s)) || sl_rpool_unpin_due(s)))
+        sl_sess_resume_later(s);
 }
-
 
 /* ---- the table ---------------------------------------------------------------- */
 
 static void resume(struct sl_session *s)
 {
+    if (s->link != NULL)
+        sl_rpool_settle(s);
     apply(s);
     if (sl_pend_count(&s->pend) == 0 && s->state < SL_SESS_FLUSHING) {
         /* Requests framed but not yet taken, or a big one in progress. */
@@ -782,7 +821,13 @@ static void resume(struct sl_session *s)
  * and Redis sees the same cut. */
 static int client_eof(struct sl_session *s)
 {
-    (void)s;
+    /* Pooled, on a connection of its own: a blocked or subscribed client
+     * that goes is closed now, as Redis closes it on reading the EOF (its
+     * replies may never come); the connection is closed with it. */
+    if (s->link != NULL && sl_sess_link_pinned(s) &&
+        ((rs(s)->pin.why & (SL_PIN_BLOCK | SL_PIN_SUB | SL_PIN_MONITOR)) ||
+         sl_rconn_passthru(&rs(s)->rc)))
+        sl_session_close(s);
     return SL_EOF_FORWARD;
 }
 
@@ -814,6 +859,7 @@ static void resp_free(struct sl_session *s)
     }
     free(rs(s)->auth_next);
     free(rs(s)->auth_pick);
+    sl_rpool_free(s);
 }
 
 static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
@@ -905,4 +951,6 @@ const struct sl_sess_proto sl_sess_resp = {
     .marker_gone = marker_gone,
     .busy = busy,
     .pool_drain = pool_drain,
+    .link_lost = sl_rpool_link_lost,
+    .link_open = sl_rpool_link_open,
 };

@@ -23,6 +23,7 @@ struct sl_ident_state;
 struct sl_meter;
 struct sl_place;
 struct sl_tls;
+struct sl_sess_link;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -113,6 +114,9 @@ struct sl_session {
                                        engine for a side just unpaused */
     struct sl_outbuf    out[2];     /* what goes to the client [0] / upstream [1] socket
                                        next, in one write (net/outbuf.h) */
+    struct sl_sess_link *link;      /* pooled listener (upstream_pool): the way to the
+                                       shared upstream connections instead of <upstream>
+                                       (net/sess_pool.c); NULL: 1:1 */
 };
 
 #endif
