@@ -181,6 +181,20 @@ void sl_sess_link_unpin(struct sl_session *s, int clean);
 int  sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to,
                       unsigned flags);
 
+/* ---- inside the core, between its files ---- */
+
+/* sess_decide.c: <n> bytes were read from side <up> (its byte meter
+ * charges them); the session's meters are set up (-1: out of memory). */
+void sl_sess_meter_read(struct sl_session *s, int up, size_t n);
+int  sl_sess_meters_init(struct sl_session *s);
+/* session.c: the session parked on wait <w>; answer <what> then the close;
+ * the upstream connection of an admitted session starts. */
+struct sl_session *sl_sess_of_park(struct sl_wait *w);
+void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit);
+void sl_sess_connect_upstream(struct sl_session *s);
+/* sess_gate.c: a session under connection limits asks for its places. */
+void sl_sess_gate_try(struct sl_session *s);
+
 /* ---- the transport (session.c) and TLS under it (sess_tls.c) ---------------- */
 
 /* The socket of side <up> (0 the client, 1 the upstream). */

@@ -1,4 +1,6 @@
-/* sluice — a session: one client connection and its own upstream connection.
+/* sluice — a session: one client connection and its upstream side (a
+ * connection of its own, or, on a pooled listener, the listener's shared
+ * connections: sess_pool.c).
  *
  *            client socket                                upstream socket
  *   read --> cin chunk --> protocol: frame, decide --> write (same bytes)
@@ -9,10 +11,11 @@
  *   write <-- uin chunk <-- protocol: frame replies <-- read
  *
  * This file is the part every protocol shares (see session-i.h): sockets,
- * chunks, pauses, the reply queue, the ring of requests waiting for their
- * verdicts, byte meters, parking, connection limits, closing. What the
- * bytes mean is the protocol's (sess_resp.c, sess_tcp.c), reached through
- * one table, s->proto.
+ * chunks, pauses, output, the reply queue, parking, closing; what a request
+ * must ask first (verdicts, byte meters) is sess_decide.c's, connection
+ * limits at accept sess_gate.c's, kept upstream connections sess_keep.c's.
+ * What the bytes mean is the protocol's (sess_resp.c, sess_http.c,
+ * sess_tcp.c), reached through one table, s->proto.
  *
  * Bytes are never copied on the way through: a read lands in a pooled chunk,
  * the protocol finds request boundaries, and the bytes of requests are
@@ -603,149 +606,16 @@ static void free_segs(struct sl_session *s)
     s->seg_n = s->seg_cap = s->seg_head = 0;
 }
 
-/* ---- requests (resp) ---------------------------------------------------------- */
+/* ---- parking ----------------------------------------------------------------- */
 
-
-/* ---- verdicts, in request order ------------------------------------------- */
-
-
-/* ---- byte meters ---------------------------------------------------------- */
-
-static struct sl_meter_ctx meter_ctx(struct sl_session *s)
-{
-    struct sl_meter_ctx c = { s->l->srv->limiter, s->l->conf, s->ident, s->id };
-    return c;
-}
-
-/* A bytes limit with action = reject is in debt or said no: on resp,
- * plain requests must ask meter_gate before going upstream. */
-int sl_sess_meters_owe(const struct sl_session *s)
-{
-    return (s->meter[0] && sl_meter_owes(s->meter[0])) ||
-           (s->meter[1] && sl_meter_owes(s->meter[1]));
-}
-
-/* May a request of <kind>, <span> bytes long, go upstream now? On
- * SL_METER_REFUSE, <v> says how; the request's bytes never go upstream, so
- * bytes_in gets them back. */
-int sl_sess_meter_gate(struct sl_session *s, int kind, uint32_t span, struct sl_verdict *v)
-{
-    if (kind != SL_PK_PLAIN) /* MULTI, EXEC, AUTH ... keep the connection's state whole */
-        return SL_METER_GO;
-    uint64_t now = sl_sess_waits_now();
-    int hold = 0;
-    for (int i = 0; i < 2; i++) {
-        struct sl_meter *m = s->meter[i];
-        if (m == NULL || !sl_meter_owes(m))
-            continue;
-        struct sl_meter_ctx c = meter_ctx(s);
-        int g = sl_meter_gate(m, &c, now);
-        if (g == SL_METER_REFUSE) {
-            *v = *m->refusal;
-            v->retry_after_us = m->refused_until_us - now;
-            if (s->meter[0] != NULL)
-                sl_meter_charge(s->meter[0], &c, -(int64_t)span, now);
-            return SL_METER_REFUSE;
-        }
-        hold |= g == SL_METER_HOLD;
-    }
-    return hold ? SL_METER_HOLD : SL_METER_GO;
-}
-
-/* A meter's credit or refusal changed: read the side again, pause it, or
- * (tcp, reject) close. */
-static void meter_shape(struct sl_meter *m)
-{
-    struct sl_session *s = m->owner;
-    if (s->state >= SL_SESS_CLOSED)
-        return;
-    int up = m == s->meter[1];
-    uint64_t room = sl_meter_room(m);
-    if (!s->proto->framed && room == 0 && sl_meter_refused(m, sl_sess_waits_now())) {
-        s->l->stats.rejected++;
-        sl_log_debug("bytes limit: closing", "listener=%s limit=%s", s->l->name,
-                     m->refusal ? m->refusal->limit : "");
-        sl_session_close(s);
-        return;
-    }
-    sl_sess_pause(s, up, SL_PAUSE_SHAPE, room == 0);
-}
-
-/* The answer to a meter's take came (or a reservation fell due): shape,
- * and let a request held by the meter ask again. */
-static void meter_changed(struct sl_meter *m)
-{
-    struct sl_session *s = m->owner;
-    meter_shape(m);
-    if (s->meter_hold && s->state < SL_SESS_FLUSHING) {
-        s->meter_hold = 0;
-        sl_sess_resume(s);
-    }
-}
-
-/* <n> bytes were read from side <up>. */
-static void meter_read(struct sl_session *s, int up, size_t n)
-{
-    struct sl_meter *m = s->meter[up];
-    if (m == NULL)
-        return;
-    struct sl_meter_ctx c = meter_ctx(s);
-    sl_meter_charge(m, &c, (int64_t)n, sl_sess_waits_now());
-    meter_shape(m);
-}
-
-/* Sets up the session's meters (at connect); returns -1 when out of memory. */
-static int meters_init(struct sl_session *s)
-{
-    if (s->l->srv->limiter == NULL)
-        return 0;
-    for (int i = 0; i < 2; i++) {
-        struct sl_meter_plan p;
-        if (!sl_limiter_plan(s->l->srv->limiter, s->l->conf,
-                             i ? SL_METRIC_BYTES_OUT : SL_METRIC_BYTES_IN, &p))
-            continue;
-        if (sl_sess_ident(s) == NULL || (s->meter[i] = malloc(sizeof(struct sl_meter))) == NULL)
-            return -1;
-        struct sl_meter_ctx c = meter_ctx(s);
-        sl_meter_init(s->meter[i], &c, i ? SL_METRIC_BYTES_OUT : SL_METRIC_BYTES_IN, s->proto->framed,
-                      meter_changed, s);
-        sl_meter_charge(s->meter[i], &c, 0, sl_sess_waits_now()); /* the first take */
-        if (sl_meter_room(s->meter[i]) == 0) {
-            if (i)
-                s->up_pause |= SL_PAUSE_SHAPE;
-            else
-                s->cl_pause |= SL_PAUSE_SHAPE;
-        }
-    }
-    return 0;
-}
-
-/* Who the client is, set up the first time it matters (a limit applies, or
- * the client says who it is); NULL only when out of memory. */
-struct sl_ident_state *sl_sess_ident(struct sl_session *s)
-{
-    if (s->ident == NULL && (s->ident = malloc(sizeof(*s->ident))) != NULL) {
-        struct sockaddr_storage peer;
-        int plen = sizeof(peer);
-        int ok = uv_tcp_getpeername(&s->client, (struct sockaddr *)&peer, &plen) == 0;
-        sl_identity_init(s->ident, ok ? (struct sockaddr *)&peer : NULL);
-    }
-    return s->ident;
-}
-
-uint64_t sl_sess_waits_now(void)
-{
-    return sl_waits_default ? sl_waits_now(sl_waits_default) : sl_turn_now_us();
-}
-
-static struct sl_session *session_of_park(struct sl_wait *w)
+struct sl_session *sl_sess_of_park(struct sl_wait *w)
 {
     return (struct sl_session *)((char *)w - offsetof(struct sl_session, park));
 }
 
 static void on_park_due(struct sl_wait *w)
 {
-    sl_sess_resume(session_of_park(w));
+    sl_sess_resume(sl_sess_of_park(w));
 }
 
 /* Parks the session until <due_us>: reading stays paused (the ring is not
@@ -756,23 +626,6 @@ void sl_sess_park(struct sl_session *s, uint64_t due_us)
         sl_session_close(s); /* out of memory */
 }
 
-/* Records verdict <v> in entry <e>. */
-void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
-{
-    char line[2048];
-    size_t n = e->s->proto->verdict_text(e->s, v, line, sizeof(line));
-    free(e->text);
-    e->text = NULL;
-    if (n > 0 && (e->text = malloc(n)) != NULL) {
-        memcpy(e->text, line, n);
-        e->len = (uint32_t)n;
-    }
-    e->state = v->kind == SL_VERDICT_REJECT ? SL_PEND_REJECT : SL_PEND_ALLOW;
-    if (v->kind == SL_VERDICT_ALLOW && v->delay_us > 0) {
-        e->state = SL_PEND_DELAY;
-        e->due_us = sl_sess_waits_now() + v->delay_us;
-    }
-}
 
 /* Verdicts landed or a parked request's time came: move what can move. */
 void sl_sess_resume(struct sl_session *s)
@@ -802,68 +655,6 @@ void sl_sess_resume_later(struct sl_session *s)
 void sl_session_turn_end(void)
 {
     sl_turn_run();
-}
-
-static void on_verdict(void *data, const struct sl_verdict *v)
-{
-    struct sl_pend *e = data;
-    struct sl_session *s = e->s;
-    e->h = NULL;
-    sl_sess_verdict(e, v);
-    sl_sess_resume_later(s);
-}
-
-/* Asks the limiter about request <r> (complete, or the head of a big one)
- * and queues it in order. Returns 0, or -1 when the ring is full. */
-int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
-                   uint8_t fx, uint32_t nchan, int kind)
-{
-    if (sl_pend_full(&s->pend) || s->state >= SL_SESS_FLUSHING)
-        return -1;
-    struct sl_pend *e = sl_pend_push(&s->pend);
-    if (e == NULL) {
-        sl_session_close(s); /* out of memory */
-        return -1;
-    }
-    e->s = s;
-    e->span = span;
-    e->fx = fx;
-    e->nchan = nchan;
-    e->kind = (uint8_t)kind;
-    if (kind == SL_PK_TAIL || (!s->l->limited && !sl_sess_meters_owe(s)) ||
-        s->l->srv->limiter == NULL) {
-        e->state = SL_PEND_ALLOW;
-        return 0;
-    }
-    struct sl_verdict v;
-    struct sl_server *srv = s->l->srv;
-    if (sl_sess_ident(s) == NULL) {
-        sl_session_close(s);
-        return -1;
-    }
-    if (sl_sess_meter_gate(s, kind, span, &v) == SL_METER_REFUSE) {
-        sl_sess_verdict(e, &v);
-        return 0;
-    }
-    if (!s->l->limited) {
-        e->state = SL_PEND_ALLOW;
-        return 0;
-    }
-    if (sl_limiter_check_req(srv->limiter, s->l->conf, s->ident, s->id, r, &v, on_verdict, e,
-                             &e->h) == 1) {
-        e->state = SL_PEND_WAIT;
-        return 0;
-    }
-    e->h = NULL;
-    sl_sess_verdict(e, &v);
-    return 0;
-}
-
-/* Bytes of the requests waiting in the ring: they lie at the start of the
- * client chunk, in order. */
-uint32_t sl_sess_pend_bytes(const struct sl_session *s)
-{
-    return sl_pend_bytes(&s->pend);
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -1140,7 +931,7 @@ static void client_got(struct sl_session *s, ssize_t nread)
     b->end += (uint32_t)nread;
     s->l->stats.bytes_in += (uint64_t)nread;
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
-    meter_read(s, 0, (size_t)nread);
+    sl_sess_meter_read(s, 0, (size_t)nread);
     if (s->state >= SL_SESS_CLOSED)
         return;
     s->proto->client_in(s, b, (size_t)nread);
@@ -1168,7 +959,7 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
     b->end += (uint32_t)nread;
     s->l->stats.bytes_out += (uint64_t)nread;
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
-    meter_read(s, 1, (size_t)nread);
+    sl_sess_meter_read(s, 1, (size_t)nread);
     if (s->state >= SL_SESS_CLOSED) {
         b->start = b->end;
         return;
@@ -1202,7 +993,7 @@ int sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint
     uint32_t n = to - from;
     s->l->stats.bytes_out += n;
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
-    meter_read(s, 1, n);
+    sl_sess_meter_read(s, 1, n);
     if (s->state >= SL_SESS_CLOSED)
         return 1;
     uint32_t os = b->start, oe = b->end;
@@ -1237,7 +1028,7 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 
 /* The session gives answer <what> on its own and closes once it is out;
  * a protocol without words for it closes at once. */
-static void answer_close(struct sl_session *s, enum sl_answer what, const char *limit)
+void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit)
 {
     char line[1024];
     size_t n = s->proto->answer(s, what, limit, line, sizeof(line));
@@ -1260,13 +1051,13 @@ static void upstream_failed(struct sl_session *s, int err)
         /* Not the upstream's fault: sluice is out of descriptors. Counted
          * and logged (at a rate) as a refused connection. */
         sl_listener_refused_fd(s->l, err);
-        answer_close(s, SL_ANSWER_NO_FD, NULL);
+        sl_sess_answer_close(s, SL_ANSWER_NO_FD, NULL);
         return;
     }
     s->l->stats.upstream_failed++;
     sl_log_warn_rl("upstream_unavailable", "upstream unavailable", "listener=%s upstream=%s err=%s",
                    s->l->name, s->l->conf->upstream.text, sl_strerror(err));
-    answer_close(s, SL_ANSWER_UPSTREAM_DOWN, NULL);
+    sl_sess_answer_close(s, SL_ANSWER_UPSTREAM_DOWN, NULL);
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -1355,12 +1146,12 @@ static void connect_now(struct sl_session *s)
  * whose answer is older than resolve_ttl is looked up again (off the loop);
  * the session connects meanwhile to the last good address, or, with
  * resolve_ttl = 0, waits for the answer (sl_session_resolved). */
-static void connect_upstream(struct sl_session *s)
+void sl_sess_connect_upstream(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
     uv_loop_t *loop = l->handle.loop;
     sl_tq_touch(&l->connecting, &s->tq, sl_turn_now_ms());
-    if (meters_init(s) < 0) {
+    if (sl_sess_meters_init(s) < 0) {
         sl_session_close(s);
         return;
     }
@@ -1400,61 +1191,6 @@ void sl_session_resolved(struct sl_listener *l)
     }
 }
 
-/* ---- connection limits: the gate ------------------------------------------ */
-
-#define GATE_POLL_US 50000 /* a queued connection asks again this often */
-
-static void gate_try(struct sl_session *s);
-
-static void on_gate_poll(struct sl_wait *w)
-{
-    gate_try(session_of_park(w));
-}
-
-/* Refused a place: the client learns why (resp), then the close. */
-static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
-{
-    struct sl_listener *l = s->l;
-    l->stats.conns_refused++;
-    sl_log_debug_rl("connection_limit", "connection limit: refused", "listener=%s limit=%s",
-                    l->name, v->limit);
-    sl_place_gave_up(s->place, v);
-    sl_place_free(s->place);
-    s->place = NULL;
-    answer_close(s, SL_ANSWER_CONN_LIMIT, v->limit);
-}
-
-static void gate_verdict(struct sl_session *s, const struct sl_verdict *v)
-{
-    if (s->state != SL_SESS_CONNECTING || s->place == NULL)
-        return;
-    if (v->kind == SL_VERDICT_ALLOW) {
-        connect_upstream(s);
-        return;
-    }
-    uint64_t now = sl_sess_waits_now();
-    if (v->action == SL_ACTION_DELAY && !v->store_down && now < s->gate_until) {
-        /* The login queue: not read, not connected, asked again soon (or
-         * at once when a place frees here). */
-        uint64_t next = now + GATE_POLL_US < s->gate_until ? now + GATE_POLL_US : s->gate_until;
-        if (sl_waits_default != NULL && sl_wait_at(sl_waits_default, &s->park, next, on_gate_poll) == 0)
-            return;
-    }
-    gate_refuse(s, v);
-}
-
-static void on_gate(void *data, const struct sl_verdict *v)
-{
-    gate_verdict(data, v);
-}
-
-static void gate_try(struct sl_session *s)
-{
-    struct sl_verdict v;
-    if (sl_place_acquire(s->place, &v, on_gate, s) == 0)
-        gate_verdict(s, &v);
-}
-
 static void accept_rest(struct sl_session *s);
 static void client_tls_done(struct sl_session *s, int ok);
 
@@ -1492,7 +1228,7 @@ void sl_session_accept(struct sl_listener *l)
         if (l->tls != NULL)
             sl_session_close(s);
         else
-            answer_close(s, SL_ANSWER_MAX_CLIENTS, NULL);
+            sl_sess_answer_close(s, SL_ANSWER_MAX_CLIENTS, NULL);
         return;
     }
     s->cl_pause = SL_PAUSE_CONNECT;
@@ -1565,10 +1301,10 @@ static void accept_rest(struct sl_session *s)
         (s->place = sl_place_new(l->srv->limiter, l->conf, s->ident, s->id)) != NULL) {
         s->gate_until = sl_sess_waits_now() + cp.max_delay_us;
         sl_tq_touch(&l->gated, &s->tq, sl_turn_now_ms());
-        gate_try(s);
+        sl_sess_gate_try(s);
         return;
     }
-    connect_upstream(s);
+    sl_sess_connect_upstream(s);
 }
 
 /* ---- sweep -------------------------------------------------------------------- */
