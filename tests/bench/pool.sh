@@ -237,19 +237,33 @@ idle_hold() {
     return 1
 }
 
+# Connections to the upstream Redis that process <pid> (or its workers) holds,
+# from ss's owner column: the other targets' own do not count (a pooled sluice
+# keeps its shared connections open, twemproxy its server connection).
+target_conns() { # pid
+    local pids
+    pids=$( { echo "$1"; pgrep -P "$1"; } | paste -sd'|')
+    ss -tnpH state established "( dport = :$POOL_REDIS_PORT )" 2>/dev/null |
+        grep -cE "pid=($pids),"
+}
+
 # Upstream connections with POOL_ACTIVE active and POOL_IDLE idle clients:
-# the highest connected_clients seen while redis-benchmark runs.
+# the most the target held while redis-benchmark runs (Redis's
+# connected_clients, less the asking connection, when the target's pid is
+# not known).
 pool_conns() { # target
-    local t=$1 port bpid max=0 v
+    local t=$1 port bpid max=0 v name pid
     port=${POOL_PORT[$t]:-}
     [ -n "$port" ] || return 0
+    name=${POOL_PID_NAME[$t]:-}
+    pid=""; [ -n "$name" ] && pid=${PID_OF[$name]:-}
     idle_hold "conns.$t" "$port" "$POOL_IDLE" ping || return 0
     timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$port" -c "$POOL_ACTIVE" \
         -n $((POOL_ACTIVE * 500)) -t get --csv >"$WORK/pool-conns.$t.csv" 2>&1 </dev/null &
     bpid=$!
     ALL_PIDS+=("$bpid")
     while kill -0 "$bpid" 2>/dev/null; do
-        v=$(upstream_clients "$POOL_REDIS_PORT")
+        if [ -n "$pid" ]; then v=$(target_conns "$pid"); else v=$(upstream_clients "$POOL_REDIS_PORT"); fi
         [ -n "$v" ] && [ "$v" -gt "$max" ] && max=$v
         sleep 0.2
     done
