@@ -187,6 +187,8 @@ bench-store: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/bench/store.sh
 
+# Redis's own Tcl suite, directly and through a 1:1 listener (tests/redis-suite.sh);
+# SUITE_POOL=N runs the sluice half through a pooled listener (upstream_pool = N).
 test-redis-suite: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/redis-suite.sh
