@@ -38,6 +38,11 @@ struct sl_listener_stats {
     uint64_t upstream_reused;  /* http, upstream_keepalive: kept connections handed to a
                                   session instead of a connect */
     uint64_t upstream_idle;    /* ... kept idle now (a gauge; net/upkeep.c) */
+    uint64_t pool_pin_waits;   /* upstream_pool: clients that waited for a pinned connection
+                                  past upstream_pool_pinned */
+    uint64_t pool_pin_refused; /* ... refused one after upstream_pool_pin_wait (-ERR) */
+    uint64_t pool_lost;        /* ... clients whose upstream connection failed under them */
+    uint64_t pool_slow_closed; /* ... clients closed past upstream_pool_client_buffer */
 };
 
 struct sl_server;
@@ -45,6 +50,7 @@ struct sl_limiter;
 struct sl_store;
 struct sl_admin;
 struct sl_tls_ctx;
+struct sl_upool;
 
 /* One [listener NAME]: a listening socket and the sessions it accepted. The
  * struct outlives its socket while sessions remain (after a reload removed
@@ -79,6 +85,9 @@ struct sl_listener {
                                             a bad file keeps the old one */
     struct sl_tls_ctx       *up_tls;     /* TLS towards the upstream (upstream_tls), or NULL */
     char                     up_sni[256];/* the name sent as SNI and checked ("" = none) */
+    struct sl_upool         *upool;      /* upstream_pool: this worker's pooled upstream
+                                            connections (made with the first pooled
+                                            session, closed with the listener) */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

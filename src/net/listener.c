@@ -270,6 +270,7 @@ static void listener_free(struct sl_listener *l)
         pp = &(*pp)->next;
     *pp = l->next;
     sl_upkeep_clear(l);
+    sl_session_pool_close(l);
     sl_resolve_stop(&l->up);
     conf_copies_free(l);
     sl_tls_ctx_unref(l->tls);
@@ -806,6 +807,8 @@ static void maybe_stopped(struct sl_server *srv)
         if (l->sessions > 0 || l->open)
             return;
     srv->stopped = 1;
+    for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
+        sl_session_pool_close(l); /* its handles must close for the loop to end */
     if (srv->admin) {
         sl_admin_close(srv->admin);
         srv->admin = NULL;

@@ -93,6 +93,12 @@ struct sl_sess_proto {
      * not end, with nothing in flight: another session may reuse it
      * (upstream_keepalive; NULL: never) */
     int (*reusable)(const struct sl_session *s);
+    /* pooled listener: the upstream connection the session's replies were
+     * owed on failed (<pinned>: its own); NULL for protocols never pooled */
+    void (*link_lost)(struct sl_session *s, int pinned, int err, const char *why);
+    /* ... the session starts pooled: its link to the listener's engine
+     * (sl_sess_link_open with its first pool key); 0 or an error */
+    int (*link_open)(struct sl_session *s);
 };
 
 extern const struct sl_sess_proto sl_sess_resp, sl_sess_http, sl_sess_tcp;
@@ -142,6 +148,34 @@ void sl_sess_ring_release(struct sl_session *s);  /* the verdict ring goes back 
  * resume runs once it is up (the protocol sends the request again). If
  * the connect fails, the client gets the usual answer and the close. */
 void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe);
+
+/* ---- the pooled link (sess_pool.c; upstream_pool = N) ----------------------- */
+
+/* The session goes pooled, on the key named <id> (made with <setup>, <nsetup>
+ * replies, when new): 0 or SL_ENOMEM. */
+int  sl_sess_link_open(struct sl_session *s, const void *id, size_t idlen, const char *setup,
+                       size_t setuplen, uint32_t nsetup);
+/* Moves the session to another key (its next shared submissions go there). */
+int  sl_sess_link_rekey(struct sl_session *s, const void *id, size_t idlen, const char *setup,
+                        size_t setuplen, uint32_t nsetup);
+void sl_sess_link_close(struct sl_session *s);   /* the engine forgets it */
+void sl_sess_link_free(struct sl_session *s);
+void sl_sess_link_owe(struct sl_session *s, uint32_t n);
+/* Bytes for the upstream (whole requests; the replies owed since the last
+ * call go with them on a shared connection): 0 or an error. */
+int  sl_sess_link_send(struct sl_session *s, const char *p, size_t len);
+int  sl_sess_link_pinned(const struct sl_session *s);
+uint32_t sl_sess_link_inflight(const struct sl_session *s); /* replies owed on shared ones */
+/* A connection of its own: 1 pinned, 0 not yet (pooled replies to come, or
+ * queued past the cap: the session is resumed), or an error (SL_ELIMIT). */
+int  sl_sess_link_pin(struct sl_session *s, int wait);
+int  sl_sess_link_waiting(const struct sl_session *s); /* queued for a pin */
+void sl_sess_link_unwait(struct sl_session *s);   /* gives up a queued pin */
+void sl_sess_link_unpin(struct sl_session *s, int clean);
+/* session.c: the engine read a piece of a reply for <s> (flags: SL_UPOOL_*);
+ * 0 taken, nonzero refused (the session is closed: past its cap, or gone). */
+int  sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to,
+                      unsigned flags);
 
 /* ---- the transport (session.c) and TLS under it (sess_tls.c) ---------------- */
 

@@ -21,6 +21,7 @@ struct sl_ident_state;
 struct sl_meter;
 struct sl_place;
 struct sl_tls;
+struct sl_sess_link;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -109,6 +110,9 @@ struct sl_session {
     uint8_t             tls_eof[2]; /* the socket reached EOF */
     uint8_t             tls_kick;   /* in the turn's kick list: plaintext may wait in the
                                        engine for a side just unpaused */
+    struct sl_sess_link *link;      /* pooled listener (upstream_pool): the way to the
+                                       shared upstream connections instead of <upstream>
+                                       (net/sess_pool.c); NULL: 1:1 */
 };
 
 #endif

@@ -280,6 +280,8 @@ void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on)
     uint8_t *m = upstream ? &s->up_pause : &s->cl_pause;
     uint8_t old = *m;
     *m = on ? (uint8_t)(old | bit) : (uint8_t)(old & ~bit);
+    if (upstream && s->link != NULL)
+        return; /* pooled: no socket of its own (a shared one is never paused for one client) */
     /* Past FLUSHING the close path drives the sockets itself. */
     if ((old == 0) == (*m == 0) || s->state >= SL_SESS_LINGER)
         return;
@@ -372,6 +374,8 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
     if (len == 0)
         return 0;
     int up = dst == (uv_stream_t *)&s->upstream;
+    if (up && s->link != NULL)
+        return sl_sess_link_send(s, p, len); /* copied by the engine */
     int rc = side_send(s, up, b, p, len);
     if (rc < 0)
         return rc;
@@ -404,6 +408,8 @@ void sl_sess_owe(struct sl_session *s, uint32_t n)
 {
     s->tail_n += n;
     s->inflight += n;
+    if (s->link != NULL)
+        sl_sess_link_owe(s, n);
     if (s->inflight >= s->l->conf->max_replies_owed)
         sl_sess_pause(s, 0, SL_PAUSE_INFLIGHT, 1);
 }
@@ -816,6 +822,7 @@ static void session_free(struct sl_session *s)
     sl_sess_tls_forget(s);
     sl_tls_free(s->tls[0]);
     sl_tls_free(s->tls[1]);
+    sl_sess_link_free(s);
     struct sl_listener *l = s->l;
     free(s);
     sl_listener_session_gone(l);
@@ -910,6 +917,7 @@ void sl_session_close(struct sl_session *s)
     s->place = NULL;
     close_handle((uv_handle_t *)&s->client);
     upstream_release(s);
+    sl_sess_link_close(s); /* a pinned connection closes; replies in flight are dropped */
 }
 
 static void on_linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
@@ -1024,6 +1032,17 @@ static void client_got(struct sl_session *s, ssize_t nread)
          * request, and what it answers still reaches the client. */
         s->cl_eof = 1;
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+        if (s->link != NULL) {
+            /* Pooled: no half-close can travel on a shared connection. The
+             * replies owed still go out, then the session ends (a partial
+             * request is dropped, as Redis drops one cut by a close). */
+            if (s->cin != NULL)
+                s->cin->start = s->cin->end = 0;
+            sl_sess_rx_release(&s->cin);
+            s->draining = 1;
+            sl_sess_drain_check(s);
+            return;
+        }
         int how = s->proto->client_eof(s);
         if ((how & SL_EOF_FORWARD) && s->cin && s->cin->end > s->cin->start) {
             sl_sess_to_upstream(s, s->cin, s->cin->start, s->cin->end);
@@ -1080,6 +1099,42 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
         sl_sess_rx_release(&s->uin);
         sl_sess_drain_check(s);
     }
+}
+
+/* A piece [from, to) of <b> the pooled engine read for <s>: as a read of
+ * its own upstream socket (counted, metered, framed by the protocol), the
+ * chunk lent for the call. Refused (nonzero) when the client does not read
+ * its replies: past upstream_pool_client_buffer it is closed, so that one
+ * slow reader never holds a shared connection's replies (net/upool.h). */
+int sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to,
+                     unsigned flags)
+{
+    (void)flags;
+    if (s->state >= SL_SESS_FLUSHING)
+        return 1; /* nothing more goes to it: its replies are dropped */
+    if (side_queued(s, 0) > s->l->conf->pool_client_buffer) {
+        s->l->stats.pool_slow_closed++;
+        sl_log_debug_rl("pool_client_buffer", "client closed: replies past upstream_pool_client_buffer",
+                        "listener=%s", s->l->name);
+        sl_session_close(s);
+        return 1;
+    }
+    uint32_t n = to - from;
+    s->l->stats.bytes_out += n;
+    sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
+    meter_read(s, 1, n);
+    if (s->state >= SL_SESS_CLOSED)
+        return 1;
+    uint32_t os = b->start, oe = b->end;
+    b->start = from;
+    b->end = to;
+    s->proto->upstream_in(s, b);
+    b->start = os;
+    b->end = oe;
+    if (s->state >= SL_SESS_CLOSED)
+        return 1;
+    sl_sess_drain_check(s);
+    return s->state >= SL_SESS_CLOSED;
 }
 
 /* Plain TCP: libuv read into the chunks (alloc_client, alloc_upstream). */
@@ -1231,6 +1286,16 @@ static void connect_upstream(struct sl_session *s)
     }
     if (l->conf->upstream_keepalive > 0 && upstream_adopt(s))
         return;
+    if (l->conf->upstream_pool > 0 && s->proto->link_open != NULL) {
+        /* Pooled: no connection of its own; the listener's engine connects
+         * when the first request goes (a failure then answers it). */
+        if (s->proto->link_open(s) < 0) {
+            sl_session_close(s);
+            return;
+        }
+        upstream_ready(s);
+        return;
+    }
     uint64_t ttl = l->conf->resolve_ttl_us;
     if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);

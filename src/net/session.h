@@ -40,6 +40,14 @@ size_t sl_session_refusal_fd(const struct sl_listener *l, char *out, size_t cap)
  * it forward what they now may, one write each for all of them. */
 void sl_session_turn_end(void);
 
+/* The listener's pooled upstream connections (upstream_pool) are closed
+ * (the listener goes, or the server stops); sessions still linked to
+ * them fail with the engine. */
+void sl_session_pool_close(struct sl_listener *l);
+struct sl_upool_stats;
+/* Its engine's numbers (zeros when it has none). */
+void sl_session_pool_stats(const struct sl_listener *l, struct sl_upool_stats *st);
+
 /* The session owning timeout-queue node <n>. */
 struct sl_session *sl_session_of(struct sl_tq_node *n);
 

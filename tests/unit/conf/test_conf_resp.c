@@ -63,6 +63,11 @@ static void test_upstream_pool(void **state)
     expect_errors("[listener w]\nlisten = *:8080\nupstream = 10.0.0.1:80\nprotocol = http\n"
                   "upstream_pool = 4\n",
                   "t.ini:5: upstream_pool: only for resp listeners (this listener is http)\n");
+    /* the pooled connections are plain TCP: refused with upstream TLS */
+    expect_errors("[listener r]\nlisten = *:6380\nupstream = 10.0.0.1:6379\nupstream_pool = 4\n"
+                  "upstream_tls = on\n",
+                  "t.ini:4: upstream_pool: not available with upstream_tls = on yet (pooled "
+                  "upstream connections are plain TCP); use upstream_pool = off\n");
 }
 
 /* upstream_keepalive (http only): off by default, kept connections time out. */

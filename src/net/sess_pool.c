@@ -1,0 +1,228 @@
+/* sluice — a session's link to its listener's pooled upstream connections
+ * (`upstream_pool = N`, net/upool.h).
+ *
+ * A session on a pooled listener has no upstream socket of its own. What it
+ * would write upstream goes to the listener's engine instead (one per
+ * listener per worker, made with the first pooled session): on a shared
+ * connection of the session's pool key, with the replies it owes for those
+ * bytes (counted since the last submission: sl_sess_owe adds to it), or on
+ * the connection pinned to it. What the engine reads for it comes back
+ * through sl_sess_link_got (session.c), which feeds the protocol exactly as
+ * a read of its own upstream socket would, so counting, metering, local
+ * replies and shaping stay per client.
+ *
+ * The protocol (sess_resp.c) decides when to pin and unpin and which key
+ * the session is on; this file only carries that out. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "core/log.h"
+#include "net/listener.h"
+#include "net/session.h"
+#include "net/session-i.h"
+#include "net/upool.h"
+
+struct sl_sess_link {
+    struct sl_upool_owner o;     /* the engine's view of the session */
+    struct sl_upool_key  *key;   /* the session's pool key (a reference) */
+    struct sl_upool_conn *pin;   /* its own connection, or NULL */
+    uint32_t              owe;   /* replies owed by the bytes not yet submitted */
+    uint8_t               waiting;   /* queued for a pin past the cap */
+    uint8_t               forgotten; /* the engine dropped it (a refused delivery) */
+};
+
+static int on_deliver(struct sl_upool_owner *o, struct sl_buf *b, uint32_t from, uint32_t to,
+                      unsigned flags)
+{
+    struct sl_session *s = o->data;
+    int rc = sl_sess_link_got(s, b, from, to, flags);
+    if (rc != 0 && s->link != NULL)
+        s->link->forgotten = 1; /* the engine forgets it on our refusal */
+    return rc;
+}
+
+static void on_failed(struct sl_upool_owner *o, int err, const char *why)
+{
+    struct sl_session *s = o->data;
+    struct sl_sess_link *k = s->link;
+    int was_pinned = k->pin != NULL;
+    k->pin = NULL;
+    k->waiting = 0;
+    k->owe = 0;
+    s->l->stats.pool_lost++;
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    s->proto->link_lost(s, was_pinned, err, why);
+}
+
+static void on_pinned(struct sl_upool_owner *o, struct sl_upool_conn *c)
+{
+    struct sl_session *s = o->data;
+    s->link->pin = c;
+    s->link->waiting = 0;
+    sl_sess_resume_later(s);
+}
+
+static const struct sl_upool_cbs link_cbs = { on_deliver, on_failed, on_pinned };
+
+/* The listener's engine in this worker, made on first use. */
+static struct sl_upool *pool_of(struct sl_listener *l)
+{
+    if (l->upool != NULL)
+        return l->upool;
+    const struct sl_listener_conf *lc = l->conf;
+    struct sl_upool_conf pc;
+    memset(&pc, 0, sizeof(pc));
+    memcpy(&pc.addr, &l->up.ss, sizeof(pc.addr));
+    pc.per_key = lc->upstream_pool;
+    pc.max_pinned = lc->pool_pinned > UINT32_MAX ? UINT32_MAX : (uint32_t)lc->pool_pinned;
+    /* the wait is bounded by time (pool_pin_wait); the queue only by memory */
+    pc.pin_wait_max = UINT32_MAX;
+    pc.connect_timeout_ms = lc->connect_timeout_us / 1000 ? lc->connect_timeout_us / 1000 : 1;
+    pc.own_flush = 1;
+    l->upool = sl_upool_new(l->handle.loop, &pc, &link_cbs);
+    return l->upool;
+}
+
+int sl_sess_link_open(struct sl_session *s, const void *id, size_t idlen, const char *setup,
+                      size_t setuplen, uint32_t nsetup)
+{
+    struct sl_upool *p = pool_of(s->l);
+    struct sl_sess_link *k = calloc(1, sizeof(*k));
+    if (p == NULL || k == NULL) {
+        free(k);
+        return SL_ENOMEM;
+    }
+    sl_upool_owner_init(&k->o, s);
+    if ((k->key = sl_upool_key_get(p, id, idlen, setup, setuplen, nsetup)) == NULL) {
+        free(k);
+        return SL_ENOMEM;
+    }
+    s->link = k;
+    return 0;
+}
+
+int sl_sess_link_rekey(struct sl_session *s, const void *id, size_t idlen, const char *setup,
+                       size_t setuplen, uint32_t nsetup)
+{
+    struct sl_sess_link *k = s->link;
+    struct sl_upool_key *nk = sl_upool_key_get(s->l->upool, id, idlen, setup, setuplen, nsetup);
+    if (nk == NULL)
+        return SL_ENOMEM;
+    sl_upool_key_put(k->key);
+    k->key = nk;
+    return 0;
+}
+
+void sl_sess_link_close(struct sl_session *s)
+{
+    struct sl_sess_link *k = s->link;
+    if (k == NULL)
+        return;
+    if (!k->forgotten)
+        sl_upool_forget(&k->o);
+    k->forgotten = 1;
+    k->pin = NULL;
+}
+
+void sl_sess_link_free(struct sl_session *s)
+{
+    struct sl_sess_link *k = s->link;
+    if (k == NULL)
+        return;
+    sl_sess_link_close(s);
+    sl_upool_key_put(k->key);
+    free(k);
+    s->link = NULL;
+}
+
+void sl_sess_link_owe(struct sl_session *s, uint32_t n)
+{
+    s->link->owe += n;
+}
+
+int sl_sess_link_send(struct sl_session *s, const char *p, size_t len)
+{
+    struct sl_sess_link *k = s->link;
+    if (k->forgotten)
+        return SL_ECLOSED;
+    uint32_t owe = k->owe;
+    k->owe = 0;
+    return sl_upool_submit(k->key, &k->o, p, len, owe);
+}
+
+int sl_sess_link_pinned(const struct sl_session *s)
+{
+    return s->link->pin != NULL;
+}
+
+uint32_t sl_sess_link_inflight(const struct sl_session *s)
+{
+    return s->link->o.pinned ? 0 : s->link->o.inflight;
+}
+
+int sl_sess_link_waiting(const struct sl_session *s)
+{
+    return s->link->waiting;
+}
+
+int sl_sess_link_pin(struct sl_session *s, int wait)
+{
+    struct sl_sess_link *k = s->link;
+    if (k->pin != NULL)
+        return 1;
+    if (k->waiting)
+        return 0;
+    if (k->forgotten)
+        return SL_ECLOSED;
+    int err = 0;
+    struct sl_upool_conn *c = sl_upool_pin(k->key, &k->o, wait, &err);
+    if (c != NULL) {
+        k->pin = c;
+        return 1;
+    }
+    if (err == UV_EBUSY)
+        return 0; /* pooled replies still to come: the last one resumes the session */
+    if (err == SL_EAGAIN) {
+        k->waiting = 1;
+        s->l->stats.pool_pin_waits++;
+        return 0;
+    }
+    return err;
+}
+
+void sl_sess_link_unwait(struct sl_session *s)
+{
+    struct sl_sess_link *k = s->link;
+    if (k->waiting) {
+        sl_upool_forget(&k->o); /* withdraws the wait; nothing is in flight */
+        k->waiting = 0;
+    }
+}
+
+void sl_sess_link_unpin(struct sl_session *s, int clean)
+{
+    struct sl_sess_link *k = s->link;
+    if (k->pin == NULL)
+        return;
+    struct sl_upool_conn *c = k->pin;
+    k->pin = NULL;
+    k->owe = 0;
+    sl_upool_unpin(c, clean, 0);
+}
+
+void sl_session_pool_close(struct sl_listener *l)
+{
+    if (l->upool != NULL) {
+        sl_upool_close(l->upool);
+        l->upool = NULL;
+    }
+}
+
+void sl_session_pool_stats(const struct sl_listener *l, struct sl_upool_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (l->upool != NULL)
+        sl_upool_stats(l->upool, st);
+}
