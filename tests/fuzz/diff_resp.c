@@ -1095,6 +1095,17 @@ static int compare(const struct outcome *a, const struct outcome *b, int reply_o
             dump(f, x.p, x.len, 600);
             fputs("\n    sluice: ", f);
             dump(f, y.p, y.len, 600);
+            /* a long reply: where the two part */
+            size_t at = 0;
+            while (at < x.len && at < y.len && x.p[at] == y.p[at])
+                at++;
+            if (at > 400) {
+                size_t from = at - 100;
+                fprintf(f, "\n    from byte %zu: direct: ", from);
+                dump(f, x.p + from, x.len - from, 300);
+                fputs("\n                    sluice: ", f);
+                dump(f, y.p + from, y.len - from, 300);
+            }
             fclose(f);
             buf_add(why, t, tl);
             free(t);
@@ -1814,6 +1825,11 @@ static int pooled_main(uint64_t seed, uint64_t rounds, uint64_t first, double se
     uint64_t t0 = th_now_ms(), done = 0, failures = 0, deaths = 0;
     struct stream ds[POOL_MAX_CLIENTS];
     int bad[POOL_MAX_CLIENTS];
+    struct {
+        char    *sig;
+        uint64_t first, count;
+    } sigs[64];
+    size_t nsigs = 0;
     printf("diff_resp: pooled: rounds of %u concurrent clients, upstream_pool = %u, listener :%d\n",
            g_pooled, g_pool_size, W.pool);
     fflush(stdout);
@@ -1829,9 +1845,26 @@ static int pooled_main(uint64_t seed, uint64_t rounds, uint64_t first, double se
         done++;
         if (g_verbose)
             printf("round %llu: %s\n", (unsigned long long)idx, v.fail ? "FAIL" : "ok");
-        if (v.fail) {
+        size_t known_sig = nsigs;
+        for (size_t k = 0; v.fail && k < nsigs; k++)
+            if (!strcmp(sigs[k].sig, v.sig.p ? v.sig.p : ""))
+                known_sig = k;
+        if (v.fail && known_sig < nsigs) {
             failures++;
             deaths += v.fail == 2;
+            sigs[known_sig].count++;
+            fprintf(stderr, "!! round %llu: again [%zu] %s\n", (unsigned long long)idx, known_sig + 1,
+                    sigs[known_sig].sig);
+            revive();
+        } else if (v.fail) {
+            failures++;
+            deaths += v.fail == 2;
+            if (nsigs < sizeof(sigs) / sizeof(sigs[0])) {
+                sigs[nsigs].sig = strdup(v.sig.p ? v.sig.p : "");
+                sigs[nsigs].first = idx;
+                sigs[nsigs].count = 1;
+                nsigs++;
+            }
             fprintf(stderr, "\n!! round %llu of seed %llu (pooled, %u clients): %s %s\n",
                     (unsigned long long)idx, (unsigned long long)seed, g_pooled,
                     v.fail == 2 ? "SLUICE DIED" : v.fail == 1 ? "MISMATCH" : "ERROR",
@@ -1866,6 +1899,11 @@ static int pooled_main(uint64_t seed, uint64_t rounds, uint64_t first, double se
         }
     }
     int stop_rc = world_stop();
+    for (size_t k = 0; k < nsigs; k++) {
+        printf("diff_resp: failure [%zu] x%llu (first: round %llu): %s\n", k + 1,
+               (unsigned long long)sigs[k].count, (unsigned long long)sigs[k].first, sigs[k].sig);
+        free(sigs[k].sig);
+    }
     printf("diff_resp: seed %llu: pooled: %llu rounds of %u clients in %.1f s: %llu failures "
            "(%llu sluice deaths, %u restarts)%s\n",
            (unsigned long long)seed, (unsigned long long)done, g_pooled, (th_now_ms() - t0) / 1000.0,
