@@ -769,6 +769,197 @@ static void test_monitor(void **state)
     }
 }
 
+/* ---- protocol versions, RESP3 pub/sub, CLIENT REPLY, tracking (raw RESP) ---------- */
+
+/* Sends <cmd> (an inline command, CRLF added) and reads one reply, which
+ * must be exactly <want> (NULL: any; the reply is dropped). 0 or -1 (the
+ * reason in <err>). */
+static int raw(struct th_conn *c, char *err, size_t cap, const char *cmd, const char *want)
+{
+    char line[512];
+    snprintf(line, sizeof(line), "%s\r\n", cmd);
+    if (th_conn_send(c, line) < 0) {
+        snprintf(err, cap, "%s: cannot send", cmd);
+        return -1;
+    }
+    char *r = th_conn_reply(c, TH_MS);
+    int ok = r && (!want || strcmp(r, want) == 0);
+    if (!ok)
+        snprintf(err, cap, "%s: got '%.200s', want '%s'", cmd, r ? r : "(nothing)", want ? want : "any");
+    free(r);
+    return ok ? 0 : -1;
+}
+
+/* The next reply (a push, a message) must be exactly <want> (NULL: any). */
+static int raw_next(struct th_conn *c, char *err, size_t cap, const char *want)
+{
+    char *r = th_conn_reply(c, TH_MS);
+    int ok = r && (!want || strcmp(r, want) == 0);
+    if (!ok)
+        snprintf(err, cap, "next: got '%.200s', want '%s'", r ? r : "(nothing)", want ? want : "any");
+    free(r);
+    return ok ? 0 : -1;
+}
+
+#define RAW(c, cmd, want)                                        \
+    do {                                                         \
+        char err_[512];                                          \
+        if (raw((c), err_, sizeof(err_), (cmd), (want)) < 0)     \
+            fail_msg("%s", err_);                                \
+    } while (0)
+#define RAW_NEXT(c, want)                                        \
+    do {                                                         \
+        char err_[512];                                          \
+        if (raw_next((c), err_, sizeof(err_), (want)) < 0)       \
+            fail_msg("%s", err_);                                \
+    } while (0)
+
+/* Even clients speak RESP3 (HELLO 3), odd ones RESP2, interleaved on the
+ * same listener: each gets its own protocol's replies, locally made ones
+ * (CLIENT GETNAME's nil) included. */
+static void w_protocols(struct worker *w)
+{
+    int resp3 = !(w->idx & 1);
+    struct th_conn c = { .fd = -1 };
+    char cmd[128];
+    const char *nil = resp3 ? "_\r\n" : "$-1\r\n";
+    char map[64];
+    snprintf(map, sizeof(map), resp3 ? "%%1\r\n$1\r\nf\r\n$%zu\r\nv%d\r\n" : "*2\r\n$1\r\nf\r\n$%zu\r\nv%d\r\n",
+             (size_t)snprintf(NULL, 0, "v%d", w->idx), w->idx);
+    if (th_conn_open(&c, w->port) < 0)
+        FAIL(w, "cannot connect");
+    /* a local answer pipelined behind HELLO 3 is RESP3 already */
+    if (resp3 && (th_conn_send(&c, "HELLO 3\r\nCLIENT GETNAME\r\n") < 0 ||
+                  raw_next(&c, w->err, sizeof(w->err), NULL) < 0 ||
+                  raw_next(&c, w->err, sizeof(w->err), "_\r\n") < 0))
+        goto fail;
+    snprintf(cmd, sizeof(cmd), "HSET pr:%d:%d f v%d", w->port, w->idx, w->idx);
+    if (raw(&c, w->err, sizeof(w->err), cmd, ":1\r\n") < 0)
+        goto fail;
+    for (int round = 0; round < ROUNDS; round++) {
+        char pipe[512];
+        snprintf(pipe, sizeof(pipe), "HGETALL pr:%d:%d\r\nGET pr:none\r\nCLIENT GETNAME\r\n", w->port, w->idx);
+        if (th_conn_send(&c, pipe) < 0)
+            FAIL(w, "cannot send");
+        const char *want[3] = { map, nil, nil };
+        for (int k = 0; k < 3; k++) {
+            char *r = th_conn_reply(&c, TH_MS);
+            int ok = r && !strcmp(r, want[k]);
+            if (!ok)
+                snprintf(w->err, sizeof(w->err), "round %d (RESP%d) reply %d: '%s', want '%s'", round,
+                         resp3 ? 3 : 2, k, r ? r : "(nothing)", want[k]);
+            free(r);
+            if (!ok)
+                goto fail;
+        }
+    }
+fail:
+    th_conn_close(&c);
+}
+
+static void test_protocols(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++)
+        run_workers(NCLIENTS, both_ports[p], w_protocols, NULL);
+}
+
+/* RESP3 pub/sub: a subscribed client still runs commands; messages and
+ * confirmations come as pushes, only its own channel's. */
+static void test_resp3_pubsub(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+        assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+        assert_int_equal(th_conn_open(&b, both_ports[p]), 0);
+        RAW(&a, "HELLO 3", NULL);
+        RAW(&b, "SET r3:k v", "+OK\r\n");
+        RAW(&a, "SUBSCRIBE r3:ch", ">3\r\n$9\r\nsubscribe\r\n$5\r\nr3:ch\r\n:1\r\n");
+        RAW(&a, "GET r3:k", "$1\r\nv\r\n");
+        RAW(&b, "PUBLISH r3:other x", ":0\r\n");
+        RAW(&b, "PUBLISH r3:ch hello", ":1\r\n");
+        RAW_NEXT(&a, ">3\r\n$7\r\nmessage\r\n$5\r\nr3:ch\r\n$5\r\nhello\r\n");
+        RAW(&a, "UNSUBSCRIBE", ">3\r\n$11\r\nunsubscribe\r\n$5\r\nr3:ch\r\n:0\r\n");
+        RAW(&a, "GET r3:k", "$1\r\nv\r\n");
+        RAW(&b, "PUBLISH r3:ch again", ":0\r\n");
+        assert_true(th_quiet(a.fd, 100));
+        th_conn_close(&a);
+        th_conn_close(&b);
+    }
+}
+
+/* CLIENT REPLY OFF / SKIP hold for their client only. */
+static void test_client_reply(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+        assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+        assert_int_equal(th_conn_open(&b, both_ports[p]), 0);
+        assert_int_equal(th_conn_send(&a, "CLIENT REPLY OFF\r\nSET rp:a 1\r\nGET rp:a\r\n"), 0);
+        RAW(&b, "SET rp:b 2", "+OK\r\n");
+        RAW(&b, "GET rp:b", "$1\r\n2\r\n");
+        RAW(&a, "CLIENT REPLY ON", "+OK\r\n");
+        RAW(&a, "GET rp:a", "$1\r\n1\r\n");
+        assert_int_equal(th_conn_send(&a, "CLIENT REPLY SKIP\r\nSET rp:a 3\r\n"), 0);
+        RAW(&b, "GET rp:b", "$1\r\n2\r\n");
+        RAW(&a, "GET rp:a", "$1\r\n3\r\n");
+        RAW(&b, "GET rp:a", "$1\r\n3\r\n");
+        th_conn_close(&a);
+        th_conn_close(&b);
+    }
+}
+
+/* CLIENT TRACKING: the tracking client alone gets the invalidation of a key
+ * it read that another client changed; none after TRACKING OFF. */
+static void test_tracking(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+        assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+        assert_int_equal(th_conn_open(&b, both_ports[p]), 0);
+        RAW(&a, "HELLO 3", NULL);
+        RAW(&b, "HELLO 3", NULL);
+        RAW(&b, "SET tr:k 1", "+OK\r\n");
+        RAW(&a, "CLIENT TRACKING ON", "+OK\r\n");
+        RAW(&a, "GET tr:k", "$1\r\n1\r\n");
+        RAW(&b, "GET tr:k", "$1\r\n1\r\n");
+        RAW(&b, "SET tr:k 2", "+OK\r\n");
+        RAW_NEXT(&a, ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\ntr:k\r\n");
+        assert_true(th_quiet(b.fd, 100));
+        RAW(&a, "CLIENT TRACKING OFF", "+OK\r\n");
+        RAW(&a, "GET tr:k", "$1\r\n2\r\n");
+        RAW(&b, "SET tr:k 3", "+OK\r\n");
+        assert_true(th_quiet(a.fd, 100));
+        th_conn_close(&a);
+        th_conn_close(&b);
+    }
+}
+
+/* The client's name inside MULTI: a queued GETNAME answers the client's
+ * name, a queued SETNAME sets it (EXEC runs them). */
+static void test_names_in_multi(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct th_conn a = { .fd = -1 };
+        assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+        RAW(&a, "CLIENT SETNAME carol", "+OK\r\n");
+        RAW(&a, "MULTI", "+OK\r\n");
+        RAW(&a, "CLIENT GETNAME", "+QUEUED\r\n");
+        RAW(&a, "EXEC", "*1\r\n$5\r\ncarol\r\n");
+        RAW(&a, "MULTI", "+OK\r\n");
+        RAW(&a, "CLIENT SETNAME dave", "+QUEUED\r\n");
+        RAW(&a, "EXEC", "*1\r\n+OK\r\n");
+        RAW(&a, "CLIENT GETNAME", "$4\r\ndave\r\n");
+        RAW(&a, "HELLO 2 SETNAME erin", NULL);
+        RAW(&a, "CLIENT GETNAME", "$4\r\nerin\r\n");
+        th_conn_close(&a);
+    }
+}
+
 /* ---- upstream connections -------------------------------------------------------------- */
 
 /* Connections to the upstream other than the asking one: "connected_clients"
@@ -913,6 +1104,11 @@ int main(void)
         cmocka_unit_test_teardown(test_blocking, sluice_alive),
         cmocka_unit_test_teardown(test_pubsub, sluice_alive),
         cmocka_unit_test_teardown(test_monitor, sluice_alive),
+        cmocka_unit_test_teardown(test_protocols, sluice_alive),
+        cmocka_unit_test_teardown(test_resp3_pubsub, sluice_alive),
+        cmocka_unit_test_teardown(test_client_reply, sluice_alive),
+        cmocka_unit_test_teardown(test_tracking, sluice_alive),
+        cmocka_unit_test_teardown(test_names_in_multi, sluice_alive),
         cmocka_unit_test(test_connection_counts),
     };
     const char *only = getenv("POOL_ONLY");
