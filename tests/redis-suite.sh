@@ -19,6 +19,8 @@
 #   REDIS_SUITE_BUDGET  wall-clock seconds for each half; units left when it is
 #                       spent are not run and count as failed (default 3600)
 #   REDIS_SUITE_DIR     where the source lives (default build/redis-src)
+#   REDIS_SUITE_SKIP    test names to skip (one a line, the suite's --skiptest),
+#                       e.g. one that hangs and would end its unit early
 #   SUITE_POOL          N: the sluice half goes through a pooled listener
 #                       (`upstream_pool = N`, docs/resp.md "Pooled listeners");
 #                       its results are build/redis-suite/pooled.* instead of
@@ -280,6 +282,9 @@ run_units() {
     local res="$OUTDIR/$label.results"
     : > "$res"
     for tag in $DENY_TAGS; do args+=(--tags "-$tag"); done
+    while IFS= read -r tag; do
+        [ -n "$tag" ] && args+=(--skiptest "$tag")
+    done <<< "${REDIS_SUITE_SKIP:-}"
     local half_start
     half_start=$(date +%s)
     for unit in "${UNITS[@]}"; do
