@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -960,6 +961,128 @@ static void test_names_in_multi(void **state)
     }
 }
 
+/* ---- upstream connections killed under traffic; a client that does not read -------- */
+
+/* Clients pipelining GETs of their own keys while the upstream's
+ * connections are killed over and over: each reply is the client's own
+ * value or sluice's error for a lost connection, or the client is closed;
+ * never another client's value. */
+static void w_killed(struct worker *w)
+{
+    int lost = 0, closed = 0;
+    char mine[64];
+    snprintf(mine, sizeof(mine), "kill-%d", w->idx);
+    redisContext *c = conn(w->port);
+    if (!c)
+        FAIL(w, "cannot connect");
+    for (int round = 0; round < ROUNDS && !closed; round++) {
+        for (int j = 0; j < 20; j++)
+            redisAppendCommand(c, "GET kl:%d:%d", w->port, w->idx);
+        for (int j = 0; j < 20; j++) {
+            redisReply *r;
+            if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+                closed = 1; /* a reply cut mid-way closes the client */
+                break;
+            }
+            int own = r->type == REDIS_REPLY_STRING && !strcmp(r->str, mine);
+            int err = r->type == REDIS_REPLY_ERROR && strstr(r->str, "sluice");
+            if (!own && !err)
+                snprintf(w->err, sizeof(w->err), "round %d: '%s' (type %d), want %s or sluice's error",
+                         round, r->str ? r->str : "", r->type, mine);
+            lost += err;
+            freeReplyObject(r);
+            if (!own && !err)
+                goto fail;
+        }
+    }
+fail:
+    if (c)
+        redisFree(c);
+}
+
+struct killer {
+    volatile int stop;
+    int          kills;
+};
+
+static void *killer_main(void *p)
+{
+    struct killer *k = p;
+    redisContext *d = direct();
+    while (d && !k->stop) {
+        /* every connection but this one: sluice's pooled and pinned ones */
+        redisReply *r = redisCommand(d, "CLIENT KILL TYPE normal SKIPME yes");
+        if (r && r->type == REDIS_REPLY_INTEGER)
+            k->kills += (int)r->integer;
+        if (r)
+            freeReplyObject(r);
+        usleep(3000); /* pacing, not synchronisation */
+    }
+    if (d)
+        redisFree(d);
+    return NULL;
+}
+
+static void test_upstream_killed(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct killer k = { 0 };
+        pthread_t th;
+        redisContext *d = direct();
+        assert_non_null(d);
+        for (int i = 0; i < NCLIENTS; i++) {
+            redisReply *r = redisCommand(d, "SET kl:%d:%d kill-%d", both_ports[p], i, i);
+            assert_non_null(r);
+            freeReplyObject(r);
+        }
+        redisFree(d);
+        assert_int_equal(pthread_create(&th, NULL, killer_main, &k), 0);
+        run_workers(NCLIENTS, both_ports[p], w_killed, NULL);
+        k.stop = 1;
+        pthread_join(th, NULL);
+        assert_true(k.kills > 0);
+        /* and the listener serves again afterwards */
+        run_workers(4, both_ports[p], w_replies, NULL);
+    }
+}
+
+/* A client that sends many GETs of a big value and reads nothing: the
+ * clients sharing its upstream connection (upstream_pool = 1) are served
+ * all the same. */
+static void test_slow_reader(void **state)
+{
+    (void)state;
+    redisContext *d = direct();
+    assert_non_null(d);
+    size_t big = 1 << 20;
+    char *v = malloc(big);
+    assert_non_null(v);
+    memset(v, 'b', big);
+    redisReply *r = redisCommand(d, "SET slow:big %b", v, big);
+    assert_non_null(r);
+    freeReplyObject(r);
+    free(v);
+    redisFree(d);
+    int fd = th_connect(port_pool1);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    char req[64];
+    int n = snprintf(req, sizeof(req), "*2\r\n$3\r\nGET\r\n$8\r\nslow:big\r\n");
+    for (int i = 0; i < 200; i++)
+        if (th_write_all(fd, req, (size_t)n) < 0)
+            break; /* closed already: past upstream_pool_client_buffer */
+    uint64_t t0 = th_now_ms();
+    run_workers(NCLIENTS, port_pool1, w_replies, NULL);
+    uint64_t took = th_now_ms() - t0;
+    if (took > TH_MS)
+        print_error("the others took %llu ms beside a client that does not read\n",
+                    (unsigned long long)took);
+    assert_true(took <= TH_MS);
+    close(fd);
+}
+
 /* ---- upstream connections -------------------------------------------------------------- */
 
 /* Connections to the upstream other than the asking one: "connected_clients"
@@ -1109,6 +1232,8 @@ int main(void)
         cmocka_unit_test_teardown(test_client_reply, sluice_alive),
         cmocka_unit_test_teardown(test_tracking, sluice_alive),
         cmocka_unit_test_teardown(test_names_in_multi, sluice_alive),
+        cmocka_unit_test_teardown(test_upstream_killed, sluice_alive),
+        cmocka_unit_test_teardown(test_slow_reader, sluice_alive),
         cmocka_unit_test(test_connection_counts),
     };
     const char *only = getenv("POOL_ONLY");
