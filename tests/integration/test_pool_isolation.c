@@ -961,6 +961,46 @@ static void test_names_in_multi(void **state)
     }
 }
 
+/* A client sends an empty request (`*0`, `*-1`, a blank line: Redis answers
+ * nothing) between pooled ones while another client pins the shared
+ * connection (WATCH right behind pooled requests): each still gets its own
+ * replies, nothing of the other's. The 2 ms gaps only make the requests
+ * arrive in separate reads; the checks hold however they fall. */
+static void test_empty_request_beside_pin(void **state)
+{
+    (void)state;
+    static const char *const empties[] = { "*0\r\n", "*-1\r\n", "\r\n" };
+    for (int p = 0; p < 2; p++)
+        for (int trial = 0; trial < 12; trial++) {
+            struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+            assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+            assert_int_equal(th_conn_open(&b, both_ports[p]), 0);
+            assert_int_equal(th_conn_send(&b, "SET em:b v\r\n"), 0);
+            usleep(2000);
+            assert_int_equal(th_conn_send(&a, "PING\r\nDEL em:a\r\n"), 0);
+            assert_int_equal(th_conn_send(&b, empties[trial % 3]), 0);
+            usleep(2000);
+            assert_int_equal(th_conn_send(&a, "WATCH em:k\r\n"), 0);
+            assert_int_equal(th_conn_send(&b, "MSET em:x 1 em:y 2\r\n"), 0);
+            usleep(2000);
+            assert_int_equal(th_conn_send(&b, "ECHO b1\r\n"), 0);
+            usleep(2000);
+            assert_int_equal(th_conn_send(&b, "ECHO b2\r\n"), 0);
+            RAW_NEXT(&a, "+PONG\r\n");
+            RAW_NEXT(&a, ":0\r\n");
+            RAW_NEXT(&a, "+OK\r\n");
+            RAW_NEXT(&b, "+OK\r\n");
+            RAW_NEXT(&b, "+OK\r\n");
+            RAW_NEXT(&b, "$2\r\nb1\r\n");
+            RAW_NEXT(&b, "$2\r\nb2\r\n");
+            RAW(&a, "UNWATCH", "+OK\r\n");
+            RAW(&a, "ECHO a1", "$2\r\na1\r\n");
+            RAW(&b, "ECHO b3", "$2\r\nb3\r\n");
+            th_conn_close(&a);
+            th_conn_close(&b);
+        }
+}
+
 /* ---- upstream connections killed under traffic; a client that does not read -------- */
 
 /* Clients pipelining GETs of their own keys while the upstream's
@@ -1232,6 +1272,7 @@ int main(void)
         cmocka_unit_test_teardown(test_client_reply, sluice_alive),
         cmocka_unit_test_teardown(test_tracking, sluice_alive),
         cmocka_unit_test_teardown(test_names_in_multi, sluice_alive),
+        cmocka_unit_test_teardown(test_empty_request_beside_pin, sluice_alive),
         cmocka_unit_test_teardown(test_upstream_killed, sluice_alive),
         cmocka_unit_test_teardown(test_slow_reader, sluice_alive),
         cmocka_unit_test(test_connection_counts),
