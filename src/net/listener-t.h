@@ -8,6 +8,7 @@
 #include "conf/conf-t.h"
 #include "core/resolve-t.h"
 #include "core/tq.h"
+#include "net/turn.h"
 #include "shape/wait-t.h"
 
 /* Counters per listener, kept in memory (exported by the admin endpoint). */
@@ -88,6 +89,7 @@ struct sl_listener {
     struct sl_upool         *upool;      /* upstream_pool: this worker's pooled upstream
                                             connections (made with the first pooled
                                             session, closed with the listener) */
+    struct sl_turn_node      upool_tn;   /* ... its writes at the end of the turn */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

@@ -30,6 +30,7 @@
 #include "net/report.h"
 #include "net/session.h"
 #include "net/upkeep.h"
+#include "net/turn.h"
 #include "shape/wait.h"
 #include "store/store.h"
 
@@ -100,7 +101,7 @@ static void fd_count(struct sl_server *srv)
     srv->fds.sessions = all_sessions(srv);
     srv->fds.kept = all_kept(srv);
     srv->fds.admin = admin_conns(srv);
-    srv->fds.at_ms = uv_now(srv->loop);
+    srv->fds.at_ms = sl_turn_now_ms();
 }
 
 /* Descriptors open now, as far as the last count and what changed since tell. */
@@ -120,7 +121,7 @@ static int fd_room(struct sl_server *srv)
     int64_t most = (int64_t)srv->fds.limit - SL_FD_SLACK - 2;
     if (fd_estimate(srv) <= most)
         return 1;
-    if (uv_now(srv->loop) - srv->fds.at_ms < FD_RECOUNT_MS)
+    if (sl_turn_now_ms() - srv->fds.at_ms < FD_RECOUNT_MS)
         return 0;
     fd_count(srv); /* sessions may have closed descriptors the estimate still holds */
     return fd_estimate(srv) <= most;
@@ -143,7 +144,7 @@ void sl_listener_refused_fd(struct sl_listener *l, int err)
     l->stats.conns_refused++;
     l->stats.conns_refused_fd++;
     l->fd_unlogged++;
-    uint64_t now = uv_now(l->handle.loop);
+    uint64_t now = sl_turn_now_ms();
     if (l->fd_logged_ms == 0 || now - l->fd_logged_ms >= 1000)
         fd_log(l, now);
 }
@@ -492,7 +493,7 @@ static void due_arm(struct sl_server *srv)
         uv_timer_stop(&srv->due);
         return;
     }
-    uint64_t now = uv_now(srv->loop);
+    uint64_t now = sl_turn_now_ms();
     uv_timer_start(&srv->due, on_due, sl_tq_delay(now, due), 0);
 }
 
@@ -553,7 +554,7 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
 static void on_due(uv_timer_t *t)
 {
     struct sl_server *srv = t->data;
-    uint64_t now = uv_now(srv->loop);
+    uint64_t now = sl_turn_now_ms();
     srv->due_at = UINT64_MAX;
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
@@ -565,7 +566,7 @@ static void on_due(uv_timer_t *t)
 static void on_sweep(uv_timer_t *t)
 {
     struct sl_server *srv = t->data;
-    uint64_t now = uv_now(srv->loop);
+    uint64_t now = sl_turn_now_ms();
     srv->due_dirty = 1; /* and the timer again, should a reload have changed a timeout */
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
@@ -598,6 +599,7 @@ static void on_turn_pre(uv_prepare_t *h)
     struct sl_server *srv = h->data;
     if (srv != NULL && srv->due_dirty)
         due_arm(srv); /* before the loop sleeps: its timeout must include the new deadline */
+    sl_turn_tick(); /* the loop may sleep now: what wakes it reads the clock again */
 }
 
 static void on_turn_post(uv_check_t *h)
@@ -618,7 +620,10 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     uv_timer_init(loop, &srv->due);
     srv->due.data = srv;
     srv->due_at = UINT64_MAX;
-    srv->clock = &sl_clock_mono;
+    /* Every room reads the turn's time (net/turn.h): the timeouts, the
+     * waits, the limiter and the meters see one "now" per loop turn. */
+    sl_turn_clock_set(&sl_clock_mono);
+    srv->clock = &sl_turn_clock;
     sl_waits_init(&srv->waits, loop, srv->clock);
     sl_waits_default = &srv->waits;
     /* Verdicts from the store land in the poll phase (check runs right

@@ -9,6 +9,8 @@
 #include "limit/limiter.h"
 #include "net/listener.h"
 #include "net/report.h"
+#include "net/session.h"
+#include "net/upool-t.h"
 #include "store/store.h"
 
 /* One listener counter as a metric family. */
@@ -68,6 +70,22 @@ static const struct lmetric lmetrics[] = {
     { "sluice_upstream_connections_idle", "gauge",
       "HTTP, upstream_keepalive: idle upstream connections kept for reuse now.",
       offsetof(struct sl_listener_stats, upstream_idle) },
+    { "sluice_pool_pin_waits_total", "counter",
+      "RESP, upstream_pool: clients that waited for a connection of their own past "
+      "upstream_pool_pinned.",
+      offsetof(struct sl_listener_stats, pool_pin_waits) },
+    { "sluice_pool_pin_refused_total", "counter",
+      "RESP, upstream_pool: requests answered -ERR because no connection of their own could be "
+      "had within upstream_pool_pin_wait.",
+      offsetof(struct sl_listener_stats, pool_pin_refused) },
+    { "sluice_pool_clients_failed_total", "counter",
+      "RESP, upstream_pool: clients whose upstream connection failed with replies owed to them "
+      "(answered -ERR, or closed when cut inside a reply).",
+      offsetof(struct sl_listener_stats, pool_lost) },
+    { "sluice_pool_slow_clients_closed_total", "counter",
+      "RESP, upstream_pool: clients closed with more than upstream_pool_client_buffer of replies "
+      "unread.",
+      offsetof(struct sl_listener_stats, pool_slow_closed) },
     { "sluice_client_read_bytes_total", "counter", "Bytes read from clients.",
       offsetof(struct sl_listener_stats, bytes_in) },
     { "sluice_upstream_read_bytes_total", "counter", "Bytes read from upstreams (sent on to clients).",
@@ -99,6 +117,65 @@ static int name_totals(const struct sl_server *srv, const struct sl_listener *l,
     return 1;
 }
 
+/* The pooled engine's figures of every shown listener named as <l> (when
+ * <l> is the first of them and pooled): 1, else 0. */
+static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
+                       struct sl_upool_stats *out)
+{
+    struct sl_listener_stats ls;
+    if (l->conf->protocol != SL_PROTO_RESP || l->conf->upstream_pool == 0 ||
+        !name_totals(srv, l, &ls))
+        return 0;
+    memset(out, 0, sizeof(*out));
+    for (const struct sl_listener *o = l; o != NULL; o = o->next) {
+        if (!shown(o) || strcmp(o->name, l->name) != 0)
+            continue;
+        struct sl_upool_stats st;
+        sl_session_pool_stats(o, &st);
+        out->conns += st.conns;
+        out->pinned += st.pinned;
+        out->failures += st.failures;
+        out->dropped_replies += st.dropped_replies;
+        out->pin_waiting += st.pin_waiting;
+    }
+    return 1;
+}
+
+static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
+{
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } pm[] = {
+        { "sluice_pool_upstream_connections", "gauge",
+          "RESP, upstream_pool: upstream connections open or opening, shared and pinned.",
+          offsetof(struct sl_upool_stats, conns) },
+        { "sluice_pool_pinned_connections", "gauge",
+          "RESP, upstream_pool: upstream connections pinned to one client now.",
+          offsetof(struct sl_upool_stats, pinned) },
+        { "sluice_pool_pin_waiting", "gauge",
+          "RESP, upstream_pool: clients waiting for a connection of their own now.",
+          offsetof(struct sl_upool_stats, pin_waiting) },
+        { "sluice_pool_upstream_failures_total", "counter",
+          "RESP, upstream_pool: pooled upstream connections that failed (connect, setup "
+          "refused, I/O, protocol).",
+          offsetof(struct sl_upool_stats, failures) },
+        { "sluice_pool_replies_dropped_total", "counter",
+          "RESP, upstream_pool: replies read for clients already gone, dropped.",
+          offsetof(struct sl_upool_stats, dropped_replies) },
+    };
+    for (size_t i = 0; i < sizeof(pm) / sizeof(pm[0]); i++) {
+        sl_metrics_family(m, pm[i].name, pm[i].type, pm[i].help);
+        for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+            struct sl_upool_stats st;
+            if (!pool_totals(srv, l, &st))
+                continue;
+            const char *labels[] = { "listener", l->name, NULL };
+            sl_metrics_u64(m, pm[i].name, labels, *(const uint64_t *)((const char *)&st + pm[i].off));
+        }
+    }
+}
+
 void sl_server_metrics(void *data, struct sl_metrics *m)
 {
     struct sl_server *srv = data;
@@ -113,6 +190,7 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
             sl_metrics_u64(m, lmetrics[i].name, labels, v);
         }
     }
+    pool_metrics(srv, m);
     static const char *const classes[5] = { "1xx", "2xx", "3xx", "4xx", "5xx" };
     sl_metrics_family(m, "sluice_http_responses_total", "counter",
                       "HTTP responses sent to clients (the upstream's and sluice's own), by status class.");
@@ -200,9 +278,19 @@ void sl_server_stats(void *data, FILE *out)
         fprintf(out,
                 "%s{\"name\":\"%s\",\"connections_active\":%" PRIu64 ",\"connections_accepted\":%" PRIu64
                 ",\"requests\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"client_read_bytes\":%" PRIu64
-                ",\"upstream_read_bytes\":%" PRIu64 "}",
+                ",\"upstream_read_bytes\":%" PRIu64,
                 first ? "" : ",", l->name, s->conns_active, s->conns_accepted, s->requests,
                 s->rejected, s->bytes_in, s->bytes_out);
+        struct sl_upool_stats ps;
+        if (pool_totals(srv, l, &ps))
+            fprintf(out,
+                    ",\"pool\":{\"upstream_connections\":%" PRIu64 ",\"pinned\":%" PRIu64
+                    ",\"pin_waits\":%" PRIu64 ",\"pin_refused\":%" PRIu64
+                    ",\"upstream_failures\":%" PRIu64 ",\"clients_failed\":%" PRIu64
+                    ",\"slow_clients_closed\":%" PRIu64 ",\"replies_dropped\":%" PRIu64 "}",
+                    ps.conns, ps.pinned, s->pool_pin_waits, s->pool_pin_refused, ps.failures,
+                    s->pool_lost, s->pool_slow_closed, ps.dropped_replies);
+        fputs("}", out);
         first = 0;
     }
     fputs("],\"limits\":", out);

@@ -97,68 +97,17 @@ static void eof_check(struct sl_session *s);
 
 /* ---- batched output ---------------------------------------------------------- */
 
-/* A rewritten head is a copy; the body bytes after it in the same read go
- * into the same write when they are few, so a small response costs one
- * write, not two. One batch for the process (one session's one stream at
- * a time); it is flushed before anything else is written to that stream,
- * and at the end of every entry point (client_in, upstream_in, resume,
- * upstream_eof), so nothing waits in it across loop turns. */
-#define OB_MAX (64 * 1024) /* body bytes are copied into a batch up to this */
-static struct {
-    char              *p;
-    uint32_t           len, cap;
-    struct sl_session *s;
-    uv_stream_t       *dst;
-} ob;
+/* A rewritten head is a copy into the side's buffer (s->out[], written by
+ * the session core); the body bytes after it go into the same write as
+ * references to their chunk, so a small response costs one write, not
+ * two. The core writes the buffers after each read it hands over; the
+ * entry points that are not reads (resume, upstream_eof, the timeouts)
+ * flush before they return, so nothing waits in them across loop turns. */
 
-static void ob_flush(void)
-{
-    struct sl_session *s = ob.s;
-    uint32_t n = ob.len;
-    ob.s = NULL;
-    ob.len = 0;
-    if (s != NULL && n > 0 && s->state < SL_SESS_CLOSED &&
-        sl_sess_send(s, ob.dst, NULL, ob.p, n) < 0)
-        sl_session_close(s);
-}
-
-/* Room for <n> more bytes in the batch for <s>'s stream <dst>: where they
- * go, or NULL (out of memory). */
-static char *ob_room(struct sl_session *s, uv_stream_t *dst, size_t n)
-{
-    if (ob.s != NULL && (ob.s != s || ob.dst != dst))
-        ob_flush();
-    if (ob.len + n > ob.cap) {
-        size_t cap = ob.cap ? ob.cap : 16 * 1024;
-        while (cap < ob.len + n)
-            cap *= 2;
-        char *p = realloc(ob.p, cap);
-        if (p == NULL)
-            return NULL;
-        ob.p = p;
-        ob.cap = (uint32_t)cap;
-    }
-    ob.s = s;
-    ob.dst = dst;
-    return ob.p + ob.len;
-}
-
-/* Sends <from, to) of chunk <b> to <dst>: into the batch when a head waits
- * there and the bytes are few, else after it, from the chunk itself. */
-static void ob_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
+/* Sends <from, to) of chunk <b> to <dst>, after what the side holds. */
+static void send_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
                     uint32_t to)
 {
-    if (to <= from)
-        return;
-    if (ob.s == s && ob.dst == dst && ob.len + (to - from) <= OB_MAX) {
-        char *p = ob_room(s, dst, to - from);
-        if (p != NULL) {
-            memcpy(p, b->data + from, to - from);
-            ob.len += to - from;
-            return;
-        }
-    }
-    ob_flush();
     if (dst == (uv_stream_t *)&s->upstream)
         sl_sess_to_upstream(s, b, from, to);
     else
@@ -250,13 +199,10 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
-    char *p = ob_room(s, (uv_stream_t *)&s->upstream, h->fwd_len);
-    if (p == NULL) {
+    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len) < 0) {
         sl_session_close(s);
         return;
     }
-    memcpy(p, h->fwd, h->fwd_len);
-    ob.len += h->fwd_len;
     if (s->up_kept == 1 && h->fwd_plain && h->qn == 1 && !h->again_done && h->again == NULL) {
         /* the first request on a kept connection: kept until its response
          * starts, should the upstream have closed the connection as it
@@ -418,7 +364,7 @@ static void frame(struct sl_session *s)
         if (b == NULL && (h->tunnel || h->last))
             return;
         if (h->tunnel) {
-            ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
+            send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -465,7 +411,7 @@ static void frame(struct sl_session *s)
             /* nothing was given: nothing taken */
         } else if (h->in_body) {
             if (h->body == BODY_FWD)
-                ob_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
+                send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
         } else {
             b->start += (uint32_t)used; /* head bytes: the framer holds a copy */
@@ -484,7 +430,7 @@ static void frame(struct sl_session *s)
     }
 }
 
-static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
+static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
 {
     (void)b, (void)n;
     if (s->http == NULL) { /* out of memory at the start */
@@ -497,7 +443,7 @@ static void client_in_(struct sl_session *s, struct sl_buf *b, size_t n)
 }
 
 /* After a verdict, a delay, a meter's take or a response: go on. */
-static void resume_(struct sl_session *s)
+static void resume(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     if (h->again_due) {
@@ -540,7 +486,6 @@ static void eof_check(struct sl_session *s)
         h->upgrade_wait || (s->cin != NULL && s->cin->start < s->cin->end))
         return; /* whole requests may still wait to be framed */
     if (h->in_body || s->inflight == 0) {
-        ob_flush();
         sl_sess_finish(s);
     }
 }
@@ -601,7 +546,6 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     sl_log_warn_rl("bad_upstream_response", "bad upstream response", "listener=%s err=\"%s\"",
                    s->l->name, why);
     if (h->res_sent || h->qn == 0) {
-        ob_flush();
         sl_sess_finish(s);
         return;
     }
@@ -611,13 +555,11 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
         n = sl_http_answer_head_only(out, n);
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
-    ob_flush();
     if (sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) < 0) {
         sl_session_close(s);
         return;
     }
     count_status(s, status);
-    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -657,21 +599,21 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
         extra = closing;
         elen += 19;
     }
-    char *out = ob_room(s, (uv_stream_t *)&s->client, hd->len + elen);
+    char *out = sl_outbuf_room(&s->out[0], hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
     (void)b;
     if (n == 0) {
         sl_session_close(s);
         return -1;
     }
-    ob.len += (uint32_t)n;
+    sl_outbuf_commit(&s->out[0], n);
     h->res_sent = 1;
     if (h->res_final)
         await_clock(s);
     return 0;
 }
 
-static void upstream_in_(struct sl_session *s, struct sl_buf *b)
+static void upstream_in(struct sl_session *s, struct sl_buf *b)
 {
     struct sl_http_sess *h = s->http;
     if (h == NULL) {
@@ -686,7 +628,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
      * the last byte it took, to say so. */
     while ((b->start < b->end || h->res_body) && s->state < SL_SESS_FLUSHING) {
         if (h->tunnel) {
-            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->end);
+            send_span(s, (uv_stream_t *)&s->client, b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -704,7 +646,7 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             return;
         }
         if (h->res_body) {
-            ob_span(s, (uv_stream_t *)&s->client, b, b->start, b->start + (uint32_t)used);
+            send_span(s, (uv_stream_t *)&s->client, b, b->start, b->start + (uint32_t)used);
             h->res_sent = 1;
         }
         b->start += (uint32_t)used;
@@ -743,7 +685,6 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             sl_sess_resume_later(s);
         }
         if (due) {
-            ob_flush();
             sl_sess_emit_locals(s);
         }
         await_clock(s);
@@ -752,7 +693,6 @@ static void upstream_in_(struct sl_session *s, struct sl_buf *b)
             !h->tunnel && s->state < SL_SESS_FLUSHING) {
             /* the upstream closes after it, or the client asked to: the
              * connection ends once the client has every byte */
-            ob_flush();
             sl_sess_finish(s);
             return;
         }
@@ -791,7 +731,7 @@ static int send_again(struct sl_session *s)
     return 1;
 }
 
-static void upstream_eof_(struct sl_session *s, int err)
+static void upstream_eof(struct sl_session *s, int err)
 {
     struct sl_http_sess *h = s->http;
     (void)err;
@@ -800,7 +740,6 @@ static void upstream_eof_(struct sl_session *s, int err)
     if (h != NULL)
         h->reuse_ok = 0;
     if (h == NULL) {
-        ob_flush();
         sl_sess_finish(s);
         return;
     }
@@ -808,14 +747,12 @@ static void upstream_eof_(struct sl_session *s, int err)
         /* a body delimited by the close */
         h->res_body = 0;
         if (response_ended(s)) {
-            ob_flush();
             sl_sess_emit_locals(s);
         }
     } else if (!h->tunnel && h->qn > 0 && !h->res_sent) {
         bad_gateway(s, 502, "the upstream closed before it answered");
         return;
     }
-    ob_flush();
     sl_sess_finish(s);
 }
 
@@ -845,10 +782,6 @@ static void http_init(struct sl_session *s)
 static void http_free(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
-    if (ob.s == s) {
-        ob.s = NULL;
-        ob.len = 0;
-    }
     if (h == NULL)
         return;
     sl_http_free(&h->req);
@@ -923,7 +856,7 @@ static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, cha
 }
 
 /* header_timeout: 408, and the connection ends. */
-static void header_late_(struct sl_session *s)
+static void header_late(struct sl_session *s)
 {
     if (s->http == NULL) {
         sl_session_close(s);
@@ -933,7 +866,7 @@ static void header_late_(struct sl_session *s)
 }
 
 /* upstream_timeout: 504 in the response's place, and the connection ends. */
-static void upstream_late_(struct sl_session *s)
+static void upstream_late(struct sl_session *s)
 {
     if (s->http == NULL || s->http->res_sent) {
         sl_session_close(s);
@@ -973,47 +906,6 @@ static int reusable(const struct sl_session *s)
 
 static void pool_drain(void)
 {
-    free(ob.p);
-    ob.p = NULL;
-    ob.cap = ob.len = 0;
-    ob.s = NULL;
-}
-
-/* The entry points: whatever they batched leaves before they return. */
-static void client_in(struct sl_session *s, struct sl_buf *b, size_t n)
-{
-    client_in_(s, b, n);
-    ob_flush();
-}
-
-static void resume(struct sl_session *s)
-{
-    resume_(s);
-    ob_flush();
-}
-
-static void upstream_in(struct sl_session *s, struct sl_buf *b)
-{
-    upstream_in_(s, b);
-    ob_flush();
-}
-
-static void upstream_eof(struct sl_session *s, int err)
-{
-    upstream_eof_(s, err);
-    ob_flush();
-}
-
-static void header_late(struct sl_session *s)
-{
-    header_late_(s);
-    ob_flush();
-}
-
-static void upstream_late(struct sl_session *s)
-{
-    upstream_late_(s);
-    ob_flush();
 }
 
 const struct sl_sess_proto sl_sess_http = {

@@ -13,6 +13,7 @@
  *
  * The protocol (sess_resp.c) decides when to pin and unpin and which key
  * the session is on; this file only carries that out. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/turn.h"
 #include "net/upool.h"
 
 struct sl_sess_link {
@@ -66,6 +68,22 @@ static void on_pinned(struct sl_upool_owner *o, struct sl_upool_conn *c)
 
 static const struct sl_upool_cbs link_cbs = { on_deliver, on_failed, on_pinned };
 
+/* The end of the turn: what every session submitted leaves, one write per
+ * connection (registered again when a session resumed after it submits). */
+static void on_turn(struct sl_turn_node *n)
+{
+    struct sl_listener *l = (struct sl_listener *)((char *)n - offsetof(struct sl_listener, upool_tn));
+    if (l->upool != NULL)
+        sl_upool_flush_all(l->upool);
+}
+
+static void on_wake(void *arg)
+{
+    struct sl_listener *l = arg;
+    if (sl_turn_later(&l->upool_tn, on_turn) < 0 && l->upool != NULL)
+        sl_upool_flush_all(l->upool); /* no list: at once */
+}
+
 /* The listener's engine in this worker, made on first use. */
 static struct sl_upool *pool_of(struct sl_listener *l)
 {
@@ -80,7 +98,9 @@ static struct sl_upool *pool_of(struct sl_listener *l)
     /* the wait is bounded by time (pool_pin_wait); the queue only by memory */
     pc.pin_wait_max = UINT32_MAX;
     pc.connect_timeout_ms = lc->connect_timeout_us / 1000 ? lc->connect_timeout_us / 1000 : 1;
-    pc.own_flush = 1;
+    pc.own_flush = 0; /* flushed at the end of the turn (net/turn.h), after the sessions */
+    pc.wake = on_wake;
+    pc.wake_arg = l;
     l->upool = sl_upool_new(l->handle.loop, &pc, &link_cbs);
     return l->upool;
 }
@@ -214,6 +234,7 @@ void sl_sess_link_unpin(struct sl_session *s, int clean)
 
 void sl_session_pool_close(struct sl_listener *l)
 {
+    sl_turn_forget(&l->upool_tn);
     if (l->upool != NULL) {
         sl_upool_close(l->upool);
         l->upool = NULL;

@@ -20,86 +20,21 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "core/err.h"
 #include "core/log.h"
-#include "core/resolve.h"
 #include "core/tq.h"
 #include "identity/identity.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/sess_resp-i.h"
 #include "proto/resp.h"
 #include "proto/resp_cmd.h"
 #include "proto/resp_conn.h"
 #include "proto/resp_reply.h"
 #include "shape/meter.h"
 
-struct prec;
-/* A queue of records of a pooled session's requests (see struct prec). */
-struct pq {
-    struct prec **e;
-    uint32_t      head, n, cap;
-};
-
-/* What only RESP keeps of a session: it lives right after the session
- * (state_size), zeroed at the start; the core never reads it. */
-struct sl_resp_sess {
-    struct sl_resp_conn rc;         /* what Redis makes of the connection */
-    struct sl_resp     *framer;     /* request framer, while requests come */
-    uint64_t            req_fwd;    /* bytes of the request in progress already sent on */
-    uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
-    uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
-    uint8_t             quit;       /* a QUIT was framed: nothing after it is */
-    uint8_t             setup_left; /* set-up commands that may still go uncharged;
-                                       0 once the connection's set-up is over */
-    uint8_t             sub_hold;   /* the ring's head waits for confirmations that say
-                                       if the client is still subscribed */
-    struct sl_ident_state *auth_next; /* who it will be if the AUTH / HELLO sent succeeds */
-    uint64_t            auth_seq;   /* ... which is reply number <auth_seq> */
-    struct sl_reply_pick *auth_pick;/* ... an EXEC's reply, judged by element <auth_elem> */
-    uint32_t            auth_elem;  /* ... the AUTH's place among the commands queued */
-    uint8_t             auth_in_multi; /* ... the AUTH was queued in MULTI: judged at EXEC */
-    uint8_t             auth_exec_framed; /* ... and an EXEC behind it is framed, not sent */
-    uint8_t             auth_hold;  /* framing stops until the AUTH is answered (limits
-                                       by resp_user: what follows is charged to its user) */
-    uint64_t            owed_total; /* upstream replies owed since the start */
-    uint64_t            paid_total; /* upstream replies received against them */
-    struct sl_reply_scan scan;      /* upstream reply boundaries */
-    uint8_t             reply_first;/* first byte of the upstream reply in progress */
-    uint8_t             swallow;    /* dropping the upstream reply in progress */
-    uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
-    /* a pooled listener's (s->link): */
-    struct sl_rcmd_pin  pin;        /* why the client holds a connection of its own */
-    struct sl_pool_key  key;        /* the pool key its connection state selects */
-    char               *pass;       /* ... the password that key's connections log in with */
-    uint32_t            pass_len;
-    struct pq           pool_pre;   /* records of the requests in the ring that have one */
-    struct pq           pool_ans;   /* ... of requests sent whose answers say something */
-    uint8_t             pool_hold;  /* the ring's head waits for a pinned connection */
-    uint64_t            pin_until;  /* ... queued past the cap until then (waits' clock) */
-    char               *name;       /* CLIENT SETNAME, kept here */
-    char               *lib[2];     /* CLIENT SETINFO LIB-NAME, LIB-VER */
-};
-
-static inline struct sl_resp_sess *rs(const struct sl_session *s)
-{
-    return s->pstate;
-}
 
 static void process(struct sl_session *s);
-static uint32_t refused(struct sl_session *s);
-static int  pool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream);
-static int  pool_wait(struct sl_session *s, const struct prec *c);
-static void pool_local(struct sl_session *s, const struct prec *c);
-static void pool_sent(struct sl_session *s, struct prec *c, uint64_t before);
-static void pool_answered(struct sl_session *s);
-static int  pool_unpin_due(const struct sl_session *s);
-static void pool_settle(struct sl_session *s);
-static struct prec *pq_pop(struct pq *q);
-static struct prec *pq_head(const struct pq *q);
-static int  prec_is_local(const struct sl_session *s, const struct prec *c);
-static void prec_free(struct prec *p);
-static void pq_free(struct pq *q);
 
 /* <n> upstream replies are owed: numbered, so an AUTH's can be told apart. */
 static void owe(struct sl_session *s, uint32_t n)
@@ -223,7 +158,7 @@ static void paid_one(struct sl_session *s)
 {
     rs(s)->paid_total++;
     if (s->link != NULL && rs(s)->pool_ans.n > 0)
-        pool_answered(s);
+        sl_rpool_answered(s);
     if (rs(s)->auth_next != NULL && rs(s)->paid_total == rs(s)->auth_seq) {
         /* Inside a transaction the AUTH's own element of EXEC's reply
          * says; +QUEUED said nothing. */
@@ -259,7 +194,7 @@ static int reply_ended(struct sl_session *s)
 /* A request sluice refuses: how many replies the client expects for it
  * (the rejection goes in their place); under CLIENT REPLY SKIP a PING
  * takes its place upstream (see sl_rconn_refused). */
-static uint32_t refused(struct sl_session *s)
+uint32_t sl_rsess_refused(struct sl_session *s)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     int send_ping;
@@ -474,7 +409,7 @@ static void apply(struct sl_session *s)
         }
         if (e.state == SL_PEND_ALLOW && e.pooled) {
             /* pooled: one that needs a connection of its own waits for it */
-            int w = pool_wait(s, pq_head(&rs(s)->pool_pre));
+            int w = sl_rpool_wait(s, sl_rpool_peek(s));
             if (w > 0)
                 break;
             if (w < 0) {
@@ -504,13 +439,13 @@ static void apply(struct sl_session *s)
             }
         }
         sl_pend_pop(&s->pend, &e);
-        struct prec *rec = e.pooled ? pq_pop(&rs(s)->pool_pre) : NULL;
-        if (rec != NULL && e.state == SL_PEND_ALLOW && prec_is_local(s, rec)) {
+        struct prec *rec = e.pooled ? sl_rpool_next(s) : NULL;
+        if (rec != NULL && e.state == SL_PEND_ALLOW && sl_rpool_is_local(s, rec)) {
             /* answered by sluice, in its place: its bytes never leave */
             sl_sess_to_upstream(s, b, from, to);
             from = to = to + e.span;
-            pool_local(s, rec);
-            prec_free(rec);
+            sl_rpool_local(s, rec);
+            sl_rpool_done(rec);
             free(e.text);
             if (s->state >= SL_SESS_CLOSED)
                 return;
@@ -537,10 +472,10 @@ static void apply(struct sl_session *s)
                 allowed(s, e.kind, commit(s, e.fx, e.nchan));
             }
             if (rec != NULL)
-                pool_sent(s, rec, owed_before);
+                sl_rpool_sent(s, rec, owed_before);
             continue;
         }
-        prec_free(rec); /* refused: it changes nothing */
+        sl_rpool_done(rec); /* refused: it changes nothing */
         sl_sess_to_upstream(s, b, from, to);
         from = to = to + e.span; /* the request's bytes never leave */
         if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
@@ -550,7 +485,7 @@ static void apply(struct sl_session *s)
         } else {
             if (e.kind == SL_PK_HEAD)
                 rs(s)->head_state = 2;
-            uint32_t replies = refused(s);
+            uint32_t replies = sl_rsess_refused(s);
             if (s->state >= SL_SESS_CLOSED) {
                 free(e.text);
                 return;
@@ -632,7 +567,7 @@ static void process(struct sl_session *s)
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
         /* pooled: a request that is not plainly stateless takes its turn in
          * the ring, with a record of what it is */
-        int rec = s->link != NULL ? pool_classify(s, r, 0) : 0;
+        int rec = s->link != NULL ? sl_rpool_classify(s, r, 0) : 0;
         if (rec < 0) {
             sl_session_close(s);
             return;
@@ -736,7 +671,7 @@ static void process(struct sl_session *s)
         uint8_t fx = sl_rconn_classify(head, &nchan);
         /* pooled: its parts must not mix with other clients' requests on a
          * shared connection, nor a stalled sender hold one: it pins */
-        if (s->link != NULL && pool_classify(s, head, 1) < 0) {
+        if (s->link != NULL && sl_rpool_classify(s, head, 1) < 0) {
             sl_session_close(s);
             return;
         }
@@ -857,463 +792,16 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
     }
     /* pooled: a request waiting for the pooled replies to be in, or a pin
      * that can go back, moves at the end of the turn */
-    if (s->link != NULL && ((rs(s)->pool_hold && !sl_sess_link_waiting(s)) || pool_unpin_due(s)))
+    if (s->link != NULL && ((rs(s)->pool_hold && !sl_sess_link_waiting(s)) || sl_rpool_unpin_due(s)))
         sl_sess_resume_later(s);
 }
-
-/* ---- pooled listeners (upstream_pool = N) ------------------------------------ */
-
-/* What sluice learnt of a request of a pooled session when it framed it
- * (its words are gone once it is decided), kept in ring order while it
- * waits (pool_pre) and, once written upstream, until its answer says what
- * it did to the pin and the pool key (pool_ans). */
-struct prec {
-    struct sl_rcmd_info info;
-    uint64_t seq;      /* pool_ans: the reply number that answers it */
-    uint32_t added;    /* pin bits it started (sl_rcmd_pin_sent) */
-    uint8_t  stream;   /* the head of a request streamed in parts: pins */
-    uint8_t  passok;   /* KEY naming a user: its password is in <arg> */
-    uint8_t  kill_old; /* CLIENT KILL addr:port (the old form) */
-    uint8_t  setinfo;  /* CLIENT SETINFO: 1 LIB-NAME, 2 LIB-VER */
-    char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
-    uint32_t arglen;
-};
-
-static void prec_free(struct prec *p)
-{
-    if (p != NULL) {
-        free(p->arg);
-        free(p);
-    }
-}
-
-static int pq_push(struct pq *q, struct prec *p)
-{
-    if (q->n == q->cap) {
-        uint32_t cap = q->cap ? q->cap * 2 : 8;
-        struct prec **ne = malloc(cap * sizeof(*ne));
-        if (ne == NULL)
-            return -1;
-        for (uint32_t i = 0; i < q->n; i++)
-            ne[i] = q->e[(q->head + i) % q->cap];
-        free(q->e);
-        q->e = ne;
-        q->head = 0;
-        q->cap = cap;
-    }
-    q->e[(q->head + q->n) % q->cap] = p;
-    q->n++;
-    return 0;
-}
-
-static struct prec *pq_head(const struct pq *q)
-{
-    return q->n > 0 ? q->e[q->head] : NULL;
-}
-
-static struct prec *pq_pop(struct pq *q)
-{
-    if (q->n == 0)
-        return NULL;
-    struct prec *p = q->e[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->n--;
-    return p;
-}
-
-static void pq_free(struct pq *q)
-{
-    struct prec *p;
-    while ((p = pq_pop(q)) != NULL)
-        prec_free(p);
-    free(q->e);
-    memset(q, 0, sizeof(*q));
-}
-
-static char *dup_arg(const char *p, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (d != NULL) {
-        memcpy(d, p, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* The pool key's name for the engine (the key, then its password: users
- * may have several) and the commands that bring a fresh connection to it. */
-static int key_setup(const struct sl_pool_key *k, const char *pass, size_t plen, char **id,
-                     size_t *idlen, char **setup, size_t *setuplen, uint32_t *nsetup)
-{
-    size_t cap = 256 + 2 * plen + k->user_len;
-    char *i = malloc(sizeof(*k) + plen), *u = malloc(cap);
-    if (i == NULL || u == NULL) {
-        free(i);
-        free(u);
-        return -1;
-    }
-    memcpy(i, k, sizeof(*k));
-    if (plen > 0)
-        memcpy(i + sizeof(*k), pass, plen);
-    size_t n = 0;
-    uint32_t c = 0;
-    if (pass != NULL) {
-        n += (size_t)snprintf(u + n, cap - n, "*3\r\n$4\r\nAUTH\r\n$%u\r\n%s\r\n$%zu\r\n",
-                              (unsigned)k->user_len, k->user, plen);
-        memcpy(u + n, pass, plen);
-        n += plen;
-        memcpy(u + n, "\r\n", 2);
-        n += 2;
-        c++;
-    }
-    if (k->resp == 3) {
-        n += (size_t)snprintf(u + n, cap - n, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n");
-        c++;
-    }
-    if (k->db != 0) {
-        char db[16];
-        int dl = snprintf(db, sizeof(db), "%d", (int)k->db);
-        n += (size_t)snprintf(u + n, cap - n, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", dl, db);
-        c++;
-    }
-    *id = i;
-    *idlen = sizeof(*k) + plen;
-    *setup = u;
-    *setuplen = n;
-    *nsetup = c;
-    return 0;
-}
-
-/* The session's link goes to the key it is on now. */
-static int pool_rekey(struct sl_session *s, int open)
-{
-    struct sl_resp_sess *r = rs(s);
-    char *id, *setup;
-    size_t idlen, setuplen;
-    uint32_t nsetup;
-    if (key_setup(&r->key, r->pass, r->pass_len, &id, &idlen, &setup, &setuplen, &nsetup) < 0)
-        return SL_ENOMEM;
-    int rc = open ? sl_sess_link_open(s, id, idlen, setup, setuplen, nsetup)
-                  : sl_sess_link_rekey(s, id, idlen, setup, setuplen, nsetup);
-    free(id);
-    free(setup);
-    return rc;
-}
-
-static int link_open(struct sl_session *s)
-{
-    sl_pool_key_default(&rs(s)->key);
-    sl_rcmd_pin_init(&rs(s)->pin);
-    return pool_rekey(s, 1);
-}
-
-/* Classifies request <q> of a pooled session; returns 1 when it needs its
- * turn in the ring (a record is queued for it), 0 when it goes as any
- * stateless request does, -1 when out of memory. */
-static int pool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream)
-{
-    struct sl_rcmd_info info;
-    sl_rcmd_class(q, &info);
-    if (!stream && info.cls == SL_RCMD_POOL && info.pin == 0 && info.ends == 0)
-        return 0;
-    if (!stream && info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_EMPTY)
-        return 0; /* no reply, no change: harmless anywhere */
-    struct prec *p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return -1;
-    p->info = info;
-    p->stream = (uint8_t)stream;
-    uint8_t a = 0;
-    if (info.cls == SL_RCMD_KEY && info.pass_arg > 0) {
-        a = info.pass_arg;
-        p->passok = a < q->ncap && q->arglen[a] <= SL_RESP_CAPTURE_LEN;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETNAME) {
-        a = info.name_arg;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETINFO && q->argc == 4 &&
-               q->ncap >= 4) {
-        a = 3;
-        p->setinfo = strcasecmp(q->argv[2], "LIB-NAME") == 0 ? 1
-                     : strcasecmp(q->argv[2], "LIB-VER") == 0 ? 2 : 0;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_KILL) {
-        p->kill_old = q->argc == 3;
-    }
-    if (a > 0 && a < q->ncap) {
-        p->arglen = q->arglen[a] < SL_RESP_CAPTURE_LEN ? q->arglen[a] : SL_RESP_CAPTURE_LEN;
-        if ((p->arg = dup_arg(q->argv[a], p->arglen)) == NULL) {
-            free(p);
-            return -1;
-        }
-    }
-    if (pq_push(&rs(s)->pool_pre, p) < 0) {
-        prec_free(p);
-        return -1;
-    }
-    return 1;
-}
-
-/* The ring's head <p> (with record <c>) is allowed: may it go now? 0 yes,
- * 1 it waits for a connection of its own (the session is resumed when it
- * has one), -1 refused (no connection could be had: counted). */
-static int pool_wait(struct sl_session *s, const struct prec *c)
-{
-    struct sl_resp_sess *r = rs(s);
-    int pin = c->stream || c->info.cls == SL_RCMD_PIN || c->info.cls == SL_RCMD_KEY ||
-              (c->info.cls == SL_RCMD_LOCAL && r->rc.in_multi);
-    if (!pin || sl_sess_link_pinned(s))
-        return 0;
-    uint64_t now = sl_sess_waits_now();
-    if (r->pool_hold && r->pin_until != 0 && now >= r->pin_until) {
-        sl_sess_link_unwait(s);
-        r->pool_hold = 0;
-        r->pin_until = 0;
-        s->l->stats.pool_pin_refused++;
-        return -1;
-    }
-    int rc = sl_sess_link_pin(s, s->l->conf->pool_pin_wait_us > 0);
-    if (rc == 1) {
-        r->pool_hold = 0;
-        r->pin_until = 0;
-        return 0;
-    }
-    if (rc < 0) {
-        r->pool_hold = 0;
-        s->l->stats.pool_pin_refused++;
-        return -1;
-    }
-    r->pool_hold = 1;
-    if (sl_sess_link_waiting(s) && r->pin_until == 0) {
-        r->pin_until = now + s->l->conf->pool_pin_wait_us;
-        sl_sess_park(s, r->pin_until);
-    }
-    return 1;
-}
-
-/* The local reply to a pooled session's request <c>, in <out>. */
-static size_t local_text(struct sl_session *s, const struct prec *c, char *out, size_t cap)
-{
-    struct sl_resp_sess *r = rs(s);
-    int n = 0;
-    switch (c->info.local) {
-    case SL_RLOCAL_SETNAME:
-        if (c->arg != NULL && !sl_rcmd_name_ok(c->arg, c->arglen) && c->arglen > 0) {
-            n = snprintf(out, cap, "-ERR Client names cannot contain spaces, newlines or special "
-                                   "characters.\r\n");
-            break;
-        }
-        free(r->name);
-        r->name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
-        n = snprintf(out, cap, "+OK\r\n");
-        break;
-    case SL_RLOCAL_GETNAME:
-        if (r->name == NULL)
-            n = snprintf(out, cap, r->key.resp == 3 ? "_\r\n" : "$-1\r\n");
-        else
-            n = snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(r->name), r->name);
-        break;
-    case SL_RLOCAL_SETINFO:
-        if (c->setinfo == 0 || c->arg == NULL) {
-            n = snprintf(out, cap, "-ERR Unrecognized option\r\n");
-            break;
-        }
-        free(r->lib[c->setinfo - 1]);
-        r->lib[c->setinfo - 1] = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
-        n = snprintf(out, cap, "+OK\r\n");
-        break;
-    case SL_RLOCAL_ID:
-        n = snprintf(out, cap, ":%llu\r\n", (unsigned long long)s->id);
-        break;
-    case SL_RLOCAL_INFO:
-    case SL_RLOCAL_LIST: {
-        char line[1024], peer[64] = "?", self[64] = "?";
-        struct sockaddr_storage ss;
-        int sl = sizeof(ss);
-        if (uv_tcp_getpeername(&s->client, (struct sockaddr *)&ss, &sl) == 0)
-            sl_resolve_fmt(&ss, peer, sizeof(peer));
-        sl = sizeof(ss);
-        if (uv_tcp_getsockname(&s->client, (struct sockaddr *)&ss, &sl) == 0)
-            sl_resolve_fmt(&ss, self, sizeof(self));
-        int k = snprintf(line, sizeof(line),
-                         "id=%llu addr=%s laddr=%s fd=0 name=%s age=0 idle=0 flags=N db=%d sub=0 "
-                         "psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 "
-                         "rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|%s user=%s "
-                         "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
-                         (unsigned long long)s->id, peer, self, r->name ? r->name : "",
-                         (int)r->key.db, c->info.local == SL_RLOCAL_INFO ? "info" : "list",
-                         r->key.user, (int)r->key.resp, r->lib[0] ? r->lib[0] : "",
-                         r->lib[1] ? r->lib[1] : "");
-        if (k > 0 && (size_t)k < sizeof(line))
-            n = snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
-        break;
-    }
-    case SL_RLOCAL_KILL:
-        n = snprintf(out, cap, c->kill_old ? "-ERR No such client\r\n" : ":0\r\n");
-        break;
-    case SL_RLOCAL_UNBLOCK:
-        n = snprintf(out, cap, ":0\r\n");
-        break;
-    case SL_RLOCAL_QUIT:
-        n = snprintf(out, cap, "+OK\r\n");
-        break;
-    default:
-        break;
-    }
-    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-}
-
-/* Request <c> is answered by sluice (inside a transaction it is queued
- * upstream instead, as Redis would run it at EXEC). */
-static int prec_is_local(const struct sl_session *s, const struct prec *c)
-{
-    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !rs(s)->rc.in_multi;
-}
-
-/* Request <c> of a pooled session is answered by sluice in its place. */
-static void pool_local(struct sl_session *s, const struct prec *c)
-{
-    char line[1200];
-    size_t n = local_text(s, c, line, sizeof(line));
-    uint32_t replies = refused(s);
-    if (s->state >= SL_SESS_CLOSED)
-        return;
-    uint8_t close = c->info.local == SL_RLOCAL_QUIT ? SL_SEG_CLOSE : 0;
-    if (replies == 0 || n == 0) {
-        if (close) {
-            static char none[] = "";
-            sl_sess_local(s, none, 0, SL_SEG_CLOSE);
-        }
-        return;
-    }
-    char *text = malloc(n);
-    if (text == NULL) {
-        sl_session_close(s);
-        return;
-    }
-    memcpy(text, line, n);
-    sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | close);
-}
-
-/* Request <c> went upstream (the replies owed were <before>, now
- * owed_total): the pins it starts, and its answer awaited when it ends
- * one or moves the key. Takes <c>. */
-static void pool_sent(struct sl_session *s, struct prec *c, uint64_t before)
-{
-    struct sl_resp_sess *r = rs(s);
-    c->added = sl_rcmd_pin_sent(&r->pin, &c->info);
-    if (c->stream && c->info.cls == SL_RCMD_KEY)
-        r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */
-    if (c->info.cls == SL_RCMD_KEY && (r->rc.in_multi || r->owed_total == before)) {
-        /* its answer is in EXEC's reply, or there is none: the key is not
-         * known any more, the connection stays the client's until RESET */
-        r->pin.why |= SL_PIN_ODD;
-        prec_free(c);
-        return;
-    }
-    if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
-                                    c->info.ends == 0)) {
-        prec_free(c);
-        return;
-    }
-    c->seq = r->owed_total; /* its last reply */
-    if (pq_push(&r->pool_ans, c) < 0) {
-        prec_free(c);
-        sl_session_close(s);
-    }
-}
-
-/* Reply number paid_total came: the requests it answers take effect. */
-static void pool_answered(struct sl_session *s)
-{
-    struct sl_resp_sess *r = rs(s);
-    struct prec *c;
-    while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
-        pq_pop(&r->pool_ans);
-        int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
-        sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
-        struct sl_pool_key old = r->key;
-        if (sl_pool_key_apply(&r->key, &c->info, ok) ||
-            (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_USER | SL_RKEY_RESET)))) {
-            if (c->info.set & SL_RKEY_RESET) {
-                free(r->pass);
-                r->pass = NULL;
-                r->pass_len = 0;
-            }
-            if ((c->info.set & SL_RKEY_USER) && c->info.pass_arg > 0) {
-                if (!c->passok) {
-                    r->pin.why |= SL_PIN_ODD; /* no password to open its key with */
-                } else {
-                    free(r->pass);
-                    r->pass = c->arg;
-                    r->pass_len = c->arglen;
-                    c->arg = NULL;
-                }
-            }
-            (void)old;
-            if (pool_rekey(s, 0) < 0)
-                sl_session_close(s);
-        }
-        prec_free(c);
-    }
-}
-
-/* The pinned connection goes back once nothing of the client's lives on it
- * (at the end of a turn: never from inside a delivery). */
-static int pool_unpin_due(const struct sl_session *s)
-{
-    const struct sl_resp_sess *r = rs(s);
-    return s->link != NULL && sl_sess_link_pinned(s) && !sl_rcmd_pinned(&r->pin) &&
-           r->owed_total == r->paid_total && r->head_state == 0 && !r->rc.in_multi &&
-           !sl_rconn_passthru(&r->rc) && r->rc.reply_mode == SL_REPLY_ON && r->rc.sub_owed == 0 &&
-           r->rc.marks == 0 && r->pool_ans.n == 0 && !r->pool_hold && sl_reply_idle(&r->scan);
-}
-
-static void pool_settle(struct sl_session *s)
-{
-    if (pool_unpin_due(s))
-        sl_sess_link_unpin(s, sl_rcmd_pin_clean(&rs(s)->pin));
-}
-
-/* The upstream connection a pooled session's replies were owed on failed:
- * each reply owed is answered by an error in its place, unless the client
- * already has part of one (then it is closed: its stream cannot be made
- * whole), or its own pinned connection failed (closed, as on 1:1). */
-static void link_lost(struct sl_session *s, int pinned, int err, const char *why)
-{
-    (void)err;
-    struct sl_resp_sess *r = rs(s);
-    sl_log_debug_rl("pool_lost", "pooled upstream connection lost", "listener=%s why=\"%s\"",
-                    s->l->name, why);
-    if (pinned || !sl_reply_idle(&r->scan)) {
-        sl_sess_finish(s);
-        return;
-    }
-    static const char msg[] = "-ERR sluice: upstream connection lost\r\n";
-    uint64_t owed = r->owed_total - r->paid_total;
-    while (owed > 0 && s->state < SL_SESS_FLUSHING) {
-        struct sl_buf *b = sl_buf_get();
-        if (b == NULL) {
-            sl_session_close(s);
-            return;
-        }
-        b->start = b->end = 0;
-        while (owed > 0 && SL_BUF_SIZE - b->end >= sizeof(msg) - 1) {
-            memcpy(b->data + b->end, msg, sizeof(msg) - 1);
-            b->end += sizeof(msg) - 1;
-            owed--;
-        }
-        (void)sl_sess_link_got(s, b, 0, b->end, 0);
-        sl_buf_unref(b);
-    }
-    if (s->state < SL_SESS_FLUSHING)
-        sl_sess_resume_later(s); /* a request held for a pin may go now */
-}
-
 
 /* ---- the table ---------------------------------------------------------------- */
 
 static void resume(struct sl_session *s)
 {
     if (s->link != NULL)
-        pool_settle(s);
+        sl_rpool_settle(s);
     apply(s);
     if (sl_pend_count(&s->pend) == 0 && s->state < SL_SESS_FLUSHING) {
         /* Requests framed but not yet taken, or a big one in progress. */
@@ -1333,7 +821,13 @@ static void resume(struct sl_session *s)
  * and Redis sees the same cut. */
 static int client_eof(struct sl_session *s)
 {
-    (void)s;
+    /* Pooled, on a connection of its own: a blocked or subscribed client
+     * that goes is closed now, as Redis closes it on reading the EOF (its
+     * replies may never come); the connection is closed with it. */
+    if (s->link != NULL && sl_sess_link_pinned(s) &&
+        ((rs(s)->pin.why & (SL_PIN_BLOCK | SL_PIN_SUB | SL_PIN_MONITOR)) ||
+         sl_rconn_passthru(&rs(s)->rc)))
+        sl_session_close(s);
     return SL_EOF_FORWARD;
 }
 
@@ -1365,12 +859,7 @@ static void resp_free(struct sl_session *s)
     }
     free(rs(s)->auth_next);
     free(rs(s)->auth_pick);
-    pq_free(&rs(s)->pool_pre);
-    pq_free(&rs(s)->pool_ans);
-    free(rs(s)->pass);
-    free(rs(s)->name);
-    free(rs(s)->lib[0]);
-    free(rs(s)->lib[1]);
+    sl_rpool_free(s);
 }
 
 static size_t answer(struct sl_session *s, enum sl_answer what, const char *limit, char *out,
@@ -1462,6 +951,6 @@ const struct sl_sess_proto sl_sess_resp = {
     .marker_gone = marker_gone,
     .busy = busy,
     .pool_drain = pool_drain,
-    .link_lost = link_lost,
-    .link_open = link_open,
+    .link_lost = sl_rpool_link_lost,
+    .link_open = sl_rpool_link_open,
 };

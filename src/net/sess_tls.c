@@ -3,6 +3,7 @@
  * chunks, plaintext out through the engine to the socket, handshakes, and
  * the sessions whose engines may hold plaintext when reading resumes.
  * Private to src/net/ (session-i.h). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,8 @@
 #include "net/listener-t.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/turn.h"
 
-/* Sessions whose reading was turned back on while plaintext may wait in an
- * engine: pumped at the end of the loop turn (not from inside whatever
- * unpaused them). */
-static struct sl_session **kick_list;
-static uint32_t            kick_n, kick_cap;
 
 static void on_client_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
 static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
@@ -189,46 +186,16 @@ static void on_upstream_tls(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     tls_on_read(st, nread, ub, 1);
 }
 
+static void on_kick(struct sl_turn_node *n)
+{
+    struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, kick_tn));
+    for (int up = 0; up < 2 && s->state < SL_SESS_LINGER; up++)
+        if (s->tls[up] != NULL && !s->tls_hs[up] && !s->tls_eof[up])
+            sl_sess_tls_pump(s, up);
+}
+
 void sl_sess_tls_kick(struct sl_session *s)
 {
-    if (s->tls_kick)
-        return;
-    if (kick_n == kick_cap) {
-        uint32_t cap = kick_cap ? kick_cap * 2 : 64;
-        struct sl_session **nl = realloc(kick_list, cap * sizeof(*nl));
-        if (nl == NULL)
-            return; /* the next read from the socket pumps it */
-        kick_list = nl;
-        kick_cap = cap;
-    }
-    kick_list[kick_n++] = s;
-    s->tls_kick = 1;
-}
-
-void sl_sess_tls_kicks_run(void)
-{
-    for (uint32_t i = 0; i < kick_n; i++) {
-        struct sl_session *s = kick_list[i];
-        if (s == NULL)
-            continue;
-        s->tls_kick = 0;
-        for (int up = 0; up < 2 && s->state < SL_SESS_LINGER; up++)
-            if (s->tls[up] != NULL && !s->tls_hs[up] && !s->tls_eof[up])
-                sl_sess_tls_pump(s, up);
-    }
-    kick_n = 0;
-}
-
-void sl_sess_tls_forget(struct sl_session *s)
-{
-    for (uint32_t i = 0; s->tls_kick && i < kick_n; i++)
-        if (kick_list[i] == s)
-            kick_list[i] = NULL;
-}
-
-void sl_sess_tls_drain(void)
-{
-    free(kick_list);
-    kick_list = NULL;
-    kick_n = kick_cap = 0;
+    /* no list (out of memory): the next read from the socket pumps it */
+    (void)sl_turn_later(&s->kick_tn, on_kick);
 }

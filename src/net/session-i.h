@@ -108,11 +108,14 @@ const struct sl_sess_proto *sl_sess_proto_of(const struct sl_listener *l);
 
 /* ---- the core, for the protocols (session.c) ---- */
 
-uint64_t sl_sess_now_ms(struct sl_session *s);            /* loop time */
+uint64_t sl_sess_now_ms(struct sl_session *s);            /* the turn's time (net/turn.h) */
 uint64_t sl_sess_waits_now(void);                         /* the waits' clock (us) */
 void sl_sess_pause(struct sl_session *s, int upstream, uint8_t bit, int on);
-/* Sends <len> bytes at <p> to <dst>; <b>: the chunk holding them (NULL:
- * copied if not taken at once). 0 or a libuv error. */
+/* Sends <len> bytes at <p> to <dst>: appended to the side's buffer
+ * (s->out[], net/outbuf.h), written with the rest of the side's bytes when
+ * the core flushes it (after the read being handled, at the turn's end, at
+ * a close, or when full). <b>: the chunk holding them (referenced), or NULL:
+ * copied. 0 or a libuv error. */
 int  sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
                   size_t len);
 void sl_sess_to_upstream(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to);
@@ -127,6 +130,7 @@ void sl_sess_finish(struct sl_session *s);                /* close once the clie
 void sl_sess_cork(struct sl_session *s);  /* what goes to the client next leaves with the FIN */
 void sl_sess_resume(struct sl_session *s);
 void sl_sess_resume_later(struct sl_session *s);          /* at the end of the loop turn */
+void sl_sess_flush(struct sl_session *s);  /* both sides' buffers are written now */
 /* Asks the limiter about request <r> (complete, or the head of a big one)
  * and queues it in order. 0, or -1 when the ring is full (or closed). */
 int  sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span, uint8_t fx,
@@ -182,9 +186,9 @@ int  sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uin
 /* The socket of side <up> (0 the client, 1 the upstream). */
 uv_stream_t *sl_sess_side_stream(struct sl_session *s, int up);
 
-/* Writes <len> bytes at <p> to socket <dst> as they are (<b>: the chunk
- * holding them, or NULL: copied if the kernel does not take them at once).
- * Returns 0 or a libuv error. */
+/* Writes <len> bytes at <p> to socket <dst> as they are, at once, past the
+ * side's buffer (<b>: the chunk holding them, or NULL: copied if the kernel
+ * does not take them at once). Returns 0 or a libuv error. */
 int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
                        size_t len);
 
@@ -225,13 +229,9 @@ int sl_sess_tls_flush(struct sl_session *s, int up);
 void sl_sess_tls_sync_read(struct sl_session *s, int up);
 /* Moves side <up>'s engine on: the handshake, then plaintext to the session. */
 void sl_sess_tls_pump(struct sl_session *s, int up);
-/* Pumps <s> at the end of the loop turn (plaintext may wait in an engine). */
+/* Pumps <s> at the end of the loop turn (plaintext may wait in an engine
+ * for a side whose reading was turned back on; not from inside whatever
+ * turned it on): s->kick_tn, net/turn.h. */
 void sl_sess_tls_kick(struct sl_session *s);
-/* The end of a loop turn: pumps the kicked sessions. */
-void sl_sess_tls_kicks_run(void);
-/* <s> is freed: no pump for it. */
-void sl_sess_tls_forget(struct sl_session *s);
-/* Frees the kick list (at exit). */
-void sl_sess_tls_drain(void);
 
 #endif

@@ -9,6 +9,8 @@
 
 #include "core/buf-t.h"
 #include "core/tq.h"
+#include "net/outbuf.h"
+#include "net/turn.h"
 #include "shape/wait-t.h"
 #include "net/pend-t.h"
 
@@ -85,7 +87,7 @@ struct sl_session {
                                        name (resolve_ttl = 0) before connecting */
     uint8_t             draining;   /* server drain: close when nothing is in flight */
     uint8_t             meter_hold; /* the ring's head waits for a byte meter's take */
-    uint8_t             resume_due; /* verdicts landed: in the turn's resume list */
+    struct sl_turn_node resume_tn;  /* verdicts landed: resumed at the turn's end */
     uint64_t            id;         /* connection number (connection-scoped limits) */
     struct sl_ident_state *ident;   /* who the client is (resp) */
     struct sl_pend_ring pend;       /* requests in order waiting for verdicts (net/pend.h) */
@@ -108,8 +110,10 @@ struct sl_session {
     uint8_t             tls_hs[2];  /* its handshake is under way: the socket is read
                                        whatever the pause bits say */
     uint8_t             tls_eof[2]; /* the socket reached EOF */
-    uint8_t             tls_kick;   /* in the turn's kick list: plaintext may wait in the
+    struct sl_turn_node kick_tn;    /* pumped at the turn's end: plaintext may wait in the
                                        engine for a side just unpaused */
+    struct sl_outbuf    out[2];     /* what goes to the client [0] / upstream [1] socket
+                                       next, in one write (net/outbuf.h) */
     struct sl_sess_link *link;      /* pooled listener (upstream_pool): the way to the
                                        shared upstream connections instead of <upstream>
                                        (net/sess_pool.c); NULL: 1:1 */

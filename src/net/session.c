@@ -52,6 +52,7 @@
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
+#include "net/turn.h"
 #include "shape/meter.h"
 #include "shape/wait.h"
 
@@ -60,11 +61,12 @@
 #define MIN_READ     (8 * 1024)      /* smaller room than this: take a fresh chunk */
 #define LINGER_MS    2000            /* how long a lingering close waits for EOF */
 
-/* A queued write: holds the chunk its bytes live in, or carries a copy. */
+/* A queued write: holds the chunks its bytes live in, and carries a copy of
+ * the bytes that live in none (after refs[nref]). */
 struct wreq {
     uv_write_t     req;     /* req.data = session */
-    struct sl_buf *buf;     /* referenced chunk, or NULL when <data> holds the bytes */
-    char           data[];  /* copied bytes (local replies only) */
+    uint32_t       nref;
+    struct sl_buf *refs[];  /* referenced chunks */
 };
 
 static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub);
@@ -81,7 +83,8 @@ struct sl_session *sl_session_of(struct sl_tq_node *n)
 
 uint64_t sl_sess_now_ms(struct sl_session *s)
 {
-    return uv_now(s->client.loop);
+    (void)s;
+    return sl_turn_now_ms();
 }
 
 /* ---- pools ------------------------------------------------------------------ */
@@ -98,10 +101,6 @@ void sl_sess_ring_release(struct sl_session *s)
 {
     sl_pend_release(&s->pend);
 }
-
-/* Sessions whose verdicts landed this loop turn (see resume_later). */
-static struct sl_session **resume_list;
-static uint32_t            resume_n, resume_cap;
 
 /* The protocols, by enum sl_proto. */
 static const struct sl_sess_proto *const protos[] = {
@@ -130,10 +129,8 @@ void sl_session_pool_drain(void)
     for (size_t i = 0; i < sizeof(protos) / sizeof(protos[0]); i++)
         protos[i]->pool_drain();
     sl_pend_pool_drain();
-    free(resume_list);
-    resume_list = NULL;
-    resume_n = resume_cap = 0;
-    sl_sess_tls_drain();
+    sl_turn_drain();
+    sl_outbuf_pool_drain();
 }
 
 /* ---- chunks --------------------------------------------------------------- */
@@ -216,8 +213,8 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
  *   side_read(s, up, on)     reading a socket on and off
  *   client_got / upstream_got  bytes just read land in s->cin / s->uin
  *                            (or EOF, an error): the only way in
- *   side_send(s, up, ...)    bytes out (sl_sess_send, and through it the
- *                            protocols' writes and local replies)
+ *   side_write(ob, ...)      bytes out: a side's buffer (s->out[up], outbuf.h)
+ *                            flushed; sl_sess_send appends to it
  *   side_queued(s, up)       bytes written but not yet taken by the kernel
  *                            (the watermarks read this)
  *   side_shutdown(s, up, cb) our half-close
@@ -257,6 +254,10 @@ static size_t side_queued(struct sl_session *s, int up)
 
 static int side_shutdown(struct sl_session *s, int up, uv_shutdown_cb cb)
 {
+    /* what was written before goes before the FIN */
+    int frc = sl_outbuf_flush(&s->out[up]);
+    if (frc < 0)
+        return frc;
     if (s->tls[up] != NULL) {
         /* close_notify first, so the peer knows our data is whole */
         sl_tls_shutdown(s->tls[up]);
@@ -295,8 +296,8 @@ static void on_write(uv_write_t *req, int status)
     struct wreq *w = (struct wreq *)req;
     struct sl_session *s = req->data;
     uv_stream_t *dst = req->handle;
-    if (w->buf != NULL)
-        sl_buf_unref(w->buf);
+    for (uint32_t i = 0; i < w->nref; i++)
+        sl_buf_unref(w->refs[i]);
     free(w);
     if (s->state >= SL_SESS_CLOSED)
         return;
@@ -317,68 +318,113 @@ static void on_write(uv_write_t *req, int status)
         sl_sess_finish(s);
 }
 
-/* Writes <len> bytes at <p> to socket <dst> as they are (see sl_sess_send). */
-int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
-                      size_t len)
+/* Writes the <n> pieces of <iov> (<total> bytes) to socket <dst> as they are,
+ * in one write: uv_try_write first; what the kernel does not take at once is
+ * queued, holding a reference on the chunks its bytes live in and a copy of
+ * the others. Returns 0 or a libuv error. */
+static int plain_sendv(struct sl_session *s, uv_stream_t *dst, const struct sl_outbuf_iov *iov,
+                       unsigned n, size_t total)
 {
-    uv_buf_t ub = uv_buf_init((char *)p, (unsigned)len);
+    uv_buf_t ub[SL_OUTBUF_SEGS];
+    unsigned first = 0;
+    if (n == 0 || n > SL_OUTBUF_SEGS)
+        return n == 0 ? 0 : UV_EINVAL;
+    for (unsigned i = 0; i < n; i++)
+        ub[i] = uv_buf_init((char *)iov[i].p, (unsigned)iov[i].len);
     /* uv_try_write refuses (EAGAIN) while older writes are queued, so order
      * holds; when the queue is empty it saves a queued request and a loop
      * turn, which is most of the cost of a small pipelined reply. */
     if (dst->write_queue_size == 0) {
-        int n = uv_try_write(dst, &ub, 1);
-        if (n == (int)len)
+        int done = uv_try_write(dst, ub, n);
+        if (done >= 0 && (size_t)done == total)
             return 0;
-        if (n > 0) {
-            ub.base += n;
-            ub.len -= (size_t)n;
-        } else if (n != UV_EAGAIN) {
-            return n;
-        }
+        if (done == UV_EAGAIN)
+            done = 0;
+        if (done < 0)
+            return done;
+        size_t skip = (size_t)done;
+        while (skip > 0 && skip >= ub[first].len)
+            skip -= ub[first++].len;
+        ub[first].base += skip;
+        ub[first].len -= skip;
     }
-    struct wreq *w = malloc(sizeof(*w) + (b ? 0 : ub.len));
+    uint32_t nref = 0;
+    size_t copy = 0;
+    for (unsigned i = first; i < n; i++) {
+        if (iov[i].b != NULL)
+            nref++;
+        else
+            copy += ub[i].len;
+    }
+    struct wreq *w = malloc(sizeof(*w) + nref * sizeof(w->refs[0]) + copy);
     if (w == NULL)
         return UV_ENOMEM;
-    w->buf = b;
-    if (b != NULL) {
-        sl_buf_ref(b);
-    } else {
-        memcpy(w->data, ub.base, ub.len);
-        ub.base = w->data;
+    char *data = (char *)(w->refs + nref);
+    w->nref = 0;
+    for (unsigned i = first; i < n; i++) {
+        if (iov[i].b != NULL) {
+            sl_buf_ref(iov[i].b);
+            w->refs[w->nref++] = iov[i].b;
+        } else {
+            memcpy(data, ub[i].base, ub[i].len);
+            ub[i].base = data;
+            data += ub[i].len;
+        }
     }
     w->req.data = s;
-    int rc = uv_write(&w->req, dst, &ub, 1, on_write);
+    int rc = uv_write(&w->req, dst, ub + first, n - first, on_write);
     if (rc < 0) {
-        if (b != NULL)
-            sl_buf_unref(b);
+        for (uint32_t i = 0; i < w->nref; i++)
+            sl_buf_unref(w->refs[i]);
         free(w);
         return rc;
     }
     return 0;
 }
 
-
-static int side_send(struct sl_session *s, int up, struct sl_buf *b, const char *p, size_t len)
+/* Writes <len> bytes at <p> to socket <dst> as they are, at once (see
+ * plain_sendv): for bytes that must not wait in the side's buffer (TLS
+ * records, whose order the engine keeps). */
+int sl_sess_plain_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, const char *p,
+                      size_t len)
 {
-    if (s->tls[up] != NULL)
-        return sl_sess_tls_send(s, up, p, len);
-    return sl_sess_plain_send(s, sl_sess_side_stream(s, up), b, p, len);
+    struct sl_outbuf_iov iov = { p, len, b };
+    return len > 0 ? plain_sendv(s, dst, &iov, 1, len) : 0;
 }
 
-/* Sends <len> bytes at <p> to <dst>. <b> is the chunk holding them (it gets a
- * reference while a write is queued), or NULL for bytes that must be copied
- * if the kernel does not take them at once. Returns 0 or a libuv error. */
-int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
-                      const char *p, size_t len)
+/* A side's buffer is flushed: its pieces go to the socket (through the TLS
+ * engine when there is one), then the watermarks are looked at. A failed
+ * write ends the session (the flush may come from the turn's end, where
+ * nobody else would). */
+static char tls_gather[16 * 1024]; /* one TLS record's worth; one loop, one at a time */
+
+static int side_write(struct sl_outbuf *ob, const struct sl_outbuf_iov *iov, unsigned n,
+                      size_t total)
 {
-    if (len == 0)
-        return 0;
-    int up = dst == (uv_stream_t *)&s->upstream;
-    if (up && s->link != NULL)
-        return sl_sess_link_send(s, p, len); /* copied by the engine */
-    int rc = side_send(s, up, b, p, len);
-    if (rc < 0)
+    struct sl_session *s = ob->owner;
+    int up = ob == &s->out[1];
+    int rc = 0;
+    if (s->state >= SL_SESS_CLOSED)
+        return UV_ECANCELED;
+    if (s->tls[up] != NULL && n > 1 && total <= sizeof(tls_gather)) {
+        /* The engine copies anyway: gathered, the pieces make one record
+         * and one socket write, as one piece would. */
+        size_t at = 0;
+        for (unsigned i = 0; i < n; i++) {
+            memcpy(tls_gather + at, iov[i].p, iov[i].len);
+            at += iov[i].len;
+        }
+        rc = sl_sess_tls_send(s, up, tls_gather, at);
+    } else if (s->tls[up] != NULL) {
+        for (unsigned i = 0; i < n && rc == 0; i++)
+            rc = sl_sess_tls_send(s, up, iov[i].p, iov[i].len);
+    } else {
+        rc = plain_sendv(s, sl_sess_side_stream(s, up), iov, n, total);
+    }
+    if (rc < 0) {
+        sl_session_close(s);
         return rc;
+    }
     if (side_queued(s, up) > HIGH_WATER) {
         sl_sess_pause(s, !up, SL_PAUSE_PEERQ, 1);
         /* A client that does not read what it is sent is not read either:
@@ -388,6 +434,38 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
             sl_sess_pause(s, 0, SL_PAUSE_OWNQ, 1);
     }
     return 0;
+}
+
+/* Both sides' buffers go out now. */
+static void sess_flush(struct sl_session *s)
+{
+    for (int up = 0; up < 2; up++)
+        if (s->state < SL_SESS_CLOSED)
+            (void)sl_outbuf_flush(&s->out[up]);
+}
+
+void sl_sess_flush(struct sl_session *s)
+{
+    sess_flush(s);
+}
+
+/* Sends <len> bytes at <p> to <dst>: into the side's buffer, which writes
+ * them with whatever else the side gets this turn (see net/outbuf.h). <b>
+ * is the chunk holding them (referenced, not copied), or NULL for bytes
+ * that are copied. Returns 0 or a libuv error. */
+int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
+                      const char *p, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (s->state >= SL_SESS_CLOSED)
+        return UV_ECANCELED;
+    if (dst == (uv_stream_t *)&s->upstream && s->link != NULL)
+        return sl_sess_link_send(s, p, len); /* copied by the engine, written at the turn's end */
+    struct sl_outbuf *ob = &s->out[dst == (uv_stream_t *)&s->upstream];
+    if (b != NULL)
+        return sl_outbuf_ref(ob, b, (uint32_t)(p - b->data), (uint32_t)(p - b->data + len));
+    return sl_outbuf_copy(ob, p, len);
 }
 
 void sl_sess_to_upstream(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to)
@@ -657,7 +735,7 @@ struct sl_ident_state *sl_sess_ident(struct sl_session *s)
 
 uint64_t sl_sess_waits_now(void)
 {
-    return sl_waits_default ? sl_waits_now(sl_waits_default) : sl_clock_us(&sl_clock_mono);
+    return sl_waits_default ? sl_waits_now(sl_waits_default) : sl_turn_now_us();
 }
 
 static struct sl_session *session_of_park(struct sl_wait *w)
@@ -702,6 +780,7 @@ void sl_sess_resume(struct sl_session *s)
     if (s->state >= SL_SESS_FLUSHING)
         return;
     s->proto->resume(s);
+    sess_flush(s);
 }
 
 /* Sessions whose verdicts landed this loop turn. The store answers a
@@ -709,36 +788,20 @@ void sl_sess_resume(struct sl_session *s)
  * the turn sends all of a session's allowed requests in one write instead
  * of one write per verdict. */
 
+static void on_resume_due(struct sl_turn_node *n)
+{
+    sl_sess_resume((struct sl_session *)((char *)n - offsetof(struct sl_session, resume_tn)));
+}
+
 void sl_sess_resume_later(struct sl_session *s)
 {
-    if (s->resume_due)
-        return;
-    if (resume_n == resume_cap) {
-        uint32_t cap = resume_cap ? resume_cap * 2 : 64;
-        struct sl_session **nl = realloc(resume_list, cap * sizeof(*nl));
-        if (nl == NULL) {
-            sl_sess_resume(s); /* no list: at once */
-            return;
-        }
-        resume_list = nl;
-        resume_cap = cap;
-    }
-    resume_list[resume_n++] = s;
-    s->resume_due = 1;
+    if (sl_turn_later(&s->resume_tn, on_resume_due) < 0)
+        sl_sess_resume(s); /* no list: at once */
 }
 
 void sl_session_turn_end(void)
 {
-    /* sl_sess_resume() may land more verdicts (and add sessions): up to the end */
-    for (uint32_t i = 0; i < resume_n; i++) {
-        struct sl_session *s = resume_list[i];
-        if (s == NULL)
-            continue;
-        s->resume_due = 0;
-        sl_sess_resume(s);
-    }
-    resume_n = 0;
-    sl_sess_tls_kicks_run();
+    sl_turn_run();
 }
 
 static void on_verdict(void *data, const struct sl_verdict *v)
@@ -816,10 +879,10 @@ static void session_free(struct sl_session *s)
     free_segs(s);
     sl_pend_free(&s->pend);
     free(s->ident);
-    for (uint32_t i = 0; s->resume_due && i < resume_n; i++)
-        if (resume_list[i] == s)
-            resume_list[i] = NULL;
-    sl_sess_tls_forget(s);
+    sl_turn_forget(&s->resume_tn);
+    sl_turn_forget(&s->kick_tn);
+    sl_outbuf_reset(&s->out[0]);
+    sl_outbuf_reset(&s->out[1]);
     sl_tls_free(s->tls[0]);
     sl_tls_free(s->tls[1]);
     sl_sess_link_free(s);
@@ -888,6 +951,11 @@ void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe)
 
 void sl_session_close(struct sl_session *s)
 {
+    if (s->state == SL_SESS_CLOSED)
+        return;
+    /* What was sent before the close is written (as a write made at once
+     * would have been); a failed write closes the session itself. */
+    sess_flush(s);
     if (s->state == SL_SESS_CLOSED)
         return;
     s->state = SL_SESS_CLOSED;
@@ -975,6 +1043,9 @@ void sl_sess_finish(struct sl_session *s)
 {
     if (s->state >= SL_SESS_LINGER)
         return;
+    sess_flush(s); /* what is still to go is written first */
+    if (s->state >= SL_SESS_LINGER)
+        return;
     if (s->state != SL_SESS_FLUSHING) {
         s->state = SL_SESS_FLUSHING;
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
@@ -1035,7 +1106,12 @@ static void client_got(struct sl_session *s, ssize_t nread)
         if (s->link != NULL) {
             /* Pooled: no half-close can travel on a shared connection. The
              * replies owed still go out, then the session ends (a partial
-             * request is dropped, as Redis drops one cut by a close). */
+             * request is dropped, as Redis drops one cut by a close); the
+             * protocol may end it at once (a client blocked or subscribed
+             * on a connection of its own, which Redis would close). */
+            (void)s->proto->client_eof(s);
+            if (s->state >= SL_SESS_CLOSED)
+                return;
             if (s->cin != NULL)
                 s->cin->start = s->cin->end = 0;
             sl_sess_rx_release(&s->cin);
@@ -1051,6 +1127,7 @@ static void client_got(struct sl_session *s, ssize_t nread)
         if (s->state >= SL_SESS_CLOSED)
             return;
         sl_sess_rx_release(&s->cin);
+        sess_flush(s);
         /* the protocol ended the session, or will once its requests are
          * answered (the upstream must not see a half-close before them) */
         if (s->state >= SL_SESS_FLUSHING || (how & SL_EOF_KEEP))
@@ -1067,6 +1144,7 @@ static void client_got(struct sl_session *s, ssize_t nread)
     if (s->state >= SL_SESS_CLOSED)
         return;
     s->proto->client_in(s, b, (size_t)nread);
+    sess_flush(s); /* one write per side for all this read brought */
     if (s->state < SL_SESS_CLOSED) {
         sl_sess_rx_release(&s->cin);
         s->proto->release(s);
@@ -1083,6 +1161,7 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
         sl_log_debug("upstream closed", "listener=%s err=%s", s->l->name, uv_strerror((int)nread));
         sl_sess_rx_release(&s->uin);
         s->proto->upstream_eof(s, (int)nread);
+        sess_flush(s);
         return;
     }
     struct sl_buf *b = s->uin;
@@ -1095,6 +1174,7 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
         return;
     }
     s->proto->upstream_in(s, b);
+    sess_flush(s); /* one write per side for all this read brought */
     if (s->state < SL_SESS_CLOSED) {
         sl_sess_rx_release(&s->uin);
         sl_sess_drain_check(s);
@@ -1112,7 +1192,7 @@ int sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint
     (void)flags;
     if (s->state >= SL_SESS_FLUSHING)
         return 1; /* nothing more goes to it: its replies are dropped */
-    if (side_queued(s, 0) > s->l->conf->pool_client_buffer) {
+    if (side_queued(s, 0) + sl_outbuf_held(&s->out[0]) > s->l->conf->pool_client_buffer) {
         s->l->stats.pool_slow_closed++;
         sl_log_debug_rl("pool_client_buffer", "client closed: replies past upstream_pool_client_buffer",
                         "listener=%s", s->l->name);
@@ -1279,7 +1359,7 @@ static void connect_upstream(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
     uv_loop_t *loop = l->handle.loop;
-    sl_tq_touch(&l->connecting, &s->tq, uv_now(loop));
+    sl_tq_touch(&l->connecting, &s->tq, sl_turn_now_ms());
     if (meters_init(s) < 0) {
         sl_session_close(s);
         return;
@@ -1393,6 +1473,8 @@ void sl_session_accept(struct sl_listener *l)
     s->client.data = s;
     s->l = l;
     s->handles = 1;
+    sl_outbuf_init(&s->out[0], side_write, s);
+    sl_outbuf_init(&s->out[1], side_write, s);
     s->proto = proto;
     l->sessions++;
     l->stats.conns_active++;
@@ -1424,7 +1506,7 @@ void sl_session_accept(struct sl_listener *l)
             return;
         }
         s->tls_hs[0] = 1;
-        sl_tq_touch(&l->handshaking, &s->tq, uv_now(loop));
+        sl_tq_touch(&l->handshaking, &s->tq, sl_turn_now_ms());
         sl_sess_tls_sync_read(s, 0);
         return;
     }
@@ -1472,7 +1554,6 @@ static void client_tls_done(struct sl_session *s, int ok)
 static void accept_rest(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
-    uv_loop_t *loop = l->handle.loop;
     s->up_pause = SL_PAUSE_CONNECT;
     s->id = ++l->srv->next_conn;
     s->proto->init(s);
@@ -1483,7 +1564,7 @@ static void accept_rest(struct sl_session *s)
     if (sl_limiter_plan(l->srv->limiter, l->conf, SL_METRIC_CONNECTIONS, &cp) && sl_sess_ident(s) != NULL &&
         (s->place = sl_place_new(l->srv->limiter, l->conf, s->ident, s->id)) != NULL) {
         s->gate_until = sl_sess_waits_now() + cp.max_delay_us;
-        sl_tq_touch(&l->gated, &s->tq, uv_now(loop));
+        sl_tq_touch(&l->gated, &s->tq, sl_turn_now_ms());
         gate_try(s);
         return;
     }
@@ -1573,6 +1654,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         l->stats.header_timeouts++;
         sl_log_debug_rl("header_timeout", "header timeout", "listener=%s", l->name);
         s->proto->header_late(s);
+        sess_flush(s);
     }
 
     uint64_t ut = l->conf->upstream_timeout_us / 1000;
@@ -1584,6 +1666,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         l->stats.upstream_timeouts++;
         sl_log_debug_rl("upstream_timeout", "upstream timeout", "listener=%s", l->name);
         s->proto->upstream_late(s);
+        sess_flush(s);
     }
 
     uint64_t idle = timeout_ms(l, TO_IDLE);

@@ -203,6 +203,8 @@ static void mark_dirty(struct sl_upool_conn *c)
     c->dirty = 1;
     c->dnext = c->pool->dirty;
     c->pool->dirty = c;
+    if (!c->pool->conf.own_flush && c->pool->conf.wake != NULL)
+        c->pool->conf.wake(c->pool->conf.wake_arg);
 }
 
 static void on_write(uv_write_t *w, int status)
@@ -635,12 +637,23 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data)
 /* The shared connection of <k> a new request of an owner without one
  * goes to: the one with the fewest replies owed, a new one when all are
  * busy and there is room. */
+/* Replies in flight past which a connection being written this turn takes
+ * no more owners (the others, or a new one, share the load). */
+#define JOIN_MAX 256
+
 static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 {
     struct sl_upool_conn *best = NULL;
-    for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next)
+    for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next) {
+        /* A connection that already has bytes to write this turn takes the
+         * owner's too: they leave in the same write, and the upstream reads
+         * and answers them as one batch (its cost is per read, not per
+         * request), where spreading them would cost it a read each. */
+        if (c->dirty && c->rt.owed < JOIN_MAX)
+            return c;
         if (best == NULL || c->rt.owed < best->rt.owed)
             best = c;
+    }
     if (best != NULL && (best->rt.owed == 0 || k->nconns >= k->pool->conf.per_key))
         return best;
     struct sl_upool_conn *c = conn_new(k, err);

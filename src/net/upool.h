@@ -101,6 +101,11 @@ struct sl_upool_conf {
     uint8_t  own_flush;             /* the pool flushes by itself at the end of each loop
                                        turn (uv prepare + check); 0: the caller calls
                                        sl_upool_flush_all() */
+    /* own_flush = 0: called (with <wake_arg>) when a connection gets bytes to
+     * write, so the caller can have sl_upool_flush_all() run at the end of
+     * the turn (net/turn.h); NULL: the caller flushes on its own schedule */
+    void   (*wake)(void *wake_arg);
+    void    *wake_arg;
 };
 
 struct sl_upool_cbs {

@@ -1,0 +1,515 @@
+/* sluice — RESP sessions on a pooled listener (`upstream_pool = N`): which
+ * requests may share an upstream connection, which wait for a connection of
+ * the client's own and when it goes back, which pool key the client is on,
+ * what sluice answers itself (docs/resp.md, "Pooled listeners").
+ *
+ * sess_resp.c frames, decides and forwards as on a 1:1 listener and calls
+ * in here at four points: a request is framed (sl_rpool_classify: a record
+ * of its class joins the ring's order when it is not plainly stateless), the
+ * ring's head is allowed (sl_rpool_wait: pin first; sl_rpool_local: sluice
+ * answers), a request was forwarded (sl_rpool_sent: the pin tracker), and a
+ * reply was paid (sl_rpool_answered: pins end, the key moves on OK). The
+ * link to the engine is net/sess_pool.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/resolve.h"
+#include "net/listener.h"
+#include "net/session.h"
+#include "net/session-i.h"
+#include "net/sess_resp-i.h"
+#include "proto/resp_cmd.h"
+#include "proto/resp_conn.h"
+#include "proto/resp_reply.h"
+
+/* What sluice learnt of a request of a pooled session when it framed it
+ * (its words are gone once it is decided), kept in ring order while it
+ * waits (pool_pre) and, once written upstream, until its answer says what
+ * it did to the pin and the pool key (pool_ans). */
+struct prec {
+    struct sl_rcmd_info info;
+    uint64_t seq;      /* pool_ans: the reply number that answers it */
+    uint32_t added;    /* pin bits it started (sl_rcmd_pin_sent) */
+    uint8_t  stream;   /* the head of a request streamed in parts: pins */
+    uint8_t  passok;   /* KEY naming a user: its password is in <arg> */
+    uint8_t  kill_old; /* CLIENT KILL addr:port (the old form) */
+    uint8_t  setinfo;  /* CLIENT SETINFO: 1 LIB-NAME, 2 LIB-VER */
+    char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
+    uint32_t arglen;
+    char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
+};
+
+static void prec_free(struct prec *p)
+{
+    if (p != NULL) {
+        free(p->arg);
+        free(p->hname);
+        free(p);
+    }
+}
+
+static int pq_push(struct pq *q, struct prec *p)
+{
+    if (q->n == q->cap) {
+        uint32_t cap = q->cap ? q->cap * 2 : 8;
+        struct prec **ne = malloc(cap * sizeof(*ne));
+        if (ne == NULL)
+            return -1;
+        for (uint32_t i = 0; i < q->n; i++)
+            ne[i] = q->e[(q->head + i) % q->cap];
+        free(q->e);
+        q->e = ne;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->e[(q->head + q->n) % q->cap] = p;
+    q->n++;
+    return 0;
+}
+
+static struct prec *pq_head(const struct pq *q)
+{
+    return q->n > 0 ? q->e[q->head] : NULL;
+}
+
+static struct prec *pq_pop(struct pq *q)
+{
+    if (q->n == 0)
+        return NULL;
+    struct prec *p = q->e[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return p;
+}
+
+static void pq_free(struct pq *q)
+{
+    struct prec *p;
+    while ((p = pq_pop(q)) != NULL)
+        prec_free(p);
+    free(q->e);
+    memset(q, 0, sizeof(*q));
+}
+
+static char *dup_arg(const char *p, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d != NULL) {
+        memcpy(d, p, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* The pool key's name for the engine (the key, then its password: users
+ * may have several) and the commands that bring a fresh connection to it. */
+static int key_setup(const struct sl_pool_key *k, const char *pass, size_t plen, char **id,
+                     size_t *idlen, char **setup, size_t *setuplen, uint32_t *nsetup)
+{
+    size_t cap = 256 + 2 * plen + k->user_len;
+    char *i = malloc(sizeof(*k) + plen), *u = malloc(cap);
+    if (i == NULL || u == NULL) {
+        free(i);
+        free(u);
+        return -1;
+    }
+    memcpy(i, k, sizeof(*k));
+    if (plen > 0)
+        memcpy(i + sizeof(*k), pass, plen);
+    size_t n = 0;
+    uint32_t c = 0;
+    if (pass != NULL) {
+        n += (size_t)snprintf(u + n, cap - n, "*3\r\n$4\r\nAUTH\r\n$%u\r\n%s\r\n$%zu\r\n",
+                              (unsigned)k->user_len, k->user, plen);
+        memcpy(u + n, pass, plen);
+        n += plen;
+        memcpy(u + n, "\r\n", 2);
+        n += 2;
+        c++;
+    }
+    if (k->resp == 3) {
+        n += (size_t)snprintf(u + n, cap - n, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n");
+        c++;
+    }
+    if (k->db != 0) {
+        char db[16];
+        int dl = snprintf(db, sizeof(db), "%d", (int)k->db);
+        n += (size_t)snprintf(u + n, cap - n, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", dl, db);
+        c++;
+    }
+    *id = i;
+    *idlen = sizeof(*k) + plen;
+    *setup = u;
+    *setuplen = n;
+    *nsetup = c;
+    return 0;
+}
+
+/* The session's link goes to the key it is on now. */
+static int pool_rekey(struct sl_session *s, int open)
+{
+    struct sl_resp_sess *r = rs(s);
+    char *id, *setup;
+    size_t idlen, setuplen;
+    uint32_t nsetup;
+    if (key_setup(&r->key, r->pass, r->pass_len, &id, &idlen, &setup, &setuplen, &nsetup) < 0)
+        return SL_ENOMEM;
+    int rc = open ? sl_sess_link_open(s, id, idlen, setup, setuplen, nsetup)
+                  : sl_sess_link_rekey(s, id, idlen, setup, setuplen, nsetup);
+    free(id);
+    free(setup);
+    return rc;
+}
+
+int sl_rpool_link_open(struct sl_session *s)
+{
+    sl_pool_key_default(&rs(s)->key);
+    sl_rcmd_pin_init(&rs(s)->pin);
+    return pool_rekey(s, 1);
+}
+
+/* Classifies request <q> of a pooled session; returns 1 when it needs its
+ * turn in the ring (a record is queued for it), 0 when it goes as any
+ * stateless request does, -1 when out of memory. */
+int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream)
+{
+    struct sl_rcmd_info info;
+    sl_rcmd_class(q, &info);
+    if (!stream && info.cls == SL_RCMD_POOL && info.pin == 0 && info.ends == 0)
+        return 0;
+    if (!stream && info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_EMPTY)
+        return 0; /* no reply, no change: harmless anywhere */
+    struct prec *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return -1;
+    p->info = info;
+    p->stream = (uint8_t)stream;
+    uint8_t a = 0;
+    if (info.cls == SL_RCMD_KEY && info.pass_arg > 0) {
+        a = info.pass_arg;
+        p->passok = a < q->ncap && q->arglen[a] <= SL_RESP_CAPTURE_LEN;
+    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETNAME) {
+        a = info.name_arg;
+    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETINFO && q->argc == 4 &&
+               q->ncap >= 4) {
+        a = 3;
+        p->setinfo = strcasecmp(q->argv[2], "LIB-NAME") == 0 ? 1
+                     : strcasecmp(q->argv[2], "LIB-VER") == 0 ? 2 : 0;
+    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_KILL) {
+        p->kill_old = q->argc == 3;
+    }
+    if (info.cls == SL_RCMD_KEY && info.name_arg > 0 && info.name_arg < q->ncap &&
+        q->arglen[info.name_arg] <= SL_RESP_CAPTURE_LEN &&
+        (p->hname = dup_arg(q->argv[info.name_arg], q->arglen[info.name_arg])) == NULL) {
+        free(p);
+        return -1;
+    }
+    if (a > 0 && a < q->ncap) {
+        p->arglen = q->arglen[a] < SL_RESP_CAPTURE_LEN ? q->arglen[a] : SL_RESP_CAPTURE_LEN;
+        if ((p->arg = dup_arg(q->argv[a], p->arglen)) == NULL) {
+            free(p);
+            return -1;
+        }
+    }
+    if (pq_push(&rs(s)->pool_pre, p) < 0) {
+        prec_free(p);
+        return -1;
+    }
+    return 1;
+}
+
+/* The ring's head <p> (with record <c>) is allowed: may it go now? 0 yes,
+ * 1 it waits for a connection of its own (the session is resumed when it
+ * has one), -1 refused (no connection could be had: counted). */
+int sl_rpool_wait(struct sl_session *s, const struct prec *c)
+{
+    struct sl_resp_sess *r = rs(s);
+    int pin = c->stream || c->info.cls == SL_RCMD_PIN || c->info.cls == SL_RCMD_KEY ||
+              (c->info.cls == SL_RCMD_LOCAL && r->rc.in_multi);
+    if (!pin || sl_sess_link_pinned(s))
+        return 0;
+    uint64_t now = sl_sess_waits_now();
+    if (r->pool_hold && r->pin_until != 0 && now >= r->pin_until) {
+        sl_sess_link_unwait(s);
+        r->pool_hold = 0;
+        r->pin_until = 0;
+        s->l->stats.pool_pin_refused++;
+        return -1;
+    }
+    int rc = sl_sess_link_pin(s, s->l->conf->pool_pin_wait_us > 0);
+    if (rc == 1) {
+        r->pool_hold = 0;
+        r->pin_until = 0;
+        return 0;
+    }
+    if (rc < 0) {
+        r->pool_hold = 0;
+        s->l->stats.pool_pin_refused++;
+        return -1;
+    }
+    r->pool_hold = 1;
+    if (sl_sess_link_waiting(s) && r->pin_until == 0) {
+        r->pin_until = now + s->l->conf->pool_pin_wait_us;
+        sl_sess_park(s, r->pin_until);
+    }
+    return 1;
+}
+
+/* The local reply to a pooled session's request <c>, in <out>. */
+static size_t local_text(struct sl_session *s, const struct prec *c, char *out, size_t cap)
+{
+    struct sl_resp_sess *r = rs(s);
+    int n = 0;
+    switch (c->info.local) {
+    case SL_RLOCAL_SETNAME:
+        if (c->arg != NULL && !sl_rcmd_name_ok(c->arg, c->arglen) && c->arglen > 0) {
+            n = snprintf(out, cap, "-ERR Client names cannot contain spaces, newlines or special "
+                                   "characters.\r\n");
+            break;
+        }
+        free(r->name);
+        r->name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
+        n = snprintf(out, cap, "+OK\r\n");
+        break;
+    case SL_RLOCAL_GETNAME:
+        if (r->name == NULL)
+            n = snprintf(out, cap, r->key.resp == 3 ? "_\r\n" : "$-1\r\n");
+        else
+            n = snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(r->name), r->name);
+        break;
+    case SL_RLOCAL_SETINFO:
+        if (c->setinfo == 0 || c->arg == NULL) {
+            n = snprintf(out, cap, "-ERR Unrecognized option\r\n");
+            break;
+        }
+        free(r->lib[c->setinfo - 1]);
+        r->lib[c->setinfo - 1] = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
+        n = snprintf(out, cap, "+OK\r\n");
+        break;
+    case SL_RLOCAL_ID:
+        n = snprintf(out, cap, ":%llu\r\n", (unsigned long long)s->id);
+        break;
+    case SL_RLOCAL_INFO:
+    case SL_RLOCAL_LIST: {
+        char line[1024], peer[64] = "?", self[64] = "?";
+        struct sockaddr_storage ss;
+        int sl = sizeof(ss);
+        if (uv_tcp_getpeername(&s->client, (struct sockaddr *)&ss, &sl) == 0)
+            sl_resolve_fmt(&ss, peer, sizeof(peer));
+        sl = sizeof(ss);
+        if (uv_tcp_getsockname(&s->client, (struct sockaddr *)&ss, &sl) == 0)
+            sl_resolve_fmt(&ss, self, sizeof(self));
+        int k = snprintf(line, sizeof(line),
+                         "id=%llu addr=%s laddr=%s fd=0 name=%s age=0 idle=0 flags=N db=%d sub=0 "
+                         "psub=0 ssub=0 multi=-1 watch=0 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 "
+                         "rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|%s user=%s "
+                         "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
+                         (unsigned long long)s->id, peer, self, r->name ? r->name : "",
+                         (int)r->key.db, c->info.local == SL_RLOCAL_INFO ? "info" : "list",
+                         r->key.user, (int)r->key.resp, r->lib[0] ? r->lib[0] : "",
+                         r->lib[1] ? r->lib[1] : "");
+        if (k > 0 && (size_t)k < sizeof(line))
+            n = snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
+        break;
+    }
+    case SL_RLOCAL_KILL:
+        n = snprintf(out, cap, c->kill_old ? "-ERR No such client\r\n" : ":0\r\n");
+        break;
+    case SL_RLOCAL_UNBLOCK:
+        n = snprintf(out, cap, ":0\r\n");
+        break;
+    case SL_RLOCAL_QUIT:
+        n = snprintf(out, cap, "+OK\r\n");
+        break;
+    default:
+        break;
+    }
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* Request <c> is answered by sluice (inside a transaction it is queued
+ * upstream instead, as Redis would run it at EXEC). */
+int sl_rpool_is_local(const struct sl_session *s, const struct prec *c)
+{
+    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !rs(s)->rc.in_multi;
+}
+
+/* Request <c> of a pooled session is answered by sluice in its place. */
+void sl_rpool_local(struct sl_session *s, const struct prec *c)
+{
+    char line[1200];
+    size_t n = local_text(s, c, line, sizeof(line));
+    uint32_t replies = sl_rsess_refused(s);
+    if (s->state >= SL_SESS_CLOSED)
+        return;
+    uint8_t close = c->info.local == SL_RLOCAL_QUIT ? SL_SEG_CLOSE : 0;
+    if (replies == 0 || n == 0) {
+        if (close) {
+            static char none[] = "";
+            sl_sess_local(s, none, 0, SL_SEG_CLOSE);
+        }
+        return;
+    }
+    char *text = malloc(n);
+    if (text == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    memcpy(text, line, n);
+    sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | close);
+}
+
+/* Request <c> went upstream (the replies owed were <before>, now
+ * owed_total): the pins it starts, and its answer awaited when it ends
+ * one or moves the key. Takes <c>. */
+void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
+{
+    struct sl_resp_sess *r = rs(s);
+    c->added = sl_rcmd_pin_sent(&r->pin, &c->info);
+    if (c->stream && c->info.cls == SL_RCMD_KEY)
+        r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */
+    if (c->info.cls == SL_RCMD_KEY && (r->rc.in_multi || r->owed_total == before)) {
+        /* its answer is in EXEC's reply, or there is none: the key is not
+         * known any more, the connection stays the client's until RESET */
+        r->pin.why |= SL_PIN_ODD;
+        prec_free(c);
+        return;
+    }
+    if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
+                                    c->info.ends == 0)) {
+        prec_free(c);
+        return;
+    }
+    c->seq = r->owed_total; /* its last reply */
+    if (pq_push(&r->pool_ans, c) < 0) {
+        prec_free(c);
+        sl_session_close(s);
+    }
+}
+
+/* Reply number paid_total came: the requests it answers take effect. */
+void sl_rpool_answered(struct sl_session *s)
+{
+    struct sl_resp_sess *r = rs(s);
+    struct prec *c;
+    while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
+        pq_pop(&r->pool_ans);
+        int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
+        if (ok && c->hname != NULL) {
+            /* HELLO ... SETNAME named the pinned connection: the kept name too */
+            free(r->name);
+            r->name = c->hname[0] != '\0' ? c->hname : NULL;
+            if (r->name != NULL)
+                c->hname = NULL;
+        }
+        sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
+        struct sl_pool_key old = r->key;
+        if (sl_pool_key_apply(&r->key, &c->info, ok) ||
+            (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_USER | SL_RKEY_RESET)))) {
+            if (c->info.set & SL_RKEY_RESET) {
+                free(r->pass);
+                r->pass = NULL;
+                r->pass_len = 0;
+            }
+            if ((c->info.set & SL_RKEY_USER) && c->info.pass_arg > 0) {
+                if (!c->passok) {
+                    r->pin.why |= SL_PIN_ODD; /* no password to open its key with */
+                } else {
+                    free(r->pass);
+                    r->pass = c->arg;
+                    r->pass_len = c->arglen;
+                    c->arg = NULL;
+                }
+            }
+            (void)old;
+            if (pool_rekey(s, 0) < 0)
+                sl_session_close(s);
+        }
+        prec_free(c);
+    }
+}
+
+/* The pinned connection goes back once nothing of the client's lives on it
+ * (at the end of a turn: never from inside a delivery). */
+int sl_rpool_unpin_due(const struct sl_session *s)
+{
+    const struct sl_resp_sess *r = rs(s);
+    return s->link != NULL && sl_sess_link_pinned(s) && !sl_rcmd_pinned(&r->pin) &&
+           r->owed_total == r->paid_total && r->head_state == 0 && !r->rc.in_multi &&
+           !sl_rconn_passthru(&r->rc) && r->rc.reply_mode == SL_REPLY_ON && r->rc.sub_owed == 0 &&
+           r->rc.marks == 0 && r->pool_ans.n == 0 && !r->pool_hold && sl_reply_idle(&r->scan);
+}
+
+void sl_rpool_settle(struct sl_session *s)
+{
+    if (sl_rpool_unpin_due(s))
+        sl_sess_link_unpin(s, sl_rcmd_pin_clean(&rs(s)->pin));
+}
+
+/* The upstream connection a pooled session's replies were owed on failed:
+ * each reply owed is answered by an error in its place, unless the client
+ * already has part of one (then it is closed: its stream cannot be made
+ * whole), or its own pinned connection failed (closed, as on 1:1). */
+void sl_rpool_link_lost(struct sl_session *s, int pinned, int err, const char *why)
+{
+    (void)err;
+    struct sl_resp_sess *r = rs(s);
+    sl_log_debug_rl("pool_lost", "pooled upstream connection lost", "listener=%s why=\"%s\"",
+                    s->l->name, why);
+    if (pinned || !sl_reply_idle(&r->scan)) {
+        sl_sess_finish(s);
+        return;
+    }
+    static const char msg[] = "-ERR sluice: upstream connection lost\r\n";
+    uint64_t owed = r->owed_total - r->paid_total;
+    while (owed > 0 && s->state < SL_SESS_FLUSHING) {
+        struct sl_buf *b = sl_buf_get();
+        if (b == NULL) {
+            sl_session_close(s);
+            return;
+        }
+        b->start = b->end = 0;
+        while (owed > 0 && SL_BUF_SIZE - b->end >= sizeof(msg) - 1) {
+            memcpy(b->data + b->end, msg, sizeof(msg) - 1);
+            b->end += sizeof(msg) - 1;
+            owed--;
+        }
+        (void)sl_sess_link_got(s, b, 0, b->end, 0);
+        sl_buf_unref(b);
+    }
+    if (s->state < SL_SESS_FLUSHING)
+        sl_sess_resume_later(s); /* a request held for a pin may go now */
+}
+
+
+
+struct prec *sl_rpool_peek(struct sl_session *s)
+{
+    return pq_head(&rs(s)->pool_pre);
+}
+
+struct prec *sl_rpool_next(struct sl_session *s)
+{
+    return pq_pop(&rs(s)->pool_pre);
+}
+
+void sl_rpool_done(struct prec *c)
+{
+    prec_free(c);
+}
+
+void sl_rpool_free(struct sl_session *s)
+{
+    struct sl_resp_sess *r = rs(s);
+    pq_free(&r->pool_pre);
+    pq_free(&r->pool_ans);
+    free(r->pass);
+    free(r->name);
+    free(r->lib[0]);
+    free(r->lib[1]);
+}

@@ -1,0 +1,408 @@
+/* sluice integration tests — a pooled RESP listener (`upstream_pool = N`)
+ * against a real redis-server: clients share upstream connections, and
+ * what lives on a connection (a transaction, a database, a user, a blocking
+ * command) stays each client's own. The broad transparency checks (Redis's
+ * suite, the differential fuzzer) run elsewhere; these are the basics.
+ * POOL_ONLY=pattern runs the tests whose name matches it (cmocka filter: "test_pin*"). */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "integration/harness.h"
+
+static struct th_proc redis_p, sluice_p;
+static int pport; /* the pooled listener (upstream_pool = 1) */
+
+static int start_sluice(struct th_proc *sp, int up_port, int port, const char *extra)
+{
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin =\nshutdown_grace = 2s\nworkers = 1\n[store]\nurl = local\n"
+             "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 1\n%s",
+             port, up_port, extra ? extra : "");
+    return th_sluice_start(sp, ini, port);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (th_redis_start(&redis_p, NULL) < 0)
+        return -1;
+    pport = th_free_port();
+    if (start_sluice(&sluice_p, redis_p.port, pport, NULL) < 0) {
+        th_stop(&redis_p);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    int st = th_stop(&sluice_p);
+    th_stop(&redis_p);
+    return st == 0 ? 0 : -1;
+}
+
+static redisContext *conn(int port)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    struct timeval tv = { 10, 0 };
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+static redisReply *cmd(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    return r;
+}
+
+static void expect_str(redisContext *c, const char *want, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS &&
+        r->type != REDIS_REPLY_ERROR)
+        fail_msg("reply type %d to %s, want \"%s\"", r->type, fmt, want);
+    if (strncmp(r->str, want, strlen(want)) != 0)
+        fail_msg("\"%s\" to %s, want \"%s\"", r->str, fmt, want);
+    freeReplyObject(r);
+}
+
+/* connected_clients as the upstream counts them (the asking connection too). */
+static long upstream_clients(void)
+{
+    redisContext *d = conn(redis_p.port);
+    redisReply *r = cmd(d, "INFO clients");
+    const char *p = strstr(r->str, "connected_clients:");
+    long n = p ? strtol(p + 18, NULL, 10) : -1;
+    freeReplyObject(r);
+    redisFree(d);
+    return n;
+}
+
+/* Polls until the upstream counts <want> clients (10 s at most). */
+static long wait_clients(long want)
+{
+    long n = -1;
+    for (uint64_t end = th_now_ms() + 10000; th_now_ms() < end; usleep(10000))
+        if ((n = upstream_clients()) == want)
+            break;
+    return n;
+}
+
+/* Two clients' requests go over one upstream connection, each answered its own. */
+static void test_shared(void **state)
+{
+    (void)state;
+    redisContext *a = conn(pport), *b = conn(pport);
+    for (int i = 0; i < 50; i++) {
+        expect_str(a, "OK", "SET pa%d a%d", i, i);
+        expect_str(b, "OK", "SET pb%d b%d", i, i);
+    }
+    for (int i = 0; i < 50; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "b%d", i);
+        expect_str(b, want, "GET pb%d", i);
+        snprintf(want, sizeof(want), "a%d", i);
+        expect_str(a, want, "GET pa%d", i);
+    }
+    /* the pool's one connection, and the one asking */
+    assert_int_equal(wait_clients(2), 2);
+    redisFree(a);
+    redisFree(b);
+}
+
+/* MULTI pins a connection of its own; after EXEC it goes back. */
+static void test_multi_pins(void **state)
+{
+    (void)state;
+    redisContext *a = conn(pport), *b = conn(pport);
+    expect_str(b, "OK", "SET mk 0");
+    expect_str(a, "OK", "MULTI");
+    expect_str(a, "QUEUED", "INCR mk");
+    /* b is not inside a's transaction */
+    expect_str(b, "0", "GET mk");
+    assert_int_equal(upstream_clients(), 3); /* shared + a's own + the asking one */
+    redisReply *r = cmd(a, "EXEC");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[0]->integer, 1);
+    freeReplyObject(r);
+    expect_str(b, "1", "GET mk");
+    assert_int_equal(wait_clients(2), 2); /* given back (upstream_pool = 1: closed) */
+    redisFree(a);
+    redisFree(b);
+}
+
+/* SELECT moves one client to another database, not the others. */
+static void test_select_own(void **state)
+{
+    (void)state;
+    redisContext *a = conn(pport), *b = conn(pport);
+    expect_str(b, "OK", "SET sk db0");
+    expect_str(a, "OK", "SELECT 2");
+    expect_str(a, "OK", "SET sk db2");
+    expect_str(a, "db2", "GET sk");
+    expect_str(b, "db0", "GET sk");
+    redisReply *r = cmd(a, "CLIENT INFO");
+    assert_non_null(strstr(r->str, " db=2 "));
+    freeReplyObject(r);
+    expect_str(a, "OK", "SELECT 0");
+    expect_str(a, "db0", "GET sk");
+    redisFree(a);
+    redisFree(b);
+}
+
+/* AUTH as an ACL user: that user's permissions, for that client only. */
+static void test_auth_user(void **state)
+{
+    (void)state;
+    redisContext *d = conn(redis_p.port);
+    expect_str(d, "OK", "ACL SETUSER pooluser on >pw ~u:* +get +set");
+    redisFree(d);
+    redisContext *a = conn(pport), *b = conn(pport);
+    expect_str(a, "WRONGPASS", "AUTH pooluser nope");
+    expect_str(a, "OK", "SET x:1 still-default"); /* a refused AUTH moves nothing */
+    expect_str(a, "OK", "AUTH pooluser pw");
+    expect_str(a, "OK", "SET u:1 one");
+    expect_str(a, "NOPERM", "SET x:1 two");
+    expect_str(a, "NOPERM", "DEL u:1");
+    expect_str(b, "OK", "SET x:1 three"); /* b is still the default user */
+    redisReply *r = cmd(b, "DEL u:1");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    r = cmd(a, "CLIENT INFO");
+    assert_non_null(strstr(r->str, " user=pooluser "));
+    freeReplyObject(r);
+    redisFree(a);
+    redisFree(b);
+}
+
+/* A client blocked in BLPOP does not stall another's GET. */
+static void test_blocking(void **state)
+{
+    (void)state;
+    redisContext *a = conn(pport), *b = conn(pport);
+    assert_int_equal(redisAppendCommand(a, "BLPOP bq 0"), REDIS_OK);
+    int done = 0;
+    assert_int_equal(redisBufferWrite(a, &done), REDIS_OK);
+    expect_str(b, "OK", "SET bk v");
+    expect_str(b, "v", "GET bk");
+    redisReply *r = cmd(b, "RPUSH bq item");
+    freeReplyObject(r);
+    redisReply *br = NULL;
+    assert_int_equal(redisGetReply(a, (void **)&br), REDIS_OK);
+    assert_int_equal(br->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(br->element[1]->str, "item");
+    freeReplyObject(br);
+    expect_str(a, "v", "GET bk"); /* a goes on, pooled again */
+    redisFree(a);
+    redisFree(b);
+}
+
+/* Clients blocked in BLPOP on the upstream now (its CLIENT LIST). */
+static int upstream_blocked(void)
+{
+    redisContext *d = conn(redis_p.port);
+    redisReply *r = cmd(d, "CLIENT LIST");
+    int n = 0;
+    for (const char *p = r->str; (p = strstr(p, "cmd=blpop")) != NULL; p++)
+        n++;
+    freeReplyObject(r);
+    redisFree(d);
+    return n;
+}
+
+/* A blocked client that half-closes is closed, with its own connection, as
+ * Redis closes one on reading its EOF. */
+static void test_eof_blocked(void **state)
+{
+    (void)state;
+    int fd = th_connect(pport);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "*3\r\n$5\r\nBLPOP\r\n$5\r\neofbq\r\n$1\r\n0\r\n");
+    int n = 0;
+    for (uint64_t end = th_now_ms() + 10000; n == 0 && th_now_ms() < end; usleep(10000))
+        n = upstream_blocked();
+    assert_int_equal(n, 1);
+    shutdown(fd, SHUT_WR);
+    char buf[64];
+    int eof = 0;
+    assert_int_equal(th_read_until_eof(fd, buf, sizeof(buf), TH_MS, &eof), 0);
+    assert_true(eof);
+    close(fd);
+    for (uint64_t end = th_now_ms() + 10000; n > 0 && th_now_ms() < end; usleep(10000))
+        n = upstream_blocked();
+    assert_int_equal(n, 0);
+}
+
+/* CLIENT SETNAME/GETNAME/ID are each client's own. */
+static void test_local_client(void **state)
+{
+    (void)state;
+    redisContext *a = conn(pport), *b = conn(pport);
+    expect_str(a, "OK", "CLIENT SETNAME alpha");
+    expect_str(a, "alpha", "CLIENT GETNAME");
+    redisReply *r = cmd(b, "CLIENT GETNAME");
+    assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    redisReply *h = cmd(b, "HELLO 2 SETNAME beta");
+    assert_int_equal(h->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(h);
+    expect_str(b, "beta", "CLIENT GETNAME");
+    expect_str(a, "alpha", "CLIENT GETNAME");
+    redisReply *ia = cmd(a, "CLIENT ID"), *ib = cmd(b, "CLIENT ID");
+    assert_true(ia->integer != ib->integer);
+    freeReplyObject(ia);
+    freeReplyObject(ib);
+    redisFree(a);
+    redisFree(b);
+}
+
+/* The upstream dies while a shared connection owes a reply: the client gets
+ * an error in its place, and the next request is served once it is back. */
+static void test_upstream_killed(void **state)
+{
+    (void)state;
+    struct th_proc r2, s2;
+    assert_int_equal(th_redis_start(&r2, "--busy-reply-threshold", "10", NULL), 0);
+    int port = th_free_port();
+    assert_int_equal(start_sluice(&s2, r2.port, port, NULL), 0);
+    redisContext *a = conn(port);
+    expect_str(a, "PONG", "PING");
+    assert_int_equal(redisAppendCommand(a, "EVAL %s 0", "while true do end"), REDIS_OK);
+    int done = 0;
+    assert_int_equal(redisBufferWrite(a, &done), REDIS_OK);
+    /* the script runs once the upstream answers others BUSY */
+    redisContext *d = conn(r2.port);
+    int busy = 0;
+    for (uint64_t end = th_now_ms() + 10000; !busy && th_now_ms() < end; usleep(5000)) {
+        redisReply *r = cmd(d, "PING");
+        busy = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSY", 4) == 0;
+        freeReplyObject(r);
+    }
+    redisFree(d);
+    assert_true(busy);
+    kill(r2.pid, SIGKILL);
+    waitpid(r2.pid, NULL, 0);
+    r2.pid = 0;
+    redisReply *r = NULL;
+    assert_int_equal(redisGetReply(a, (void **)&r), REDIS_OK);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_string_equal(r->str, "ERR sluice: upstream connection lost");
+    freeReplyObject(r);
+    redisFree(a);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
+/* Past upstream_pool_pinned a client waits upstream_pool_pin_wait, then
+ * gets an error in its request's place; both are counted. */
+static void test_pin_cap(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char extra[256];
+    snprintf(extra, sizeof(extra), "upstream_pool_pinned = 1\nupstream_pool_pin_wait = 50ms\n");
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\n%s",
+             admin, port, redis_p.port, extra);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    redisContext *a = conn(port), *b = conn(port);
+    expect_str(a, "OK", "MULTI");
+    expect_str(b, "ERR sluice: too many clients hold an upstream connection of their own",
+               "MULTI");
+    expect_str(b, "PONG", "PING"); /* b itself goes on, pooled */
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_refused_total{listener=\"p\"}"), 1);
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_waits_total{listener=\"p\"}"), 1);
+    assert_int_equal(th_metric(admin, "sluice_pool_pinned_connections{listener=\"p\"}"), 1);
+    redisReply *r = cmd(a, "EXEC");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    expect_str(b, "OK", "MULTI"); /* a gave its connection back */
+    expect_str(b, "OK", "DISCARD");
+    redisFree(a);
+    redisFree(b);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
+/* A client that does not read its replies is closed past
+ * upstream_pool_client_buffer; the client sharing its connection goes on. */
+static void test_slow_reader(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\nupstream_pool_client_buffer = 1mb\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    redisContext *d = conn(redis_p.port);
+    static char big[512 * 1024];
+    redisReply *r = cmd(d, "SET slow:big %b", big, sizeof(big));
+    freeReplyObject(r);
+    redisFree(d);
+    /* the slow one: a small receive buffer, 200 GETs of 512 KiB, never read */
+    int fd = th_connect(port);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    static const char get[] = "*2\r\n$3\r\nGET\r\n$8\r\nslow:big\r\n";
+    for (int i = 0; i < 200; i++)
+        TH_SEND(fd, get);
+    assert_int_equal(th_metric_wait(admin, "sluice_pool_slow_clients_closed_total{listener=\"p\"}", 1,
+                                    TH_MS),
+                     0);
+    redisContext *b = conn(port);
+    expect_str(b, "PONG", "PING");
+    redisFree(b);
+    close(fd);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shared),
+        cmocka_unit_test(test_multi_pins),
+        cmocka_unit_test(test_select_own),
+        cmocka_unit_test(test_auth_user),
+        cmocka_unit_test(test_blocking),
+        cmocka_unit_test(test_eof_blocked),
+        cmocka_unit_test(test_local_client),
+        cmocka_unit_test(test_upstream_killed),
+        cmocka_unit_test(test_pin_cap),
+        cmocka_unit_test(test_slow_reader),
+    };
+    const char *only = getenv("POOL_ONLY");
+    if (only != NULL)
+        cmocka_set_test_filter(only);
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
