@@ -37,6 +37,11 @@
  * Usage:
  *   diff_resp [--seed S] [--streams N] [--seconds T] [--first I] [--quiet MS]
  *             [--keep-going] [--no-minimize] [--out DIR] [--verbose]
+ *   diff_resp --pooled K [--pool-size N] [--seed S] [--streams N] ...
+ *                                  rounds of K concurrent clients through a
+ *                                  pooled listener (upstream_pool = N, default
+ *                                  2), each against the same K sent directly
+ *                                  (below, "pooled mode"); --streams counts rounds
  *   diff_resp --replay FILE...     send each file's bytes (several ways of
  *                                  splitting them) and compare
  *   diff_resp --list-known         print the known differences
@@ -55,6 +60,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -88,7 +94,8 @@ struct known {
 static const struct known known[] = {
     { "connection ids (HELLO's \"id\" field)", "normalised: the integer after a bulk \"id\" is masked",
       "README \"Transparent, 1:1\": each client connection gets its own upstream connection "
-      "(so its own id, directly as through sluice)" },
+      "(so its own id, directly as through sluice); pooled mode: docs/resp.md \"Pooled "
+      "listeners\": HELLO's reply carries the id of the upstream connection that answered it" },
     { "CLIENT ID / CLIENT INFO / CLIENT LIST / INFO / TIME / RANDOMKEY / KEYS / MONITOR",
       "not generated",
       "not a sluice difference: ids, addresses, ports, clocks and hash order differ between any "
@@ -120,6 +127,13 @@ static const struct known known[] = {
       "last reply is the protocol error",
       "a reset discards what the client had received and not read yet (a large reply "
       "ahead of the error, seen under load); sluice's close delivers them" },
+    { "pooled mode: a key or channel of another client, DBSIZE, byte flips", "not generated",
+      "not a sluice difference: concurrent clients sharing data have no defined order, "
+      "directly as through sluice, so each client has its own key and channel prefix (a flip "
+      "could make one client's key another's)" },
+    { "pooled mode: HELLO queued in MULTI under a WATCH", "not generated",
+      "docs/resp.md \"Pub/sub\" (1:1 too): Not followed: ... an EXEC that WATCH makes fail "
+      "(taken as run)" },
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -259,6 +273,8 @@ struct gen {
     int      subscribed;
     char     scratch[16][64]; /* short argument texts */
     unsigned nscratch;
+    const char *pfx;    /* pooled mode: the client's key and channel prefix */
+    int      watched;   /* pooled mode: a WATCH may be in force */
 };
 
 static const char *const keys[] = { "k1", "k2", "n", "alice:x", "bob:y", "l", "h", "s", "z", "big" };
@@ -292,6 +308,18 @@ static struct arg gval(struct gen *g)
 }
 
 static struct arg lit(const char *s) { return (struct arg){ s, strlen(s) }; }
+
+/* A key or channel name: as is, or (pooled mode) behind the client's own
+ * prefix, so concurrent clients never share data and each one's replies
+ * depend on its own stream alone. */
+static struct arg K(struct gen *g, const char *name)
+{
+    if (!g->pfx)
+        return lit(name);
+    char *t = g->scratch[g->nscratch++ % 16];
+    int n = snprintf(t, 64, "%s%s", g->pfx, name);
+    return (struct arg){ t, (size_t)n };
+}
 
 static int plain_word(struct arg a)
 {
@@ -380,63 +408,63 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 3: case 4: case 5:
         a[n++] = lit("SET");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         a[n++] = gval(g);
         if (chance(&g->rng, 20))
             a[n++] = lit(chance(&g->rng, 50) ? "NX" : "GET");
         break;
     case 6: case 7: case 8:
         a[n++] = lit("GET");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         break;
     case 9: case 10:
         a[n++] = lit(chance(&g->rng, 70) ? "INCR" : "DECR");
-        a[n++] = lit(chance(&g->rng, 70) ? "n" : gkey(g));
+        a[n++] = K(g, chance(&g->rng, 70) ? "n" : gkey(g));
         break;
     case 11:
         a[n++] = lit("DEL");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         if (chance(&g->rng, 50))
-            a[n++] = lit(gkey(g));
+            a[n++] = K(g, gkey(g));
         break;
     case 12:
         a[n++] = lit(chance(&g->rng, 50) ? "LPUSH" : "RPUSH");
-        a[n++] = lit("l");
+        a[n++] = K(g, "l");
         a[n++] = gval(g);
         break;
     case 13:
         a[n++] = lit("LRANGE");
-        a[n++] = lit("l");
+        a[n++] = K(g, "l");
         a[n++] = lit("0");
         a[n++] = lit("-1");
         break;
     case 14: {
         static const char *const tmo[] = { "0.05", "0.1", "0.02" };
         a[n++] = lit("BLPOP");
-        a[n++] = lit(chance(&g->rng, 50) ? "l" : "nolist");
+        a[n++] = K(g, chance(&g->rng, 50) ? "l" : "nolist");
         a[n++] = lit(tmo[rnd(&g->rng, 3)]);
         break;
     }
     case 15:
         a[n++] = lit("HSET");
-        a[n++] = lit("h");
+        a[n++] = K(g, "h");
         a[n++] = lit(chance(&g->rng, 50) ? "f1" : "f2");
         a[n++] = gval(g);
         break;
     case 16:
         a[n++] = lit("HGETALL");
-        a[n++] = lit("h");
+        a[n++] = K(g, "h");
         break;
     case 17:
         a[n++] = lit("ZADD");
-        a[n++] = lit("z");
+        a[n++] = K(g, "z");
         snprintf(num, sizeof(num), "%u.5", rnd(&g->rng, 100));
         a[n++] = lit(num);
         a[n++] = lit(chance(&g->rng, 50) ? "m1" : "m2");
         break;
     case 18:
         a[n++] = lit("ZRANGE");
-        a[n++] = lit("z");
+        a[n++] = K(g, "z");
         a[n++] = lit("0");
         a[n++] = lit("-1");
         a[n++] = lit("WITHSCORES");
@@ -444,7 +472,7 @@ static void gen_command(struct gen *g, struct stream *s)
     case 19: case 20:
         if (g->multi) {
             a[n++] = lit(chance(&g->rng, 75) ? "EXEC" : "DISCARD");
-            g->multi = 0;
+            g->multi = g->watched = 0;
         } else {
             a[n++] = lit("MULTI");
             if (!g->subscribed || g->resp3)
@@ -453,7 +481,7 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 21:
         a[n++] = lit(chance(&g->rng, 50) ? "EXEC" : "DISCARD");
-        g->multi = 0;
+        g->multi = g->watched = 0;
         break;
     case 22:
         a[n++] = lit("SELECT");
@@ -471,6 +499,8 @@ static void gen_command(struct gen *g, struct stream *s)
         }
         break;
     case 24:
+        if (g->multi && g->watched)
+            goto ping; /* an EXEC that WATCH makes fail is not followed (README) */
         a[n++] = lit("HELLO");
         if (g->multi || (g->subscribed && !g->resp3)) {
             a[n++] = lit("2"); /* queued / refused: its effect is not tracked here */
@@ -498,9 +528,9 @@ static void gen_command(struct gen *g, struct stream *s)
         if (g->multi)
             goto ping; /* subscribes in MULTI are followed, but keep tail logic simple */
         a[n++] = lit(chance(&g->rng, 70) ? "SUBSCRIBE" : "PSUBSCRIBE");
-        a[n++] = lit("ch1");
+        a[n++] = K(g, "ch1");
         if (chance(&g->rng, 50))
-            a[n++] = lit("ch2");
+            a[n++] = K(g, "ch2");
         g->subscribed = 1;
         break;
     case 27:
@@ -508,25 +538,27 @@ static void gen_command(struct gen *g, struct stream *s)
             goto ping; /* not followed in MULTI (README): not generated */
         a[n++] = lit(chance(&g->rng, 70) ? "UNSUBSCRIBE" : "PUNSUBSCRIBE");
         if (chance(&g->rng, 50))
-            a[n++] = lit("ch1");
+            a[n++] = K(g, "ch1");
         break;
     case 28:
         a[n++] = lit("PUBLISH");
-        a[n++] = lit("ch1");
+        a[n++] = K(g, "ch1");
         a[n++] = gval(g);
         break;
     case 29:
         if (g->multi)
             goto ping;
         a[n++] = lit("RESET");
-        g->multi = g->reply_off = g->resp3 = g->subscribed = 0;
+        g->multi = g->reply_off = g->resp3 = g->subscribed = g->watched = 0;
         break;
     case 30:
         a[n++] = lit("EVAL");
-        a[n++] = lit(chance(&g->rng, 50) ? "return {1,{2,{'x',{3}}},redis.call('INCR','n')}"
+        /* pooled: the script's own key is the client's, not the shared 'n' */
+        a[n++] = lit(chance(&g->rng, 50) ? (g->pfx ? "return {1,{2,{'x',{3}}},redis.call('INCR',KEYS[1])}"
+                                                   : "return {1,{2,{'x',{3}}},redis.call('INCR','n')}")
                                           : "return redis.call('GET', KEYS[1])");
         a[n++] = lit("1");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         break;
     case 31:
         a[n++] = lit("NOSUCHCMD");
@@ -537,17 +569,19 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 33:
         a[n++] = lit("MSET");
-        a[n++] = lit("alice:x");
+        a[n++] = K(g, "alice:x");
         a[n++] = gval(g);
-        a[n++] = lit("bob:y");
+        a[n++] = K(g, "bob:y");
         a[n++] = gval(g);
         break;
     case 34:
         a[n++] = lit("APPEND");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         a[n++] = gval(g);
         break;
     case 35:
+        if (g->pfx)
+            goto ping; /* pooled: the database holds the other clients' keys too */
         a[n++] = lit("DBSIZE");
         break;
     case 36:
@@ -571,7 +605,7 @@ static void gen_command(struct gen *g, struct stream *s)
             v[i] = (char)('a' + (i * 7 + len) % 26);
         if (chance(&g->rng, 60)) {
             a[n++] = lit("SET");
-            a[n++] = lit(chance(&g->rng, 50) ? "big" : "bob:big");
+            a[n++] = K(g, chance(&g->rng, 50) ? "big" : "bob:big");
         } else {
             a[n++] = lit("ECHO");
         }
@@ -580,6 +614,20 @@ static void gen_command(struct gen *g, struct stream *s)
         free(v);
         return;
     }
+    case 39:
+        if (!g->pfx)
+            goto ping;
+        /* pooled only: WATCH of the client's own keys (its own writes alone
+         * decide whether EXEC runs), UNWATCH; inside MULTI Redis refuses it */
+        if (chance(&g->rng, 70)) {
+            a[n++] = lit("WATCH");
+            a[n++] = K(g, gkey(g));
+            g->watched |= !g->multi;
+        } else {
+            a[n++] = lit("UNWATCH");
+            g->watched &= g->multi; /* queued in MULTI: EXEC ends it anyway */
+        }
+        break;
     default:
     ping:
         a[n++] = lit("PING");
@@ -680,15 +728,23 @@ static void mutate_flip(struct gen *g, struct stream *s)
 enum wmode { W_WHOLE, W_BYTES, W_RANDOM, W_PIECES, W_SLOW, W_NMODES };
 static const char *const wmode_name[] = { "whole", "bytes", "random", "pieces", "slow" };
 
-/* Stream <idx> of <seed>. */
-static void generate(uint64_t seed, uint64_t idx, struct stream *s)
+/* Stream <idx> of <seed>; <pfx> (pooled mode) prefixes every key and
+ * channel, makes streams longer (so concurrent clients overlap) and flips
+ * no bytes (a flip could make one client's key another's). */
+static void generate_for(uint64_t seed, uint64_t idx, const char *pfx, struct stream *s)
 {
     struct gen g = { 0 };
     g.rng = seed * 0x2545f4914f6cdd1dull + idx;
+    g.pfx = pfx;
     rng_next(&g.rng);
 
     unsigned n = chance(&g.rng, 15) ? 10 + rnd(&g.rng, 40) : 1 + rnd(&g.rng, 10);
     int bad = chance(&g.rng, 40), flip = chance(&g.rng, 12), cut = chance(&g.rng, 4);
+    if (pfx) {
+        n = 5 + rnd(&g.rng, 40);
+        bad = chance(&g.rng, 25);
+        flip = 0;
+    }
     unsigned bad_at = rnd(&g.rng, n + 1);
 
     int last = 0;
@@ -723,6 +779,8 @@ static void generate(uint64_t seed, uint64_t idx, struct stream *s)
         s->mode = W_RANDOM;
     s->wseed = rng_next(&g.rng);
 }
+
+static void generate(uint64_t seed, uint64_t idx, struct stream *s) { generate_for(seed, idx, NULL, s); }
 
 /* ---- running one side --------------------------------------------------------- */
 
@@ -1037,6 +1095,17 @@ static int compare(const struct outcome *a, const struct outcome *b, int reply_o
             dump(f, x.p, x.len, 600);
             fputs("\n    sluice: ", f);
             dump(f, y.p, y.len, 600);
+            /* a long reply: where the two part */
+            size_t at = 0;
+            while (at < x.len && at < y.len && x.p[at] == y.p[at])
+                at++;
+            if (at > 400) {
+                size_t from = at - 100;
+                fprintf(f, "\n    from byte %zu: direct: ", from);
+                dump(f, x.p + from, x.len - from, 300);
+                fputs("\n                    sluice: ", f);
+                dump(f, y.p + from, y.len - from, 300);
+            }
             fclose(f);
             buf_add(why, t, tl);
             free(t);
@@ -1107,12 +1176,16 @@ struct world {
     struct th_proc up, store;
     pid_t          sl_pid;
     int            plain, lim;   /* sluice's two listeners */
+    int            pool;         /* --pooled: a third, upstream_pool = --pool-size */
     int            ctl;          /* control connection to the upstream */
     char           conf[256], log[256];
     unsigned       restarts;
 };
 
 static struct world W;
+
+static unsigned g_pooled;        /* --pooled K: rounds of K concurrent clients */
+static unsigned g_pool_size = 2; /* --pool-size N: the pooled listener's upstream_pool */
 
 static pid_t spawn_sluice(const char *conf, const char *log)
 {
@@ -1183,11 +1256,14 @@ static int upstream_reset(void)
 
 static int sluice_start(void)
 {
-    char ini[2048];
+    char ini[2560];
     W.plain = th_free_port();
     W.lim = th_free_port();
     while (W.lim == W.plain)
         W.lim = th_free_port();
+    W.pool = 0;
+    while (g_pooled && (W.pool == 0 || W.pool == W.plain || W.pool == W.lim))
+        W.pool = th_free_port();
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin =\nshutdown_grace = 1s\n"
              "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\non_failure = open\n"
@@ -1204,6 +1280,12 @@ static int sluice_start(void)
               * a request was charged to another request's arguments. */
              "[limit deny]\nlistener = lim\nmatch_identity = deny\nrate = 1/d\nburst = 1\n",
              W.store.port, W.plain, W.up.port, W.lim, W.up.port);
+    if (g_pooled) {
+        size_t at = strlen(ini);
+        snprintf(ini + at, sizeof(ini) - at,
+                 "[listener pool]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = %u\n",
+                 W.pool, W.up.port, g_pool_size);
+    }
     snprintf(W.conf, sizeof(W.conf), "/tmp/sluice-diff-%d.ini", (int)getpid());
     snprintf(W.log, sizeof(W.log), "/tmp/sluice-diff-%d.log", (int)getpid());
     FILE *f = fopen(W.conf, "w");
@@ -1218,12 +1300,15 @@ static int sluice_start(void)
     uint64_t end = th_now_ms() + 10000;
     while (th_now_ms() < end) {
         int a = th_connect(W.plain), b = a >= 0 ? th_connect(W.lim) : -1;
+        int c = b >= 0 && W.pool ? th_connect(W.pool) : -1;
         if (a >= 0)
             close(a);
-        if (b >= 0) {
+        if (b >= 0)
             close(b);
+        if (c >= 0)
+            close(c);
+        if (b >= 0 && (c >= 0 || !W.pool))
             return 0;
-        }
         if (waitpid(W.sl_pid, NULL, WNOHANG) == W.sl_pid)
             break;
         usleep(20000);
@@ -1570,12 +1655,270 @@ static int replay(int nfiles, char **files)
     return bad;
 }
 
+/* ---- pooled mode: rounds of concurrent clients ------------------------------------------------ */
+
+/* With --pooled K, stream index I is a round: K streams (I * 64 + k), each
+ * with its own key and channel prefix, sent at once on K connections to
+ * Redis directly, then at once on K connections to the pooled listener
+ * (upstream_pool = --pool-size), where they interleave on shared upstream
+ * connections, pin for MULTI / WATCH / BLPOP / SUBSCRIBE / CLIENT REPLY,
+ * move between pool keys on SELECT / HELLO / AUTH / RESET, and unpin. As
+ * no client touches another's keys or channels, each client's replies
+ * depend on its own stream alone and must be what Redis gave it directly.
+ * Client k's prefix is "{<I>.<k>}" in both runs (the same names, so the
+ * same hash order where Redis lists them: an unsubscribe of everything);
+ * between the runs the upstream is flushed once the direct run's
+ * connections are gone (the pool's idle ones stay: the count must come
+ * back to what it was before the direct run). A new round's prefix is new,
+ * so what an earlier round's pooled run may still do touches nothing. */
+
+#define POOL_MAX_CLIENTS 64
+
+struct side_job {
+    pthread_t            th;
+    int                  port;
+    const struct stream *s;
+    struct buf           data;
+    struct outcome       o;
+    int                  rc;
+};
+
+static void *side_thread(void *p)
+{
+    struct side_job *j = p;
+    j->rc = run_side(j->port, j->s, j->data.p, j->data.len, &j->o);
+    return NULL;
+}
+
+/* Sends streams <s>[0..n) at once, each on its own connection to <port>. */
+static int run_sides(int port, const struct stream *s, struct side_job *jobs, unsigned n)
+{
+    int rc = 0;
+    for (unsigned k = 0; k < n; k++) {
+        memset(&jobs[k], 0, sizeof(jobs[k]));
+        jobs[k].port = port;
+        jobs[k].s = &s[k];
+        st_join(&s[k], &jobs[k].data);
+        if (pthread_create(&jobs[k].th, NULL, side_thread, &jobs[k]) != 0)
+            abort();
+    }
+    for (unsigned k = 0; k < n; k++) {
+        pthread_join(jobs[k].th, NULL);
+        rc |= jobs[k].rc;
+    }
+    return rc;
+}
+
+static void jobs_free(struct side_job *jobs, unsigned n)
+{
+    for (unsigned k = 0; k < n; k++) {
+        out_free(&jobs[k].o);
+        buf_free(&jobs[k].data);
+    }
+}
+
+/* The streams of round <idx>. */
+static void generate_round(uint64_t seed, uint64_t idx, struct stream *ds)
+{
+    for (unsigned k = 0; k < g_pooled; k++) {
+        char pfx[64];
+        snprintf(pfx, sizeof(pfx), "{%llu.%u}", (unsigned long long)idx, k);
+        generate_for(seed, idx * 64 + k, pfx, &ds[k]);
+    }
+}
+
+/* connected_clients of the upstream (the control connection included), or -1. */
+static long upstream_clients(void)
+{
+    char r[4096];
+    static const char info[] = "*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n";
+    if (ctl_cmd(info, sizeof(info) - 1, r, sizeof(r)) < 0)
+        return -1;
+    const char *c = strstr(r, "connected_clients:");
+    return c ? atol(c + 18) : -1;
+}
+
+static int upstream_flush(void)
+{
+    char r[256];
+    static const char fl[] = "*1\r\n$8\r\nFLUSHALL\r\n";
+    return ctl_cmd(fl, sizeof(fl) - 1, r, sizeof(r)) < 0 || strcmp(r, "+OK\r\n") != 0 ? -1 : 0;
+}
+
+/* Runs round <idx>; fills <v> (its why names every client that differs). */
+static void check_round(const struct stream *ds, struct verdict *v, int *bad_client)
+{
+    struct side_job d[POOL_MAX_CLIENTS], p[POOL_MAX_CLIENTS];
+    v->fail = 0;
+    v->why.len = 0;
+    v->sig.len = 0;
+    memset(bad_client, 0, sizeof(int) * g_pooled);
+    long before = upstream_clients();
+    if (before < 0 || upstream_flush() < 0) {
+        v->fail = 3;
+        buf_str(&v->why, "the upstream did not answer INFO / FLUSHALL");
+        return;
+    }
+    if (run_sides(W.up.port, ds, d, g_pooled) < 0) {
+        v->fail = 3;
+        buf_str(&v->why, "the direct run failed (upstream Redis gone?)");
+        jobs_free(d, g_pooled);
+        return;
+    }
+    /* the direct run's connections gone (the pool's own can only have
+     * fewer by now), then its data */
+    uint64_t end = th_now_ms() + 5000;
+    long now;
+    while ((now = upstream_clients()) > before && th_now_ms() < end)
+        usleep(2000);
+    if (now > before)
+        fprintf(stderr, "diff_resp: the upstream still has clients of the direct run\n");
+    if (upstream_flush() < 0) {
+        v->fail = 3;
+        buf_str(&v->why, "the upstream did not answer FLUSHALL");
+        jobs_free(d, g_pooled);
+        return;
+    }
+    int rc = run_sides(W.pool, ds, p, g_pooled);
+    if (!sluice_alive()) {
+        v->fail = 2;
+        buf_str(&v->why, "sluice died on the pooled listener");
+        buf_fmt(&v->sig, "pool: sluice died: %s", g_death.p ? g_death.p : "");
+    } else if (rc < 0) {
+        v->fail = 3;
+        buf_str(&v->why, "could not connect to the pooled listener");
+    }
+    for (unsigned k = 0; k < g_pooled && v->fail != 2 && v->fail != 3; k++) {
+        const struct buf *data = &d[k].data;
+        int long_line = 0;
+        for (size_t at = 0, run = 0; at < data->len && !long_line; at++) {
+            run = data->p[at] == '\n' ? 0 : run + 1;
+            long_line = run > 64 * 1024;
+        }
+        int reply_off = memmem(data->p, data->len, "REPLY", 5) != NULL;
+        struct buf why = { 0 }, sig = { 0 };
+        if (compare(&d[k].o, &p[k].o, reply_off, long_line, &why, &sig)) {
+            bad_client[k] = 1;
+            if (!v->fail) /* the class of the first one groups the round */
+                buf_fmt(&v->sig, "pool: ");
+            if (!v->fail)
+                buf_add(&v->sig, sig.p, sig.len);
+            v->fail = 1;
+            buf_fmt(&v->why, "%sclient %u: ", v->why.len ? "\n   " : "", k);
+            buf_add(&v->why, why.p, why.len);
+        }
+        buf_free(&why);
+        buf_free(&sig);
+    }
+    jobs_free(d, g_pooled);
+    jobs_free(p, g_pooled);
+    if (!v->fail && !sluice_alive()) {
+        v->fail = 2;
+        buf_fmt(&v->why, "sluice died after the pooled runs");
+        buf_fmt(&v->sig, "after: sluice died: %s", g_death.p ? g_death.p : "");
+    }
+}
+
+/* The loop of --pooled: rounds from <first>, for <rounds> or <seconds>. */
+static int pooled_main(uint64_t seed, uint64_t rounds, uint64_t first, double seconds, int keep_going)
+{
+    uint64_t t0 = th_now_ms(), done = 0, failures = 0, deaths = 0;
+    struct stream ds[POOL_MAX_CLIENTS];
+    int bad[POOL_MAX_CLIENTS];
+    struct {
+        char    *sig;
+        uint64_t first, count;
+    } sigs[64];
+    size_t nsigs = 0;
+    printf("diff_resp: pooled: rounds of %u concurrent clients, upstream_pool = %u, listener :%d\n",
+           g_pooled, g_pool_size, W.pool);
+    fflush(stdout);
+    for (uint64_t idx = first;; idx++) {
+        if (rounds && done >= rounds)
+            break;
+        if (seconds > 0 && th_now_ms() - t0 >= (uint64_t)(seconds * 1000))
+            break;
+        struct verdict v = { 0 };
+        memset(ds, 0, sizeof(ds));
+        generate_round(seed, idx, ds);
+        check_round(ds, &v, bad);
+        done++;
+        if (g_verbose)
+            printf("round %llu: %s\n", (unsigned long long)idx, v.fail ? "FAIL" : "ok");
+        size_t known_sig = nsigs;
+        for (size_t k = 0; v.fail && k < nsigs; k++)
+            if (!strcmp(sigs[k].sig, v.sig.p ? v.sig.p : ""))
+                known_sig = k;
+        if (v.fail && known_sig < nsigs) {
+            failures++;
+            deaths += v.fail == 2;
+            sigs[known_sig].count++;
+            fprintf(stderr, "!! round %llu: again [%zu] %s\n", (unsigned long long)idx, known_sig + 1,
+                    sigs[known_sig].sig);
+            revive();
+        } else if (v.fail) {
+            failures++;
+            deaths += v.fail == 2;
+            if (nsigs < sizeof(sigs) / sizeof(sigs[0])) {
+                sigs[nsigs].sig = strdup(v.sig.p ? v.sig.p : "");
+                sigs[nsigs].first = idx;
+                sigs[nsigs].count = 1;
+                nsigs++;
+            }
+            fprintf(stderr, "\n!! round %llu of seed %llu (pooled, %u clients): %s %s\n",
+                    (unsigned long long)idx, (unsigned long long)seed, g_pooled,
+                    v.fail == 2 ? "SLUICE DIED" : v.fail == 1 ? "MISMATCH" : "ERROR",
+                    v.sig.p ? v.sig.p : "");
+            fprintf(stderr, "   rerun: --pooled %u --pool-size %u --seed %llu --first %llu --streams 1\n",
+                    g_pooled, g_pool_size, (unsigned long long)seed, (unsigned long long)idx);
+            fprintf(stderr, "   what differs: %s\n", v.why.p ? v.why.p : "");
+            for (unsigned k = 0; k < g_pooled; k++) {
+                char label[64], name[128];
+                if (!bad[k] && v.fail == 1)
+                    continue;
+                snprintf(label, sizeof(label), "client %u's stream", k);
+                report(label, &ds[k], &v);
+                snprintf(name, sizeof(name), "s%llu-r%llu-c%u.resp", (unsigned long long)seed,
+                         (unsigned long long)idx, k);
+                save(&ds[k], name);
+            }
+            fflush(stderr);
+            revive();
+        }
+        int stop = v.fail && (v.fail == 3 || !keep_going);
+        buf_free(&v.why);
+        buf_free(&v.sig);
+        for (unsigned k = 0; k < g_pooled; k++)
+            st_free(&ds[k]);
+        if (stop)
+            break;
+        if (done % 100 == 0) {
+            printf("diff_resp: %llu rounds, %llu failures, %.0f s\n", (unsigned long long)done,
+                   (unsigned long long)failures, (th_now_ms() - t0) / 1000.0);
+            fflush(stdout);
+        }
+    }
+    int stop_rc = world_stop();
+    for (size_t k = 0; k < nsigs; k++) {
+        printf("diff_resp: failure [%zu] x%llu (first: round %llu): %s\n", k + 1,
+               (unsigned long long)sigs[k].count, (unsigned long long)sigs[k].first, sigs[k].sig);
+        free(sigs[k].sig);
+    }
+    printf("diff_resp: seed %llu: pooled: %llu rounds of %u clients in %.1f s: %llu failures "
+           "(%llu sluice deaths, %u restarts)%s\n",
+           (unsigned long long)seed, (unsigned long long)done, g_pooled, (th_now_ms() - t0) / 1000.0,
+           (unsigned long long)failures, (unsigned long long)deaths, W.restarts,
+           stop_rc ? "; sluice did not exit cleanly" : "");
+    return failures || stop_rc ? 1 : 0;
+}
+
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static void usage(void)
 {
     fprintf(stderr, "usage: diff_resp [--seed S] [--streams N] [--seconds T] [--first I] [--quiet MS]\n"
                     "                 [--keep-going] [--no-minimize] [--out DIR] [--verbose]\n"
+                    "                 [--pooled K [--pool-size N]]\n"
                     "       diff_resp --replay FILE...\n"
                     "       diff_resp --list-known\n");
 }
@@ -1615,6 +1958,16 @@ int diff_resp_main(int argc, char **argv)
             keep_going = 1;
         } else if (!strcmp(a, "--no-minimize")) {
             minimize = 0;
+        } else if (!strcmp(a, "--pooled") && val) {
+            g_pooled = (unsigned)strtoul(val, NULL, 0);
+            if (g_pooled < 1 || g_pooled > POOL_MAX_CLIENTS) {
+                fprintf(stderr, "diff_resp: --pooled takes 1 to %d clients\n", POOL_MAX_CLIENTS);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--pool-size") && val) {
+            g_pool_size = (unsigned)strtoul(val, NULL, 0);
+            i++;
         } else if (!strcmp(a, "--verbose")) {
             g_verbose = 1;
         } else if (!strcmp(a, "--replay") && val) {
@@ -1644,9 +1997,11 @@ int diff_resp_main(int argc, char **argv)
         bad |= world_stop() != 0;
         return bad;
     }
-    printf("diff_resp: seed %llu (replay one stream: --seed %llu --first I --streams 1)\n",
-           (unsigned long long)seed, (unsigned long long)seed);
+    printf("diff_resp: seed %llu (replay one %s: --seed %llu --first I --streams 1)\n",
+           (unsigned long long)seed, g_pooled ? "round" : "stream", (unsigned long long)seed);
     fflush(stdout);
+    if (g_pooled)
+        return pooled_main(seed, streams, first, seconds, keep_going);
 
     uint64_t t0 = th_now_ms(), done = 0, failures = 0, deaths = 0, timeouts = 0;
     uint64_t by_mode[W_NMODES] = { 0 };
