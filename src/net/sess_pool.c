@@ -140,8 +140,9 @@ void sl_sess_link_close(struct sl_session *s)
     struct sl_sess_link *k = s->link;
     if (k == NULL)
         return;
-    if (!k->forgotten)
-        sl_upool_forget(&k->o);
+    /* always: forgetting twice is harmless, and a refusal the engine did
+     * not act on (its connection was closing) must not leave it named */
+    sl_upool_forget(&k->o);
     k->forgotten = 1;
     k->pin = NULL;
 }

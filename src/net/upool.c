@@ -685,6 +685,8 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
     int err = 0;
     if (k != NULL && k->pool->closing)
         return SL_ECLOSED;
+    if (c == NULL && !o->pinned && replies == 0)
+        return 0; /* nothing Redis answers or acts on, nothing to keep in order: see upool.h */
     if (c == NULL) {
         if (o->pinned || k == NULL)
             return SL_ECLOSED;
@@ -693,7 +695,12 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
     }
     if (sl_wire_append(&c->out, p, len) < 0)
         return SL_ENOMEM;
-    if (!o->pinned) {
+    /* An owner is attached to a shared connection only while replies are
+     * owed to it there: one attached with none would stay attached for
+     * good (only a reply's end detaches it), and when another owner then
+     * pinned that connection, this one's requests would be written on the
+     * pinned connection and their replies go to the other client. */
+    if (!o->pinned && replies > 0) {
         if (sl_upool_route_push(&c->rt, o, replies, SL_UPE_OWNER) < 0) {
             c->out.len -= len;
             return SL_ENOMEM;
@@ -843,6 +850,7 @@ void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
     o->conn = NULL;
     o->pinned = 0;
     c->pin = NULL;
+    sl_upool_route_forget(&c->rt, o); /* no entry may name it once it hears no more */
     list_del(&p->pinned, c);
     p->npinned--;
     p->st.pinned--;

@@ -140,7 +140,11 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data);
 /* <o> sends <len> bytes at <p> (whole requests, copied) owing <replies>
  * replies, on a shared connection of <k> (or its pinned one: <k> and
  * <replies> are then not used). Leaves at the next flush. 0, or an error
- * (SL_ENOMEM, a libuv error when no connection can be started). */
+ * (SL_ENOMEM, a libuv error when no connection can be started).
+ * <replies> 0 on a shared connection: the bytes must be requests Redis
+ * neither answers nor acts on (empty ones: *0, *-1, a blank line); they
+ * ride the connection <o> has replies owed on, or are dropped when it has
+ * none. Either way <o> is attached to no connection it owes nothing on. */
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies);
 

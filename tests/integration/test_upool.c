@@ -627,6 +627,64 @@ static void test_pin_unpin(void **state)
     pool_done(&loop, p);
 }
 
+/* An empty request (Redis answers nothing) attaches its owner to no
+ * connection: when another owner then pins the idle shared connection, the
+ * first one's next requests go elsewhere and their replies come to it,
+ * never to the pinned owner. */
+static void test_empty_submission_beside_pin(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner a, b;
+    towner_init(&a);
+    towner_init(&b);
+    submit(k, &b, 2, "ECHO", "b1");
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_null(b.o.conn);
+    static const char empty[] = "*0\r\n*-1\r\n\r\n";
+    assert_int_equal(sl_upool_submit(k, &b.o, empty, sizeof(empty) - 1, 0), 0);
+    assert_null(b.o.conn); /* owes nothing: attached to nothing */
+
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(k, &a.o, 0, &err);
+    assert_non_null(pc);
+    assert_true(b.o.conn != pc);
+    submit(k, &b, 2, "ECHO", "b2");
+    assert_true(b.o.conn != pc);
+    submit(k, &a, 2, "ECHO", "a1");
+    assert_true(run_for_one(&loop, &b, 2));
+    assert_true(run_for_one(&loop, &a, 1));
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(a.failed, 0);
+    assert_int_equal(a.replies, 1);
+    assert_int_equal(b.replies, 2);
+    assert_int_equal(a.len, 8);
+    assert_memory_equal(a.got, "$2\r\na1\r\n", 8);
+    assert_int_equal(b.len, 16);
+    assert_memory_equal(b.got, "$2\r\nb1\r\n$2\r\nb2\r\n", 16);
+
+    /* an empty request behind replies owed rides their connection */
+    submit(k, &b, 2, "ECHO", "b3");
+    struct sl_upool_conn *bc = b.o.conn;
+    assert_non_null(bc);
+    assert_int_equal(sl_upool_submit(k, &b.o, empty, sizeof(empty) - 1, 0), 0);
+    assert_ptr_equal(b.o.conn, bc);
+    assert_true(run_for_one(&loop, &b, 3));
+    assert_null(b.o.conn);
+
+    sl_upool_unpin(pc, 1, 0);
+    sl_upool_forget(&b.o);
+    towner_free(&a);
+    towner_free(&b);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 static int stats_settled(void *arg)
 {
     struct sl_upool_stats st;
@@ -694,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_forgotten_big_reply),
         cmocka_unit_test(test_pin_unpin),
         cmocka_unit_test(test_pinned_subscriber),
+        cmocka_unit_test(test_empty_submission_beside_pin),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
