@@ -229,8 +229,16 @@ int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int str
 int sl_rpool_wait(struct sl_session *s, const struct prec *c)
 {
     struct sl_resp_sess *r = rs(s);
+    if (sl_rpool_is_local(s, c)) {
+        /* answered as Redis would once the requests before it ran: a
+         * HELLO, RESET, SELECT ... ahead of it changes the answer (its
+         * protocol), a blocking one delays it; the session is resumed
+         * when their answers are in */
+        r->pool_hold = r->pool_ans.n > 0;
+        return r->pool_hold;
+    }
     int pin = c->stream || c->info.cls == SL_RCMD_PIN || c->info.cls == SL_RCMD_KEY ||
-              (c->info.cls == SL_RCMD_LOCAL && r->rc.in_multi);
+              c->info.cls == SL_RCMD_LOCAL;
     if (!pin || sl_sess_link_pinned(s))
         return 0;
     uint64_t now = sl_sess_waits_now();
@@ -336,7 +344,14 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
  * upstream instead, as Redis would run it at EXEC). */
 int sl_rpool_is_local(const struct sl_session *s, const struct prec *c)
 {
-    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !rs(s)->rc.in_multi;
+    const struct sl_resp_sess *r = rs(s);
+    /* Subscribed under RESP2, Redis refuses CLIENT ... with its own
+     * error: the client is pinned then, its connection answers (QUIT is
+     * allowed, and answered here). */
+    if (c->info.local != SL_RLOCAL_QUIT && sl_rconn_passthru(&r->rc) && !r->rc.monitor &&
+        !r->rc.resp3 && sl_sess_link_pinned(s))
+        return 0;
+    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !r->rc.in_multi;
 }
 
 /* Request <c> of a pooled session is answered by sluice in its place. */

@@ -230,15 +230,21 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
         o->name_arg = 2;
         return local(o, SL_RLOCAL_SETNAME);
     }
-    static const struct { const char *sub; uint8_t what; } loc[] = {
-        { "GETNAME", SL_RLOCAL_GETNAME }, { "SETINFO", SL_RLOCAL_SETINFO },
-        { "ID", SL_RLOCAL_ID },           { "INFO", SL_RLOCAL_INFO },
-        { "LIST", SL_RLOCAL_LIST },       { "KILL", SL_RLOCAL_KILL },
-        { "UNBLOCK", SL_RLOCAL_UNBLOCK },
+    /* the argument counts Redis accepts (min, max; 0: no max): outside
+     * them Redis answers its arity error, so they go to Redis */
+    static const struct { const char *sub; uint8_t what, min, max; } loc[] = {
+        { "GETNAME", SL_RLOCAL_GETNAME, 2, 2 }, { "SETINFO", SL_RLOCAL_SETINFO, 4, 4 },
+        { "ID", SL_RLOCAL_ID, 2, 2 },           { "INFO", SL_RLOCAL_INFO, 2, 2 },
+        { "LIST", SL_RLOCAL_LIST, 2, 0 },       { "KILL", SL_RLOCAL_KILL, 3, 0 },
+        { "UNBLOCK", SL_RLOCAL_UNBLOCK, 3, 4 },
     };
-    for (size_t k = 0; k < sizeof(loc) / sizeof(loc[0]); k++)
-        if (arg_is(r, 1, loc[k].sub))
-            return local(o, loc[k].what);
+    for (size_t k = 0; k < sizeof(loc) / sizeof(loc[0]); k++) {
+        if (!arg_is(r, 1, loc[k].sub))
+            continue;
+        if (r->argc < loc[k].min || (loc[k].max > 0 && r->argc > loc[k].max))
+            return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
+        return local(o, loc[k].what);
+    }
     /* Server-wide, or reading state a shared connection never has on
      * (tracking, its redirection): the same answer on any connection. */
     static const char *const stateless[] = { "PAUSE", "UNPAUSE", "HELP", "GETREDIR",

@@ -280,6 +280,52 @@ static void test_local_client(void **state)
     redisFree(b);
 }
 
+/* What sluice answers itself (CLIENT GETNAME ...) is what Redis answers:
+ * its arity errors, its refusal while subscribed under RESP2, and, behind
+ * a pipelined HELLO 3, a RESP3 answer. Each exchange goes both to Redis
+ * directly and to the pooled listener, in one write; the replies must be
+ * the same bytes (but HELLO's, <skip> bit i: reply i). */
+static void same_as_redis(const char *send, int nreplies, unsigned skip)
+{
+    struct th_conn d = { .fd = -1 }, p = { .fd = -1 };
+    assert_int_equal(th_conn_open(&d, redis_p.port), 0);
+    assert_int_equal(th_conn_open(&p, pport), 0);
+    assert_int_equal(th_conn_send(&d, send), 0);
+    assert_int_equal(th_conn_send(&p, send), 0);
+    for (int i = 0; i < nreplies; i++) {
+        char *want = th_conn_reply(&d, TH_MS), *got = th_conn_reply(&p, TH_MS);
+        assert_non_null(want);
+        if (skip & (1u << i)) /* HELLO's: its id differs */
+            assert_non_null(got);
+        else if (got == NULL || strcmp(got, want) != 0)
+            fail_msg("%s: reply %d: got '%s', want '%s'", send, i, got ? got : "(nothing)", want);
+        free(want);
+        free(got);
+    }
+    th_conn_close(&d);
+    th_conn_close(&p);
+}
+
+static void test_local_arity(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT GETNAME x\r\nCLIENT ID x\r\nCLIENT INFO x\r\nCLIENT SETINFO x\r\n"
+                  "CLIENT UNBLOCK\r\nCLIENT KILL\r\nCLIENT GETNAME\r\n", 7, 0);
+}
+
+static void test_local_subscribed(void **state)
+{
+    (void)state;
+    same_as_redis("SUBSCRIBE lc:ch\r\nCLIENT GETNAME\r\nCLIENT SETNAME n\r\nCLIENT ID\r\n"
+                  "UNSUBSCRIBE lc:ch\r\nCLIENT GETNAME\r\n", 6, 0);
+}
+
+static void test_local_after_hello(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
+}
+
 /* The upstream dies while a shared connection owes a reply: the client gets
  * an error in its place, and the next request is served once it is back. */
 static void test_upstream_killed(void **state)
@@ -397,6 +443,9 @@ int main(void)
         cmocka_unit_test(test_blocking),
         cmocka_unit_test(test_eof_blocked),
         cmocka_unit_test(test_local_client),
+        cmocka_unit_test(test_local_arity),
+        cmocka_unit_test(test_local_subscribed),
+        cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_upstream_killed),
         cmocka_unit_test(test_pin_cap),
         cmocka_unit_test(test_slow_reader),
