@@ -41,6 +41,8 @@ struct sl_upool_conn {
     struct sl_upool_key  *key;
     struct sl_upool_conn *next, *prev; /* in key->conns (shared) or pool->pinned */
     struct sl_upool_conn *dnext;    /* in pool->dirty while <dirty> */
+    struct sl_upool_conn *snext, *sprev; /* in pool->starting while <starting> */
+    uint64_t              seq;      /* when it was made (the pool's count) */
     struct sl_upool_owner *pin;     /* the owner it is pinned to, or NULL */
     struct sl_upool_route rt;       /* whose each reply is */
     struct sl_obuf        out;      /* bytes waiting to be written */
@@ -54,6 +56,8 @@ struct sl_upool_conn {
     uint8_t               listed;   /* in key->conns, pool->pinned or pool->cleaning */
     uint8_t               cleaning; /* unpinned clean: RESET and setup under way */
     uint8_t               handles;  /* open handles (tcp, timer) */
+    uint8_t               starting; /* new, not READY yet (in pool->starting) */
+    uint8_t               held;     /* READY, its bytes held behind an older one starting */
 };
 
 struct sl_upool_key {
@@ -78,6 +82,8 @@ struct sl_upool {
     struct sl_upool_conn *pinned;   /* pinned connections */
     struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
     struct sl_upool_conn *dirty;    /* connections with bytes to write */
+    struct sl_upool_conn *starting; /* new connections not READY yet */
+    uint64_t              seq;      /* connections made */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
     uint32_t              nwait;
     uint32_t              npinned;
@@ -118,6 +124,56 @@ static void list_del(struct sl_upool_conn **head, struct sl_upool_conn *c)
         c->next->prev = c->prev;
     c->next = c->prev = NULL;
     c->listed = 0;
+}
+
+/* Order between clients. Requests that different clients send one after
+ * the other reach Redis in that order on a direct connection (in practice:
+ * Redis reads its sockets in the order they became readable), and clients
+ * rely on it (a blocking command on one, then, without waiting, a write on
+ * another that serves it). Here a request may wait for a new connection
+ * (a pin, or a shared one when all are busy) while a later one of another
+ * client finds a connection ready: a READY connection made after one that
+ * is still starting with owners' requests on it holds its bytes until that
+ * one is READY and has written them (one connect and setup at most; older
+ * connections, already ready when it began, are never held). */
+static int start_blocks(const struct sl_upool_conn *s)
+{
+    return !s->cleaning && (s->pin != NULL || s->rt.owed > 0);
+}
+
+static int held_back(const struct sl_upool_conn *c)
+{
+    for (const struct sl_upool_conn *s = c->pool->starting; s != NULL; s = s->snext)
+        if (s->seq < c->seq && start_blocks(s))
+            return 1;
+    return 0;
+}
+
+/* <c> is READY or closing: the connections its start held may write. */
+static void start_done(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    if (!c->starting)
+        return;
+    if (c->sprev)
+        c->sprev->snext = c->snext;
+    else
+        p->starting = c->snext;
+    if (c->snext)
+        c->snext->sprev = c->sprev;
+    c->snext = c->sprev = NULL;
+    c->starting = 0;
+    for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
+        for (struct sl_upool_conn *h = k->conns; h != NULL; h = h->next)
+            if (h->held) {
+                h->held = 0;
+                mark_dirty(h);
+            }
+    for (struct sl_upool_conn *h = p->pinned; h != NULL; h = h->next)
+        if (h->held) {
+            h->held = 0;
+            mark_dirty(h);
+        }
 }
 
 static void key_maybe_free(struct sl_upool_key *k)
@@ -177,6 +233,7 @@ static int rt_entry_done(void *ctx, int kind)
     c->state = C_READY;
     uv_timer_stop(&c->timer);
     c->go = c->out.len;
+    start_done(c);
     if (c->cleaning) {
         /* back from a clean unpin: rejoins the pool, or closes when the
          * key has enough shared connections */
@@ -241,6 +298,10 @@ static void conn_flush(struct sl_upool_conn *c)
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
         return;
+    if (c->state == C_READY && c->pool->starting != NULL && held_back(c)) {
+        c->held = 1; /* start_done() marks it dirty again */
+        return;
+    }
     if (c->state == C_READY)
         c->unwritten = 0; /* all of it leaves now (or with the write queued below) */
     uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
@@ -393,6 +454,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->state == C_READY) {
         uv_timer_stop(&c->timer);
         c->go = c->out.len;
+        start_done(c);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     conn_flush(c);
@@ -419,6 +481,7 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
         return NULL;
     }
     c->go = c->out.len;
+    c->seq = ++p->seq;
     uv_tcp_init(p->loop, &c->tcp);
     uv_timer_init(p->loop, &c->timer);
     c->tcp.data = c->timer.data = c->creq.data = c;
@@ -438,6 +501,12 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
         *err = rc;
         return NULL;
     }
+    c->starting = 1;
+    c->snext = p->starting;
+    c->sprev = NULL;
+    if (p->starting)
+        p->starting->sprev = c;
+    p->starting = c;
     return c;
 }
 
@@ -478,6 +547,7 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
         *pp = c->dnext;
         c->dirty = 0;
     }
+    start_done(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_close);
     uv_close((uv_handle_t *)&c->timer, on_close);

@@ -19,6 +19,11 @@
  * covering the TCP connect and the setup replies. An owner with requests in
  * flight stays on the connection they are on (its replies come back in its
  * order); an owner with none goes to the connection with the fewest in flight.
+ * Between owners: a READY connection made after one that is still starting
+ * (connect, setup) with owners' requests on it holds its bytes until that
+ * one is READY and has written them, so a request that waits for a new
+ * connection is not overtaken by one submitted after it that found a newer
+ * connection ready (an older connection, ready already, is not held).
  * Owners' bytes wait (copied) until the setup replies are all in and OK, so
  * nothing runs under the wrong user or database.
  *

@@ -685,6 +685,57 @@ static void test_empty_submission_beside_pin(void **state)
     pool_done(&loop, p);
 }
 
+/* Order between owners: A asks for a pin first (a fresh connection whose
+ * setup takes 50 ms: a BLPOP that times out), then B's request goes to a
+ * fresh shared connection that is ready at once (its key has no setup).
+ * A's requests must still reach Redis first, as they would from two direct
+ * clients that sent in that order. */
+static int list_has(void *arg)
+{
+    return ((struct towner *)arg)->replies >= 2;
+}
+
+static void test_pin_keeps_order(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct cmdbuf slow = { 0 };
+    cb_cmd(&slow, 3, "BLPOP", "ord:never", "0.05"); /* answered (nil) 50 ms later */
+    struct sl_upool_key *ks = sl_upool_key_get(p, "slow", 4, slow.p, slow.len, 1);
+    struct sl_upool_key *kf = sl_upool_key_get(p, "fast", 4, NULL, 0, 0);
+    struct towner a, b, c;
+    towner_init(&a);
+    towner_init(&b);
+    towner_init(&c);
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(ks, &a.o, 0, &err);
+    assert_non_null(pc);
+    submit(ks, &a, 2, "DEL", "ord:l");
+    submit(ks, &a, 3, "RPUSH", "ord:l", "a");
+    submit(kf, &b, 3, "RPUSH", "ord:l", "b");
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_true(th_run_until(&loop, list_has, &a, TH_MS));
+    submit(kf, &c, 4, "LRANGE", "ord:l", "0", "-1");
+    assert_true(run_for_one(&loop, &c, 1));
+    static const char want[] = "*2\r\n$1\r\na\r\n$1\r\nb\r\n";
+    const char *lr = memmem(c.got, c.len, "*", 1);
+    if (lr == NULL || (size_t)(c.got + c.len - lr) != sizeof(want) - 1 ||
+        memcmp(lr, want, sizeof(want) - 1) != 0)
+        fail_msg("LRANGE: '%.*s'", (int)c.len, c.got);
+    sl_upool_unpin(pc, 1, 0);
+    towner_free(&a);
+    towner_free(&b);
+    towner_free(&c);
+    free(slow.p);
+    sl_upool_key_put(ks);
+    sl_upool_key_put(kf);
+    pool_done(&loop, p);
+}
+
 static int stats_settled(void *arg)
 {
     struct sl_upool_stats st;
@@ -753,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_pin_unpin),
         cmocka_unit_test(test_pinned_subscriber),
         cmocka_unit_test(test_empty_submission_beside_pin),
+        cmocka_unit_test(test_pin_keeps_order),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
