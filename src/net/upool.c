@@ -790,6 +790,16 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
 static int pin_to(struct sl_upool_conn *c, struct sl_upool_owner *o)
 {
     struct sl_upool *p = c->pool;
+    if (o->prelude_len > 0) {
+        /* the owner's own state first, its replies dropped (before RAW) */
+        size_t was = c->out.len;
+        if (sl_wire_append(&c->out, o->prelude, o->prelude_len) < 0)
+            return SL_ENOMEM;
+        if (o->prelude_n > 0 && sl_upool_route_push(&c->rt, NULL, o->prelude_n, SL_UPE_DROP) < 0) {
+            c->out.len = was;
+            return SL_ENOMEM;
+        }
+    }
     if (sl_upool_route_push(&c->rt, o, 1, SL_UPE_RAW) < 0)
         return SL_ENOMEM;
     c->pin = o;

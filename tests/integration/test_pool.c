@@ -320,6 +320,19 @@ static void test_local_subscribed(void **state)
                   "UNSUBSCRIBE lc:ch\r\nCLIENT GETNAME\r\n", 6, 0);
 }
 
+/* The kept name and transactions: a GETNAME queued in MULTI answers it, a
+ * SETNAME queued there sets it once EXEC runs (not after DISCARD), and one
+ * sent while the client holds a connection of its own names it too. */
+static void test_local_names_pinned(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT SETNAME n1\r\nWATCH lc:k\r\nCLIENT SETNAME n2\r\nMULTI\r\n"
+                  "CLIENT GETNAME\r\nEXEC\r\nCLIENT GETNAME\r\nMULTI\r\nCLIENT SETNAME n3\r\n"
+                  "EXEC\r\nCLIENT GETNAME\r\nMULTI\r\nCLIENT SETNAME n4\r\nDISCARD\r\n"
+                  "CLIENT GETNAME\r\nMULTI\r\nCLIENT GETNAME\r\nEXEC\r\n",
+                  18, 0);
+}
+
 static void test_local_after_hello(void **state)
 {
     (void)state;
@@ -446,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_local_arity),
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
+        cmocka_unit_test(test_local_names_pinned),
         cmocka_unit_test(test_upstream_killed),
         cmocka_unit_test(test_pin_cap),
         cmocka_unit_test(test_slow_reader),
