@@ -81,7 +81,8 @@ struct sl_upool {
     struct sl_upool_key  *keys;
     struct sl_upool_conn *pinned;   /* pinned connections */
     struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
-    struct sl_upool_conn *dirty;    /* connections with bytes to write */
+    struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
+    struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
     uint64_t              seq;      /* connections made */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
@@ -261,9 +262,17 @@ static void mark_dirty(struct sl_upool_conn *c)
 {
     if (c->dirty || c->state == C_CLOSING)
         return;
+    /* At the tail: connections write in the order their owners submitted,
+     * so requests that different clients sent one after the other in a
+     * turn leave (and reach Redis) in that order (a blocking command on
+     * one, then a write on another that serves it). */
     c->dirty = 1;
-    c->dnext = c->pool->dirty;
-    c->pool->dirty = c;
+    c->dnext = NULL;
+    if (c->pool->dirty_tail != NULL)
+        c->pool->dirty_tail->dnext = c;
+    else
+        c->pool->dirty = c;
+    c->pool->dirty_tail = c;
     if (!c->pool->conf.own_flush && c->pool->conf.wake != NULL)
         c->pool->conf.wake(c->pool->conf.wake_arg);
 }
@@ -349,6 +358,8 @@ void sl_upool_flush_all(struct sl_upool *p)
     struct sl_upool_conn *c;
     while ((c = p->dirty) != NULL) {
         p->dirty = c->dnext;
+        if (p->dirty == NULL)
+            p->dirty_tail = NULL;
         c->dirty = 0;
         conn_flush(c);
     }
@@ -541,10 +552,14 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
     }
     if (c->dirty) {
         /* freed in its close callback: no flush may find it after that */
-        struct sl_upool_conn **pp = &p->dirty;
-        while (*pp != c)
+        struct sl_upool_conn **pp = &p->dirty, *prev = NULL;
+        while (*pp != c) {
+            prev = *pp;
             pp = &(*pp)->dnext;
+        }
         *pp = c->dnext;
+        if (p->dirty_tail == c)
+            p->dirty_tail = prev;
         c->dirty = 0;
     }
     start_done(c);

@@ -736,6 +736,47 @@ static void test_pin_keeps_order(void **state)
     pool_done(&loop, p);
 }
 
+/* Owners on three ready connections submit one after the other in one
+ * turn: the writes leave, and run, in that order. */
+static void test_turn_order(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner o[3], c;
+    struct sl_upool_conn *pc[3];
+    towner_init(&c);
+    for (int i = 0; i < 3; i++) {
+        towner_init(&o[i]);
+        int err = 0;
+        pc[i] = sl_upool_pin(k, &o[i].o, 0, &err);
+        assert_non_null(pc[i]);
+        submit(k, &o[i], 2, "DEL", "ord:t");
+        assert_true(run_for_one(&loop, &o[i], 1));
+    }
+    static const char *const val[3] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++)
+        submit(k, &o[i], 3, "RPUSH", "ord:t", val[i]);
+    for (int i = 0; i < 3; i++)
+        assert_true(run_for_one(&loop, &o[i], 2));
+    submit(k, &c, 4, "LRANGE", "ord:t", "0", "-1");
+    assert_true(run_for_one(&loop, &c, 1));
+    static const char want[] = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
+    if (c.len != sizeof(want) - 1 || memcmp(c.got, want, c.len) != 0)
+        fail_msg("LRANGE: '%.*s'", (int)c.len, c.got);
+    for (int i = 0; i < 3; i++) {
+        sl_upool_unpin(pc[i], 0, 0);
+        towner_free(&o[i]);
+    }
+    towner_free(&c);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 static int stats_settled(void *arg)
 {
     struct sl_upool_stats st;
@@ -805,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_pinned_subscriber),
         cmocka_unit_test(test_empty_submission_beside_pin),
         cmocka_unit_test(test_pin_keeps_order),
+        cmocka_unit_test(test_turn_order),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
