@@ -828,13 +828,13 @@ static size_t answer(struct sl_session *s, enum sl_answer what, const char *limi
     return n;
 }
 
-/* A connection refused before its session is closed without a word, as
- * it always was on http (a session out of descriptors for its upstream
- * answers 503, see answer). */
+/* A connection refused before it has a session (out of descriptors for
+ * its upstream): the 503 a session would give, then the close. */
 static size_t refusal(enum sl_answer what, char *out, size_t cap)
 {
-    (void)what, (void)out, (void)cap;
-    return 0;
+    if (what != SL_ANSWER_NO_FD)
+        return 0;
+    return sl_http_answer_error(503, "out of file descriptors", out, cap);
 }
 
 static size_t verdict_text(struct sl_session *s, const struct sl_verdict *v, char *out,

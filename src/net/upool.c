@@ -46,6 +46,7 @@ struct sl_upool_conn {
     struct sl_obuf        out;      /* bytes waiting to be written */
     struct sl_obuf        wbuf;     /* what the write in flight writes */
     size_t                go;       /* bytes of <out> that may leave before READY */
+    uint32_t              unwritten;/* replies owed for bytes of <out> not written yet */
     struct sl_buf        *in;       /* read chunk */
     uint8_t               state;
     uint8_t               dirty;
@@ -89,6 +90,7 @@ struct sl_upool {
 
 static void conn_fail(struct sl_upool_conn *c, int err, const char *why);
 static void conn_flush(struct sl_upool_conn *c);
+static void mark_dirty(struct sl_upool_conn *c);
 static void pool_maybe_free(struct sl_upool *p);
 static void serve_waiters(struct sl_upool *p);
 
@@ -146,6 +148,8 @@ static void rt_reply_end(void *ctx, struct sl_upool_owner *o)
 {
     struct sl_upool_conn *c = ctx;
     c->pool->st.inflight--;
+    if (c->out.len > 0 && c->rt.owed == c->unwritten)
+        mark_dirty(c); /* the batch in flight is answered: the next one goes */
     if (o == NULL) {
         c->pool->st.dropped_replies++;
         return;
@@ -227,9 +231,18 @@ static void conn_flush(struct sl_upool_conn *c)
 {
     if (c->writing || c->state == C_CONNECTING || c->state == C_CLOSING)
         return;
+    /* A shared connection writes its next batch once the one in flight is
+     * answered: what its owners submit meanwhile gathers into one write,
+     * which Redis reads and answers at the cost of one read instead of one
+     * per small batch (its CPU goes per read, not per request); the last
+     * reply of the batch marks it dirty again (rt_reply_end). */
+    if (c->state == C_READY && c->pin == NULL && c->rt.owed > c->unwritten)
+        return;
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
         return;
+    if (c->state == C_READY)
+        c->unwritten = 0; /* all of it leaves now (or with the write queued below) */
     uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
     int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     if (w < 0 && w != UV_EAGAIN) {
@@ -645,11 +658,11 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 {
     struct sl_upool_conn *best = NULL;
     for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next) {
-        /* A connection that already has bytes to write this turn takes the
-         * owner's too: they leave in the same write, and the upstream reads
+        /* A connection that already has bytes to write (this turn, or held
+         * behind its batch in flight) takes the owner's too: they leave in the same write, and the upstream reads
          * and answers them as one batch (its cost is per read, not per
          * request), where spreading them would cost it a read each. */
-        if (c->dirty && c->rt.owed < JOIN_MAX)
+        if ((c->dirty || c->out.len > 0) && c->rt.owed < JOIN_MAX)
             return c;
         if (best == NULL || c->rt.owed < best->rt.owed)
             best = c;
@@ -687,6 +700,7 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
         }
         o->conn = c;
         o->inflight += replies;
+        c->unwritten += replies;
         c->pool->st.inflight += replies;
     }
     mark_dirty(c);

@@ -1,7 +1,7 @@
 /* The listener's refusal of a connection it has no descriptors for is
  * worded by the listener's protocol (sl_session_refusal_fd), chosen from
  * the protocols' table by the configuration's protocol: RESP says why,
- * HTTP and TCP close without a word. No socket: only the words. */
+ * HTTP answers 503, TCP closes without a word. No socket: only the words. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,7 +43,10 @@ static void test_http_tcp(void **state)
     (void)state;
     char out[256];
     struct sl_listener *l = listener(SL_PROTO_HTTP);
-    assert_int_equal(sl_session_refusal_fd(l, out, sizeof(out)), 0);
+    size_t n = sl_session_refusal_fd(l, out, sizeof(out));
+    assert_true(n > 12);
+    assert_memory_equal(out, "HTTP/1.1 503 ", 13);
+    assert_non_null(memmem(out, n, "Connection: close\r\n", 19));
     assert_string_equal(sl_session_proto_name(l), "http");
     l->cf.protocol = SL_PROTO_TCP;
     assert_int_equal(sl_session_refusal_fd(l, out, sizeof(out)), 0);
