@@ -38,6 +38,8 @@ struct prec {
     uint8_t  stream;   /* the head of a request streamed in parts: pins */
     uint8_t  passok;   /* KEY naming a user: its password is in <arg> */
     uint8_t  kill_old; /* CLIENT KILL addr:port (the old form) */
+    uint8_t  list_out; /* CLIENT LIST: 0 its line, 1 an empty list (a filter
+                          the client does not match), 2 a syntax error */
     uint8_t  setinfo;  /* CLIENT SETINFO: 1 LIB-NAME, 2 LIB-VER */
     char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
     uint32_t arglen;
@@ -222,6 +224,24 @@ int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int str
                      : strcasecmp(q->argv[2], "LIB-VER") == 0 ? 2 : 0;
     } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_KILL) {
         p->kill_old = q->argc == 3;
+    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_LIST && q->argc > 2) {
+        /* CLIENT LIST TYPE t | ID id...: the filter applies to its own line */
+        if (q->argc == 4 && strcasecmp(q->argv[2], "TYPE") == 0) {
+            p->list_out = strcasecmp(q->argv[3], "normal") == 0 ? 0 : 1;
+            if (strcasecmp(q->argv[3], "normal") != 0 && strcasecmp(q->argv[3], "master") != 0 &&
+                strcasecmp(q->argv[3], "replica") != 0 && strcasecmp(q->argv[3], "slave") != 0 &&
+                strcasecmp(q->argv[3], "pubsub") != 0)
+                p->list_out = 2;
+        } else if (strcasecmp(q->argv[2], "ID") == 0 && q->argc <= q->ncap) {
+            p->list_out = 1;
+            char id[24];
+            snprintf(id, sizeof(id), "%llu", (unsigned long long)s->id);
+            for (uint32_t i = 3; i < q->argc; i++)
+                if (strcmp(q->argv[i], id) == 0)
+                    p->list_out = 0;
+        } else {
+            p->list_out = 2;
+        }
     }
     if (info.cls == SL_RCMD_KEY && info.name_arg > 0 && info.name_arg < q->ncap &&
         q->arglen[info.name_arg] <= SL_RESP_CAPTURE_LEN &&
@@ -323,6 +343,10 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
         break;
     case SL_RLOCAL_INFO:
     case SL_RLOCAL_LIST: {
+        if (c->info.local == SL_RLOCAL_LIST && c->list_out != 0) {
+            n = snprintf(out, cap, c->list_out == 1 ? "$0\r\n\r\n" : "-ERR syntax error\r\n");
+            break;
+        }
         char line[1024], peer[64] = "?", self[64] = "?";
         struct sockaddr_storage ss;
         int sl = sizeof(ss);

@@ -179,7 +179,7 @@ static void test_auth_user(void **state)
 {
     (void)state;
     redisContext *d = conn(redis_p.port);
-    expect_str(d, "OK", "ACL SETUSER pooluser on >pw ~u:* +get +set");
+    expect_str(d, "OK", "ACL SETUSER pooluser on >pw ~u:* +get +set +select");
     redisFree(d);
     redisContext *a = conn(pport), *b = conn(pport);
     expect_str(a, "WRONGPASS", "AUTH pooluser nope");
@@ -195,6 +195,15 @@ static void test_auth_user(void **state)
     r = cmd(a, "CLIENT INFO");
     assert_non_null(strstr(r->str, " user=pooluser "));
     freeReplyObject(r);
+    /* the key keeps the user when the database moves: a fresh connection
+     * of that key logs in as pooluser, then selects 1 */
+    expect_str(a, "OK", "SELECT 1");
+    expect_str(a, "OK", "SET u:db1 one");
+    expect_str(a, "NOPERM", "SET x:1 four");
+    redisContext *d1 = conn(redis_p.port);
+    expect_str(d1, "OK", "SELECT 1");
+    expect_str(d1, "one", "GET u:db1");
+    redisFree(d1);
     redisFree(a);
     redisFree(b);
 }
@@ -255,6 +264,63 @@ static void test_eof_blocked(void **state)
     for (uint64_t end = th_now_ms() + 10000; n > 0 && th_now_ms() < end; usleep(10000))
         n = upstream_blocked();
     assert_int_equal(n, 0);
+}
+
+/* A request bigger than the framer holds streams on a connection of the
+ * client's own, whole, while another client's requests go on. */
+static void test_big_request(void **state)
+{
+    (void)state;
+    static char big[300 * 1024];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 26);
+    redisContext *a = conn(pport), *b = conn(pport);
+    expect_str(b, "PONG", "PING");
+    long base = upstream_clients(); /* other keys' connections stay open */
+    for (int i = 0; i < 3; i++) {
+        redisReply *r = cmd(a, "SET bigk %b", big, sizeof(big));
+        assert_string_equal(r->str, "OK");
+        freeReplyObject(r);
+        expect_str(b, "OK", "SET smallk %d", i);
+        r = cmd(b, "GET bigk");
+        assert_int_equal(r->len, sizeof(big));
+        assert_memory_equal(r->str, big, sizeof(big));
+        freeReplyObject(r);
+    }
+    assert_int_equal(wait_clients(base), base); /* a's own connection went back */
+    redisFree(a);
+    redisFree(b);
+}
+
+/* RESP3 (HELLO 3) is a pool key of its own: the client gets RESP3's map,
+ * another on the same listener still RESP2's array. */
+static void test_resp3(void **state)
+{
+    (void)state;
+    redisContext *b = conn(pport);
+    redisReply *hs = cmd(b, "HSET h3 f v");
+    assert_int_equal(hs->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(hs);
+    int fd = th_connect(pport);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$7\r\nHGETALL\r\n$2\r\nh3\r\n");
+    char buf[4096];
+    size_t got = 0;
+    static const char map[] = "%1\r\n$1\r\nf\r\n$1\r\nv\r\n";
+    for (uint64_t end = th_now_ms() + TH_MS; th_now_ms() < end && got < sizeof(buf) - 1;) {
+        got += th_read_n(fd, buf + got, 1, 100);
+        buf[got] = '\0';
+        if (got >= sizeof(map) - 1 && strcmp(buf + got - (sizeof(map) - 1), map) == 0)
+            break;
+    }
+    assert_true(got > 0 && buf[0] == '%'); /* HELLO's map */
+    assert_true(got >= sizeof(map) - 1);
+    assert_string_equal(buf + got - (sizeof(map) - 1), map);
+    close(fd);
+    redisReply *r = cmd(b, "HGETALL h3");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    redisFree(b);
 }
 
 /* CLIENT SETNAME/GETNAME/ID are each client's own. */
@@ -460,6 +526,8 @@ int main(void)
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
+        cmocka_unit_test(test_big_request),
+        cmocka_unit_test(test_resp3),
         cmocka_unit_test(test_upstream_killed),
         cmocka_unit_test(test_pin_cap),
         cmocka_unit_test(test_slow_reader),

@@ -1001,6 +1001,104 @@ static void test_empty_request_beside_pin(void **state)
         }
 }
 
+/* ---- a busy script ------------------------------------------------------------------ */
+
+/* A client runs a script that never ends (pipelined behind FUNCTION LOAD,
+ * with a PING behind it): FUNCTION KILL / SCRIPT KILL of another client
+ * reach Redis and end it; with more than one shared connection allowed
+ * (upstream_pool = 2) the others are answered at once meanwhile (-BUSY, as
+ * Redis answers every other connection). With upstream_pool = 1 a request
+ * queued on the one shared connection waits behind the script, but the kill
+ * must not. */
+static int kill_scripts(void **state)
+{
+    (void)state;
+    redisContext *d = direct();
+    if (d) {
+        redisReply *r = redisCommand(d, "FUNCTION KILL");
+        if (r)
+            freeReplyObject(r);
+        r = redisCommand(d, "SCRIPT KILL");
+        if (r)
+            freeReplyObject(r);
+        redisFree(d);
+    }
+    return th_alive_or_report(&sl_p);
+}
+
+/* 1 once Redis runs a script (a direct PING gets -BUSY). */
+static int script_running(void)
+{
+    redisContext *d = direct();
+    if (!d)
+        return 0;
+    redisReply *r = redisCommand(d, "PING");
+    int busy = r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "BUSY", 4);
+    if (r)
+        freeReplyObject(r);
+    redisFree(d);
+    return busy;
+}
+
+static void busy_round(int port, int fn, int others_answered)
+{
+    static const char lib[] = "#!lua name=busy\nredis.register_function('busy', function() while 1 do "
+                              "redis.call('ping') end end)";
+    char buf[512];
+    if (fn)
+        snprintf(buf, sizeof(buf),
+                 "*4\r\n$8\r\nFUNCTION\r\n$4\r\nLOAD\r\n$7\r\nREPLACE\r\n$%zu\r\n%s\r\n"
+                 "*3\r\n$5\r\nFCALL\r\n$4\r\nbusy\r\n$1\r\n0\r\n*1\r\n$4\r\nPING\r\n",
+                 sizeof(lib) - 1, lib);
+    else
+        snprintf(buf, sizeof(buf), "*3\r\n$4\r\nEVAL\r\n$33\r\nwhile 1 do redis.call('ping') end\r\n"
+                                   "$1\r\n0\r\n*1\r\n$4\r\nPING\r\n");
+    struct th_conn rd = { .fd = -1 }, r = { .fd = -1 };
+    assert_int_equal(th_conn_open(&r, port), 0);
+    assert_int_equal(th_conn_open(&rd, port), 0);
+    RAW(&r, "PING", "+PONG\r\n");
+    assert_int_equal(th_conn_send(&rd, buf), 0);
+    /* the script starts (-BUSY) within TH_MS; every PING is answered */
+    int busy = 0;
+    uint64_t end = th_now_ms() + TH_MS;
+    while (!others_answered && !script_running() && th_now_ms() < end)
+        usleep(2000); /* polling a condition */
+    busy = !others_answered;
+    while (!busy && th_now_ms() < end) {
+        assert_int_equal(th_conn_send(&r, "PING\r\n"), 0);
+        char *x = th_conn_reply(&r, TH_MS);
+        if (!x)
+            fail_msg("%s: a PING beside a busy script got no answer", fn ? "FCALL" : "EVAL");
+        busy = strncmp(x, "-BUSY", 5) == 0;
+        free(x);
+    }
+    assert_true(busy);
+    RAW(&r, fn ? "FUNCTION KILL" : "SCRIPT KILL", "+OK\r\n");
+    if (fn)
+        RAW_NEXT(&rd, "$4\r\nbusy\r\n");
+    char *x = th_conn_reply(&rd, TH_MS);
+    assert_non_null(x);
+    assert_non_null(strstr(x, "killed by user"));
+    free(x);
+    RAW_NEXT(&rd, "+PONG\r\n");
+    RAW(&r, "PING", "+PONG\r\n");
+    th_conn_close(&r);
+    th_conn_close(&rd);
+}
+
+static void test_busy_script(void **state)
+{
+    (void)state;
+    char err[256];
+    redisContext *d = direct();
+    assert_non_null(d);
+    assert_int_equal(expect_str(d, err, sizeof(err), "OK", "CONFIG SET busy-reply-threshold 10"), 0);
+    redisFree(d);
+    for (int p = 0; p < 2; p++)
+        for (int fn = 0; fn < 2; fn++)
+            busy_round(both_ports[p], fn, p == 1);
+}
+
 /* ---- upstream connections killed under traffic; a client that does not read -------- */
 
 /* Clients pipelining GETs of their own keys while the upstream's
@@ -1274,6 +1372,7 @@ int main(void)
         cmocka_unit_test_teardown(test_names_in_multi, sluice_alive),
         cmocka_unit_test_teardown(test_empty_request_beside_pin, sluice_alive),
         cmocka_unit_test_teardown(test_upstream_killed, sluice_alive),
+        cmocka_unit_test_teardown(test_busy_script, kill_scripts),
         cmocka_unit_test_teardown(test_slow_reader, sluice_alive),
         cmocka_unit_test(test_connection_counts),
     };
