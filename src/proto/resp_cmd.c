@@ -9,7 +9,8 @@
 enum code {
     C_POOL = 0, C_CLIENT, C_XREAD, C_XREADGROUP, C_BLOCK, C_MULTI, C_WATCH, C_UNWATCH,
     C_EXEC, C_SUB, C_UNSUB, C_MONITOR, C_READONLY, C_READWRITE, C_ASKING, C_DEBUG,
-    C_REPLICA, C_SCRIPT, C_AUTH, C_HELLO, C_SELECT, C_RESET, C_QUIT,
+    C_REPLICA, C_SCRIPT, C_AUTH, C_HELLO, C_SELECT, C_RESET, C_QUIT, C_FUNCTION,
+    C_SHUTDOWN,
 };
 
 /* Every command of Redis 7.0's command table (`COMMAND LIST` of
@@ -40,7 +41,7 @@ static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "evalsha_ro", C_POOL }, { "exec", C_EXEC }, { "exists", C_POOL }, { "expire", C_POOL },
     { "expireat", C_POOL }, { "expiretime", C_POOL }, { "failover", C_POOL },
     { "fcall", C_POOL }, { "fcall_ro", C_POOL }, { "flushall", C_POOL },
-    { "flushdb", C_POOL }, { "function", C_POOL }, { "geoadd", C_POOL },
+    { "flushdb", C_POOL }, { "function", C_FUNCTION }, { "geoadd", C_POOL },
     { "geodist", C_POOL }, { "geohash", C_POOL }, { "geopos", C_POOL },
     { "georadius", C_POOL }, { "georadius_ro", C_POOL }, { "georadiusbymember", C_POOL },
     { "georadiusbymember_ro", C_POOL }, { "geosearch", C_POOL },
@@ -75,7 +76,7 @@ static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "sadd", C_POOL }, { "save", C_POOL }, { "scan", C_POOL }, { "scard", C_POOL },
     { "script", C_SCRIPT }, { "sdiff", C_POOL }, { "sdiffstore", C_POOL },
     { "select", C_SELECT }, { "set", C_POOL }, { "setbit", C_POOL }, { "setex", C_POOL },
-    { "setnx", C_POOL }, { "setrange", C_POOL }, { "shutdown", C_POOL },
+    { "setnx", C_POOL }, { "setrange", C_POOL }, { "shutdown", C_SHUTDOWN },
     { "sinter", C_POOL }, { "sintercard", C_POOL }, { "sinterstore", C_POOL },
     { "sismember", C_POOL }, { "slaveof", C_POOL }, { "slowlog", C_POOL },
     { "smembers", C_POOL }, { "smismember", C_POOL }, { "smove", C_POOL }, { "sort", C_POOL },
@@ -396,6 +397,18 @@ int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *o)
          * debugging sessions; NO and the other subcommands are stateless */
         if (arg_is(r, 1, "DEBUG") && !arg_is(r, 2, "NO"))
             return pin(o, SL_PIN_SCRIPT);
+        if (arg_is(r, 1, "KILL"))
+            return pin(o, SL_PIN_DEBUG); /* below */
+        return (o->cls = SL_RCMD_POOL);
+    case C_FUNCTION:
+    case C_SHUTDOWN:
+        /* SCRIPT KILL, FUNCTION KILL and SHUTDOWN are how a client reaches
+         * a server busy in a script: on a shared connection they would
+         * queue behind the script's own request and never arrive. A
+         * connection of the client's own (an idle one, or a new one) takes
+         * them at once; it goes back once they are answered. */
+        if (c->code == C_SHUTDOWN || arg_is(r, 1, "KILL"))
+            return pin(o, SL_PIN_DEBUG);
         return (o->cls = SL_RCMD_POOL);
     case C_AUTH:       return auth(r, o);
     case C_HELLO:      return hello(r, o);

@@ -405,6 +405,49 @@ static void test_local_after_hello(void **state)
     same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
 }
 
+/* SCRIPT KILL reaches a server busy in another client's script although
+ * the only shared connection waits for that script: it goes on a
+ * connection of the killer's own. */
+static void test_script_kill(void **state)
+{
+    (void)state;
+    redisContext *d = conn(redis_p.port);
+    expect_str(d, "OK", "CONFIG SET busy-reply-threshold 10");
+    struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, pport), 0);
+    assert_int_equal(th_conn_open(&b, pport), 0);
+    assert_int_equal(th_conn_send(&a, "PING\r\n"), 0);
+    char *x = th_conn_reply(&a, TH_MS);
+    assert_non_null(x);
+    free(x);
+    assert_int_equal(th_conn_send(&a, "EVAL \"while true do end\" 0\r\n"), 0);
+    int busy = 0;
+    for (uint64_t end = th_now_ms() + TH_MS; !busy && th_now_ms() < end; usleep(2000)) {
+        redisReply *r = cmd(d, "PING"); /* polling a condition */
+        busy = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSY", 4) == 0;
+        freeReplyObject(r);
+    }
+    assert_true(busy);
+    assert_int_equal(th_conn_send(&b, "SCRIPT KILL\r\n"), 0);
+    x = th_conn_reply(&b, TH_MS);
+    if (x == NULL || strcmp(x, "+OK\r\n") != 0)
+        fail_msg("SCRIPT KILL: '%s'", x ? x : "(nothing)");
+    free(x);
+    x = th_conn_reply(&a, TH_MS);
+    assert_non_null(x);
+    assert_non_null(strstr(x, "killed by user"));
+    free(x);
+    assert_int_equal(th_conn_send(&b, "PING\r\n"), 0);
+    x = th_conn_reply(&b, TH_MS);
+    assert_non_null(x);
+    assert_string_equal(x, "+PONG\r\n");
+    free(x);
+    th_conn_close(&a);
+    th_conn_close(&b);
+    expect_str(d, "OK", "CONFIG SET busy-reply-threshold 5000");
+    redisFree(d);
+}
+
 /* The upstream dies while a shared connection owes a reply: the client gets
  * an error in its place, and the next request is served once it is back. */
 static void test_upstream_killed(void **state)
@@ -526,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
+        cmocka_unit_test(test_script_kill),
         cmocka_unit_test(test_big_request),
         cmocka_unit_test(test_resp3),
         cmocka_unit_test(test_upstream_killed),
