@@ -146,19 +146,24 @@ fuzz: deps
 # The differential RESP fuzzer (tests/fuzz/diff_resp.c): every stream to Redis
 # directly and through sluice, replies compared. `make fuzz-diff` runs it for
 # FUZZ_SECONDS against the ASan + UBSan build of sluice (DIFF_ARGS adds options,
-# e.g. DIFF_ARGS='--seed 7 --keep-going'); a short seeded run of it is part of
-# `make test` (tests/integration/test_diff_resp.c).
+# e.g. DIFF_ARGS='--seed 7 --keep-going'), then as long in its pooled mode:
+# rounds of DIFF_POOLED concurrent clients through an upstream_pool listener
+# (DIFF_POOLED=0 skips it); a short seeded run of both is part of `make test`
+# (tests/integration/test_diff_resp.c).
+DIFF_POOLED ?= 8
 DIFF_BIN := $(BUILD)/tests/fuzz/diff_resp
-$(DIFF_BIN): tests/fuzz/diff_resp.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+$(DIFF_BIN): tests/fuzz/diff_resp.c tests/fuzz/diff_resp_pool.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS)
-$(BUILD)/tests/integration/test_diff_resp: tests/fuzz/diff_resp.c
+$(BUILD)/tests/integration/test_diff_resp: tests/fuzz/diff_resp.c tests/fuzz/diff_resp_pool.c
 
 fuzz-diff: deps
 	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \
 	    SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' build/san/sluice
 	@$(MAKE) --no-print-directory $(DIFF_BIN)
 	SLUICE_BIN=build/san/sluice $(DIFF_BIN) --seconds $(FUZZ_SECONDS) --out $(BUILD)/diff-resp $(DIFF_ARGS)
+	@[ "$(DIFF_POOLED)" = 0 ] || { set -x; SLUICE_BIN=build/san/sluice $(DIFF_BIN) --pooled $(DIFF_POOLED) \
+	    --seconds $(FUZZ_SECONDS) --out $(BUILD)/diff-resp-pooled $(DIFF_ARGS); }
 
 # Hostile HTTP clients and upstreams at random (tests/integration/http_hostile.py):
 # `make test` runs one fixed seed and number of cases; `make fuzz-hostile` a new
@@ -187,6 +192,8 @@ bench-store: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/bench/store.sh
 
+# Redis's own Tcl suite, directly and through a 1:1 listener (tests/redis-suite.sh);
+# SUITE_POOL=N runs the sluice half through a pooled listener (upstream_pool = N).
 test-redis-suite: deps
 	@$(MAKE) --no-print-directory $(BUILD)/sluice
 	@tests/redis-suite.sh

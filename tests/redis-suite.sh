@@ -19,6 +19,12 @@
 #   REDIS_SUITE_BUDGET  wall-clock seconds for each half; units left when it is
 #                       spent are not run and count as failed (default 3600)
 #   REDIS_SUITE_DIR     where the source lives (default build/redis-src)
+#   REDIS_SUITE_SKIP    test names to skip (one a line, the suite's --skiptest),
+#                       e.g. one that hangs and would end its unit early
+#   SUITE_POOL          N: the sluice half goes through a pooled listener
+#                       (`upstream_pool = N`, docs/resp.md "Pooled listeners");
+#                       its results are build/redis-suite/pooled.* instead of
+#                       sluice.* (so both halves can be kept and compared)
 #
 # Everything started here listens on 127.0.0.1 only and is stopped on exit.
 
@@ -31,6 +37,12 @@ SRC_BASE=${REDIS_SUITE_DIR:-build/redis-src}
 UNIT_TIMEOUT=${REDIS_SUITE_TIMEOUT:-600}
 TEST_TIMEOUT=${REDIS_SUITE_TEST_TIMEOUT:-120}
 BUDGET=${REDIS_SUITE_BUDGET:-3600}
+POOL=${SUITE_POOL:-}
+case "$POOL" in
+    ""|off|0) POOL= ; LABEL=sluice; VIA="through sluice" ;;
+    *[!0-9]*) echo "SUITE_POOL must be a count" >&2; exit 2 ;;
+    *) LABEL=pooled; VIA="pooled ($POOL)" ;;
+esac
 MODE=all
 case "${1:-}" in
     --fetch-only) MODE=fetch ;;
@@ -254,6 +266,7 @@ listen = 127.0.0.1:$1
 upstream = 127.0.0.1:$2
 protocol = resp
 max_connections = 20000
+${POOL:+upstream_pool = $POOL}
 EOF
     "$SLUICE_BIN" -c "$3/sluice.ini" </dev/null >>"$3/sluice.log" 2>&1 &
     SLUICE_PID=$!
@@ -269,6 +282,9 @@ run_units() {
     local res="$OUTDIR/$label.results"
     : > "$res"
     for tag in $DENY_TAGS; do args+=(--tags "-$tag"); done
+    while IFS= read -r tag; do
+        [ -n "$tag" ] && args+=(--skiptest "$tag")
+    done <<< "${REDIS_SUITE_SKIP:-}"
     local half_start
     half_start=$(date +%s)
     for unit in "${UNITS[@]}"; do
@@ -279,7 +295,7 @@ run_units() {
             continue
         fi
         start_redis "$rport" "$WORK/redis"
-        if [ "$label" = sluice ] && ! kill -0 "$SLUICE_PID" 2>/dev/null; then
+        if [ "$label" != direct ] && ! kill -0 "$SLUICE_PID" 2>/dev/null; then
             log "sluice died; last log lines:"
             tail -n 10 "$WORK/sluice/sluice.log" >&2
             log "restarting sluice"
@@ -353,20 +369,20 @@ SP=$(free_port) || die "no free port"
 while [ "$SP" = "$RP" ]; do SP=$(free_port); done
 start_redis "$RP" "$WORK/redis"
 start_sluice "$SP" "$RP" "$WORK/sluice"
-log "through sluice: 127.0.0.1:$SP -> redis-server 127.0.0.1:$RP (fresh for every unit)"
-run_units sluice "$SP" "$RP"
-read -r S_OK S_ERR < <(summary sluice)
+log "$VIA: 127.0.0.1:$SP -> redis-server 127.0.0.1:$RP (fresh for every unit)"
+run_units "$LABEL" "$SP" "$RP"
+read -r S_OK S_ERR < <(summary "$LABEL")
 if ! kill -0 "$SLUICE_PID" 2>/dev/null; then
     log "sluice is no longer running; last log lines:"
     tail -n 20 "$WORK/sluice/sluice.log" >&2
 fi
-cp "$WORK/sluice/sluice.log" "$OUTDIR/sluice.log" 2>/dev/null
+cp "$WORK/sluice/sluice.log" "$OUTDIR/$LABEL.log" 2>/dev/null
 
 # Tests that pass directly but not through sluice (counted per name: a name
 # can occur more than once in a unit).
 D="$OUTDIR/direct.results"
-S="$OUTDIR/sluice.results"
-REGRESS="$OUTDIR/regressions.txt"
+S="$OUTDIR/$LABEL.results"
+REGRESS="$OUTDIR/regressions${POOL:+-pooled}.txt"
 # Lines: unit <TAB> name <TAB> how many of its runs regressed.
 awk -F'\t' 'FILENAME == ARGV[1] { u[$1] = 1; next } !($2 in u) { next }
             FILENAME == ARGV[2] { if ($1 == "ok") okd[$2 "\t" $3]++; next }
@@ -376,7 +392,7 @@ awk -F'\t' 'FILENAME == ARGV[1] { u[$1] = 1; next } !($2 in u) { next }
 # and the reverse, for information
 awk -F'\t' 'NR == FNR { if ($1 == "ok") okd[$2 "\t" $3] = 1; next }
             $1 == "ok" && !(($2 "\t" $3) in okd) { print $2 "\t" $3 }' "$D" "$S" | sort -u \
-    > "$OUTDIR/only-through-sluice.txt"
+    > "$OUTDIR/only-through-$LABEL.txt"
 
 N=$(awk -F'\t' '{ n += $3 } END { print n + 0 }' "$REGRESS")
 echo
@@ -384,22 +400,22 @@ echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') test sui
 echo "denied tags: $(echo $DENY_TAGS)"
 printf '%-16s %8s %8s\n' "" passed failed
 printf '%-16s %8d %8d\n' direct "$D_OK" "$D_ERR"
-printf '%-16s %8d %8d\n' "through sluice" "$S_OK" "$S_ERR"
+printf '%-16s %8d %8d\n' "$VIA" "$S_OK" "$S_ERR"
 if [ "$N" -eq 0 ]; then
-    echo "tests passing directly but failing through sluice: none"
+    echo "tests passing directly but failing $VIA: none"
 else
-    echo "tests passing directly but failing through sluice: $N"
+    echo "tests passing directly but failing $VIA: $N"
     while IFS=$'\t' read -r unit name times; do
         [ "$times" -gt 1 ] && name="$name (x$times)"
         echo "  $unit: $name"
         # the suite's message for it, from the sluice half's log
-        sed 's/\x1b\[[0-9;]*m//g' "$OUTDIR/sluice.$(echo "$unit" | tr / _).log" 2>/dev/null |
+        sed 's/\x1b\[[0-9;]*m//g' "$OUTDIR/$LABEL.$(echo "$unit" | tr / _).log" 2>/dev/null |
             awk -v n="[err]: ${name% (x*)} in " 'index($0, n) == 1 { getline; print "      " substr($0, 1, 160); exit }'
     done < "$REGRESS"
-    echo "(all messages: grep -A3 '\[err\]' build/redis-suite/sluice.*.log; sluice's log: build/redis-suite/sluice.log)"
+    echo "(all messages: grep -A3 '\[err\]' build/redis-suite/$LABEL.*.log; sluice's log: build/redis-suite/$LABEL.log)"
 fi
-if [ -s "$OUTDIR/only-through-sluice.txt" ]; then
-    echo "passing through sluice only: $(wc -l < "$OUTDIR/only-through-sluice.txt") (see build/redis-suite/only-through-sluice.txt)"
+if [ -s "$OUTDIR/only-through-$LABEL.txt" ]; then
+    echo "passing $VIA only: $(wc -l < "$OUTDIR/only-through-$LABEL.txt") (see build/redis-suite/only-through-$LABEL.txt)"
 fi
 echo "$((D_OK - N)) passed, $N failed"
 [ "$N" -eq 0 ]

@@ -30,6 +30,7 @@ struct sl_sess_link {
     struct sl_upool_key  *key;   /* the session's pool key (a reference) */
     struct sl_upool_conn *pin;   /* its own connection, or NULL */
     uint32_t              owe;   /* replies owed by the bytes not yet submitted */
+    char                 *prelude;   /* the owner's prelude (sl_sess_link_prelude) */
     uint8_t               waiting;   /* queued for a pin past the cap */
     uint8_t               forgotten; /* the engine dropped it (a refused delivery) */
 };
@@ -140,8 +141,9 @@ void sl_sess_link_close(struct sl_session *s)
     struct sl_sess_link *k = s->link;
     if (k == NULL)
         return;
-    if (!k->forgotten)
-        sl_upool_forget(&k->o);
+    /* always: forgetting twice is harmless, and a refusal the engine did
+     * not act on (its connection was closing) must not leave it named */
+    sl_upool_forget(&k->o);
     k->forgotten = 1;
     k->pin = NULL;
 }
@@ -153,8 +155,25 @@ void sl_sess_link_free(struct sl_session *s)
         return;
     sl_sess_link_close(s);
     sl_upool_key_put(k->key);
+    free(k->prelude);
     free(k);
     s->link = NULL;
+}
+
+int sl_sess_link_prelude(struct sl_session *s, const char *p, size_t len, uint32_t replies)
+{
+    struct sl_sess_link *k = s->link;
+    char *c = NULL;
+    if (len > 0 && (c = malloc(len)) == NULL)
+        return SL_ENOMEM;
+    if (len > 0)
+        memcpy(c, p, len);
+    free(k->prelude);
+    k->prelude = c;
+    k->o.prelude = c;
+    k->o.prelude_len = (uint32_t)len;
+    k->o.prelude_n = len > 0 ? replies : 0;
+    return 0;
 }
 
 void sl_sess_link_owe(struct sl_session *s, uint32_t n)

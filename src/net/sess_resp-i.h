@@ -58,6 +58,9 @@ struct sl_resp_sess {
     uint8_t             pool_hold;  /* the ring's head waits for a pinned connection */
     uint64_t            pin_until;  /* ... queued past the cap until then (waits' clock) */
     char               *name;       /* CLIENT SETNAME, kept here */
+    char               *multi_name; /* ... set by a SETNAME queued in the MULTI sent */
+    uint8_t             multi_named;/* ... such a SETNAME was queued (<multi_name> NULL:
+                                       it clears the name) */
     char               *lib[2];     /* CLIENT SETINFO LIB-NAME, LIB-VER */
 };
 

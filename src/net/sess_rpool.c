@@ -108,6 +108,26 @@ static char *dup_arg(const char *p, size_t n)
     return d;
 }
 
+/* The kept name becomes <name> (taken; NULL: none). A connection pinned
+ * to the client from now on is given it first (CLIENT SETNAME, its reply
+ * dropped), so that what runs there (a GETNAME queued in MULTI) sees it. */
+static void set_name(struct sl_session *s, char *name)
+{
+    struct sl_resp_sess *r = rs(s);
+    free(r->name);
+    r->name = name;
+    if (s->link == NULL)
+        return;
+    char cmd[SL_RESP_CAPTURE_LEN + 64];
+    int n = 0;
+    if (name != NULL)
+        n = snprintf(cmd, sizeof(cmd), "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$%zu\r\n%s\r\n",
+                     strlen(name), name);
+    if (n < 0 || (size_t)n >= sizeof(cmd) ||
+        sl_sess_link_prelude(s, cmd, (size_t)n, 1) < 0)
+        (void)sl_sess_link_prelude(s, NULL, 0, 0); /* too long, or no memory: none */
+}
+
 /* The pool key's name for the engine (the key, then its password: users
  * may have several) and the commands that bring a fresh connection to it. */
 static int key_setup(const struct sl_pool_key *k, const char *pass, size_t plen, char **id,
@@ -249,8 +269,16 @@ int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int str
 int sl_rpool_wait(struct sl_session *s, const struct prec *c)
 {
     struct sl_resp_sess *r = rs(s);
+    if (sl_rpool_is_local(s, c)) {
+        /* answered as Redis would once the requests before it ran: a
+         * HELLO, RESET, SELECT ... ahead of it changes the answer (its
+         * protocol), a blocking one delays it; the session is resumed
+         * when their answers are in */
+        r->pool_hold = r->pool_ans.n > 0;
+        return r->pool_hold;
+    }
     int pin = c->stream || c->info.cls == SL_RCMD_PIN || c->info.cls == SL_RCMD_KEY ||
-              (c->info.cls == SL_RCMD_LOCAL && r->rc.in_multi);
+              c->info.cls == SL_RCMD_LOCAL;
     if (!pin || sl_sess_link_pinned(s))
         return 0;
     uint64_t now = sl_sess_waits_now();
@@ -292,8 +320,7 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
                                    "characters.\r\n");
             break;
         }
-        free(r->name);
-        r->name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
+        set_name(s, c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL);
         n = snprintf(out, cap, "+OK\r\n");
         break;
     case SL_RLOCAL_GETNAME:
@@ -360,7 +387,18 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
  * upstream instead, as Redis would run it at EXEC). */
 int sl_rpool_is_local(const struct sl_session *s, const struct prec *c)
 {
-    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !rs(s)->rc.in_multi;
+    const struct sl_resp_sess *r = rs(s);
+    /* Subscribed under RESP2, Redis refuses CLIENT ... with its own
+     * error: the client is pinned then, its connection answers (QUIT is
+     * allowed, and answered here). */
+    if (c->info.local != SL_RLOCAL_QUIT && sl_rconn_passthru(&r->rc) && !r->rc.monitor &&
+        !r->rc.resp3 && sl_sess_link_pinned(s))
+        return 0;
+    /* Pinned, a SETNAME names the connection too (the kept name follows
+     * its +OK): a GETNAME queued in MULTI there answers it. */
+    if (c->info.local == SL_RLOCAL_SETNAME && sl_sess_link_pinned(s))
+        return 0;
+    return c->info.cls == SL_RCMD_LOCAL && !c->stream && !r->rc.in_multi;
 }
 
 /* Request <c> of a pooled session is answered by sluice in its place. */
@@ -404,6 +442,33 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
         prec_free(c);
         return;
     }
+    if (c->info.cls == SL_RCMD_LOCAL && c->info.local == SL_RLOCAL_SETNAME &&
+        r->owed_total != before && !c->stream &&
+        (c->arglen == 0 || sl_rcmd_name_ok(c->arg, c->arglen))) {
+        /* a name Redis will take: kept when it ran (EXEC's reply inside a
+         * transaction, else its own +OK) */
+        char *name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
+        if (c->arglen > 0 && name == NULL) {
+            prec_free(c);
+            sl_session_close(s);
+            return;
+        }
+        if (r->rc.in_multi) {
+            free(r->multi_name);
+            r->multi_name = name;
+            r->multi_named = 1;
+            prec_free(c);
+            return;
+        }
+        free(c->hname);
+        c->hname = name != NULL ? name : dup_arg("", 0);
+        c->seq = r->owed_total;
+        if (c->hname == NULL || pq_push(&r->pool_ans, c) < 0) {
+            prec_free(c);
+            sl_session_close(s);
+        }
+        return;
+    }
     if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
                                     c->info.ends == 0)) {
         prec_free(c);
@@ -425,11 +490,22 @@ void sl_rpool_answered(struct sl_session *s)
         pq_pop(&r->pool_ans);
         int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
         if (ok && c->hname != NULL) {
-            /* HELLO ... SETNAME named the pinned connection: the kept name too */
-            free(r->name);
-            r->name = c->hname[0] != '\0' ? c->hname : NULL;
+            /* HELLO ... SETNAME (or CLIENT SETNAME while pinned) named the
+             * pinned connection: the kept name too */
+            set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
             if (r->name != NULL)
                 c->hname = NULL;
+        }
+        if (c->info.ends & SL_PIN_MULTI) {
+            /* EXEC ran the transaction (an array; DISCARD is +OK, an
+             * aborted one an error): a SETNAME queued in it took effect */
+            if (ok && r->reply_first == '*' && r->multi_named) {
+                set_name(s, r->multi_name);
+                r->multi_name = NULL;
+            }
+            free(r->multi_name);
+            r->multi_name = NULL;
+            r->multi_named = 0;
         }
         sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
         struct sl_pool_key old = r->key;
@@ -534,6 +610,7 @@ void sl_rpool_free(struct sl_session *s)
     pq_free(&r->pool_ans);
     free(r->pass);
     free(r->name);
+    free(r->multi_name);
     free(r->lib[0]);
     free(r->lib[1]);
 }

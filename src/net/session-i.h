@@ -165,6 +165,10 @@ int  sl_sess_link_rekey(struct sl_session *s, const void *id, size_t idlen, cons
 void sl_sess_link_close(struct sl_session *s);   /* the engine forgets it */
 void sl_sess_link_free(struct sl_session *s);
 void sl_sess_link_owe(struct sl_session *s, uint32_t n);
+/* Requests written first on every connection pinned to the session from
+ * now on (<replies> replies, dropped): its own state a shared connection
+ * lacks (its name). <len> 0: none. 0 or SL_ENOMEM. */
+int  sl_sess_link_prelude(struct sl_session *s, const char *p, size_t len, uint32_t replies);
 /* Bytes for the upstream (whole requests; the replies owed since the last
  * call go with them on a shared connection): 0 or an error. */
 int  sl_sess_link_send(struct sl_session *s, const char *p, size_t len);

@@ -23,6 +23,12 @@ struct sl_upool_owner {
     struct sl_upool_key   *wkey;     /* waiting for a pin of this key (wait queue) */
     struct sl_upool_owner *wnext;    /* wait queue link */
     uint32_t               inflight; /* replies owed to it on <conn> (pooled only) */
+    /* Set by the caller: requests written first on a connection pinned to
+     * it (its own state a shared connection lacks, e.g. its name), their
+     * <prelude_n> replies dropped; the bytes stay the caller's. */
+    const char            *prelude;
+    uint32_t               prelude_len;
+    uint32_t               prelude_n;
     uint8_t                pinned;   /* <conn> is its own (sl_upool_pin) */
     uint8_t                waiting;  /* in the pin wait queue */
 };
@@ -36,6 +42,7 @@ enum sl_upool_ek {
     SL_UPE_SKIP,      /* replies a pinned owner left behind: dropped */
     SL_UPE_RESET,     /* the RESET's reply, which must be exactly +RESET */
     SL_UPE_RESET_SCAN,/* replies dropped until a top-level +RESET (no count known) */
+    SL_UPE_DROP,      /* a pinned owner's prelude (sl_upool_owner): dropped */
 };
 
 struct sl_upool_ent {

@@ -41,6 +41,8 @@ struct sl_upool_conn {
     struct sl_upool_key  *key;
     struct sl_upool_conn *next, *prev; /* in key->conns (shared) or pool->pinned */
     struct sl_upool_conn *dnext;    /* in pool->dirty while <dirty> */
+    struct sl_upool_conn *snext, *sprev; /* in pool->starting while <starting> */
+    uint64_t              seq;      /* when it was made (the pool's count) */
     struct sl_upool_owner *pin;     /* the owner it is pinned to, or NULL */
     struct sl_upool_route rt;       /* whose each reply is */
     struct sl_obuf        out;      /* bytes waiting to be written */
@@ -54,6 +56,8 @@ struct sl_upool_conn {
     uint8_t               listed;   /* in key->conns, pool->pinned or pool->cleaning */
     uint8_t               cleaning; /* unpinned clean: RESET and setup under way */
     uint8_t               handles;  /* open handles (tcp, timer) */
+    uint8_t               starting; /* new, not READY yet (in pool->starting) */
+    uint8_t               held;     /* READY, its bytes held behind an older one starting */
 };
 
 struct sl_upool_key {
@@ -77,7 +81,10 @@ struct sl_upool {
     struct sl_upool_key  *keys;
     struct sl_upool_conn *pinned;   /* pinned connections */
     struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
-    struct sl_upool_conn *dirty;    /* connections with bytes to write */
+    struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
+    struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
+    struct sl_upool_conn *starting; /* new connections not READY yet */
+    uint64_t              seq;      /* connections made */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
     uint32_t              nwait;
     uint32_t              npinned;
@@ -118,6 +125,56 @@ static void list_del(struct sl_upool_conn **head, struct sl_upool_conn *c)
         c->next->prev = c->prev;
     c->next = c->prev = NULL;
     c->listed = 0;
+}
+
+/* Order between clients. Requests that different clients send one after
+ * the other reach Redis in that order on a direct connection (in practice:
+ * Redis reads its sockets in the order they became readable), and clients
+ * rely on it (a blocking command on one, then, without waiting, a write on
+ * another that serves it). Here a request may wait for a new connection
+ * (a pin, or a shared one when all are busy) while a later one of another
+ * client finds a connection ready: a READY connection made after one that
+ * is still starting with owners' requests on it holds its bytes until that
+ * one is READY and has written them (one connect and setup at most; older
+ * connections, already ready when it began, are never held). */
+static int start_blocks(const struct sl_upool_conn *s)
+{
+    return !s->cleaning && (s->pin != NULL || s->rt.owed > 0);
+}
+
+static int held_back(const struct sl_upool_conn *c)
+{
+    for (const struct sl_upool_conn *s = c->pool->starting; s != NULL; s = s->snext)
+        if (s->seq < c->seq && start_blocks(s))
+            return 1;
+    return 0;
+}
+
+/* <c> is READY or closing: the connections its start held may write. */
+static void start_done(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    if (!c->starting)
+        return;
+    if (c->sprev)
+        c->sprev->snext = c->snext;
+    else
+        p->starting = c->snext;
+    if (c->snext)
+        c->snext->sprev = c->sprev;
+    c->snext = c->sprev = NULL;
+    c->starting = 0;
+    for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
+        for (struct sl_upool_conn *h = k->conns; h != NULL; h = h->next)
+            if (h->held) {
+                h->held = 0;
+                mark_dirty(h);
+            }
+    for (struct sl_upool_conn *h = p->pinned; h != NULL; h = h->next)
+        if (h->held) {
+            h->held = 0;
+            mark_dirty(h);
+        }
 }
 
 static void key_maybe_free(struct sl_upool_key *k)
@@ -177,6 +234,7 @@ static int rt_entry_done(void *ctx, int kind)
     c->state = C_READY;
     uv_timer_stop(&c->timer);
     c->go = c->out.len;
+    start_done(c);
     if (c->cleaning) {
         /* back from a clean unpin: rejoins the pool, or closes when the
          * key has enough shared connections */
@@ -204,9 +262,17 @@ static void mark_dirty(struct sl_upool_conn *c)
 {
     if (c->dirty || c->state == C_CLOSING)
         return;
+    /* At the tail: connections write in the order their owners submitted,
+     * so requests that different clients sent one after the other in a
+     * turn leave (and reach Redis) in that order (a blocking command on
+     * one, then a write on another that serves it). */
     c->dirty = 1;
-    c->dnext = c->pool->dirty;
-    c->pool->dirty = c;
+    c->dnext = NULL;
+    if (c->pool->dirty_tail != NULL)
+        c->pool->dirty_tail->dnext = c;
+    else
+        c->pool->dirty = c;
+    c->pool->dirty_tail = c;
     if (!c->pool->conf.own_flush && c->pool->conf.wake != NULL)
         c->pool->conf.wake(c->pool->conf.wake_arg);
 }
@@ -241,6 +307,10 @@ static void conn_flush(struct sl_upool_conn *c)
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
         return;
+    if (c->state == C_READY && c->pool->starting != NULL && held_back(c)) {
+        c->held = 1; /* start_done() marks it dirty again */
+        return;
+    }
     if (c->state == C_READY)
         c->unwritten = 0; /* all of it leaves now (or with the write queued below) */
     uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
@@ -288,6 +358,8 @@ void sl_upool_flush_all(struct sl_upool *p)
     struct sl_upool_conn *c;
     while ((c = p->dirty) != NULL) {
         p->dirty = c->dnext;
+        if (p->dirty == NULL)
+            p->dirty_tail = NULL;
         c->dirty = 0;
         conn_flush(c);
     }
@@ -393,6 +465,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->state == C_READY) {
         uv_timer_stop(&c->timer);
         c->go = c->out.len;
+        start_done(c);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     conn_flush(c);
@@ -419,6 +492,7 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
         return NULL;
     }
     c->go = c->out.len;
+    c->seq = ++p->seq;
     uv_tcp_init(p->loop, &c->tcp);
     uv_timer_init(p->loop, &c->timer);
     c->tcp.data = c->timer.data = c->creq.data = c;
@@ -438,6 +512,12 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
         *err = rc;
         return NULL;
     }
+    c->starting = 1;
+    c->snext = p->starting;
+    c->sprev = NULL;
+    if (p->starting)
+        p->starting->sprev = c;
+    p->starting = c;
     return c;
 }
 
@@ -472,12 +552,17 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
     }
     if (c->dirty) {
         /* freed in its close callback: no flush may find it after that */
-        struct sl_upool_conn **pp = &p->dirty;
-        while (*pp != c)
+        struct sl_upool_conn **pp = &p->dirty, *prev = NULL;
+        while (*pp != c) {
+            prev = *pp;
             pp = &(*pp)->dnext;
+        }
         *pp = c->dnext;
+        if (p->dirty_tail == c)
+            p->dirty_tail = prev;
         c->dirty = 0;
     }
+    start_done(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_close);
     uv_close((uv_handle_t *)&c->timer, on_close);
@@ -685,6 +770,8 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
     int err = 0;
     if (k != NULL && k->pool->closing)
         return SL_ECLOSED;
+    if (c == NULL && !o->pinned && replies == 0)
+        return 0; /* nothing Redis answers or acts on, nothing to keep in order: see upool.h */
     if (c == NULL) {
         if (o->pinned || k == NULL)
             return SL_ECLOSED;
@@ -693,7 +780,12 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
     }
     if (sl_wire_append(&c->out, p, len) < 0)
         return SL_ENOMEM;
-    if (!o->pinned) {
+    /* An owner is attached to a shared connection only while replies are
+     * owed to it there: one attached with none would stay attached for
+     * good (only a reply's end detaches it), and when another owner then
+     * pinned that connection, this one's requests would be written on the
+     * pinned connection and their replies go to the other client. */
+    if (!o->pinned && replies > 0) {
         if (sl_upool_route_push(&c->rt, o, replies, SL_UPE_OWNER) < 0) {
             c->out.len -= len;
             return SL_ENOMEM;
@@ -713,6 +805,16 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
 static int pin_to(struct sl_upool_conn *c, struct sl_upool_owner *o)
 {
     struct sl_upool *p = c->pool;
+    if (o->prelude_len > 0) {
+        /* the owner's own state first, its replies dropped (before RAW) */
+        size_t was = c->out.len;
+        if (sl_wire_append(&c->out, o->prelude, o->prelude_len) < 0)
+            return SL_ENOMEM;
+        if (o->prelude_n > 0 && sl_upool_route_push(&c->rt, NULL, o->prelude_n, SL_UPE_DROP) < 0) {
+            c->out.len = was;
+            return SL_ENOMEM;
+        }
+    }
     if (sl_upool_route_push(&c->rt, o, 1, SL_UPE_RAW) < 0)
         return SL_ENOMEM;
     c->pin = o;
@@ -843,6 +945,7 @@ void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
     o->conn = NULL;
     o->pinned = 0;
     c->pin = NULL;
+    sl_upool_route_forget(&c->rt, o); /* no entry may name it once it hears no more */
     list_del(&p->pinned, c);
     p->npinned--;
     p->st.pinned--;

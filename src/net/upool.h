@@ -19,6 +19,11 @@
  * covering the TCP connect and the setup replies. An owner with requests in
  * flight stays on the connection they are on (its replies come back in its
  * order); an owner with none goes to the connection with the fewest in flight.
+ * Between owners: a READY connection made after one that is still starting
+ * (connect, setup) with owners' requests on it holds its bytes until that
+ * one is READY and has written them, so a request that waits for a new
+ * connection is not overtaken by one submitted after it that found a newer
+ * connection ready (an older connection, ready already, is not held).
  * Owners' bytes wait (copied) until the setup replies are all in and OK, so
  * nothing runs under the wrong user or database.
  *
@@ -140,7 +145,11 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data);
 /* <o> sends <len> bytes at <p> (whole requests, copied) owing <replies>
  * replies, on a shared connection of <k> (or its pinned one: <k> and
  * <replies> are then not used). Leaves at the next flush. 0, or an error
- * (SL_ENOMEM, a libuv error when no connection can be started). */
+ * (SL_ENOMEM, a libuv error when no connection can be started).
+ * <replies> 0 on a shared connection: the bytes must be requests Redis
+ * neither answers nor acts on (empty ones: *0, *-1, a blank line); they
+ * ride the connection <o> has replies owed on, or are dropped when it has
+ * none. Either way <o> is attached to no connection it owes nothing on. */
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies);
 

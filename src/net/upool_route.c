@@ -49,7 +49,8 @@ int sl_upool_route_push(struct sl_upool_route *rt, struct sl_upool_owner *o, uin
      * mid-reply, and merging there is right too, but keeping the head
      * apart makes the accounting easier to follow. */
     if (last != NULL && rt->n > 1 && last->kind == kind && last->owner == o &&
-        (kind == SL_UPE_OWNER || kind == SL_UPE_SETUP || kind == SL_UPE_SKIP) &&
+        (kind == SL_UPE_OWNER || kind == SL_UPE_SETUP || kind == SL_UPE_SKIP ||
+         kind == SL_UPE_DROP) &&
         last->owed <= UINT32_MAX - owed) {
         last->owed += owed;
         goto counted;
@@ -161,7 +162,7 @@ int sl_upool_route_feed(struct sl_upool_route *rt, struct sl_buf *b, uint32_t fr
                 ops->deliver(ctx, e->owner, b, off, end,
                              (done ? SL_UPOOL_DONE : 0u) | (push ? SL_UPOOL_PUSH : 0u)) != 0)
                 return 1;
-        } else if (kind == SL_UPE_SKIP) {
+        } else if (kind == SL_UPE_SKIP || kind == SL_UPE_DROP) {
             rt->capok = 0;
         } else {
             capture(rt, b->data + off, (size_t)k);

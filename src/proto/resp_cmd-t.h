@@ -34,7 +34,8 @@ enum sl_pin {
     SL_PIN_NOEVICT  = 1u << 9,  /* CLIENT NO-EVICT ON: until OFF answers OK */
     SL_PIN_NOTOUCH  = 1u << 10, /* CLIENT NO-TOUCH ON: until OFF answers OK */
     SL_PIN_READONLY = 1u << 11, /* READONLY: until READWRITE answers OK */
-    SL_PIN_DEBUG    = 1u << 12, /* DEBUG: until it answers */
+    SL_PIN_DEBUG    = 1u << 12, /* DEBUG, SCRIPT KILL, FUNCTION KILL, SHUTDOWN:
+                                   until it answers */
     SL_PIN_ODD      = 1u << 13, /* a state command sluice cannot read (SELECT x,
                                    CLIENT TRACKING maybe, AUTH of a user name
                                    longer than the key holds): ends if it fails,

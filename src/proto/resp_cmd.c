@@ -9,7 +9,8 @@
 enum code {
     C_POOL = 0, C_CLIENT, C_XREAD, C_XREADGROUP, C_BLOCK, C_MULTI, C_WATCH, C_UNWATCH,
     C_EXEC, C_SUB, C_UNSUB, C_MONITOR, C_READONLY, C_READWRITE, C_ASKING, C_DEBUG,
-    C_REPLICA, C_SCRIPT, C_AUTH, C_HELLO, C_SELECT, C_RESET, C_QUIT,
+    C_REPLICA, C_SCRIPT, C_AUTH, C_HELLO, C_SELECT, C_RESET, C_QUIT, C_FUNCTION,
+    C_SHUTDOWN,
 };
 
 /* Every command of Redis 7.0's command table (`COMMAND LIST` of
@@ -40,7 +41,7 @@ static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "evalsha_ro", C_POOL }, { "exec", C_EXEC }, { "exists", C_POOL }, { "expire", C_POOL },
     { "expireat", C_POOL }, { "expiretime", C_POOL }, { "failover", C_POOL },
     { "fcall", C_POOL }, { "fcall_ro", C_POOL }, { "flushall", C_POOL },
-    { "flushdb", C_POOL }, { "function", C_POOL }, { "geoadd", C_POOL },
+    { "flushdb", C_POOL }, { "function", C_FUNCTION }, { "geoadd", C_POOL },
     { "geodist", C_POOL }, { "geohash", C_POOL }, { "geopos", C_POOL },
     { "georadius", C_POOL }, { "georadius_ro", C_POOL }, { "georadiusbymember", C_POOL },
     { "georadiusbymember_ro", C_POOL }, { "geosearch", C_POOL },
@@ -75,7 +76,7 @@ static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "sadd", C_POOL }, { "save", C_POOL }, { "scan", C_POOL }, { "scard", C_POOL },
     { "script", C_SCRIPT }, { "sdiff", C_POOL }, { "sdiffstore", C_POOL },
     { "select", C_SELECT }, { "set", C_POOL }, { "setbit", C_POOL }, { "setex", C_POOL },
-    { "setnx", C_POOL }, { "setrange", C_POOL }, { "shutdown", C_POOL },
+    { "setnx", C_POOL }, { "setrange", C_POOL }, { "shutdown", C_SHUTDOWN },
     { "sinter", C_POOL }, { "sintercard", C_POOL }, { "sinterstore", C_POOL },
     { "sismember", C_POOL }, { "slaveof", C_POOL }, { "slowlog", C_POOL },
     { "smembers", C_POOL }, { "smismember", C_POOL }, { "smove", C_POOL }, { "sort", C_POOL },
@@ -230,15 +231,21 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
         o->name_arg = 2;
         return local(o, SL_RLOCAL_SETNAME);
     }
-    static const struct { const char *sub; uint8_t what; } loc[] = {
-        { "GETNAME", SL_RLOCAL_GETNAME }, { "SETINFO", SL_RLOCAL_SETINFO },
-        { "ID", SL_RLOCAL_ID },           { "INFO", SL_RLOCAL_INFO },
-        { "LIST", SL_RLOCAL_LIST },       { "KILL", SL_RLOCAL_KILL },
-        { "UNBLOCK", SL_RLOCAL_UNBLOCK },
+    /* the argument counts Redis accepts (min, max; 0: no max): outside
+     * them Redis answers its arity error, so they go to Redis */
+    static const struct { const char *sub; uint8_t what, min, max; } loc[] = {
+        { "GETNAME", SL_RLOCAL_GETNAME, 2, 2 }, { "SETINFO", SL_RLOCAL_SETINFO, 4, 4 },
+        { "ID", SL_RLOCAL_ID, 2, 2 },           { "INFO", SL_RLOCAL_INFO, 2, 2 },
+        { "LIST", SL_RLOCAL_LIST, 2, 0 },       { "KILL", SL_RLOCAL_KILL, 3, 0 },
+        { "UNBLOCK", SL_RLOCAL_UNBLOCK, 3, 4 },
     };
-    for (size_t k = 0; k < sizeof(loc) / sizeof(loc[0]); k++)
-        if (arg_is(r, 1, loc[k].sub))
-            return local(o, loc[k].what);
+    for (size_t k = 0; k < sizeof(loc) / sizeof(loc[0]); k++) {
+        if (!arg_is(r, 1, loc[k].sub))
+            continue;
+        if (r->argc < loc[k].min || (loc[k].max > 0 && r->argc > loc[k].max))
+            return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
+        return local(o, loc[k].what);
+    }
     /* Server-wide, or reading state a shared connection never has on
      * (tracking, its redirection): the same answer on any connection. */
     static const char *const stateless[] = { "PAUSE", "UNPAUSE", "HELP", "GETREDIR",
@@ -390,6 +397,18 @@ int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *o)
          * debugging sessions; NO and the other subcommands are stateless */
         if (arg_is(r, 1, "DEBUG") && !arg_is(r, 2, "NO"))
             return pin(o, SL_PIN_SCRIPT);
+        if (arg_is(r, 1, "KILL"))
+            return pin(o, SL_PIN_DEBUG); /* below */
+        return (o->cls = SL_RCMD_POOL);
+    case C_FUNCTION:
+    case C_SHUTDOWN:
+        /* SCRIPT KILL, FUNCTION KILL and SHUTDOWN are how a client reaches
+         * a server busy in a script: on a shared connection they would
+         * queue behind the script's own request and never arrive. A
+         * connection of the client's own (an idle one, or a new one) takes
+         * them at once; it goes back once they are answered. */
+        if (c->code == C_SHUTDOWN || arg_is(r, 1, "KILL"))
+            return pin(o, SL_PIN_DEBUG);
         return (o->cls = SL_RCMD_POOL);
     case C_AUTH:       return auth(r, o);
     case C_HELLO:      return hello(r, o);

@@ -37,6 +37,11 @@
  * Usage:
  *   diff_resp [--seed S] [--streams N] [--seconds T] [--first I] [--quiet MS]
  *             [--keep-going] [--no-minimize] [--out DIR] [--verbose]
+ *   diff_resp --pooled K [--pool-size N] [--seed S] [--streams N] ...
+ *                                  rounds of K concurrent clients through a
+ *                                  pooled listener (upstream_pool = N, default
+ *                                  2), each against the same K sent directly
+ *                                  (below, "pooled mode"); --streams counts rounds
  *   diff_resp --replay FILE...     send each file's bytes (several ways of
  *                                  splitting them) and compare
  *   diff_resp --list-known         print the known differences
@@ -55,6 +60,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -88,7 +94,8 @@ struct known {
 static const struct known known[] = {
     { "connection ids (HELLO's \"id\" field)", "normalised: the integer after a bulk \"id\" is masked",
       "README \"Transparent, 1:1\": each client connection gets its own upstream connection "
-      "(so its own id, directly as through sluice)" },
+      "(so its own id, directly as through sluice); pooled mode: docs/resp.md \"Pooled "
+      "listeners\": HELLO's reply carries the id of the upstream connection that answered it" },
     { "CLIENT ID / CLIENT INFO / CLIENT LIST / INFO / TIME / RANDOMKEY / KEYS / MONITOR",
       "not generated",
       "not a sluice difference: ids, addresses, ports, clocks and hash order differ between any "
@@ -120,6 +127,13 @@ static const struct known known[] = {
       "last reply is the protocol error",
       "a reset discards what the client had received and not read yet (a large reply "
       "ahead of the error, seen under load); sluice's close delivers them" },
+    { "pooled mode: a key or channel of another client, DBSIZE, byte flips", "not generated",
+      "not a sluice difference: concurrent clients sharing data have no defined order, "
+      "directly as through sluice, so each client has its own key and channel prefix (a flip "
+      "could make one client's key another's)" },
+    { "pooled mode: HELLO queued in MULTI under a WATCH", "not generated",
+      "docs/resp.md \"Pub/sub\" (1:1 too): Not followed: ... an EXEC that WATCH makes fail "
+      "(taken as run)" },
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -259,6 +273,8 @@ struct gen {
     int      subscribed;
     char     scratch[16][64]; /* short argument texts */
     unsigned nscratch;
+    const char *pfx;    /* pooled mode: the client's key and channel prefix */
+    int      watched;   /* pooled mode: a WATCH may be in force */
 };
 
 static const char *const keys[] = { "k1", "k2", "n", "alice:x", "bob:y", "l", "h", "s", "z", "big" };
@@ -292,6 +308,18 @@ static struct arg gval(struct gen *g)
 }
 
 static struct arg lit(const char *s) { return (struct arg){ s, strlen(s) }; }
+
+/* A key or channel name: as is, or (pooled mode) behind the client's own
+ * prefix, so concurrent clients never share data and each one's replies
+ * depend on its own stream alone. */
+static struct arg K(struct gen *g, const char *name)
+{
+    if (!g->pfx)
+        return lit(name);
+    char *t = g->scratch[g->nscratch++ % 16];
+    int n = snprintf(t, 64, "%s%s", g->pfx, name);
+    return (struct arg){ t, (size_t)n };
+}
 
 static int plain_word(struct arg a)
 {
@@ -380,63 +408,63 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 3: case 4: case 5:
         a[n++] = lit("SET");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         a[n++] = gval(g);
         if (chance(&g->rng, 20))
             a[n++] = lit(chance(&g->rng, 50) ? "NX" : "GET");
         break;
     case 6: case 7: case 8:
         a[n++] = lit("GET");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         break;
     case 9: case 10:
         a[n++] = lit(chance(&g->rng, 70) ? "INCR" : "DECR");
-        a[n++] = lit(chance(&g->rng, 70) ? "n" : gkey(g));
+        a[n++] = K(g, chance(&g->rng, 70) ? "n" : gkey(g));
         break;
     case 11:
         a[n++] = lit("DEL");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         if (chance(&g->rng, 50))
-            a[n++] = lit(gkey(g));
+            a[n++] = K(g, gkey(g));
         break;
     case 12:
         a[n++] = lit(chance(&g->rng, 50) ? "LPUSH" : "RPUSH");
-        a[n++] = lit("l");
+        a[n++] = K(g, "l");
         a[n++] = gval(g);
         break;
     case 13:
         a[n++] = lit("LRANGE");
-        a[n++] = lit("l");
+        a[n++] = K(g, "l");
         a[n++] = lit("0");
         a[n++] = lit("-1");
         break;
     case 14: {
         static const char *const tmo[] = { "0.05", "0.1", "0.02" };
         a[n++] = lit("BLPOP");
-        a[n++] = lit(chance(&g->rng, 50) ? "l" : "nolist");
+        a[n++] = K(g, chance(&g->rng, 50) ? "l" : "nolist");
         a[n++] = lit(tmo[rnd(&g->rng, 3)]);
         break;
     }
     case 15:
         a[n++] = lit("HSET");
-        a[n++] = lit("h");
+        a[n++] = K(g, "h");
         a[n++] = lit(chance(&g->rng, 50) ? "f1" : "f2");
         a[n++] = gval(g);
         break;
     case 16:
         a[n++] = lit("HGETALL");
-        a[n++] = lit("h");
+        a[n++] = K(g, "h");
         break;
     case 17:
         a[n++] = lit("ZADD");
-        a[n++] = lit("z");
+        a[n++] = K(g, "z");
         snprintf(num, sizeof(num), "%u.5", rnd(&g->rng, 100));
         a[n++] = lit(num);
         a[n++] = lit(chance(&g->rng, 50) ? "m1" : "m2");
         break;
     case 18:
         a[n++] = lit("ZRANGE");
-        a[n++] = lit("z");
+        a[n++] = K(g, "z");
         a[n++] = lit("0");
         a[n++] = lit("-1");
         a[n++] = lit("WITHSCORES");
@@ -444,7 +472,7 @@ static void gen_command(struct gen *g, struct stream *s)
     case 19: case 20:
         if (g->multi) {
             a[n++] = lit(chance(&g->rng, 75) ? "EXEC" : "DISCARD");
-            g->multi = 0;
+            g->multi = g->watched = 0;
         } else {
             a[n++] = lit("MULTI");
             if (!g->subscribed || g->resp3)
@@ -453,7 +481,7 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 21:
         a[n++] = lit(chance(&g->rng, 50) ? "EXEC" : "DISCARD");
-        g->multi = 0;
+        g->multi = g->watched = 0;
         break;
     case 22:
         a[n++] = lit("SELECT");
@@ -471,6 +499,8 @@ static void gen_command(struct gen *g, struct stream *s)
         }
         break;
     case 24:
+        if (g->multi && g->watched)
+            goto ping; /* an EXEC that WATCH makes fail is not followed (README) */
         a[n++] = lit("HELLO");
         if (g->multi || (g->subscribed && !g->resp3)) {
             a[n++] = lit("2"); /* queued / refused: its effect is not tracked here */
@@ -498,9 +528,9 @@ static void gen_command(struct gen *g, struct stream *s)
         if (g->multi)
             goto ping; /* subscribes in MULTI are followed, but keep tail logic simple */
         a[n++] = lit(chance(&g->rng, 70) ? "SUBSCRIBE" : "PSUBSCRIBE");
-        a[n++] = lit("ch1");
+        a[n++] = K(g, "ch1");
         if (chance(&g->rng, 50))
-            a[n++] = lit("ch2");
+            a[n++] = K(g, "ch2");
         g->subscribed = 1;
         break;
     case 27:
@@ -508,25 +538,27 @@ static void gen_command(struct gen *g, struct stream *s)
             goto ping; /* not followed in MULTI (README): not generated */
         a[n++] = lit(chance(&g->rng, 70) ? "UNSUBSCRIBE" : "PUNSUBSCRIBE");
         if (chance(&g->rng, 50))
-            a[n++] = lit("ch1");
+            a[n++] = K(g, "ch1");
         break;
     case 28:
         a[n++] = lit("PUBLISH");
-        a[n++] = lit("ch1");
+        a[n++] = K(g, "ch1");
         a[n++] = gval(g);
         break;
     case 29:
         if (g->multi)
             goto ping;
         a[n++] = lit("RESET");
-        g->multi = g->reply_off = g->resp3 = g->subscribed = 0;
+        g->multi = g->reply_off = g->resp3 = g->subscribed = g->watched = 0;
         break;
     case 30:
         a[n++] = lit("EVAL");
-        a[n++] = lit(chance(&g->rng, 50) ? "return {1,{2,{'x',{3}}},redis.call('INCR','n')}"
+        /* pooled: the script's own key is the client's, not the shared 'n' */
+        a[n++] = lit(chance(&g->rng, 50) ? (g->pfx ? "return {1,{2,{'x',{3}}},redis.call('INCR',KEYS[1])}"
+                                                   : "return {1,{2,{'x',{3}}},redis.call('INCR','n')}")
                                           : "return redis.call('GET', KEYS[1])");
         a[n++] = lit("1");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         break;
     case 31:
         a[n++] = lit("NOSUCHCMD");
@@ -537,17 +569,19 @@ static void gen_command(struct gen *g, struct stream *s)
         break;
     case 33:
         a[n++] = lit("MSET");
-        a[n++] = lit("alice:x");
+        a[n++] = K(g, "alice:x");
         a[n++] = gval(g);
-        a[n++] = lit("bob:y");
+        a[n++] = K(g, "bob:y");
         a[n++] = gval(g);
         break;
     case 34:
         a[n++] = lit("APPEND");
-        a[n++] = lit(gkey(g));
+        a[n++] = K(g, gkey(g));
         a[n++] = gval(g);
         break;
     case 35:
+        if (g->pfx)
+            goto ping; /* pooled: the database holds the other clients' keys too */
         a[n++] = lit("DBSIZE");
         break;
     case 36:
@@ -571,7 +605,7 @@ static void gen_command(struct gen *g, struct stream *s)
             v[i] = (char)('a' + (i * 7 + len) % 26);
         if (chance(&g->rng, 60)) {
             a[n++] = lit("SET");
-            a[n++] = lit(chance(&g->rng, 50) ? "big" : "bob:big");
+            a[n++] = K(g, chance(&g->rng, 50) ? "big" : "bob:big");
         } else {
             a[n++] = lit("ECHO");
         }
@@ -580,6 +614,20 @@ static void gen_command(struct gen *g, struct stream *s)
         free(v);
         return;
     }
+    case 39:
+        if (!g->pfx)
+            goto ping;
+        /* pooled only: WATCH of the client's own keys (its own writes alone
+         * decide whether EXEC runs), UNWATCH; inside MULTI Redis refuses it */
+        if (chance(&g->rng, 70)) {
+            a[n++] = lit("WATCH");
+            a[n++] = K(g, gkey(g));
+            g->watched |= !g->multi;
+        } else {
+            a[n++] = lit("UNWATCH");
+            g->watched &= g->multi; /* queued in MULTI: EXEC ends it anyway */
+        }
+        break;
     default:
     ping:
         a[n++] = lit("PING");
@@ -680,15 +728,23 @@ static void mutate_flip(struct gen *g, struct stream *s)
 enum wmode { W_WHOLE, W_BYTES, W_RANDOM, W_PIECES, W_SLOW, W_NMODES };
 static const char *const wmode_name[] = { "whole", "bytes", "random", "pieces", "slow" };
 
-/* Stream <idx> of <seed>. */
-static void generate(uint64_t seed, uint64_t idx, struct stream *s)
+/* Stream <idx> of <seed>; <pfx> (pooled mode) prefixes every key and
+ * channel, makes streams longer (so concurrent clients overlap) and flips
+ * no bytes (a flip could make one client's key another's). */
+static void generate_for(uint64_t seed, uint64_t idx, const char *pfx, struct stream *s)
 {
     struct gen g = { 0 };
     g.rng = seed * 0x2545f4914f6cdd1dull + idx;
+    g.pfx = pfx;
     rng_next(&g.rng);
 
     unsigned n = chance(&g.rng, 15) ? 10 + rnd(&g.rng, 40) : 1 + rnd(&g.rng, 10);
     int bad = chance(&g.rng, 40), flip = chance(&g.rng, 12), cut = chance(&g.rng, 4);
+    if (pfx) {
+        n = 5 + rnd(&g.rng, 40);
+        bad = chance(&g.rng, 25);
+        flip = 0;
+    }
     unsigned bad_at = rnd(&g.rng, n + 1);
 
     int last = 0;
@@ -723,6 +779,8 @@ static void generate(uint64_t seed, uint64_t idx, struct stream *s)
         s->mode = W_RANDOM;
     s->wseed = rng_next(&g.rng);
 }
+
+static void generate(uint64_t seed, uint64_t idx, struct stream *s) { generate_for(seed, idx, NULL, s); }
 
 /* ---- running one side --------------------------------------------------------- */
 
@@ -1037,6 +1095,17 @@ static int compare(const struct outcome *a, const struct outcome *b, int reply_o
             dump(f, x.p, x.len, 600);
             fputs("\n    sluice: ", f);
             dump(f, y.p, y.len, 600);
+            /* a long reply: where the two part */
+            size_t at = 0;
+            while (at < x.len && at < y.len && x.p[at] == y.p[at])
+                at++;
+            if (at > 400) {
+                size_t from = at - 100;
+                fprintf(f, "\n    from byte %zu: direct: ", from);
+                dump(f, x.p + from, x.len - from, 300);
+                fputs("\n                    sluice: ", f);
+                dump(f, y.p + from, y.len - from, 300);
+            }
             fclose(f);
             buf_add(why, t, tl);
             free(t);
@@ -1107,12 +1176,16 @@ struct world {
     struct th_proc up, store;
     pid_t          sl_pid;
     int            plain, lim;   /* sluice's two listeners */
+    int            pool;         /* --pooled: a third, upstream_pool = --pool-size */
     int            ctl;          /* control connection to the upstream */
     char           conf[256], log[256];
     unsigned       restarts;
 };
 
 static struct world W;
+
+static unsigned g_pooled;        /* --pooled K: rounds of K concurrent clients */
+static unsigned g_pool_size = 2; /* --pool-size N: the pooled listener's upstream_pool */
 
 static pid_t spawn_sluice(const char *conf, const char *log)
 {
@@ -1183,11 +1256,14 @@ static int upstream_reset(void)
 
 static int sluice_start(void)
 {
-    char ini[2048];
+    char ini[2560];
     W.plain = th_free_port();
     W.lim = th_free_port();
     while (W.lim == W.plain)
         W.lim = th_free_port();
+    W.pool = 0;
+    while (g_pooled && (W.pool == 0 || W.pool == W.plain || W.pool == W.lim))
+        W.pool = th_free_port();
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin =\nshutdown_grace = 1s\n"
              "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\non_failure = open\n"
@@ -1204,6 +1280,12 @@ static int sluice_start(void)
               * a request was charged to another request's arguments. */
              "[limit deny]\nlistener = lim\nmatch_identity = deny\nrate = 1/d\nburst = 1\n",
              W.store.port, W.plain, W.up.port, W.lim, W.up.port);
+    if (g_pooled) {
+        size_t at = strlen(ini);
+        snprintf(ini + at, sizeof(ini) - at,
+                 "[listener pool]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = %u\n",
+                 W.pool, W.up.port, g_pool_size);
+    }
     snprintf(W.conf, sizeof(W.conf), "/tmp/sluice-diff-%d.ini", (int)getpid());
     snprintf(W.log, sizeof(W.log), "/tmp/sluice-diff-%d.log", (int)getpid());
     FILE *f = fopen(W.conf, "w");
@@ -1218,12 +1300,15 @@ static int sluice_start(void)
     uint64_t end = th_now_ms() + 10000;
     while (th_now_ms() < end) {
         int a = th_connect(W.plain), b = a >= 0 ? th_connect(W.lim) : -1;
+        int c = b >= 0 && W.pool ? th_connect(W.pool) : -1;
         if (a >= 0)
             close(a);
-        if (b >= 0) {
+        if (b >= 0)
             close(b);
+        if (c >= 0)
+            close(c);
+        if (b >= 0 && (c >= 0 || !W.pool))
             return 0;
-        }
         if (waitpid(W.sl_pid, NULL, WNOHANG) == W.sl_pid)
             break;
         usleep(20000);
@@ -1570,12 +1655,15 @@ static int replay(int nfiles, char **files)
     return bad;
 }
 
+#include "diff_resp_pool.c" /* the pooled mode: rounds of concurrent clients */
+
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 static void usage(void)
 {
     fprintf(stderr, "usage: diff_resp [--seed S] [--streams N] [--seconds T] [--first I] [--quiet MS]\n"
                     "                 [--keep-going] [--no-minimize] [--out DIR] [--verbose]\n"
+                    "                 [--pooled K [--pool-size N]]\n"
                     "       diff_resp --replay FILE...\n"
                     "       diff_resp --list-known\n");
 }
@@ -1615,6 +1703,16 @@ int diff_resp_main(int argc, char **argv)
             keep_going = 1;
         } else if (!strcmp(a, "--no-minimize")) {
             minimize = 0;
+        } else if (!strcmp(a, "--pooled") && val) {
+            g_pooled = (unsigned)strtoul(val, NULL, 0);
+            if (g_pooled < 1 || g_pooled > POOL_MAX_CLIENTS) {
+                fprintf(stderr, "diff_resp: --pooled takes 1 to %d clients\n", POOL_MAX_CLIENTS);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--pool-size") && val) {
+            g_pool_size = (unsigned)strtoul(val, NULL, 0);
+            i++;
         } else if (!strcmp(a, "--verbose")) {
             g_verbose = 1;
         } else if (!strcmp(a, "--replay") && val) {
@@ -1644,9 +1742,11 @@ int diff_resp_main(int argc, char **argv)
         bad |= world_stop() != 0;
         return bad;
     }
-    printf("diff_resp: seed %llu (replay one stream: --seed %llu --first I --streams 1)\n",
-           (unsigned long long)seed, (unsigned long long)seed);
+    printf("diff_resp: seed %llu (replay one %s: --seed %llu --first I --streams 1)\n",
+           (unsigned long long)seed, g_pooled ? "round" : "stream", (unsigned long long)seed);
     fflush(stdout);
+    if (g_pooled)
+        return pooled_main(seed, streams, first, seconds, keep_going);
 
     uint64_t t0 = th_now_ms(), done = 0, failures = 0, deaths = 0, timeouts = 0;
     uint64_t by_mode[W_NMODES] = { 0 };

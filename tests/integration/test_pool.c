@@ -346,6 +346,108 @@ static void test_local_client(void **state)
     redisFree(b);
 }
 
+/* What sluice answers itself (CLIENT GETNAME ...) is what Redis answers:
+ * its arity errors, its refusal while subscribed under RESP2, and, behind
+ * a pipelined HELLO 3, a RESP3 answer. Each exchange goes both to Redis
+ * directly and to the pooled listener, in one write; the replies must be
+ * the same bytes (but HELLO's, <skip> bit i: reply i). */
+static void same_as_redis(const char *send, int nreplies, unsigned skip)
+{
+    struct th_conn d = { .fd = -1 }, p = { .fd = -1 };
+    assert_int_equal(th_conn_open(&d, redis_p.port), 0);
+    assert_int_equal(th_conn_open(&p, pport), 0);
+    assert_int_equal(th_conn_send(&d, send), 0);
+    assert_int_equal(th_conn_send(&p, send), 0);
+    for (int i = 0; i < nreplies; i++) {
+        char *want = th_conn_reply(&d, TH_MS), *got = th_conn_reply(&p, TH_MS);
+        assert_non_null(want);
+        if (skip & (1u << i)) /* HELLO's: its id differs */
+            assert_non_null(got);
+        else if (got == NULL || strcmp(got, want) != 0)
+            fail_msg("%s: reply %d: got '%s', want '%s'", send, i, got ? got : "(nothing)", want);
+        free(want);
+        free(got);
+    }
+    th_conn_close(&d);
+    th_conn_close(&p);
+}
+
+static void test_local_arity(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT GETNAME x\r\nCLIENT ID x\r\nCLIENT INFO x\r\nCLIENT SETINFO x\r\n"
+                  "CLIENT UNBLOCK\r\nCLIENT KILL\r\nCLIENT GETNAME\r\n", 7, 0);
+}
+
+static void test_local_subscribed(void **state)
+{
+    (void)state;
+    same_as_redis("SUBSCRIBE lc:ch\r\nCLIENT GETNAME\r\nCLIENT SETNAME n\r\nCLIENT ID\r\n"
+                  "UNSUBSCRIBE lc:ch\r\nCLIENT GETNAME\r\n", 6, 0);
+}
+
+/* The kept name and transactions: a GETNAME queued in MULTI answers it, a
+ * SETNAME queued there sets it once EXEC runs (not after DISCARD), and one
+ * sent while the client holds a connection of its own names it too. */
+static void test_local_names_pinned(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT SETNAME n1\r\nWATCH lc:k\r\nCLIENT SETNAME n2\r\nMULTI\r\n"
+                  "CLIENT GETNAME\r\nEXEC\r\nCLIENT GETNAME\r\nMULTI\r\nCLIENT SETNAME n3\r\n"
+                  "EXEC\r\nCLIENT GETNAME\r\nMULTI\r\nCLIENT SETNAME n4\r\nDISCARD\r\n"
+                  "CLIENT GETNAME\r\nMULTI\r\nCLIENT GETNAME\r\nEXEC\r\n",
+                  18, 0);
+}
+
+static void test_local_after_hello(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
+}
+
+/* SCRIPT KILL reaches a server busy in another client's script although
+ * the only shared connection waits for that script: it goes on a
+ * connection of the killer's own. */
+static void test_script_kill(void **state)
+{
+    (void)state;
+    redisContext *d = conn(redis_p.port);
+    expect_str(d, "OK", "CONFIG SET busy-reply-threshold 10");
+    struct th_conn a = { .fd = -1 }, b = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, pport), 0);
+    assert_int_equal(th_conn_open(&b, pport), 0);
+    assert_int_equal(th_conn_send(&a, "PING\r\n"), 0);
+    char *x = th_conn_reply(&a, TH_MS);
+    assert_non_null(x);
+    free(x);
+    assert_int_equal(th_conn_send(&a, "EVAL \"while true do end\" 0\r\n"), 0);
+    int busy = 0;
+    for (uint64_t end = th_now_ms() + TH_MS; !busy && th_now_ms() < end; usleep(2000)) {
+        redisReply *r = cmd(d, "PING"); /* polling a condition */
+        busy = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSY", 4) == 0;
+        freeReplyObject(r);
+    }
+    assert_true(busy);
+    assert_int_equal(th_conn_send(&b, "SCRIPT KILL\r\n"), 0);
+    x = th_conn_reply(&b, TH_MS);
+    if (x == NULL || strcmp(x, "+OK\r\n") != 0)
+        fail_msg("SCRIPT KILL: '%s'", x ? x : "(nothing)");
+    free(x);
+    x = th_conn_reply(&a, TH_MS);
+    assert_non_null(x);
+    assert_non_null(strstr(x, "killed by user"));
+    free(x);
+    assert_int_equal(th_conn_send(&b, "PING\r\n"), 0);
+    x = th_conn_reply(&b, TH_MS);
+    assert_non_null(x);
+    assert_string_equal(x, "+PONG\r\n");
+    free(x);
+    th_conn_close(&a);
+    th_conn_close(&b);
+    expect_str(d, "OK", "CONFIG SET busy-reply-threshold 5000");
+    redisFree(d);
+}
+
 /* The upstream dies while a shared connection owes a reply: the client gets
  * an error in its place, and the next request is served once it is back. */
 static void test_upstream_killed(void **state)
@@ -463,6 +565,11 @@ int main(void)
         cmocka_unit_test(test_blocking),
         cmocka_unit_test(test_eof_blocked),
         cmocka_unit_test(test_local_client),
+        cmocka_unit_test(test_local_arity),
+        cmocka_unit_test(test_local_subscribed),
+        cmocka_unit_test(test_local_after_hello),
+        cmocka_unit_test(test_local_names_pinned),
+        cmocka_unit_test(test_script_kill),
         cmocka_unit_test(test_big_request),
         cmocka_unit_test(test_resp3),
         cmocka_unit_test(test_upstream_killed),

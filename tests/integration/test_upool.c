@@ -627,6 +627,156 @@ static void test_pin_unpin(void **state)
     pool_done(&loop, p);
 }
 
+/* An empty request (Redis answers nothing) attaches its owner to no
+ * connection: when another owner then pins the idle shared connection, the
+ * first one's next requests go elsewhere and their replies come to it,
+ * never to the pinned owner. */
+static void test_empty_submission_beside_pin(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner a, b;
+    towner_init(&a);
+    towner_init(&b);
+    submit(k, &b, 2, "ECHO", "b1");
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_null(b.o.conn);
+    static const char empty[] = "*0\r\n*-1\r\n\r\n";
+    assert_int_equal(sl_upool_submit(k, &b.o, empty, sizeof(empty) - 1, 0), 0);
+    assert_null(b.o.conn); /* owes nothing: attached to nothing */
+
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(k, &a.o, 0, &err);
+    assert_non_null(pc);
+    assert_true(b.o.conn != pc);
+    submit(k, &b, 2, "ECHO", "b2");
+    assert_true(b.o.conn != pc);
+    submit(k, &a, 2, "ECHO", "a1");
+    assert_true(run_for_one(&loop, &b, 2));
+    assert_true(run_for_one(&loop, &a, 1));
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(a.failed, 0);
+    assert_int_equal(a.replies, 1);
+    assert_int_equal(b.replies, 2);
+    assert_int_equal(a.len, 8);
+    assert_memory_equal(a.got, "$2\r\na1\r\n", 8);
+    assert_int_equal(b.len, 16);
+    assert_memory_equal(b.got, "$2\r\nb1\r\n$2\r\nb2\r\n", 16);
+
+    /* an empty request behind replies owed rides their connection */
+    submit(k, &b, 2, "ECHO", "b3");
+    struct sl_upool_conn *bc = b.o.conn;
+    assert_non_null(bc);
+    assert_int_equal(sl_upool_submit(k, &b.o, empty, sizeof(empty) - 1, 0), 0);
+    assert_ptr_equal(b.o.conn, bc);
+    assert_true(run_for_one(&loop, &b, 3));
+    assert_null(b.o.conn);
+
+    sl_upool_unpin(pc, 1, 0);
+    sl_upool_forget(&b.o);
+    towner_free(&a);
+    towner_free(&b);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
+/* Order between owners: A asks for a pin first (a fresh connection whose
+ * setup takes 50 ms: a BLPOP that times out), then B's request goes to a
+ * fresh shared connection that is ready at once (its key has no setup).
+ * A's requests must still reach Redis first, as they would from two direct
+ * clients that sent in that order. */
+static int list_has(void *arg)
+{
+    return ((struct towner *)arg)->replies >= 2;
+}
+
+static void test_pin_keeps_order(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct cmdbuf slow = { 0 };
+    cb_cmd(&slow, 3, "BLPOP", "ord:never", "0.05"); /* answered (nil) 50 ms later */
+    struct sl_upool_key *ks = sl_upool_key_get(p, "slow", 4, slow.p, slow.len, 1);
+    struct sl_upool_key *kf = sl_upool_key_get(p, "fast", 4, NULL, 0, 0);
+    struct towner a, b, c;
+    towner_init(&a);
+    towner_init(&b);
+    towner_init(&c);
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(ks, &a.o, 0, &err);
+    assert_non_null(pc);
+    submit(ks, &a, 2, "DEL", "ord:l");
+    submit(ks, &a, 3, "RPUSH", "ord:l", "a");
+    submit(kf, &b, 3, "RPUSH", "ord:l", "b");
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_true(th_run_until(&loop, list_has, &a, TH_MS));
+    submit(kf, &c, 4, "LRANGE", "ord:l", "0", "-1");
+    assert_true(run_for_one(&loop, &c, 1));
+    static const char want[] = "*2\r\n$1\r\na\r\n$1\r\nb\r\n";
+    const char *lr = memmem(c.got, c.len, "*", 1);
+    if (lr == NULL || (size_t)(c.got + c.len - lr) != sizeof(want) - 1 ||
+        memcmp(lr, want, sizeof(want) - 1) != 0)
+        fail_msg("LRANGE: '%.*s'", (int)c.len, c.got);
+    sl_upool_unpin(pc, 1, 0);
+    towner_free(&a);
+    towner_free(&b);
+    towner_free(&c);
+    free(slow.p);
+    sl_upool_key_put(ks);
+    sl_upool_key_put(kf);
+    pool_done(&loop, p);
+}
+
+/* Owners on three ready connections submit one after the other in one
+ * turn: the writes leave, and run, in that order. */
+static void test_turn_order(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 1);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner o[3], c;
+    struct sl_upool_conn *pc[3];
+    towner_init(&c);
+    for (int i = 0; i < 3; i++) {
+        towner_init(&o[i]);
+        int err = 0;
+        pc[i] = sl_upool_pin(k, &o[i].o, 0, &err);
+        assert_non_null(pc[i]);
+        submit(k, &o[i], 2, "DEL", "ord:t");
+        assert_true(run_for_one(&loop, &o[i], 1));
+    }
+    static const char *const val[3] = { "a", "b", "c" };
+    for (int i = 0; i < 3; i++)
+        submit(k, &o[i], 3, "RPUSH", "ord:t", val[i]);
+    for (int i = 0; i < 3; i++)
+        assert_true(run_for_one(&loop, &o[i], 2));
+    submit(k, &c, 4, "LRANGE", "ord:t", "0", "-1");
+    assert_true(run_for_one(&loop, &c, 1));
+    static const char want[] = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
+    if (c.len != sizeof(want) - 1 || memcmp(c.got, want, c.len) != 0)
+        fail_msg("LRANGE: '%.*s'", (int)c.len, c.got);
+    for (int i = 0; i < 3; i++) {
+        sl_upool_unpin(pc[i], 0, 0);
+        towner_free(&o[i]);
+    }
+    towner_free(&c);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 static int stats_settled(void *arg)
 {
     struct sl_upool_stats st;
@@ -694,6 +844,9 @@ int main(void)
         cmocka_unit_test(test_forgotten_big_reply),
         cmocka_unit_test(test_pin_unpin),
         cmocka_unit_test(test_pinned_subscriber),
+        cmocka_unit_test(test_empty_submission_beside_pin),
+        cmocka_unit_test(test_pin_keeps_order),
+        cmocka_unit_test(test_turn_order),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
