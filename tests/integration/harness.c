@@ -304,6 +304,11 @@ int th_sluice_start(struct th_proc *p, const char *ini, int wait)
     FILE *f = fopen(p->conf, "w");
     if (f == NULL)
         return -1;
+    /* A test that says nothing of [sluice] gets no admin endpoint: the
+     * default 127.0.0.1:9121 may be taken on a machine that runs other
+     * things (another sluice), and the start would fail on it. */
+    if (strstr(ini, "[sluice]") == NULL)
+        fputs("[sluice]\nadmin =\n", f);
     fputs(ini, f);
     fclose(f);
     char *argv[] = { (char *)th_sluice_bin(), "-c", p->conf, "-v", "debug", NULL };
