@@ -521,8 +521,9 @@ static void head_clock(struct sl_session *s)
 static void process(struct sl_session *s)
 {
     struct sl_buf *b = s->cin;
-    if (b == NULL)
-        return; /* every byte read has been framed and sent on */
+    if (b == NULL || rs(s)->framer == NULL)
+        return; /* every byte read has been framed and sent on (the chunk
+                   may outlive the framer while a write still holds it) */
     struct sl_resp_req *r;
     int rc = 0;
     uint32_t from = b->start, to = b->start;
