@@ -4,7 +4,7 @@
 # wrk -t2 -c50 -d$HTTP_DURATION --latency (keep-alive) for GET /small, a
 # 6-byte response from nginx, in interleaved rounds against:
 #   direct    nginx itself (worker_processes 1)
-#   sluice    protocol = http, workers = $SLUICE_WORKERS, no limit
+#   sluice    protocol = http, workers = $SLUICE_WORKERS, no limit, upstream_keepalive = 32
 #   sluicel   one process (workers = 1: with url = local, workers would
 #             each count alone, and sluice refuses that) with a limit that
 #             always allows
@@ -91,7 +91,9 @@ http_sluice_conf() { # file port upstream variant(plain|local|lease) [store port
             printf '[store]\nurl = local\n\n'
         fi
         printf '[listener h]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = http\n' "$2" "$3"
-        printf 'max_connections = 20000\n\n'
+        # kept upstream connections, as the nginx peer's `keepalive 32`: the
+        # one-request rows open no upstream connection per client
+        printf 'max_connections = 20000\nupstream_keepalive = %s\n\n' "${BENCH_HTTP_KEEPALIVE:-32}"
         if [ "$4" != plain ]; then
             # matches every request, never triggers: the cost of enforcement
             printf '[limit always]\nlistener = h\nmetric = requests\nrate = 1000000000/s\nscope = global\n'
