@@ -29,6 +29,8 @@ struct str {
 
 static void add(struct str *s, const void *p, size_t n)
 {
+    if (n == 0)
+        return; /* <p> may be NULL then: memcpy's arguments must not be */
     if (s->n + n > s->cap) {
         s->cap = (s->n + n) * 2 + 64;
         s->p = realloc(s->p, s->cap);
