@@ -146,8 +146,14 @@ static int key_setup(const struct sl_pool_key *k, const char *pass, size_t plen,
     size_t n = 0;
     uint32_t c = 0;
     if (pass != NULL) {
-        n += (size_t)snprintf(u + n, cap - n, "*3\r\n$4\r\nAUTH\r\n$%u\r\n%s\r\n$%zu\r\n",
-                              (unsigned)k->user_len, k->user, plen);
+        /* the user's bytes by their length, never as a C string: a NUL in
+         * a name must not cut the bulk string short of what its length
+         * says (the rest would be read as commands) */
+        n += (size_t)snprintf(u + n, cap - n, "*3\r\n$4\r\nAUTH\r\n$%u\r\n",
+                              (unsigned)k->user_len);
+        memcpy(u + n, k->user, k->user_len);
+        n += k->user_len;
+        n += (size_t)snprintf(u + n, cap - n, "\r\n$%zu\r\n", plen);
         memcpy(u + n, pass, plen);
         n += plen;
         memcpy(u + n, "\r\n", 2);
