@@ -173,6 +173,14 @@ static void client_done(int fd, const char *body)
     assert_non_null(strstr(buf, "\r\nConnection: close\r\n"));
 }
 
+/* Upstream connection <u> answers 200 "ok" to the request of client <c>,
+ * which gets it whole. */
+static void up_answer(int u, int c)
+{
+    TH_SEND(u, UP_OK);
+    client_done(c, "ok");
+}
+
 /* A client's GET of <target> on <port>, answered 200 "ok" on a new
  * upstream connection from <lfd>; returns that connection, which sluice
  * now keeps. */
@@ -181,8 +189,7 @@ static int up_kept(int port, const char *target, int lfd)
     char head[4096];
     int c = client_send(port, target);
     int u = up_take(lfd, head, sizeof head);
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    up_answer(u, c);
     return u;
 }
 
@@ -309,14 +316,12 @@ static void test_request_on_kept_connection(void **state)
     int c = client_send(man_port, "/a");
     int u = up_take(man_lfd, head, sizeof head);
     assert_null(strcasestr(head, "close"));
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    up_answer(u, c);
 
     c = client_send(man_port, "/b");
     assert_int_equal(up_head(u, head, sizeof head), 0); /* on the kept one */
     assert_non_null(strstr(head, "GET /b "));
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    up_answer(u, c);
     /* the upstream closes it (for the next test): sluice drops it at hand-out */
     up_close_idle(u);
 }
@@ -334,8 +339,7 @@ static void test_closed_by_upstream_not_reused(void **state)
     int c = client_send(man_port, "/d");
     int u2 = up_take(man_lfd, head, sizeof head);
     assert_non_null(strstr(head, "GET /d "));
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    up_answer(u2, c);
     up_close_idle(u2);
 }
 
@@ -354,8 +358,7 @@ static void test_upstream_close_answer_not_kept(void **state)
 
     c = client_send(man_port, "/f");
     int u2 = up_take(man_lfd, head, sizeof head);
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    up_answer(u2, c);
     up_close_idle(u2);
 }
 
@@ -400,10 +403,8 @@ static void test_cap_closes_the_rest(void **state)
     int u1 = up_take(man_lfd, head, sizeof head);
     int c2 = client_send(cap_port, "/h2"); /* c1 is unanswered: a second connection */
     int u2 = up_take(man_lfd, head, sizeof head);
-    TH_SEND(u1, UP_OK);
-    client_done(c1, "ok");
-    TH_SEND(u2, UP_OK);
-    client_done(c2, "ok");
+    up_answer(u1, c1);
+    up_answer(u2, c2);
     /* the oldest kept one (u1) made room for u2 */
     assert_int_equal(up_eof(u1, TH_MS), 0);
     close(u1);
@@ -412,8 +413,7 @@ static void test_cap_closes_the_rest(void **state)
     int c3 = client_send(cap_port, "/h3");
     assert_int_equal(up_head(u2, head, sizeof head), 0);
     assert_non_null(strstr(head, "GET /h3 "));
-    TH_SEND(u2, UP_OK);
-    client_done(c3, "ok");
+    up_answer(u2, c3);
     up_close_idle(u2);
 }
 
@@ -454,8 +454,7 @@ static void test_closed_as_sent(void **state)
     close(u);                                            /* ... which the upstream drops */
     int u2 = up_take(man_lfd, head, sizeof head);
     assert_non_null(strstr(head, "GET /j2 "));
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    up_answer(u2, c);
 
     /* a POST on it now: not sent again */
     c = th_connect(man_port);
