@@ -538,6 +538,37 @@ static void test_watch(void **state)
     }
 }
 
+/* Two WATCHes pipelined, the first refused (an arity error): the second's
+ * watch holds, so the client keeps its connection and a direct write still
+ * makes its EXEC fail. */
+static void test_watch_pipelined(void **state)
+{
+    (void)state;
+    char err[256];
+    for (int p = 0; p < 2; p++) {
+        redisContext *a = conn(both_ports[p]), *d = upstream();
+        assert_non_null(a);
+        redisReply *r;
+        redisAppendCommand(a, "WATCH");
+        redisAppendCommand(a, "WATCH wp:key");
+        assert_int_equal(redisGetReply(a, (void **)&r), REDIS_OK);
+        assert_int_equal(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+        assert_int_equal(redisGetReply(a, (void **)&r), REDIS_OK);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        assert_int_equal(expect_str(d, err, sizeof(err), "OK", "SET wp:key direct"), 0);
+        assert_int_equal(expect_str(a, err, sizeof(err), "OK", "MULTI"), 0);
+        assert_int_equal(expect_str(a, err, sizeof(err), "QUEUED", "SET wp:key a"), 0);
+        r = redisCommand(a, "EXEC");
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+        redisFree(a);
+        redisFree(d);
+    }
+}
+
 /* ---- replies --------------------------------------------------------------------- */
 
 /* Pipelines of 100, interleaved: every GET of a client's own unique key
@@ -1370,6 +1401,7 @@ int main(void)
         cmocka_unit_test_teardown(test_users, sluice_alive),
         cmocka_unit_test_teardown(test_transactions, sluice_alive),
         cmocka_unit_test_teardown(test_watch, sluice_alive),
+        cmocka_unit_test_teardown(test_watch_pipelined, sluice_alive),
         cmocka_unit_test_teardown(test_replies, sluice_alive),
         cmocka_unit_test_teardown(test_names, sluice_alive),
         cmocka_unit_test_teardown(test_blocking, sluice_alive),
