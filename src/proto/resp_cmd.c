@@ -489,7 +489,9 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
         p->why &= ~(uint32_t)SL_PIN_ONCE;
     for (unsigned b = 0; b < SL_PIN_NBITS; b++) {
         uint32_t bit = 1u << b;
-        int later = (int32_t)(p->last[b] - token) > 0; /* a request written since wants it */
+        /* a request written since wants it (0: none ever did, say a bit the
+         * caller set itself) */
+        int later = p->last[b] != 0 && (int32_t)(p->last[b] - token) > 0;
         if ((want & bit & SL_PIN_UNDO) && ok) {
             p->since[b] = 0; /* its state is on the connection: only an end takes it */
         } else if ((want & bit & SL_PIN_UNDO) && p->since[b] == token) {
