@@ -1,6 +1,7 @@
 /* sluice — arguments, configuration, the loop, signals, reload.
  *
- *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]   (--version, --help)
+ *   sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]
+ *          (--version, --help)
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
  * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 opens log_file
@@ -20,6 +21,7 @@
 #include <uv.h>
 
 #include "conf/conf.h"
+#include "conf/resolve.h"
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/notify.h"
@@ -38,10 +40,12 @@ static int worker_count;         /* > 0 in a worker: how many there are */
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]\n"
+            "usage: sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]\n"
             "  -c FILE        configuration file (default: " DEFAULT_CONF ")\n"
             "  -t             check the configuration and exit\n"
             "  -T             check, then print the effective configuration\n"
+            "  --no-resolve   with -t or -T: check everything but host names (a file\n"
+            "                 for another network: Compose, Kubernetes)\n"
             "  -V, --version  print the version and exit\n"
             "  -v LEVEL       log level override: error | warn | info | debug\n"
             "  -h, --help     print this help and exit\n");
@@ -194,10 +198,12 @@ static void raise_nofile(void)
 
 int main(int argc, char **argv)
 {
-    int check = 0, dump = 0, opt;
+    int check = 0, dump = 0, no_resolve = 0, opt;
+    enum { OPT_NO_RESOLVE = 256 };
     static const struct option longs[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "no-resolve", no_argument, NULL, OPT_NO_RESOLVE },
         { NULL, 0, NULL, 0 },
     };
     while ((opt = getopt_long(argc, argv, "c:tTVv:h", longs, NULL)) != -1) {
@@ -205,6 +211,7 @@ int main(int argc, char **argv)
         case 'c': conf_path = optarg; break;
         case 't': check = 1; break;
         case 'T': check = 1; dump = 1; break;
+        case OPT_NO_RESOLVE: no_resolve = 1; break;
         case 'V': printf("sluice %s\n", SL_VERSION); return 0;
         case 'v': {
             enum sl_log_level lv;
@@ -223,6 +230,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
+    /* Running without addresses would bind and connect to nothing. */
+    if (no_resolve && !check) {
+        fprintf(stderr, "sluice: --no-resolve goes with -t or -T\n");
+        return 1;
+    }
+    sl_conf_no_resolve = no_resolve;
 
     if (check) {
         struct sl_conf *c = load_checked(conf_path, stderr);

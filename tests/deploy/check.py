@@ -9,8 +9,11 @@
                               preStop + shutdown_grace, scrape annotations,
                               ConfigMaps and Services that match); each
                               sluice.ini (compose, ConfigMaps) passes
+                              `sluice -t --no-resolve` as written, and
                               `sluice -t` with its host names replaced by
-                              127.0.0.1 (the names resolve only in a cluster).
+                              127.0.0.1 (the names resolve only in a cluster);
+                              deploy/docker/sluice.ini, conf/sluice.ini and
+                              conf/examples/*.ini pass -t --no-resolve.
   check.py metrics FILE       every sluice_* metric the Grafana dashboard and
                               the alert rules name is a family in FILE (a
                               /metrics answer), histogram suffixes included.
@@ -68,8 +71,27 @@ def ini_value(text, section, key):
     return None
 
 
+def no_resolve(sluice, path, where):
+    """sluice -t --no-resolve on the file <path> as written: what CI can check
+    of a file for another network (its names resolve only there)."""
+    r = subprocess.run([sluice, "-t", "--no-resolve", "-c", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        bad("%s: sluice -t --no-resolve fails: %s" % (where, (r.stderr or r.stdout).strip()))
+    checked.append(where)
+
+
+checked = []
+
+
 def sluice_t(sluice, text, where):
-    """sluice -t on <text>, with host names (not numbers, not localhost) replaced."""
+    """sluice -t on <text> as written with --no-resolve, then plain -t with
+    host names (not numbers, not localhost) replaced."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as f:
+        f.write(text)
+    try:
+        no_resolve(sluice, f.name, where)
+    finally:
+        os.unlink(f.name)
     def repl(m):
         host = m.group(2)
         if re.fullmatch(r"[\d.]+|\*|localhost", host):
@@ -234,6 +256,12 @@ def main():
             bad("grafana-dashboard.json: no panels, or a target without expr")
         check_compose(docs, sluice)
         check_kubernetes(docs, sluice)
+        # The image's own file and the examples, in place (relative paths
+        # such as password_file are the file's directory's).
+        for p in ["deploy/docker/sluice.ini", "conf/sluice.ini"] + sorted(
+                os.path.join("conf/examples", n) for n in os.listdir("conf/examples") if n.endswith(".ini")):
+            no_resolve(sluice, p, p)
+        print("sluice -t --no-resolve: %d files checked: %s" % (len(checked), ", ".join(checked)))
     elif len(sys.argv) == 3 and sys.argv[1] == "metrics":
         check_metrics(sys.argv[2])
     else:
