@@ -20,6 +20,7 @@
 
 #include <uv.h>
 
+#include "admin/process.h"
 #include "conf/conf.h"
 #include "conf/resolve.h"
 #include "core/buf.h"
@@ -142,23 +143,28 @@ static void on_signal(uv_signal_t *h, int signum)
         sl_log_info("reloading", "file=%s", conf_path);
         struct sl_conf *c = load_logged(conf_path);
         if (c == NULL) {
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
         if (apply_log(c) < 0) {
             sl_conf_free(c);
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready(); /* the old configuration serves on */
             return;
         }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
+            sl_reloads_count(0);
             (void)apply_log(srv->conf); /* back to the running configuration's log */
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
+        sl_reloads_count(1);
         apply_level(srv->conf);
         sl_log_info("reloaded", "file=%s", conf_path);
         sl_notify_ready();
@@ -264,6 +270,7 @@ int main(int argc, char **argv)
         return 1;
     }
     apply_level(conf);
+    sl_reloads_init();
     /* Before the workers are started: it takes NOTIFY_SOCKET out of the
      * environment they inherit (only the master speaks to systemd). */
     sl_notify_init();
