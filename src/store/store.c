@@ -366,7 +366,6 @@ static int dup_str(char **dst, const char *src)
     return *dst ? 0 : -1;
 }
 
-/* Copies <src> into <st>'s own conf (strings duplicated). Returns 0 or -1. */
 /* 1 when <c>'s url names <host>, which did not resolve at load, and <st>
  * already has an address for that same name and port. */
 static int unresolved_same_name(const struct sl_store *st, const struct sl_store_conf *c,
@@ -377,6 +376,7 @@ static int unresolved_same_name(const struct sl_store *st, const struct sl_store
            strcmp(st->res.name, host) == 0;
 }
 
+/* Copies <src> into <st>'s own conf (strings duplicated). Returns 0 or -1. */
 static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
 {
     struct sl_store_conf c = *src;
