@@ -1,6 +1,7 @@
 /* sluice — arguments, configuration, the loop, signals, reload.
  *
- *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]   (--version, --help)
+ *   sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]
+ *          (--version, --help)
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
  * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 opens log_file
@@ -19,7 +20,9 @@
 
 #include <uv.h>
 
+#include "admin/process.h"
 #include "conf/conf.h"
+#include "conf/resolve.h"
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/notify.h"
@@ -38,10 +41,12 @@ static int worker_count;         /* > 0 in a worker: how many there are */
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]\n"
+            "usage: sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]\n"
             "  -c FILE        configuration file (default: " DEFAULT_CONF ")\n"
             "  -t             check the configuration and exit\n"
             "  -T             check, then print the effective configuration\n"
+            "  --no-resolve   with -t or -T: check everything but host names (a file\n"
+            "                 for another network: Compose, Kubernetes)\n"
             "  -V, --version  print the version and exit\n"
             "  -v LEVEL       log level override: error | warn | info | debug\n"
             "  -h, --help     print this help and exit\n");
@@ -138,23 +143,28 @@ static void on_signal(uv_signal_t *h, int signum)
         sl_log_info("reloading", "file=%s", conf_path);
         struct sl_conf *c = load_logged(conf_path);
         if (c == NULL) {
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
         if (apply_log(c) < 0) {
             sl_conf_free(c);
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready(); /* the old configuration serves on */
             return;
         }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
+            sl_reloads_count(0);
             (void)apply_log(srv->conf); /* back to the running configuration's log */
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
+        sl_reloads_count(1);
         apply_level(srv->conf);
         sl_log_info("reloaded", "file=%s", conf_path);
         sl_notify_ready();
@@ -194,10 +204,12 @@ static void raise_nofile(void)
 
 int main(int argc, char **argv)
 {
-    int check = 0, dump = 0, opt;
+    int check = 0, dump = 0, no_resolve = 0, opt;
+    enum { OPT_NO_RESOLVE = 256 };
     static const struct option longs[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "no-resolve", no_argument, NULL, OPT_NO_RESOLVE },
         { NULL, 0, NULL, 0 },
     };
     while ((opt = getopt_long(argc, argv, "c:tTVv:h", longs, NULL)) != -1) {
@@ -205,6 +217,7 @@ int main(int argc, char **argv)
         case 'c': conf_path = optarg; break;
         case 't': check = 1; break;
         case 'T': check = 1; dump = 1; break;
+        case OPT_NO_RESOLVE: no_resolve = 1; break;
         case 'V': printf("sluice %s\n", SL_VERSION); return 0;
         case 'v': {
             enum sl_log_level lv;
@@ -223,6 +236,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
+    /* Running without addresses would bind and connect to nothing. */
+    if (no_resolve && !check) {
+        fprintf(stderr, "sluice: --no-resolve goes with -t or -T\n");
+        return 1;
+    }
+    sl_conf_no_resolve = no_resolve;
 
     if (check) {
         struct sl_conf *c = load_checked(conf_path, stderr);
@@ -251,6 +270,7 @@ int main(int argc, char **argv)
         return 1;
     }
     apply_level(conf);
+    sl_reloads_init();
     /* Before the workers are started: it takes NOTIFY_SOCKET out of the
      * environment they inherit (only the master speaks to systemd). */
     sl_notify_init();

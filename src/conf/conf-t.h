@@ -192,6 +192,11 @@ struct sl_store_conf {
     uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
                                           within this is free (a crashed instance); 10s */
     int                password_file_line; /* where password_file was set (warnings) */
+    int                unresolved_line; /* redis://: the url's host name did not resolve at
+                                          load (the line of url, for the warning), else 0;
+                                          addr.ss is then empty and the store looks the
+                                          name up again with backoff (on_failure meanwhile) */
+    int                unresolved_rc;  /* that lookup's EAI_* code */
     uint64_t           max_identities; /* per limit: in-process buckets, and entries of what
                                           the store said, kept at most (LRU); 100000 */
     int                tls;            /* 1: every store connection speaks TLS (a rediss://,

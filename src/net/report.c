@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "admin/admin.h"
+#include "admin/process.h"
 #include "core/buf.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
@@ -179,6 +180,11 @@ static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
 void sl_server_metrics(void *data, struct sl_metrics *m)
 {
     struct sl_server *srv = data;
+    /* A worker's process_* are its own (the master labels them with
+     * worker="N"); the build and the reloads are the master's to say. */
+    sl_process_metrics(m);
+    if (!srv->worker)
+        sl_build_reload_metrics(m);
     for (size_t i = 0; i < sizeof(lmetrics) / sizeof(lmetrics[0]); i++) {
         sl_metrics_family(m, lmetrics[i].name, lmetrics[i].type, lmetrics[i].help);
         for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
