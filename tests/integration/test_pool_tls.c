@@ -340,6 +340,9 @@ static void test_idle_timeout(void **state)
         if ((now = upstream_info("clients", "connected_clients:")) <= clients)
             break;
     assert_true(now <= clients);
+    assert_true(th_metric(admin_port, "sluice_pool_idle_closed_total{listener=\"i\"}") >= 2);
+    /* the busy listener t's connections were idle far less than 60 s */
+    assert_int_equal(th_metric(admin_port, "sluice_pool_idle_closed_total{listener=\"t\"}"), 0);
     /* a script busy for 600 ms (3 timeouts) on a shared connection: its
      * reply is owed all along, so the connection is not idle */
     expect_str(c, "done",
