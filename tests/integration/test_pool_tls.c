@@ -341,6 +341,8 @@ static void test_idle_timeout(void **state)
             break;
     assert_true(now <= clients);
     assert_true(th_metric(admin_port, "sluice_pool_idle_closed_total{listener=\"i\"}") >= 2);
+    /* the second connection resumed the first one's TLS session */
+    assert_true(th_metric(admin_port, "sluice_upstream_tls_resumed_total{listener=\"i\"}") >= 1);
     /* the busy listener t's connections were idle far less than 60 s */
     assert_int_equal(th_metric(admin_port, "sluice_pool_idle_closed_total{listener=\"t\"}"), 0);
     /* a script busy for 600 ms (3 timeouts) on a shared connection: its
