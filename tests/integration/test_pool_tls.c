@@ -11,8 +11,11 @@
  *   w  -> the same, upstream_tls_sni = wrong.example: refused (the name)
  *   n  -> the same, without a client certificate: Redis refuses it
  *   i  -> as t, upstream_pool_idle_timeout = 200ms
+ * The last test reloads b with the right CA: its running engine's next
+ * connection takes the new context.
  * POOL_TLS_ONLY=pattern runs the tests whose name matches it. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +40,32 @@ static const char *path(const char *name)
     return th_certs_path(&certs, name);
 }
 
+/* The configuration; <b_ca>: the CA file listener b verifies against. */
+static void conf_text(char *ini, size_t cap, const char *b_ca)
+{
+    char client[1024], ca[256], ca2[256];
+    snprintf(client, sizeof client, "upstream_tls_cert = %s\nupstream_tls_key = %s\n",
+             path("client.pem"), path("client.key"));
+    snprintf(ca, sizeof ca, "%s", path("ca.pem"));
+    snprintf(ca2, sizeof ca2, "%s", path(b_ca));
+    int n = snprintf(ini, cap,
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\nworkers = 1\n"
+             "[store]\nurl = local\n"
+             "[listener t]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n%s"
+             "[listener b]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n%s"
+             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\nupstream_tls_sni = wrong.example\n%s"
+             "[listener n]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n"
+             "[listener i]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
+             "upstream_tls = on\nupstream_tls_ca = %s\n%supstream_pool_idle_timeout = 200ms\n",
+             admin_port, tport, rport, ca, client, bport, rport, ca2, client, wport, rport, ca,
+             client, nport, rport, ca, iport, rport, ca, client);
+    assert_true(n > 0 && (size_t)n < cap);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -55,28 +84,8 @@ static int group_setup(void **state)
     nport = th_free_port();
     iport = th_free_port();
     admin_port = th_free_port();
-    char client[1024], ca[256], ca2[256];
-    snprintf(client, sizeof client, "upstream_tls_cert = %s\nupstream_tls_key = %s\n",
-             path("client.pem"), path("client.key"));
-    snprintf(ca, sizeof ca, "%s", path("ca.pem"));
-    snprintf(ca2, sizeof ca2, "%s", path("ca2.pem"));
     char ini[8192];
-    int n = snprintf(ini, sizeof ini,
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\nworkers = 1\n"
-             "[store]\nurl = local\n"
-             "[listener t]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\n%s"
-             "[listener b]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\n%s"
-             "[listener w]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\nupstream_tls_sni = wrong.example\n%s"
-             "[listener n]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\n"
-             "[listener i]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "upstream_tls = on\nupstream_tls_ca = %s\n%supstream_pool_idle_timeout = 200ms\n",
-             admin_port, tport, rport, ca, client, bport, rport, ca2, client, wport, rport, ca,
-             client, nport, rport, ca, iport, rport, ca, client);
-    assert_true(n > 0 && (size_t)n < sizeof ini);
+    conf_text(ini, sizeof ini, "ca2.pem");
     return th_sluice_start(&sluice_p, ini, iport);
 }
 
@@ -359,6 +368,32 @@ static void test_idle_timeout(void **state)
     redisFree(c);
 }
 
+/* A reload gives listener b the right CA: its engine (made by test_bad_ca)
+ * opens its next connection with the new context and serves; listener t's
+ * open connections are untouched. */
+static void test_reload_ca(void **state)
+{
+    (void)state;
+    char ini[8192], tmp[300];
+    conf_text(ini, sizeof ini, "ca.pem");
+    snprintf(tmp, sizeof tmp, "%s.new", sluice_p.conf);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    assert_true(fputs(ini, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, sluice_p.conf), 0);
+    int before = th_log_count(sluice_p.log, "msg=reloaded");
+    assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded", before + 1, TH_MS), 0);
+    redisContext *c = conn(bport);
+    expect_str(c, "hello", "GET ptls-k");
+    redisFree(c);
+    assert_true(pool_conns("b") >= 1);
+    c = conn(tport);
+    expect_str(c, "hello", "GET ptls-k");
+    redisFree(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_wrong_name),
         cmocka_unit_test(test_no_client_cert),
         cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_reload_ca),
     };
     const char *only = getenv("POOL_TLS_ONLY");
     if (only != NULL && *only != '\0')
