@@ -28,7 +28,8 @@ static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeo
     "upstream_keepalive_timeout" };
 /* ... and those only a resp listener takes. */
 static const char *const resp_only_keys[] = { "setup_commands", "upstream_pool",
-    "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer" };
+    "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer",
+    "upstream_pool_idle_timeout" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {
@@ -135,11 +136,6 @@ static void check_listener(struct loader *ld, struct section *sec)
                       "%s: only for resp listeners (this listener is %s)", resp_only_keys[k],
                       sl_conf_proto_names[l->protocol]);
     }
-    /* The pooled engine (net/upool.c) speaks plain TCP only. */
-    if (l->protocol == SL_PROTO_RESP && l->upstream_pool > 0 && l->upstream_tls)
-        sl_cf_err(ld, sl_cf_key_line(sec, "upstream_pool"),
-                  "upstream_pool: not available with upstream_tls = on yet (pooled upstream "
-                  "connections are plain TCP); use upstream_pool = off");
     for (size_t k = 0; k < N_OF(http_only_keys) && l->protocol != SL_PROTO_HTTP; k++) {
         int line = sl_cf_key_line(sec, http_only_keys[k]);
         if (line != 0)

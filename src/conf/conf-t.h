@@ -99,6 +99,9 @@ struct sl_listener_conf {
     uint64_t       pool_client_buffer; /* upstream_pool_client_buffer: replies queued to one
                                           client on a pooled listener before it is closed;
                                           default 64mb */
+    uint64_t       pool_idle_timeout_us; /* upstream_pool_idle_timeout: a shared upstream
+                                          connection idle this long closes; default 60s;
+                                          0 = never */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip */

@@ -132,6 +132,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
         kv_duration(out, "upstream_pool_pin_wait", l->pool_pin_wait_us);
         sl_fmt_size(l->pool_client_buffer, b, sizeof(b));
         kv(out, "upstream_pool_client_buffer", b);
+        kv_duration(out, "upstream_pool_idle_timeout", l->pool_idle_timeout_us);
     }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */

@@ -138,6 +138,7 @@ static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
         out->failures += st.failures;
         out->dropped_replies += st.dropped_replies;
         out->pin_waiting += st.pin_waiting;
+        out->idle_closed += st.idle_closed;
     }
     return 1;
 }
@@ -164,6 +165,10 @@ static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
         { "sluice_pool_replies_dropped_total", "counter",
           "RESP, upstream_pool: replies read for clients already gone, dropped.",
           offsetof(struct sl_upool_stats, dropped_replies) },
+        { "sluice_pool_idle_closed_total", "counter",
+          "RESP, upstream_pool: shared upstream connections closed after "
+          "upstream_pool_idle_timeout idle.",
+          offsetof(struct sl_upool_stats, idle_closed) },
     };
     for (size_t i = 0; i < sizeof(pm) / sizeof(pm[0]); i++) {
         sl_metrics_family(m, pm[i].name, pm[i].type, pm[i].help);

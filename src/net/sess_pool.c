@@ -102,6 +102,15 @@ static struct sl_upool *pool_of(struct sl_listener *l)
     pc.own_flush = 0; /* flushed at the end of the turn (net/turn.h), after the sessions */
     pc.wake = on_wake;
     pc.wake_arg = l;
+    /* TLS as a 1:1 session speaks it (session.c on_connect): the listener's
+     * context and name, read at each connect, so a reload's new ones reach
+     * new pooled connections too; resumptions counted in the same figure */
+    pc.tls = &l->up_tls;
+    pc.tls_name = l->up_sni;
+    pc.tls_resumed = &l->stats.upstream_tls_resumed;
+    pc.label = l->name;
+    pc.idle_timeout_ms = lc->pool_idle_timeout_us == 0 ? 0
+                         : lc->pool_idle_timeout_us / 1000 ? lc->pool_idle_timeout_us / 1000 : 1;
     l->upool = sl_upool_new(l->handle.loop, &pc, &link_cbs);
     return l->upool;
 }

@@ -80,10 +80,22 @@
  * the session's AUTH/SELECT/HELLO pick another key; sl_upool_flush_all()
  * moves to the end-of-turn mechanism (net/turn.h) with conf.own_flush = 0.
  *
- * NOT YET (phase 2): upstream TLS (store/tlsio.h drives the same engine
- * over a stream and fits here: plaintext into <in>, <out> through it); an
- * idle timeout for shared connections (they stay open until they fail or
- * the pool closes); requests split over several submissions (a request is
+ * TLS (conf.tls): each connection speaks TLS once its TCP connect is up
+ * (store/tlsio.h drives the engine over the stream); the handshake runs
+ * within connect_timeout, before the setup commands leave, and a failed
+ * one fails the connection like any other failure (its owners hear
+ * failed(), the reason in <why>). What is read is decrypted into the read
+ * chunk and routed exactly as plaintext is, so the rest of the engine does
+ * not know. The context is read at each connect from the caller's slot: a
+ * reload that swaps it reaches new connections, as on a 1:1 listener.
+ *
+ * IDLE: a shared connection with nothing owed, queued or being written for
+ * conf.idle_timeout_ms closes (cleanly: a TLS close_notify first). One
+ * repeating timer per pool looks every quarter of that timeout, while the
+ * pool has shared connections (so one closes after between 1 and 1.25
+ * times the timeout idle); nothing is armed per connection or per turn.
+ *
+ * NOT YET: requests split over several submissions (a request is
  * submitted whole: one bigger than the caller's chunk must be buffered or
  * pinned, or another owner's bytes could land inside it). A new shared
  * connection is opened whenever every open one has requests in flight,
@@ -96,6 +108,8 @@
 #include <uv.h>
 
 #include "net/upool-t.h"
+
+struct sl_tls_ctx;
 
 struct sl_upool_conf {
     struct sockaddr_storage addr;   /* the upstream (copied) */
@@ -111,6 +125,17 @@ struct sl_upool_conf {
      * the turn (net/turn.h); NULL: the caller flushes on its own schedule */
     void   (*wake)(void *wake_arg);
     void    *wake_arg;
+    /* TLS towards the upstream: the context new connections are made from,
+     * read at each connect (*<tls> NULL, or <tls> NULL: plain TCP), and the
+     * name sent as SNI and checked against the certificate ("" or NULL:
+     * none; see sl_tls_new). Both point into the caller's storage, which
+     * outlives the pool (a reload may change what they hold). */
+    struct sl_tls_ctx *const *tls;
+    const char       *tls_name;
+    uint64_t         *tls_resumed;  /* counts handshakes that resumed a session (NULL: none) */
+    const char       *label;        /* who the pool is for, in logs (the listener's name) */
+    uint64_t          idle_timeout_ms; /* a shared connection idle this long closes; 0: never */
+    uint64_t        (*now_ms)(void);   /* the idle clock; NULL: the turn's (net/turn.h) */
 };
 
 struct sl_upool_cbs {

@@ -835,6 +835,89 @@ static void test_pinned_subscriber(void **state)
     pool_done(&loop, p);
 }
 
+/* ---- the idle timeout ---------------------------------------------------------- */
+
+static uint64_t fake_ms; /* the idle clock the pool is given */
+
+static uint64_t fake_now(void)
+{
+    return fake_ms;
+}
+
+struct conns_want {
+    struct sl_upool *p;
+    uint64_t         conns;
+};
+
+static int conns_are(void *arg)
+{
+    struct conns_want *w = arg;
+    struct sl_upool_stats st;
+    sl_upool_stats(w->p, &st);
+    return st.conns == w->conns;
+}
+
+/* idle_timeout_ms on an injected clock: a shared connection with nothing
+ * owed closes once the clock passes the timeout (not before), without
+ * failing anyone; the next submission opens a new one; a connection whose
+ * reply is owed is not idle, however long the reply takes. */
+static void test_idle_timeout(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 2);
+    cf.idle_timeout_ms = 40; /* the sweep looks every 10 ms (real time) */
+    cf.now_ms = fake_now;
+    fake_ms = 1000;
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    assert_non_null(p);
+    struct sl_upool_key *k = sl_upool_key_get(p, "k0", 2, NULL, 0, 0);
+    assert_non_null(k);
+    struct towner t;
+    towner_init(&t);
+    submit(k, &t, 3, "SET", "upool:idle", "1");
+    assert_true(run_for_one(&loop, &t, 1));
+    assert_memory_equal(t.got, "+OK\r\n", 5);
+    struct conns_want none = { p, 0 };
+    /* idle, but not for 40 ms of the pool's clock: several sweeps keep it */
+    fake_ms = 1039;
+    assert_false(th_run_until(&loop, conns_are, &none, 60));
+    /* past it: the next sweep closes it */
+    fake_ms = 1040;
+    assert_true(th_run_until(&loop, conns_are, &none, TH_MS));
+    struct sl_upool_stats st;
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.idle_closed, 1);
+    assert_int_equal(st.failures, 0);
+    assert_int_equal(t.failed, 0);
+    /* the next request opens a new connection */
+    submit(k, &t, 2, "INCR", "upool:idle");
+    assert_true(run_for_one(&loop, &t, 2));
+    assert_memory_equal(t.got + 5, ":2\r\n", 4);
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.connects, 2);
+    /* a reply owed for 300 ms while the clock runs far past the timeout */
+    submit(k, &t, 3, "EVAL",
+           "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] "
+           "while true do local n = redis.call('TIME') "
+           "if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1",
+           "0");
+    fake_ms += 100000;
+    assert_true(run_for_one(&loop, &t, 3));
+    assert_int_equal(t.failed, 0);
+    assert_memory_equal(t.got + 9, ":1\r\n", 4);
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.idle_closed, 1);
+    /* and once answered it is idle, and goes */
+    fake_ms += 40;
+    assert_true(th_run_until(&loop, conns_are, &none, TH_MS));
+    towner_free(&t);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -847,6 +930,7 @@ int main(void)
         cmocka_unit_test(test_empty_submission_beside_pin),
         cmocka_unit_test(test_pin_keeps_order),
         cmocka_unit_test(test_turn_order),
+        cmocka_unit_test(test_idle_timeout),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
