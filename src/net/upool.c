@@ -755,9 +755,10 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data)
  * request is not answered yet (in this turn's write or in flight): it goes
  * to another connection, or a new one while the key has fewer than
  * per_key. Only when every connection has one does it queue, behind the
- * NEWEST slow request: Redis runs scripts one at a time, in the order they
- * arrive, and answers the later ones -BUSY while an older one runs too
- * long, so that one is answered first. */
+ * NEWEST slow request: Redis runs scripts one at a time, and while an older
+ * one runs past the threshold it answers the newer ones -BUSY as it reads
+ * them, so the newest is the one least likely to hold its connection for
+ * long. */
 static int slow_busy(const struct sl_upool_conn *c)
 {
     return c->slow_left > 0;
