@@ -33,6 +33,7 @@ struct sl_sess_link {
     char                 *prelude;   /* the owner's prelude (sl_sess_link_prelude) */
     uint8_t               waiting;   /* queued for a pin past the cap */
     uint8_t               forgotten; /* the engine dropped it (a refused delivery) */
+    uint8_t               slow;      /* the bytes not yet submitted hold a script */
 };
 
 static int on_deliver(struct sl_upool_owner *o, struct sl_buf *b, uint32_t from, uint32_t to,
@@ -53,6 +54,7 @@ static void on_failed(struct sl_upool_owner *o, int err, const char *why)
     k->pin = NULL;
     k->waiting = 0;
     k->owe = 0;
+    k->slow = 0;
     s->l->stats.pool_lost++;
     if (s->state >= SL_SESS_CLOSED)
         return;
@@ -190,14 +192,21 @@ void sl_sess_link_owe(struct sl_session *s, uint32_t n)
     s->link->owe += n;
 }
 
+void sl_sess_link_slow(struct sl_session *s)
+{
+    s->link->slow = 1;
+}
+
 int sl_sess_link_send(struct sl_session *s, const char *p, size_t len)
 {
     struct sl_sess_link *k = s->link;
     if (k->forgotten)
         return SL_ECLOSED;
     uint32_t owe = k->owe;
+    unsigned flags = k->slow ? SL_UPOOL_SLOW : 0;
     k->owe = 0;
-    return sl_upool_submit(k->key, &k->o, p, len, owe);
+    k->slow = 0;
+    return sl_upool_submit_flags(k->key, &k->o, p, len, owe, flags);
 }
 
 int sl_sess_link_pinned(const struct sl_session *s)
@@ -257,6 +266,7 @@ void sl_sess_link_unpin(struct sl_session *s, int clean)
     struct sl_upool_conn *c = k->pin;
     k->pin = NULL;
     k->owe = 0;
+    k->slow = 0;
     sl_upool_unpin(c, clean, 0);
 }
 

@@ -59,6 +59,9 @@ struct sl_upool_conn {
     struct sl_obuf        wbuf;     /* what the write in flight writes */
     size_t                go;       /* bytes of <out> that may leave before READY */
     uint32_t              unwritten;/* replies owed for bytes of <out> not written yet */
+    uint32_t              slow_left;/* owners' replies still to come up to the end of the
+                                       last slow request's (SL_UPOOL_SLOW); 0: none */
+    uint64_t              slow_seq; /* when that slow request came (the pool's count) */
     struct sl_buf        *in;       /* read chunk */
     struct sl_tlsio       io;       /* TLS: the engine and its write (io.tls NULL: plain) */
     struct sl_obuf        plain;    /* TLS: bytes taken from <out> to leave, being encrypted */
@@ -98,6 +101,7 @@ struct sl_upool {
     struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
     uint64_t              seq;      /* connections made */
+    uint64_t              slow_seq; /* slow requests submitted */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
     uint32_t              nwait;
     uint32_t              npinned;
@@ -222,6 +226,8 @@ static void rt_reply_end(void *ctx, struct sl_upool_owner *o)
 {
     struct sl_upool_conn *c = ctx;
     c->pool->st.inflight--;
+    if (c->slow_left > 0)
+        c->slow_left--; /* at 0 the slow request is answered: others may join */
     if (c->out.len > 0 && c->rt.owed == c->unwritten)
         mark_dirty(c); /* the batch in flight is answered: the next one goes */
     if (o == NULL) {
@@ -994,10 +1000,34 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data)
  * no more owners (the others, or a new one, share the load). */
 #define JOIN_MAX 256
 
+/* Slow requests (SL_UPOOL_SLOW: scripts). Redis runs one command at a time,
+ * but a script past busy-reply-threshold does not hold the other
+ * connections: Redis answers them -BUSY at once, and SCRIPT KILL (which a
+ * client sends after seeing -BUSY) stops it. What waits behind the script
+ * on the SAME connection gets neither: it runs only when the script ends,
+ * and a client waiting for that reply before it sends SCRIPT KILL waits for
+ * good. So another owner's request never joins a connection whose slow
+ * request is not answered yet (in this turn's write or in flight): it goes
+ * to another connection, or a new one while the key has fewer than
+ * per_key. Only when every connection has one does it queue, behind the
+ * NEWEST slow request: Redis runs scripts one at a time, and while an older
+ * one runs past the threshold it answers the newer ones -BUSY as it reads
+ * them, so the newest is the one least likely to hold its connection for
+ * long. */
+static int slow_busy(const struct sl_upool_conn *c)
+{
+    return c->slow_left > 0;
+}
+
 static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 {
-    struct sl_upool_conn *best = NULL;
+    struct sl_upool_conn *best = NULL, *slow = NULL;
     for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next) {
+        if (slow_busy(c)) {
+            if (slow == NULL || c->slow_seq > slow->slow_seq)
+                slow = c;
+            continue;
+        }
         /* A connection that already has bytes to write (this turn, or held
          * behind its batch in flight) takes the owner's too: they leave in the same write, and the upstream reads
          * and answers them as one batch (its cost is per read, not per
@@ -1009,9 +1039,11 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
     }
     if (best != NULL && (best->rt.owed == 0 || k->nconns >= k->pool->conf.per_key))
         return best;
+    if (best == NULL && slow != NULL && k->nconns >= k->pool->conf.per_key)
+        return slow;
     struct sl_upool_conn *c = conn_new(k, err);
     if (c == NULL)
-        return best; /* the busy one still serves */
+        return best != NULL ? best : slow; /* a busy one still serves */
     list_add(&k->conns, c);
     k->nconns++;
     k->pool->st.pooled++;
@@ -1021,6 +1053,12 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies)
+{
+    return sl_upool_submit_flags(k, o, p, len, replies, 0);
+}
+
+int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p,
+                          size_t len, uint32_t replies, unsigned flags)
 {
     struct sl_upool_conn *c = o->conn;
     int err = 0;
@@ -1051,6 +1089,10 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
         o->inflight += replies;
         c->unwritten += replies;
         c->pool->st.inflight += replies;
+        if (flags & SL_UPOOL_SLOW) {
+            c->slow_left = c->rt.owed; /* its last reply is the last one owed now */
+            c->slow_seq = ++c->pool->slow_seq;
+        }
     }
     mark_dirty(c);
     return 0;

@@ -18,7 +18,9 @@
  * when every open one has requests in flight), each with connect_timeout
  * covering the TCP connect and the setup replies. An owner with requests in
  * flight stays on the connection they are on (its replies come back in its
- * order); an owner with none goes to the connection with the fewest in flight.
+ * order); an owner with none goes to the connection with the fewest in flight,
+ * never behind another owner's unanswered script (SL_UPOOL_SLOW) while another
+ * connection can take it.
  * Between owners: a READY connection made after one that is still starting
  * (connect, setup) with owners' requests on it holds its bytes until that
  * one is READY and has written them, so a request that waits for a new
@@ -177,6 +179,17 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data);
  * none. Either way <o> is attached to no connection it owes nothing on. */
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies);
+
+/* Flags of sl_upool_submit_flags. */
+#define SL_UPOOL_SLOW 1u /* the bytes hold a request that may run long while the
+                            upstream answers other connections (a script: -BUSY past
+                            busy-reply-threshold): until their replies are in, no
+                            other owner's request joins their shared connection while
+                            another one (or a new one, under per_key) can take it */
+
+/* sl_upool_submit with <flags> (SL_UPOOL_*; ignored on a pinned connection). */
+int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p,
+                          size_t len, uint32_t replies, unsigned flags);
 
 /* <o> goes away (or gives up): its replies are read and dropped; a waiting
  * pin is withdrawn; its pinned connection is closed. No callback follows. */

@@ -2,7 +2,8 @@
  * (src/net/upool.c), driven directly on a libuv loop in this process
  * against a real redis-server: owners interleaving small and 1 MB replies,
  * a server killed with requests in flight, setup commands (SELECT, a
- * refused AUTH), a forgotten owner's big reply, pin and unpin with RESET.
+ * refused AUTH), a forgotten owner's big reply, pin and unpin with RESET,
+ * other owners' requests beside a script that never ends (SL_UPOOL_SLOW).
  * Each test closes its pool and checks uv_loop_close() == 0. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -918,6 +919,86 @@ static void test_idle_timeout(void **state)
     pool_done(&loop, p);
 }
 
+/* Submits one command for <t> now, with <flags> (SL_UPOOL_*). */
+static void submit_f(struct sl_upool_key *k, struct towner *t, unsigned flags, const char *a0,
+                     const char *a1, const char *a2)
+{
+    struct cmdbuf c = { 0 };
+    cb_cmd(&c, 3, a0, a1, a2);
+    assert_int_equal(sl_upool_submit_flags(k, &t->o, c.p, c.len, 1, flags), 0);
+    free(c.p);
+}
+
+/* A reply that is +PONG or -BUSY ... (what Redis answers beside a script). */
+static int pong_or_busy(const struct towner *t)
+{
+    return t->replies == 1 && t->failed == 0 &&
+           ((t->len == 7 && memcmp(t->got, "+PONG\r\n", 7) == 0) ||
+            (t->len > 5 && memcmp(t->got, "-BUSY", 5) == 0));
+}
+
+/* A slow request (a script, SL_UPOOL_SLOW) is the last one of another
+ * owner written on its connection until its reply is in: a PING submitted
+ * in the same turn goes to the other connection, as does one submitted
+ * while the script runs; when both connections have an unanswered script,
+ * a PING queues behind the newest, which Redis answers -BUSY while the
+ * first runs. A pinned SCRIPT KILL ends the first; no PING waited for it. */
+static void test_slow_alone(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 2);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner a, b, c, d, e, f;
+    struct towner *all[] = { &a, &b, &c, &d, &e, &f };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        towner_init(all[i]);
+    submit(k, &f, 4, "CONFIG", "SET", "busy-reply-threshold", "10");
+    assert_true(run_for_one(&loop, &f, 1));
+    assert_int_equal(f.len, 5);
+    f.len = 0;
+    f.replies = 0;
+
+    submit_f(k, &a, SL_UPOOL_SLOW, "EVAL", "while 1 do redis.call('ping') end", "0");
+    submit(k, &b, 1, "PING"); /* the same turn */
+    assert_true(run_for_one(&loop, &b, 1));
+    assert_true(pong_or_busy(&b));
+    assert_int_equal(a.replies, 0);
+
+    submit(k, &c, 1, "PING"); /* while the script runs (or is about to) */
+    assert_true(run_for_one(&loop, &c, 1));
+    assert_true(pong_or_busy(&c));
+
+    /* every connection gets a script: the PING queues behind the newest */
+    submit_f(k, &d, SL_UPOOL_SLOW, "EVAL", "return 1", "0");
+    submit(k, &e, 1, "PING");
+    assert_true(run_for_one(&loop, &e, 1));
+    assert_true(pong_or_busy(&e));
+    assert_int_equal(d.replies, 1);
+    assert_int_equal(a.replies, 0);
+
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(k, &f.o, 0, &err);
+    assert_non_null(pc);
+    submit(k, &f, 2, "SCRIPT", "KILL");
+    assert_true(run_for_one(&loop, &f, 1));
+    assert_true(run_for_one(&loop, &a, 1));
+    if (a.len < 5 || memcmp(a.got, "-ERR", 4) != 0 || !memmem(a.got, a.len, "killed", 6))
+        fail_msg("the script's owner got '%.*s'", (int)a.len, a.got);
+    sl_upool_unpin(pc, 0, 0);
+
+    struct sl_upool_stats st;
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.failures, 0);
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        towner_free(all[i]);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -931,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_pin_keeps_order),
         cmocka_unit_test(test_turn_order),
         cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_slow_alone),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
