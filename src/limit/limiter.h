@@ -78,6 +78,9 @@ struct sl_limiter_env {
     const struct sl_clock *clock;  /* every time the limiter reads (NULL: sl_clock_mono) */
     struct sl_places      *places; /* the process's connection places, kept across
                                       reloads (limit/places.h); NULL: the limiter's own */
+    struct sl_limiter     *prev;   /* the limiter a reload replaces, or NULL: each limit
+                                      of the same name (and metric and scope) carries on
+                                      its counters and per-identity state (limit/carry.h) */
 };
 
 /* Checks what the configuration loader cannot: that every limit's numbers
