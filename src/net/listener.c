@@ -30,6 +30,7 @@
 #include "net/report.h"
 #include "net/session.h"
 #include "net/upkeep.h"
+#include "net/upool-t.h"
 #include "net/turn.h"
 #include "shape/wait.h"
 #include "store/store.h"
@@ -265,6 +266,11 @@ static void listener_free(struct sl_listener *l)
     if (h != NULL) {
         l->stats.conns_active = 0; /* no session left; the heir counts its own */
         sl_listener_stats_add(&h->stats, &l->stats);
+        /* and the pooled engine's, which closes with it */
+        struct sl_upool_stats ps;
+        sl_session_pool_stats(l, &ps);
+        h->pool_failures_gone += l->pool_failures_gone + ps.failures;
+        h->pool_dropped_gone += l->pool_dropped_gone + ps.dropped_replies;
     }
     struct sl_listener **pp = &srv->listeners;
     while (*pp != l)

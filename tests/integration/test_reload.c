@@ -555,6 +555,60 @@ static void test_workers_keep_counters(void **state)
     free(after);
 }
 
+/* ---- listeners -------------------------------------------------------------------- */
+
+/* A pooled listener moved to another address: the pooled engine of its old
+ * socket goes with the old socket's last session, and its counters stay in
+ * the name's totals. Before: sluice_pool_upstream_failures_total went back
+ * to what the new socket's engine had counted (0). */
+static void test_moved_pooled_listener_counters(void **state)
+{
+    (void)state;
+    int pa = th_free_port(), pb = th_free_port(), dead = th_free_port();
+    admin = th_free_port();
+    reloads = 0;
+    const char *fmt = "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\n[store]\nurl = local\n"
+                      "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+                      "upstream_pool = 1\nconnect_timeout = 500ms\n";
+    char ini[1024];
+    snprintf(ini, sizeof(ini), fmt, admin, pa, dead);
+    assert_int_equal(th_sluice_start(&sluice_p, ini, pa), 0);
+    const char *failures = "sluice_pool_upstream_failures_total{listener=\"r\"}";
+    const char *active = "sluice_connections_active{listener=\"r\"}";
+    struct th_conn c;
+    assert_int_equal(th_conn_open(&c, pa), 0);
+    assert_int_equal(th_conn_send(&c, "PING\r\n"), 0);
+    char *rep = th_conn_reply(&c, TH_MS);
+    if (rep != NULL)
+        assert_int_equal(rep[0], '-'); /* nothing listens upstream */
+    free(rep);
+    uint64_t end = th_now_ms() + TH_MS;
+    while (th_metric(admin, failures) < 1 && th_now_ms() < end)
+        usleep(10000);
+    double f0 = th_metric(admin, failures);
+    assert_true(f0 >= 1);
+
+    snprintf(ini, sizeof(ini), fmt, admin, pb, dead);
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.new", sluice_p.conf);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(ini, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, sluice_p.conf), 0);
+    assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(sluice_p.log, "msg=reloaded ", 1, TH_MS), 0);
+    assert_true(th_metric(admin, failures) >= f0);
+    th_conn_close(&c); /* the old socket goes with it */
+    end = th_now_ms() + TH_MS;
+    while (th_metric(admin, active) != 0 && th_now_ms() < end)
+        usleep(10000);
+    assert_int_equal(th_metric(admin, active), 0);
+    double f1 = th_metric(admin, failures);
+    if (f1 < f0)
+        fail_msg("%s went back: %.0f -> %.0f", failures, f0, f1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +621,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cached_override_survives, stop_sluice),
         cmocka_unit_test_teardown(test_lease_survives, stop_sluice),
         cmocka_unit_test_teardown(test_workers_keep_counters, stop_sluice),
+        cmocka_unit_test_teardown(test_moved_pooled_listener_counters, stop_sluice),
     };
     const char *only = getenv("RELOAD_ONLY");
     if (only != NULL && *only != '\0')
