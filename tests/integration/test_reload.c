@@ -377,6 +377,28 @@ static void test_changed_amount_window_keeps_count(void **state)
     redisFree(c);
 }
 
+/* Another scope keys the state differently: it starts afresh (the global
+ * bucket is full), but the counters of the limit's name go on. */
+static void test_changed_scope_counters_go_on(void **state)
+{
+    (void)state;
+    start(NULL, TB_LIMIT);
+    redisContext *c = client();
+    assert_int_equal(passed(c, "a", 4), 3);
+    struct samples *before = malloc(sizeof(*before)), *after = malloc(sizeof(*after));
+    assert_non_null(before);
+    assert_non_null(after);
+    scrape(before);
+    reload(NULL, TB_LIMIT "scope = global\n");
+    scrape(after);
+    check_monotonic(before, after, 0);
+    assert_int_equal(passed(c, "a", 4), 3);
+    assert_int_equal(th_metric(admin, "sluice_limit_decisions_total{limit=\"tb\",outcome=\"allowed\"}"), 6);
+    free(before);
+    free(after);
+    redisFree(c);
+}
+
 /* ---- 3. a changed algorithm -------------------------------------------------------- */
 
 /* Through every algorithm, the whole tokens left are kept: 6 to start
@@ -616,6 +638,7 @@ int main(void)
         cmocka_unit_test_teardown(test_reloads_under_traffic_monotonic, stop_sluice),
         cmocka_unit_test_teardown(test_changed_burst_keeps_level, stop_sluice),
         cmocka_unit_test_teardown(test_changed_amount_window_keeps_count, stop_sluice),
+        cmocka_unit_test_teardown(test_changed_scope_counters_go_on, stop_sluice),
         cmocka_unit_test_teardown(test_changed_algorithm_keeps_what_is_left, stop_sluice),
         cmocka_unit_test_teardown(test_remembered_refusal_survives, stop_sluice),
         cmocka_unit_test_teardown(test_cached_override_survives, stop_sluice),
