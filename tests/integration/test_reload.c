@@ -331,6 +331,46 @@ static void test_reloads_under_traffic_monotonic(void **state)
     redisFree(c);
 }
 
+/* A connection limit counts the connections open: a reload keeps them
+ * counted, so one more than max is still refused. Before: the new limits
+ * counted from 0 and let max more in. */
+/* A client let in by connection limit 'one' (the start's probe of the port
+ * may still hold the place for a moment): retried until PING passes. */
+static redisContext *admitted_client(void)
+{
+    uint64_t end = th_now_ms() + TH_MS;
+    for (;;) {
+        redisContext *d = client();
+        redisReply *rep = redisCommand(d, "PING");
+        int in = rep != NULL && rep->type == REDIS_REPLY_STATUS;
+        if (rep != NULL)
+            freeReplyObject(rep);
+        if (in)
+            return d;
+        redisFree(d);
+        if (th_now_ms() > end)
+            fail_msg("no connection let in by limit 'one'");
+        usleep(20000);
+    }
+}
+
+static void test_connection_count_survives(void **state)
+{
+    (void)state;
+    const char *lim = "[limit one]\nlistener = r\nmetric = connections\nmax = 1\nscope = global\n";
+    start(NULL, lim);
+    redisContext *c = admitted_client();
+    reload(NULL, lim);
+    int fd = th_connect(port);
+    assert_true(fd >= 0);
+    TH_EXPECT_CLOSE(fd, "-ERR max number of clients reached (limit 'one')\r\n");
+    close(fd);
+    assert_int_equal(incr(c, "a"), 1);
+    redisFree(c);
+    /* the place is given back to the count both limits share */
+    redisFree(admitted_client());
+}
+
 /* ---- 2. changed numbers ------------------------------------------------------------ */
 
 /* A token bucket keeps its level across a change of burst, capped at the
@@ -636,6 +676,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_unchanged_file_keeps_everything, stop_sluice),
         cmocka_unit_test_teardown(test_reloads_under_traffic_monotonic, stop_sluice),
+        cmocka_unit_test_teardown(test_connection_count_survives, stop_sluice),
         cmocka_unit_test_teardown(test_changed_burst_keeps_level, stop_sluice),
         cmocka_unit_test_teardown(test_changed_amount_window_keeps_count, stop_sluice),
         cmocka_unit_test_teardown(test_changed_scope_counters_go_on, stop_sluice),
