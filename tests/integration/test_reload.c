@@ -44,11 +44,17 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* sluice must still run, and exit cleanly (a sanitizer build: no leak of
+ * the state limits share). */
 static int stop_sluice(void **state)
 {
     (void)state;
     int rc = th_alive_or_report(&sluice_p);
-    th_stop(&sluice_p);
+    int st = th_stop(&sluice_p);
+    if (st != 0) {
+        fprintf(stderr, "sluice exited with status 0x%x (log %s)\n", (unsigned)st, sluice_p.log);
+        rc = -1;
+    }
     return rc;
 }
 
@@ -556,6 +562,61 @@ static void test_lease_survives(void **state)
     redisFree(c);
 }
 
+/* A reload while a lease is being asked: the store (stopped) holds the
+ * old limits' call; a request of the new limits, where the limit has
+ * another index (a limit was added before it), waits for that call's
+ * answer on the entry both share, and is then decided from the lease it
+ * brought, with the new limits. Before: the second request asked the store
+ * itself (nothing was shared). */
+static void test_lease_asked_across_reload(void **state)
+{
+    (void)state;
+    struct th_proc store_p;
+    memset(&store_p, 0, sizeof(store_p));
+    assert_int_equal(th_redis_start(&store_p, NULL), 0);
+    char store[256];
+    snprintf(store, sizeof(store), "url = redis://127.0.0.1:%d/0\nlease = 5\ntimeout = 1h\n",
+             store_p.port);
+    const char *lim = "[limit ls]\nlistener = r\nrate = 1/h\nburst = 20\ncommands = INCR\n";
+    char lim2[512];
+    snprintf(lim2, sizeof(lim2), "[limit first]\nlistener = r\nrate = 1/h\ncommands = GET\n%s", lim);
+    start(store, lim);
+    redisContext *a = client(), *b = client();
+    const char *sent = "sluice_store_requests_total";
+    const char *framed = "sluice_requests_total{listener=\"r\"}";
+    double calls0 = th_metric(admin, sent), framed0 = th_metric(admin, framed);
+    assert_int_equal(kill(store_p.pid, SIGSTOP), 0);
+    int wdone = 0;
+    redisAppendCommand(a, "INCR a:k");
+    while (!wdone)
+        assert_int_equal(redisBufferWrite(a, &wdone), REDIS_OK);
+    uint64_t end = th_now_ms() + TH_MS;
+    while (th_metric(admin, sent) < calls0 + 1 && th_now_ms() < end)
+        usleep(5000);
+    assert_true(th_metric(admin, sent) >= calls0 + 1); /* a's call is out */
+    reload(store, lim2);
+    redisAppendCommand(b, "INCR a:k");
+    wdone = 0;
+    while (!wdone)
+        assert_int_equal(redisBufferWrite(b, &wdone), REDIS_OK);
+    end = th_now_ms() + TH_MS;
+    while (th_metric(admin, framed) < framed0 + 2 && th_now_ms() < end)
+        usleep(5000);
+    assert_true(th_metric(admin, framed) >= framed0 + 2); /* b is read: it waits */
+    assert_int_equal(kill(store_p.pid, SIGCONT), 0);
+    redisReply *ra = NULL, *rb = NULL;
+    assert_int_equal(redisGetReply(a, (void **)&ra), REDIS_OK);
+    assert_int_equal(redisGetReply(b, (void **)&rb), REDIS_OK);
+    assert_int_equal(ra->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(rb->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(ra);
+    freeReplyObject(rb);
+    assert_int_equal(th_metric(admin, "sluice_limit_leased_decisions_total{limit=\"ls\"}"), 1);
+    redisFree(a);
+    redisFree(b);
+    th_stop(&store_p);
+}
+
 /* ---- workers ----------------------------------------------------------------------- */
 
 /* With two workers each one carries its own limits over: the per-worker
@@ -684,6 +745,7 @@ int main(void)
         cmocka_unit_test_teardown(test_remembered_refusal_survives, stop_sluice),
         cmocka_unit_test_teardown(test_cached_override_survives, stop_sluice),
         cmocka_unit_test_teardown(test_lease_survives, stop_sluice),
+        cmocka_unit_test_teardown(test_lease_asked_across_reload, stop_sluice),
         cmocka_unit_test_teardown(test_workers_keep_counters, stop_sluice),
         cmocka_unit_test_teardown(test_moved_pooled_listener_counters, stop_sluice),
     };
