@@ -21,8 +21,8 @@
 
 struct sl_ovr {
     struct sl_idt_node     node;      /* in L->s->ovr (key: identity, "*" for global scope) */
-    struct sl_limiter     *lim;       /* referenced while asking */
-    int                    li;        /* its limit's index */
+    struct sl_limiter     *lim;       /* the limiter asking, referenced while it asks */
+    int                    li;        /* its limit's index there */
     uint8_t                has;       /* an override applies (else the limit's own numbers) */
     uint8_t                asking;    /* an HGET is out */
     uint64_t               at_us;     /* when the last answer came; 0: none yet */
@@ -136,7 +136,10 @@ static int ask(struct sl_limiter *lim, struct limit *L, struct sl_ovr *o)
     if (n < 0 || (size_t)n >= sizeof(key) || lim->store == NULL)
         return 0;
     struct sl_str k = { key, (size_t)n }, f = { o->key, o->node.len };
+    /* The answer goes to this limiter's limit: the entry may have been
+     * made by the limits a reload replaced, where it had another index. */
     o->lim = lim;
+    o->li = (int)(L - lim->limits);
     if (sl_store_hget(lim->store, k, f, on_answer, o) == NULL)
         return 0;
     o->asking = 1;

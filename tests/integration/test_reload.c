@@ -537,6 +537,38 @@ static void test_cached_override_survives(void **state)
     redisFree(c);
 }
 
+/* A cached override made by the old limits, where its limit had index 1,
+ * is asked again (stale) by the new ones, where it has index 0 and no
+ * index 1 exists: the answer goes to the asking limits' limit. (A wait past
+ * overrides_ttl is the point here; nothing races with it.) */
+static void test_stale_override_asked_by_new_limits(void **state)
+{
+    (void)state;
+    char store[256];
+    snprintf(store, sizeof(store), STORE_URL_FMT, redis_p.port, "");
+    const char *ov = "[limit ov]\nlistener = r\nrate = 1/h\nburst = 1\ncommands = INCR\n"
+                     "overrides = store\noverrides_ttl = 100ms\n";
+    char two[512];
+    snprintf(two, sizeof(two), "[limit x]\nlistener = r\nrate = 1/h\ncommands = GET\n%s", ov);
+    redisContext *r = redisConnect("127.0.0.1", redis_p.port);
+    assert_true(r != NULL && r->err == 0);
+    start(store, two);
+    freeReplyObject(redisCommand(r, "HSET sluice:overrides:{ov} prefix:a %s", "1/h 5"));
+    redisContext *c = client();
+    assert_int_equal(passed(c, "a", 1), 1);
+    reload(store, ov);
+    usleep(300000); /* stale now */
+    long hget0 = th_redis_cmd_calls(redis_p.port, "hget");
+    assert_int_equal(passed(c, "a", 1), 1); /* the stale answer, while asked again */
+    uint64_t end = th_now_ms() + TH_MS;
+    while (th_redis_cmd_calls(redis_p.port, "hget") == hget0 && th_now_ms() < end)
+        usleep(5000);
+    assert_true(th_redis_cmd_calls(redis_p.port, "hget") > hget0);
+    assert_int_equal(passed(c, "a", 5), 3); /* 5 of the override's burst in all */
+    redisFree(r);
+    redisFree(c);
+}
+
 /* ---- 5. leases --------------------------------------------------------------------- */
 
 /* Tokens leased from the store before a reload are spent after it: the
@@ -744,6 +776,7 @@ int main(void)
         cmocka_unit_test_teardown(test_changed_algorithm_keeps_what_is_left, stop_sluice),
         cmocka_unit_test_teardown(test_remembered_refusal_survives, stop_sluice),
         cmocka_unit_test_teardown(test_cached_override_survives, stop_sluice),
+        cmocka_unit_test_teardown(test_stale_override_asked_by_new_limits, stop_sluice),
         cmocka_unit_test_teardown(test_lease_survives, stop_sluice),
         cmocka_unit_test_teardown(test_lease_asked_across_reload, stop_sluice),
         cmocka_unit_test_teardown(test_workers_keep_counters, stop_sluice),
