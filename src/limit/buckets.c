@@ -1,20 +1,24 @@
 /* sluice — in-process buckets: the limiter's per-identity state here.
  *
  * Each limit keeps two bounded tables (limit/idtable.h, at most [store]
- * max_identities entries each, least recently used first):
+ * max_identities entries each, least recently used first), in its state
+ * (L->s, shared with the limit of its name a reload makes: limit/carry.h):
  *
- *   L->s->buckets   in-process buckets, keyed by identity, "*" (global scope)
- *                or "c:<connection>" (connection scope); for connection
- *                limits, the count of places held
+ *   L->s->buckets   in-process buckets, keyed by identity, "*" (global
+ *                   scope) or "c:<connection>" (connection scope); for
+ *                   connection limits, the count of places held
  *   L->s->entries   what the store said per identity ('\0' + identity):
- *                leases, remembered refusals, what was left
+ *                   leases, remembered refusals, what was left
  *
  *   sl_lim_bucket_get --> found: touched
  *                     '-> missing, table full: evict the least worth
  *                         keeping (judge_bucket / judge_entry: in use is
  *                         pinned, as good as new goes first), then make it
- *   sl_limiter_sweep  --> renews connection places (places.c), then drops
- *                         what stayed idle past the limit's TTL */
+ *   sl_lim_bucket_numbers --> before a take: state written under numbers
+ *                         the algorithm cannot read (a reload) converted
+ *   sl_limiter_sweep  --> renews connection places (places.c), applies a
+ *                         new max_identities, then drops what stayed idle
+ *                         past the limit's TTL */
 #include <stdlib.h>
 #include <string.h>
 

@@ -16,6 +16,8 @@
  *   places.c    connection places and the login queue (metric = connections)
  *   buckets.c   in-process buckets and their bounded tables
  *   stats.c     counters, delay histograms, busiest identities, reports
+ *   carry.c     what a reload carries over: each limit's state (struct
+ *               lim_state) shared with the next limit of its name
  *
  * Two kinds of things are held for a while and must not be confused: a
  * token lease is a batch of a limit's tokens taken from the store ahead of
