@@ -1,6 +1,6 @@
 /* sluice — what a reload carries over from the running limits (see carry.h).
  *
- *   sl_limiter_new(conf, env->prev)
+ *   sl_limiter_reload(conf, env, prev)
  *     for each [limit NAME]:
  *       prev has NAME, same metric and scope --> share its lim_state (refs++)
  *       prev has NAME, other metric or scope --> a new lim_state, its counters

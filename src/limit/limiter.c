@@ -133,6 +133,12 @@ static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *l
 
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env)
 {
+    return sl_limiter_reload(conf, env, NULL);
+}
+
+struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl_limiter_env *env,
+                                     struct sl_limiter *prev)
+{
     static const struct sl_limiter_env defaults; /* url = local, sl_clock_mono, own places */
     if (env == NULL)
         env = &defaults;
@@ -184,7 +190,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_li
         /* Connection counts are bounded by the connections themselves and
          * cannot be dropped while held: no cap for them. */
         uint64_t cap = c->metric == SL_METRIC_CONNECTIONS ? 0 : conf->store.max_identities;
-        if (sl_lim_carry(L, env->prev, (size_t)cap) != 0)
+        if (sl_lim_carry(L, prev, (size_t)cap) != 0)
             goto fail;
         uint64_t ttl = c->metric == SL_METRIC_CONNECTIONS ? 0 : sl_algo_ttl_us(&L->p);
         L->ttl_ms = ttl / 1000 + 1;

@@ -78,9 +78,6 @@ struct sl_limiter_env {
     const struct sl_clock *clock;  /* every time the limiter reads (NULL: sl_clock_mono) */
     struct sl_places      *places; /* the process's connection places, kept across
                                       reloads (limit/places.h); NULL: the limiter's own */
-    struct sl_limiter     *prev;   /* the limiter a reload replaces, or NULL: each limit
-                                      of the same name (and metric and scope) carries on
-                                      its counters and per-identity state (limit/carry.h) */
 };
 
 /* Checks what the configuration loader cannot: that every limit's numbers
@@ -90,6 +87,14 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf);
 
 /* Builds the limiter for <conf> in <env> (copied; NULL: all defaults). */
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env);
+
+/* sl_limiter_new() for a reload that replaces limiter <prev> (NULL: none):
+ * each limit of the same name (and metric and scope) as one of <prev>'s
+ * carries on its counters and per-identity state, shared with it while
+ * <prev> lives (limit/carry.h, docs/limits.md "Reload"). <prev> is not
+ * changed until it is released: a failed reload leaves it as it was. */
+struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl_limiter_env *env,
+                                     struct sl_limiter *prev);
 
 /* Drops the owner's reference; freed once no decision is pending. */
 void sl_limiter_release(struct sl_limiter *lim);

@@ -657,7 +657,7 @@ int sl_server_start(struct sl_server *srv)
 {
     srv->store = store_for(srv, srv->conf);
     srv->places = sl_places_new();
-    const struct sl_limiter_env env = { srv->store, srv->clock, srv->places, NULL };
+    const struct sl_limiter_env env = { srv->store, srv->clock, srv->places };
     srv->limiter = srv->places != NULL ? sl_limiter_new(srv->conf, &env) : NULL;
     if (srv->limiter == NULL || (srv->conf->store.kind != SL_STORE_LOCAL && srv->store == NULL)) {
         sl_log_error("cannot set up the limits", "%s", "");
@@ -710,8 +710,8 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     /* Each limit of the running ones carries its counters and state over
      * to the one of its name (limit/carry.h): a reload forgets nothing. */
     const struct sl_limiter_env env = { conf->store.kind != SL_STORE_LOCAL ? store : NULL, srv->clock,
-                                        srv->places, srv->limiter };
-    struct sl_limiter *lim = sl_limiter_new(conf, &env);
+                                        srv->places };
+    struct sl_limiter *lim = sl_limiter_reload(conf, &env, srv->limiter);
     if (lim == NULL || (conf->store.kind != SL_STORE_LOCAL && store == NULL)) {
         sl_limiter_release(lim);
         if (new_store && store)

@@ -59,7 +59,7 @@ static uint64_t fake_now(const struct sl_clock *c)
 }
 
 static const struct sl_clock fake_clock = { fake_now };
-static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL, NULL };
+static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL };
 
 struct fix {
     struct sl_conf    *conf;
@@ -1228,8 +1228,7 @@ static void reload_with(struct fix *f, const char *limits)
     snprintf(text, sizeof(text), "%s%s", base_conf, limits);
     struct sl_conf *conf = sl_conf_load_string(text, "test.ini", stderr);
     assert_non_null(conf);
-    const struct sl_limiter_env env = { NULL, &fake_clock, NULL, f->lim };
-    struct sl_limiter *lim = sl_limiter_new(conf, &env);
+    struct sl_limiter *lim = sl_limiter_reload(conf, &local_env, f->lim);
     assert_non_null(lim);
     sl_limiter_release(f->lim);
     sl_conf_free(f->conf);

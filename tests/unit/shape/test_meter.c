@@ -26,7 +26,7 @@ static uint64_t fake_now(const struct sl_clock *c)
 }
 
 static const struct sl_clock fake_clock = { fake_now };
-static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL, NULL };
+static const struct sl_limiter_env local_env = { NULL, &fake_clock, NULL };
 
 /* Moves the clock to <t> and returns it, for the meter's now_us. */
 static uint64_t at(uint64_t t)
