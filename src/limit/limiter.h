@@ -88,6 +88,14 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf);
 /* Builds the limiter for <conf> in <env> (copied; NULL: all defaults). */
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env);
 
+/* sl_limiter_new() for a reload that replaces limiter <prev> (NULL: none):
+ * each limit of the same name (and metric and scope) as one of <prev>'s
+ * carries on its counters and per-identity state, shared with it while
+ * <prev> lives (limit/carry.h, docs/limits.md "Reload"). <prev> is not
+ * changed until it is released: a failed reload leaves it as it was. */
+struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl_limiter_env *env,
+                                     struct sl_limiter *prev);
+
 /* Drops the owner's reference; freed once no decision is pending. */
 void sl_limiter_release(struct sl_limiter *lim);
 

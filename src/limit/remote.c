@@ -130,7 +130,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             for (int k = 0; k < q->n; k++) {
                 struct limit *L = &lim->limits[q->idx[k]];
                 if (L->action != SL_ACTION_SHADOW && strcmp(v.limit, L->name) == 0)
-                    L->rejected++;
+                    L->s->rejected++;
             }
         }
     }

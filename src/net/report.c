@@ -135,8 +135,8 @@ static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
         sl_session_pool_stats(o, &st);
         out->conns += st.conns;
         out->pinned += st.pinned;
-        out->failures += st.failures;
-        out->dropped_replies += st.dropped_replies;
+        out->failures += st.failures + o->pool_failures_gone;
+        out->dropped_replies += st.dropped_replies + o->pool_dropped_gone;
         out->pin_waiting += st.pin_waiting;
         out->idle_closed += st.idle_closed;
     }
