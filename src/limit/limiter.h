@@ -150,6 +150,13 @@ void sl_limiter_sweep(struct sl_limiter *lim);
 void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m);
 void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out);
 
+/* What a request named <cmd> (<n> bytes: a RESP command name, any case;
+ * with <http>, an HTTP method, exact) costs limit <limit> of <lim>: for
+ * the decision log, which names the cost of the deciding limit. 0 when no
+ * request limit has that name. (match.c) */
+uint64_t sl_limiter_cost(const struct sl_limiter *lim, const char *limit, const char *cmd,
+                         size_t n, int http);
+
 /* Formats the RESP rejection line for <v> into <out> (NUL-terminated);
  * returns its length. */
 size_t sl_verdict_resp(const struct sl_verdict *v, char *out, size_t cap);
