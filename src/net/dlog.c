@@ -22,6 +22,8 @@ static int cur_format;       /* log_format of the last line */
 static uv_timer_t timer;     /* writes the count once a window with lines left out ends */
 static uint8_t timer_open, timer_armed;
 
+static void on_timer(uv_timer_t *t);
+
 int sl_dlog_rate_take(struct sl_dlog_rate *r, uint64_t now_us, uint64_t max, int outcome,
                       uint64_t by[SL_DLOG_N_OUTCOMES])
 {
@@ -131,10 +133,24 @@ void sl_dlog_flush(int all)
     write_left_out(by);
 }
 
+static void arm(uint64_t now)
+{
+    uint64_t end = rate.window_us + WINDOW_US;
+    uint64_t left_ms = end > now ? (end - now + 999) / 1000 : 0;
+    timer_armed = 1;
+    uv_timer_start(&timer, on_timer, left_ms + 1, 0);
+}
+
 static void on_timer(uv_timer_t *t)
 {
     (void)t;
     timer_armed = 0;
+    uint64_t now = sl_log_clock();
+    if (now - rate.window_us < WINDOW_US) {
+        /* the loop's clock runs behind this one: not over yet */
+        arm(now);
+        return;
+    }
     sl_dlog_flush(0);
 }
 
@@ -155,13 +171,9 @@ void sl_dlog_write(uv_loop_t *loop, const struct sl_conf *c, const struct sl_dlo
     int ok = sl_dlog_rate_take(&rate, now, c->decision_log_rate, e->outcome, by);
     write_left_out(by);
     if (!ok) {
-        if (!timer_armed && timer_open) {
-            /* the count is written when this window ends, should no
-             * decision come then to carry it */
-            uint64_t left_ms = (rate.window_us + WINDOW_US - now) / 1000 + 1;
-            timer_armed = 1;
-            uv_timer_start(&timer, on_timer, left_ms, 0);
-        }
+        if (!timer_armed && timer_open)
+            arm(now); /* the count is written when this window ends, should no
+                         decision come then to carry it */
         return;
     }
     char ts[64], line[LINE_CAP];
