@@ -52,6 +52,12 @@ struct sl_verdict {
     uint8_t     approx;                 /* r and t are what this instance knows, not the store's
                                            word on this request (a lease, a remembered refusal,
                                            the store away) */
+    /* A shadow limit that would have rejected the request (the decision
+     * log's shadow_rejected line; the verdict itself is not changed):
+     * the first such limit, "" when none. */
+    char        shadow[64];
+    uint64_t    shadow_retry_us;        /* the wait it would have told (UINT64_MAX: never) */
+    uint8_t     shadow_global;          /* it counts everyone as one identity ("*") */
 };
 
 /* What the limits of one metric on one listener ask of a byte meter. */

@@ -223,7 +223,10 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
     int outcome = v->kind == SL_VERDICT_REJECT ? SL_DLOG_REJECTED
                   : v->delay_us > 0            ? SL_DLOG_DELAYED
                                                : SL_DLOG_ALLOWED;
-    if (!sl_dlog_wants(srv->conf, outcome) || (outcome == SL_DLOG_ALLOWED && v->policy[0] == '\0'))
+    int main_line = sl_dlog_wants(srv->conf, outcome) &&
+                    !(outcome == SL_DLOG_ALLOWED && v->policy[0] == '\0');
+    int shadow_line = v->shadow[0] != '\0' && sl_dlog_wants(srv->conf, SL_DLOG_SHADOW);
+    if (!main_line && !shadow_line)
         return;
     struct note local, *n = (struct note *)e->note;
     if (n == NULL) {
@@ -251,6 +254,19 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
         d.wait_ms = v->never ? SL_DLOG_NEVER : (v->retry_after_us + 999) / 1000;
     else
         d.wait_ms = (v->delay_us + 999) / 1000;
+    if (main_line)
+        sl_dlog_write(srv->loop, srv->conf, &d);
+    if (!shadow_line)
+        return;
+    /* what the shadow limit would have done: the request went on */
+    d.limit = v->shadow;
+    d.identity = v->shadow_global ? "*" : n->identity[0] ? n->identity : "-";
+    d.outcome = SL_DLOG_SHADOW;
+    d.store_down = 0;
+    d.cost = n->label_len > 0 ? sl_limiter_cost(srv->limiter, d.limit, n->label,
+                                                n->http ? n->method_len : n->label_len, n->http)
+                              : 0;
+    d.wait_ms = v->shadow_retry_us == UINT64_MAX ? SL_DLOG_NEVER : (v->shadow_retry_us + 999) / 1000;
     sl_dlog_write(srv->loop, srv->conf, &d);
 }
 

@@ -216,6 +216,35 @@ static void test_all_and_off(void **state)
     th_stop(&up);
 }
 
+/* A shadow limit's would-be rejections: a line each, the request served. */
+static void test_shadow_line(void **state)
+{
+    (void)state;
+    struct th_proc up, sl;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidentity = client_ip\n"
+             "[limit watch]\nlistener = r\nrate = 1/d\nburst = 1\naction = shadow\n",
+             admin, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    for (int i = 0; i < 3; i++) {
+        redisReply *r = redisCommand(c, "GET k");
+        assert_int_equal(r->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+    }
+    assert_int_equal(wait_lines(sl.log, "outcome=shadow_rejected", 2, TH_MS), 0);
+    assert_non_null(line_with(sl.log, "msg=decision listener=r limit=watch identity=ip:127.0.0.1 "
+                                      "request=GET cost=1 outcome=shadow_rejected retry_ms="));
+    redisFree(c);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+}
+
 /* The rate bound: 1000 rejections with decision_log_rate = 10 give at most
  * 10 lines per second they span, and counts that make up the rest exactly. */
 static void test_rate_bound(void **state)
@@ -437,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_resp_rejection_line),
         cmocka_unit_test(test_http_429_line),
         cmocka_unit_test(test_all_and_off),
+        cmocka_unit_test(test_shadow_line),
         cmocka_unit_test(test_rate_bound),
         cmocka_unit_test(test_connection_limit_line),
         cmocka_unit_test(test_access_log_formats_and_reopen),
