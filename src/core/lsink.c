@@ -157,7 +157,7 @@ static void schedule(struct sl_lsink *k)
 {
     if (k->busy || k->len == 0)
         return;
-    if (k->len >= SL_LSINK_CAP / 2 || k->closing) {
+    if (k->len >= SL_LSINK_EAGER || k->closing) {
         start_job(k);
         return;
     }

@@ -9,7 +9,9 @@
  * are written by a job in libuv's threadpool (one job in flight per sink at
  * most), so a slow disk or a full pipe (stderr read by a stalled journald)
  * stalls that thread, never the loop. Memory is bounded: a buffer being
- * filled and one being written, SL_LSINK_CAP bytes each. A line that does
+ * filled and one being written, SL_LSINK_CAP bytes each (a job starts at
+ * once when SL_LSINK_EAGER bytes wait, so a busy log keeps its writer
+ * busy and the other half free). A line that does
  * not fit is dropped and counted (sl_lsink_dropped(), the metric
  * sluice_log_dropped_total), and the next line that fits is preceded in
  * the main log by a warning with the count: never silently lost.
@@ -30,7 +32,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define SL_LSINK_CAP   (256 * 1024) /* bytes buffered per half */
+#define SL_LSINK_CAP   (1024 * 1024) /* bytes buffered per half */
+#define SL_LSINK_EAGER (64 * 1024)   /* a job starts at once past this much */
 #define SL_LSINK_DELAY 50           /* ms a line waits at most before its write starts */
 
 struct sl_lsink;

@@ -191,18 +191,29 @@ static size_t put_s(char *out, size_t o, size_t cap, const char *s)
     return o + n;
 }
 
+/* The second <sec> in both formats, formatted once per second. */
+static const char *when(time_t sec, int json)
+{
+    static time_t at = -1;
+    static char iso[32], clf[40];
+    if (sec != at) {
+        struct tm tm;
+        gmtime_r(&sec, &tm);
+        strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%S", &tm);
+        strftime(clf, sizeof(clf), "%d/%b/%Y:%H:%M:%S +0000", &tm);
+        at = sec;
+    }
+    return json ? iso : clf;
+}
+
 size_t sl_alog_format(char *out, size_t cap, int format, const struct sl_alog_rec *r,
                       int status, uint64_t bytes, uint64_t dur_us)
 {
     char b[128];
-    struct tm tm;
-    time_t sec = r->wall.tv_sec;
-    gmtime_r(&sec, &tm);
     size_t o = 0;
     cap -= 2; /* the '\n' and the NUL */
     if (format == SL_ALOG_JSON) {
-        strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(b + strlen(b), sizeof(b) - strlen(b), ".%03dZ", (int)(r->wall.tv_usec / 1000));
+        snprintf(b, sizeof(b), "%s.%03dZ", when(r->wall.tv_sec, 1), (int)(r->wall.tv_usec / 1000));
         o = put_s(out, o, cap, "{\"time\":");
         o = put_j(out, o, cap, b);
         o = put_s(out, o, cap, ",\"client_ip\":");
@@ -227,8 +238,9 @@ size_t sl_alog_format(char *out, size_t cap, int format, const struct sl_alog_re
     } else {
         /* %h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" */
         o = put_s(out, o, cap, r->ip);
-        strftime(b, sizeof(b), " - - [%d/%b/%Y:%H:%M:%S +0000] \"", &tm);
-        o = put_s(out, o, cap, b);
+        o = put_s(out, o, cap, " - - [");
+        o = put_s(out, o, cap, when(r->wall.tv_sec, 0));
+        o = put_s(out, o, cap, "] \"");
         if (r->method[0]) {
             o = put_c(out, o, cap, r->method, strlen(r->method));
             o = put_s(out, o, cap, " ");
@@ -304,9 +316,13 @@ static const struct sl_http_field *field(const struct sl_http_head *hd, const ch
 
 static struct sl_alog_rec *rec_new(struct sl_session *s)
 {
-    struct sl_alog_rec *r = calloc(1, sizeof(*r));
+    struct sl_alog_rec *r = malloc(sizeof(*r)); /* 2 KiB: not cleared, each field is set */
     if (r == NULL)
         return NULL;
+    r->next = NULL;
+    r->outcome = OUT_NONE;
+    r->sent = 0;
+    r->method[0] = r->path[0] = r->referer[0] = r->agent[0] = r->identity[0] = r->limit[0] = '\0';
     gettimeofday(&r->wall, NULL);
     r->start_us = sl_turn_now_us();
     r->minor = 1;
