@@ -406,15 +406,18 @@ static void unlink_rec(struct sl_alog_sess *a, struct sl_alog_rec *r)
         a->cur = NULL;
 }
 
-static void write_rec(struct sl_alog_sess *a, const struct sl_alog_rec *r, int status,
+static void write_rec(struct sl_session *s, const struct sl_alog_rec *r, int status,
                       uint64_t bytes)
 {
+    /* a reload since the request began: the listener's log as it is now */
+    struct sl_alog_sess *a = state(s);
+    if (a == NULL)
+        return; /* it no longer logs */
     char line[4096];
     uint64_t now = sl_turn_now_us();
     uint64_t dur = now > r->start_us ? now - r->start_us : 0;
     size_t n = sl_alog_format(line, sizeof(line), a->format, r, status, bytes, dur);
-    if (a->sink != NULL && a->gen == gen)
-        (void)sl_lsink_put(a->sink, line, n);
+    (void)sl_lsink_put(a->sink, line, n);
 }
 
 void sl_alog_local(struct sl_session *s, int status, size_t len)
@@ -434,7 +437,7 @@ void sl_alog_local(struct sl_session *s, int status, size_t len)
         free(t);
         r = &one;
     }
-    write_rec(a, r, status, len);
+    write_rec(s, r, status, len);
     if (r != &one)
         free(r);
 }
@@ -460,7 +463,7 @@ void sl_alog_done(struct sl_session *s, int status)
     if (r == NULL)
         return;
     unlink_rec(a, r);
-    write_rec(a, r, status, bytes);
+    write_rec(s, r, status, bytes);
     free(r);
 }
 
@@ -472,7 +475,7 @@ void sl_alog_free(struct sl_session *s)
     while (a->head != NULL) {
         struct sl_alog_rec *r = a->head;
         a->head = r->next;
-        write_rec(a, r, 499, 0);
+        write_rec(s, r, 499, 0);
         free(r);
     }
     free(a);

@@ -345,13 +345,12 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
         sl_session_close(s);
         return -1;
     }
-    deciding = r;
     if (sl_sess_meter_gate(s, kind, span, &v) == SL_METER_REFUSE) {
+        deciding = r;
         sl_sess_verdict(e, &v);
         deciding = NULL;
         return 0;
     }
-    deciding = NULL;
     if (!s->l->limited) {
         e->state = SL_PEND_ALLOW;
         return 0;
