@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/lsink.h"
 #include "net/dlog.h"
+#include "net/turn.h"
 
 #define WINDOW_US 1000000u
 #define LINE_CAP  4096
@@ -125,7 +126,7 @@ static void write_left_out(const uint64_t by[SL_DLOG_N_OUTCOMES])
 void sl_dlog_flush(int all)
 {
     uint64_t by[SL_DLOG_N_OUTCOMES] = { 0 };
-    uint64_t now = sl_log_clock();
+    uint64_t now = sl_turn_now_us();
     if (all || (rate.window_us != 0 && now - rate.window_us >= WINDOW_US)) {
         memcpy(by, rate.left, sizeof(by));
         memset(rate.left, 0, sizeof(rate.left));
@@ -145,7 +146,7 @@ static void on_timer(uv_timer_t *t)
 {
     (void)t;
     timer_armed = 0;
-    uint64_t now = sl_log_clock();
+    uint64_t now = sl_turn_now_us();
     if (now - rate.window_us < WINDOW_US) {
         /* the loop's clock runs behind this one: not over yet */
         arm(now);
@@ -154,31 +155,39 @@ static void on_timer(uv_timer_t *t)
     sl_dlog_flush(0);
 }
 
-void sl_dlog_write(uv_loop_t *loop, const struct sl_conf *c, const struct sl_dlog_entry *e)
+int sl_dlog_take(uv_loop_t *loop, const struct sl_conf *c, int outcome)
 {
     if (sink == NULL) {
         int err;
         sink = sl_lsink_open(loop, NULL, &err);
         if (sink == NULL)
-            return;
+            return 0;
         uv_timer_init(loop, &timer);
         uv_unref((uv_handle_t *)&timer);
         timer_open = 1;
     }
     cur_format = (int)c->log_format;
     uint64_t by[SL_DLOG_N_OUTCOMES];
-    uint64_t now = sl_log_clock();
-    int ok = sl_dlog_rate_take(&rate, now, c->decision_log_rate, e->outcome, by);
+    uint64_t now = sl_turn_now_us();
+    int ok = sl_dlog_rate_take(&rate, now, c->decision_log_rate, outcome, by);
     write_left_out(by);
-    if (!ok) {
-        if (!timer_armed && timer_open)
-            arm(now); /* the count is written when this window ends, should no
-                         decision come then to carry it */
-        return;
-    }
+    if (!ok && !timer_armed && timer_open)
+        arm(now); /* the count is written when this window ends, should no
+                     decision come then to carry it */
+    return ok;
+}
+
+void sl_dlog_put(const struct sl_conf *c, const struct sl_dlog_entry *e)
+{
     char ts[64], line[LINE_CAP];
     timestamp(ts, sizeof(ts));
-    put_line(line, sl_dlog_format(line, sizeof(line), cur_format, ts, e));
+    put_line(line, sl_dlog_format(line, sizeof(line), (int)c->log_format, ts, e));
+}
+
+void sl_dlog_write(uv_loop_t *loop, const struct sl_conf *c, const struct sl_dlog_entry *e)
+{
+    if (sl_dlog_take(loop, c, e->outcome))
+        sl_dlog_put(c, e);
 }
 
 void sl_dlog_close(void)

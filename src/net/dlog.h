@@ -65,6 +65,13 @@ static inline int sl_dlog_wants(const struct sl_conf *c, int outcome)
  * configuration <c>, on <loop> (the sink is made on first use). */
 void sl_dlog_write(uv_loop_t *loop, const struct sl_conf *c, const struct sl_dlog_entry *e);
 
+/* The two halves of sl_dlog_write(), for a caller whose entry costs work
+ * to fill: sl_dlog_take() asks the rate bound for a line of <outcome>
+ * (0: left out and counted, nothing more to do; 1: write it), then
+ * sl_dlog_put() writes the line. */
+int sl_dlog_take(uv_loop_t *loop, const struct sl_conf *c, int outcome);
+void sl_dlog_put(const struct sl_conf *c, const struct sl_dlog_entry *e);
+
 /* Formats the line of <e> into <out> (<cap> bytes) in <format> with
  * timestamp <ts>; returns its length. Pure: for tests. */
 size_t sl_dlog_format(char *out, size_t cap, int format, const char *ts,

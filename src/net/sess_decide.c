@@ -223,9 +223,13 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
     int outcome = v->kind == SL_VERDICT_REJECT ? SL_DLOG_REJECTED
                   : v->delay_us > 0            ? SL_DLOG_DELAYED
                                                : SL_DLOG_ALLOWED;
+    /* the rate bound first: past it a decision costs a counter, not the
+     * work of naming its request */
     int main_line = sl_dlog_wants(srv->conf, outcome) &&
-                    !(outcome == SL_DLOG_ALLOWED && v->policy[0] == '\0');
-    int shadow_line = v->shadow[0] != '\0' && sl_dlog_wants(srv->conf, SL_DLOG_SHADOW);
+                    !(outcome == SL_DLOG_ALLOWED && v->policy[0] == '\0') &&
+                    sl_dlog_take(srv->loop, srv->conf, outcome);
+    int shadow_line = v->shadow[0] != '\0' && sl_dlog_wants(srv->conf, SL_DLOG_SHADOW) &&
+                      sl_dlog_take(srv->loop, srv->conf, SL_DLOG_SHADOW);
     if (!main_line && !shadow_line)
         return;
     struct note local, *n = (struct note *)e->note;
@@ -255,7 +259,7 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
     else
         d.wait_ms = (v->delay_us + 999) / 1000;
     if (main_line)
-        sl_dlog_write(srv->loop, srv->conf, &d);
+        sl_dlog_put(srv->conf, &d);
     if (!shadow_line)
         return;
     /* what the shadow limit would have done: the request went on */
@@ -267,7 +271,7 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
                                                 n->http ? n->method_len : n->label_len, n->http)
                               : 0;
     d.wait_ms = v->shadow_retry_us == UINT64_MAX ? SL_DLOG_NEVER : (v->shadow_retry_us + 999) / 1000;
-    sl_dlog_write(srv->loop, srv->conf, &d);
+    sl_dlog_put(srv->conf, &d);
 }
 
 /* A verdict for request <r> is to come later: keep what its line needs. */
