@@ -460,6 +460,56 @@ static void test_access_log_pipelined(void **state)
     th_stop(&py);
 }
 
+/* A reload that moves the access log: the next line is in the new file,
+ * the old one keeps what it had; a file that cannot be opened fails the
+ * reload and the old log goes on. */
+static void test_access_log_reload(void **state)
+{
+    (void)state;
+    struct th_proc py, sl;
+    assert_int_equal(th_pyup_start(&py), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char a[128], b[128];
+    snprintf(a, sizeof(a), "/tmp/sluice-access-a-%d.log", (int)getpid());
+    snprintf(b, sizeof(b), "/tmp/sluice-access-b-%d.log", (int)getpid());
+    unlink(a);
+    unlink(b);
+    th_track_file(a);
+    th_track_file(b);
+    const char *fmt = "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+                      "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+                      "protocol = http\naccess_log = %s\n";
+    char ini[1024];
+    snprintf(ini, sizeof(ini), fmt, admin, port, py.port, a);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    const char *req = "GET /fixed?size=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_int_equal(http_once(port, req), 200);
+    assert_int_equal(wait_lines(a, "GET /fixed", 1, TH_MS), 0);
+    /* a file in a directory that does not exist: the reload fails */
+    snprintf(ini, sizeof(ini), fmt, admin, port, py.port, "/nonexistent-dir/x.log");
+    FILE *f = fopen(sl.conf, "w");
+    assert_non_null(f);
+    fputs(ini, f);
+    fclose(f);
+    assert_int_equal(kill(sl.pid, SIGHUP), 0);
+    assert_int_equal(wait_lines(sl.log, "reload failed", 1, TH_MS), 0);
+    assert_int_equal(http_once(port, req), 200);
+    assert_int_equal(wait_lines(a, "GET /fixed", 2, TH_MS), 0);
+    /* now to b */
+    snprintf(ini, sizeof(ini), fmt, admin, port, py.port, b);
+    f = fopen(sl.conf, "w");
+    assert_non_null(f);
+    fputs(ini, f);
+    fclose(f);
+    assert_int_equal(kill(sl.pid, SIGHUP), 0);
+    assert_int_equal(wait_lines(sl.log, "msg=reloaded", 1, TH_MS), 0);
+    assert_int_equal(http_once(port, req), 200);
+    assert_int_equal(wait_lines(b, "GET /fixed", 1, TH_MS), 0);
+    assert_int_equal(count_lines(a, "GET /fixed"), 2);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&py);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_connection_limit_line),
         cmocka_unit_test(test_access_log_formats_and_reopen),
         cmocka_unit_test(test_access_log_pipelined),
+        cmocka_unit_test(test_access_log_reload),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
