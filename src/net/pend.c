@@ -48,9 +48,11 @@ void sl_pend_pop(struct sl_pend_ring *r, struct sl_pend *out)
         return;
     *out = r->e[r->head];
     r->e[r->head].text = NULL;
-    free(r->e[r->head].note); /* a verdict is in: its line was written */
-    r->e[r->head].note = NULL;
-    out->note = NULL;
+    if (out->note != NULL) { /* a verdict is in: its line was written */
+        free(out->note);
+        r->e[r->head].note = NULL;
+        out->note = NULL;
+    }
     r->head = (r->head + 1) % SL_PEND_MAX;
     r->n--;
 }

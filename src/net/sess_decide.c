@@ -295,8 +295,10 @@ void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
         decision_line(e, v);
     if (e->s->alog != NULL)
         sl_alog_verdict(e->s, v);
-    free(e->note);
-    e->note = NULL;
+    if (e->note != NULL) {
+        free(e->note);
+        e->note = NULL;
+    }
     char line[2048];
     size_t n = e->s->proto->verdict_text(e->s, v, line, sizeof(line));
     free(e->text);
