@@ -25,8 +25,11 @@
 #include "conf/resolve.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/lsink.h"
 #include "core/notify.h"
 #include "limit/limiter.h"
+#include "net/alog.h"
+#include "net/dlog.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/workers.h"
@@ -155,11 +158,19 @@ static void on_signal(uv_signal_t *h, int signum)
             sl_notify_ready(); /* the old configuration serves on */
             return;
         }
+        if (sl_alog_apply(srv->loop, c) < 0) {
+            (void)apply_log(srv->conf);
+            sl_conf_free(c);
+            sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready();
+            return;
+        }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
             sl_reloads_count(0);
             (void)apply_log(srv->conf); /* back to the running configuration's log */
+            (void)sl_alog_apply(srv->loop, srv->conf);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
@@ -185,6 +196,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     case SIGUSR1:
         (void)sl_log_reopen();
+        sl_lsink_reopen_all(); /* the access logs */
         return;
     }
 }
@@ -285,6 +297,10 @@ int main(int argc, char **argv)
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
     srv.worker = worker_count > 0;
+    if (sl_alog_apply(loop, conf) < 0) {
+        sl_conf_free(conf);
+        return 1;
+    }
 
     /* Signals are ours before the first listener accepts: a SIGTERM sent as
      * soon as the port answers drains instead of killing the process. One
@@ -322,11 +338,14 @@ int main(int argc, char **argv)
 
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&sigs[i], NULL);
+    sl_dlog_close(); /* their last lines go out in the run below */
+    sl_alog_close_all();
     sl_notify_close();
     sl_worker_detach();
     uv_run(loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(loop);
     int rc = srv.exit_code;
+    sl_lsink_flush_all_sync();
     sl_log_rate_flush(1); /* the counts of storms not written yet */
     sl_log_info("stopped", "%s", "");
     sl_conf_free(srv.conf);

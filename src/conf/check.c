@@ -25,7 +25,7 @@
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
     "max_headers", "max_header_size", "upgrades", "upstream_keepalive",
-    "upstream_keepalive_timeout" };
+    "upstream_keepalive_timeout", "access_log", "access_log_format" };
 /* ... and those only a resp listener takes. */
 static const char *const resp_only_keys[] = { "setup_commands", "upstream_pool",
     "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer",

@@ -13,6 +13,7 @@
 #include "conf/units.h"
 
 static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades, set_pool;
+static kw_setter set_access_log;
 
 static const struct keyword listener_kw[] = {
     ADDR("listen", struct sl_listener_conf, listen),
@@ -50,6 +51,8 @@ static const struct keyword listener_kw[] = {
     NUM("upstream_keepalive", KW_U64, struct sl_listener_conf, upstream_keepalive, 0, 1u << 16),
     NUM("upstream_keepalive_timeout", KW_DURATION, struct sl_listener_conf,
         upstream_keepalive_timeout_us, 1000, DAY_US),
+    FUNC("access_log", set_access_log, 0),
+    ENUM("access_log_format", struct sl_listener_conf, access_log_format, sl_conf_alog_fmt_names),
     /* TLS (checked together in conf/tls.c) */
     TLSPATH("tls_cert", struct sl_listener_conf, tls_cert),
     TLSPATH("tls_key", struct sl_listener_conf, tls_key),
@@ -184,6 +187,27 @@ static void set_separator(struct loader *ld, struct section *sec, const struct k
         return;
     }
     memcpy(l->key_prefix_separator, value, n + 1);
+}
+
+/* access_log = off | FILE: a relative FILE is taken from the directory of
+ * the configuration file, as log_file. The file is opened when the
+ * configuration is applied (start, reload), not by -t. */
+static void set_access_log(struct loader *ld, struct section *sec, const struct keyword *kw,
+                           const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    (void)kw;
+    free(l->access_log);
+    l->access_log = NULL;
+    if (value[0] == '\0' || strcmp(value, "off") == 0)
+        return;
+    char *path = sl_cf_abs_path(ld, value);
+    if (path == NULL) {
+        ld->oom = 1;
+        return;
+    }
+    l->access_log = sl_cf_strdup(ld, path);
+    free(path);
 }
 
 /* upstream_pool = off | N: N pipelined upstream connections per worker and

@@ -84,6 +84,8 @@ void sl_lim_decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
         if (L->action == SL_ACTION_SHADOW) {
             int would = sl_lim_local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
             sl_lim_shadow_outcome(L, q->identity, would, res.retry_after_us);
+            if (!would)
+                sl_lim_shadow_note(v, L, res.retry_after_us);
             continue;
         }
         if (q->remote[k])

@@ -97,6 +97,17 @@ void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, u
            L->scope == SL_SCOPE_GLOBAL ? "*" : identity, retry, more);
 }
 
+void sl_lim_shadow_note(struct sl_verdict *v, const struct limit *L, uint64_t retry_us)
+{
+    if (v->shadow[0] != '\0')
+        return;
+    size_t n = strnlen(L->name, sizeof(v->shadow) - 1);
+    memcpy(v->shadow, L->name, n);
+    v->shadow[n] = '\0';
+    v->shadow_retry_us = retry_us;
+    v->shadow_global = L->scope == SL_SCOPE_GLOBAL;
+}
+
 void sl_lim_shadow_log_flush(struct limit *L, int all)
 {
     uint64_t n = sl_log_rate_due(&L->shadow_log, sl_log_clock(), all);

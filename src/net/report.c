@@ -6,6 +6,7 @@
 
 #include "admin/admin.h"
 #include "admin/process.h"
+#include "core/lsink.h"
 #include "core/buf.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
@@ -225,6 +226,10 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
         const char *labels[] = { "listener", l->name, NULL };
         sl_metrics_u64(m, "sluice_connections_max", labels, l->conf->max_connections);
     }
+    sl_metrics_family(m, "sluice_log_dropped_total", "counter",
+                      "Decision and access log lines dropped: the writer could not keep up "
+                      "(its buffer was full) or the write failed.");
+    sl_metrics_u64(m, "sluice_log_dropped_total", NULL, sl_lsink_dropped());
     sl_metrics_family(m, "sluice_buffer_chunks", "gauge", "64 KiB data chunks in use.");
     sl_metrics_u64(m, "sluice_buffer_chunks", NULL, sl_buf_in_use());
     if (srv->limiter)
