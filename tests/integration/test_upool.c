@@ -750,30 +750,49 @@ static void test_turn_order(void **state)
     struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
     struct towner o[3], c;
     struct sl_upool_conn *pc[3];
-    towner_init(&c);
     for (int i = 0; i < 3; i++) {
         towner_init(&o[i]);
         int err = 0;
         pc[i] = sl_upool_pin(k, &o[i].o, 0, &err);
         assert_non_null(pc[i]);
-        submit(k, &o[i], 2, "DEL", "ord:t");
-        assert_true(run_for_one(&loop, &o[i], 1));
     }
+    /* The engine's part is the order of its writes; the order Redis then
+     * reads three sockets in is the kernel's (epoll's ready list), which a
+     * loaded machine can perturb now and then. So: several rounds, most of
+     * them in order. Written last-first (the old stack), every round of a
+     * quiet machine comes out reversed. */
     static const char *const val[3] = { "a", "b", "c" };
-    for (int i = 0; i < 3; i++)
-        submit(k, &o[i], 3, "RPUSH", "ord:t", val[i]);
-    for (int i = 0; i < 3; i++)
-        assert_true(run_for_one(&loop, &o[i], 2));
-    submit(k, &c, 4, "LRANGE", "ord:t", "0", "-1");
-    assert_true(run_for_one(&loop, &c, 1));
     static const char want[] = "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
-    if (c.len != sizeof(want) - 1 || memcmp(c.got, want, c.len) != 0)
-        fail_msg("LRANGE: '%.*s'", (int)c.len, c.got);
+    enum { ROUNDS = 7 };
+    int in_order = 0;
+    towner_init(&c);
+    for (int r = 0; r < ROUNDS; r++) {
+        c.len = 0;
+        c.replies = 0;
+        for (int i = 0; i < 3; i++) {
+            o[i].len = 0;
+            o[i].replies = 0;
+        }
+        submit(k, &o[0], 2, "DEL", "ord:t");
+        assert_true(run_for_one(&loop, &o[0], 1));
+        for (int i = 0; i < 3; i++)
+            submit(k, &o[i], 3, "RPUSH", "ord:t", val[i]);
+        for (int i = 0; i < 3; i++)
+            assert_true(run_for_one(&loop, &o[i], i == 0 ? 2 : 1));
+        submit(k, &c, 4, "LRANGE", "ord:t", "0", "-1");
+        assert_true(run_for_one(&loop, &c, 1));
+        if (c.len == sizeof(want) - 1 && memcmp(c.got, want, c.len) == 0)
+            in_order++;
+        else
+            print_message("round %d: LRANGE '%.*s'\n", r, (int)c.len, c.got);
+    }
+    towner_free(&c);
+    if (in_order * 2 <= ROUNDS)
+        fail_msg("%d of %d rounds reached Redis in the order submitted", in_order, ROUNDS);
     for (int i = 0; i < 3; i++) {
         sl_upool_unpin(pc[i], 0, 0);
         towner_free(&o[i]);
     }
-    towner_free(&c);
     sl_upool_key_put(k);
     pool_done(&loop, p);
 }
