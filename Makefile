@@ -152,10 +152,12 @@ fuzz: deps
 # (tests/integration/test_diff_resp.c).
 DIFF_POOLED ?= 8
 DIFF_BIN := $(BUILD)/tests/fuzz/diff_resp
-$(DIFF_BIN): tests/fuzz/diff_resp.c tests/fuzz/diff_resp_pool.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
+# diff_resp.c includes the others (diff_resp_*.c): one translation unit, built from it alone.
+DIFF_SRC := $(sort $(wildcard tests/fuzz/diff_resp*.c))
+$(DIFF_BIN): tests/fuzz/diff_resp.c $(DIFF_SRC) $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS)
-$(BUILD)/tests/integration/test_diff_resp: tests/fuzz/diff_resp.c tests/fuzz/diff_resp_pool.c
+$(BUILD)/tests/integration/test_diff_resp: $(DIFF_SRC)
 
 fuzz-diff: deps
 	@$(MAKE) --no-print-directory BUILD=build/san OPT='-O1 -g -fno-omit-frame-pointer' \

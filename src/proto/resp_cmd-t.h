@@ -120,10 +120,21 @@ struct sl_rcmd_info {
     char     user[SL_POOL_USER_MAX + 1];
 };
 
+#define SL_PIN_NBITS 18 /* bits of enum sl_pin */
+
 /* A client's pins: which state its upstream connection holds for it. */
 struct sl_rcmd_pin {
     uint32_t why;   /* enum sl_pin bits in force (SL_PIN_ONCE ones: see <once>) */
     uint32_t once;  /* requests written whose answer ends a SL_PIN_ONCE bit */
+    /* Pipelined requests share bits: a bit stays while a request that
+     * wants it still awaits its answer, whatever an earlier one answered.
+     * Requests are numbered as they are written (<seq>, the token of
+     * sl_rcmd_pin_sent); per bit, the last one that wants it, and the one
+     * whose answer decides whether it stays (0: a request that wants it
+     * succeeded, so only an end takes it). */
+    uint32_t seq;
+    uint32_t last[SL_PIN_NBITS];
+    uint32_t since[SL_PIN_NBITS];
 };
 
 #endif

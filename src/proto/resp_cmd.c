@@ -466,25 +466,57 @@ uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i)
 {
     /* CLIENT REPLY SKIP and ASKING cover the one request after them: it has
      * now been written where they were. */
+    uint32_t unseen = p->why & (SL_PIN_REPLY | SL_PIN_NEXT);
     p->why &= ~(uint32_t)SL_PIN_NEXT;
     uint32_t want = i->cls == SL_RCMD_PIN ? i->pin : 0;
     if (want & SL_PIN_ONCE)
         p->once++;
-    uint32_t added = want & ~p->why;
+    uint32_t token = ++p->seq;
+    if (token == 0)
+        token = p->seq = 1; /* 0 is <since>'s "held" */
+    for (unsigned b = 0; b < SL_PIN_NBITS; b++) {
+        if (!(want & (1u << b)))
+            continue;
+        p->last[b] = token;
+        if (unseen && ((1u << b) & SL_PIN_UNDO))
+            p->since[b] = 0; /* its reply is skipped: taken as a success */
+        else if (!(p->why & (1u << b)))
+            p->since[b] = token;
+    }
     p->why |= want;
-    return added;
+    return token;
 }
 
-void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t added, int ok)
+void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t token, int ok)
 {
     uint32_t want = i->cls == SL_RCMD_PIN ? i->pin : 0;
     if ((want & SL_PIN_ONCE) && p->once > 0 && --p->once == 0)
         p->why &= ~(uint32_t)SL_PIN_ONCE;
-    /* a refused request set no state: what only it pinned for is gone */
-    if (!ok)
-        p->why &= ~(added & (uint32_t)SL_PIN_UNDO);
-    if (ok || i->ends_any)
-        p->why &= ~(i->ends & ~(uint32_t)SL_PIN_ONCE);
+    for (unsigned b = 0; b < SL_PIN_NBITS; b++) {
+        uint32_t bit = 1u << b;
+        /* a request written since wants it (0: none ever did, say a bit the
+         * caller set itself) */
+        int later = p->last[b] != 0 && (int32_t)(p->last[b] - token) > 0;
+        if ((want & bit & SL_PIN_UNDO) && ok) {
+            p->since[b] = 0; /* its state is on the connection: only an end takes it */
+        } else if ((want & bit & SL_PIN_UNDO) && p->since[b] == token) {
+            /* a refused request set no state: what it alone pinned for is
+             * gone; with requests written since, the last one's answer
+             * decides (any of those in between that succeeds marks it held) */
+            if (later)
+                p->since[b] = p->last[b];
+            else
+                p->why &= ~bit;
+        }
+        /* an end ends the state of the requests written before it; those
+         * written since decide, as above */
+        if ((ok || i->ends_any) && (i->ends & bit & ~(uint32_t)SL_PIN_ONCE)) {
+            if (later)
+                p->since[b] = p->last[b];
+            else
+                p->why &= ~bit;
+        }
+    }
 }
 
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n)

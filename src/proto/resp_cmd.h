@@ -43,15 +43,19 @@ int sl_rcmd_pinned(const struct sl_rcmd_pin *p);
 int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p);
 
 /* Request <i> was written upstream (after its route was chosen): applies
- * the pins it starts; returns the bits it added (the caller keeps them with
- * the request for sl_rcmd_pin_done()). */
+ * the pins it starts; returns its token (the caller keeps it with the
+ * request for sl_rcmd_pin_done()). */
 uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
 
 /* The answer to request <i> came (all of it: an unsubscribe's last
- * confirmation); <ok>: it was not an error reply. <added>: what
- * sl_rcmd_pin_sent() returned for it. A request whose reply Redis skips
- * (CLIENT REPLY OFF|SKIP) gets no call: its pins end by their own rules. */
-void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t added, int ok);
+ * confirmation); <ok>: it was not an error reply. <token>: what
+ * sl_rcmd_pin_sent() returned for it. Answers come in the order the
+ * requests were written. A request whose reply Redis skips (CLIENT REPLY
+ * OFF|SKIP) gets no call: its pins end by their own rules. A bit that a
+ * request written after <i> wants is left to that request's answer: an
+ * error to the first of two pipelined WATCHes, or a CLIENT TRACKING OFF
+ * answered while an ON written after it waits, does not unpin. */
+void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t token, int ok);
 
 /* An (un)subscribe confirmation counted <n> subscriptions left. */
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n);

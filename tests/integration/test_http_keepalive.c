@@ -129,6 +129,16 @@ static void up_close_idle(int fd)
 
 #define UP_OK "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
+/* The next connection sluice makes from <lfd>, with the head of the
+ * request it carries read into <head>. */
+static int up_take(int lfd, char *head, size_t cap)
+{
+    int u = up_accept(lfd, TH_MS);
+    assert_true(u >= 0);
+    assert_int_equal(up_head(u, head, cap), 0);
+    return u;
+}
+
 /* ---- clients ---------------------------------------------------------------- */
 
 /* One client connection to <port>: a GET for <target> with "Connection:
@@ -161,6 +171,26 @@ static void client_done(int fd, const char *body)
     assert_string_equal(b + 4, body);
     /* the client asked to close: the answer says so, though the upstream's did not */
     assert_non_null(strstr(buf, "\r\nConnection: close\r\n"));
+}
+
+/* Upstream connection <u> answers 200 "ok" to the request of client <c>,
+ * which gets it whole. */
+static void up_answer(int u, int c)
+{
+    TH_SEND(u, UP_OK);
+    client_done(c, "ok");
+}
+
+/* A client's GET of <target> on <port>, answered 200 "ok" on a new
+ * upstream connection from <lfd>; returns that connection, which sluice
+ * now keeps. */
+static int up_kept(int port, const char *target, int lfd)
+{
+    char head[4096];
+    int c = client_send(port, target);
+    int u = up_take(lfd, head, sizeof head);
+    up_answer(u, c);
+    return u;
 }
 
 static double metric(const char *name, const char *listener)
@@ -284,18 +314,14 @@ static void test_request_on_kept_connection(void **state)
     (void)state;
     char head[4096];
     int c = client_send(man_port, "/a");
-    int u = up_accept(man_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
+    int u = up_take(man_lfd, head, sizeof head);
     assert_null(strcasestr(head, "close"));
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    up_answer(u, c);
 
     c = client_send(man_port, "/b");
     assert_int_equal(up_head(u, head, sizeof head), 0); /* on the kept one */
     assert_non_null(strstr(head, "GET /b "));
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    up_answer(u, c);
     /* the upstream closes it (for the next test): sluice drops it at hand-out */
     up_close_idle(u);
 }
@@ -307,21 +333,13 @@ static void test_closed_by_upstream_not_reused(void **state)
 {
     (void)state;
     char head[4096];
-    int c = client_send(man_port, "/c");
-    int u = up_accept(man_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    int u = up_kept(man_port, "/c", man_lfd);
     up_close_idle(u);
 
-    c = client_send(man_port, "/d");
-    int u2 = up_accept(man_lfd, TH_MS);
-    assert_true(u2 >= 0);
-    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    int c = client_send(man_port, "/d");
+    int u2 = up_take(man_lfd, head, sizeof head);
     assert_non_null(strstr(head, "GET /d "));
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    up_answer(u2, c);
     up_close_idle(u2);
 }
 
@@ -332,20 +350,15 @@ static void test_upstream_close_answer_not_kept(void **state)
     (void)state;
     char head[4096];
     int c = client_send(man_port, "/e");
-    int u = up_accept(man_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
+    int u = up_take(man_lfd, head, sizeof head);
     TH_SEND(u, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     client_done(c, "ok");
     assert_int_equal(up_eof(u, TH_MS), 0);
     close(u);
 
     c = client_send(man_port, "/f");
-    int u2 = up_accept(man_lfd, TH_MS);
-    assert_true(u2 >= 0);
-    assert_int_equal(up_head(u2, head, sizeof head), 0);
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    int u2 = up_take(man_lfd, head, sizeof head);
+    up_answer(u2, c);
     up_close_idle(u2);
 }
 
@@ -356,9 +369,7 @@ static void test_idle_timeout_closes(void **state)
     (void)state;
     char head[4096];
     int c = client_send(tmo_port, "/g");
-    int u = up_accept(tmo_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
+    int u = up_take(tmo_lfd, head, sizeof head);
     TH_SEND(u, UP_OK);
     uint64_t t0 = th_now_ms(); /* it is kept after this */
     client_done(c, "ok");
@@ -389,17 +400,11 @@ static void test_cap_closes_the_rest(void **state)
     (void)state;
     char head[4096];
     int c1 = client_send(cap_port, "/h1");
-    int u1 = up_accept(man_lfd, TH_MS);
-    assert_true(u1 >= 0);
-    assert_int_equal(up_head(u1, head, sizeof head), 0);
+    int u1 = up_take(man_lfd, head, sizeof head);
     int c2 = client_send(cap_port, "/h2"); /* c1 is unanswered: a second connection */
-    int u2 = up_accept(man_lfd, TH_MS);
-    assert_true(u2 >= 0);
-    assert_int_equal(up_head(u2, head, sizeof head), 0);
-    TH_SEND(u1, UP_OK);
-    client_done(c1, "ok");
-    TH_SEND(u2, UP_OK);
-    client_done(c2, "ok");
+    int u2 = up_take(man_lfd, head, sizeof head);
+    up_answer(u1, c1);
+    up_answer(u2, c2);
     /* the oldest kept one (u1) made room for u2 */
     assert_int_equal(up_eof(u1, TH_MS), 0);
     close(u1);
@@ -408,8 +413,7 @@ static void test_cap_closes_the_rest(void **state)
     int c3 = client_send(cap_port, "/h3");
     assert_int_equal(up_head(u2, head, sizeof head), 0);
     assert_non_null(strstr(head, "GET /h3 "));
-    TH_SEND(u2, UP_OK);
-    client_done(c3, "ok");
+    up_answer(u2, c3);
     up_close_idle(u2);
 }
 
@@ -443,22 +447,14 @@ static void test_closed_as_sent(void **state)
 {
     (void)state;
     char head[4096];
-    int c = client_send(man_port, "/j1");
-    int u = up_accept(man_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    int u = up_kept(man_port, "/j1", man_lfd);
 
-    c = client_send(man_port, "/j2");
+    int c = client_send(man_port, "/j2");
     assert_int_equal(up_head(u, head, sizeof head), 0); /* on the kept one */
     close(u);                                            /* ... which the upstream drops */
-    int u2 = up_accept(man_lfd, TH_MS);
-    assert_true(u2 >= 0);
-    assert_int_equal(up_head(u2, head, sizeof head), 0);
+    int u2 = up_take(man_lfd, head, sizeof head);
     assert_non_null(strstr(head, "GET /j2 "));
-    TH_SEND(u2, UP_OK);
-    client_done(c, "ok");
+    up_answer(u2, c);
 
     /* a POST on it now: not sent again */
     c = th_connect(man_port);
@@ -481,13 +477,7 @@ static void test_closed_as_sent(void **state)
 static void test_reload_closes_kept(void **state)
 {
     (void)state;
-    char head[4096];
-    int c = client_send(man_port, "/r");
-    int u = up_accept(man_lfd, TH_MS);
-    assert_true(u >= 0);
-    assert_int_equal(up_head(u, head, sizeof head), 0);
-    TH_SEND(u, UP_OK);
-    client_done(c, "ok");
+    int u = up_kept(man_port, "/r", man_lfd);
     assert_int_equal(kill(sluice_p.pid, SIGHUP), 0);
     assert_int_equal(up_eof(u, TH_MS), 0);
     close(u);

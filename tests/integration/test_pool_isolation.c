@@ -60,6 +60,14 @@ static redisContext *conn(int port)
 /* A direct connection to the upstream (what Redis itself holds). */
 static redisContext *direct(void) { return conn(redis_p.port); }
 
+/* The same in a test, which fails without it. */
+static redisContext *upstream(void)
+{
+    redisContext *d = direct();
+    assert_non_null(d);
+    return d;
+}
+
 /* Runs <fmt> and checks the reply is the status/string <want> (NULL: any
  * non-error). Returns 0, or -1 with the reason in <err>. */
 static int expect_str(redisContext *c, char *err, size_t cap, const char *want, const char *fmt, ...)
@@ -116,10 +124,11 @@ static long long expect_int(redisContext *c, const char *fmt, ...)
 /* Runs <nthreads> threads of <fn>, each given its index and the port; each
  * fills its own error text (empty: it passed). The test fails on the first. */
 struct worker {
-    pthread_t th;
-    int       idx, port;
-    void     *arg;
-    char      err[512];
+    pthread_t     th;
+    int           idx, port;
+    void         *arg;
+    redisContext *c; /* run_clients: the worker's connection to <port> */
+    char          err[512];
 };
 
 typedef void worker_fn(struct worker *w);
@@ -127,16 +136,24 @@ typedef void worker_fn(struct worker *w);
 struct wrap {
     struct worker *w;
     worker_fn     *fn;
+    int            connect; /* open <c> before, close it after */
 };
 
 static void *thread_main(void *p)
 {
     struct wrap *wr = p;
-    wr->fn(wr->w);
+    struct worker *w = wr->w;
+    if (wr->connect && (w->c = conn(w->port)) == NULL) {
+        snprintf(w->err, sizeof(w->err), "cannot connect");
+        return NULL;
+    }
+    wr->fn(w);
+    if (w->c)
+        redisFree(w->c);
     return NULL;
 }
 
-static void run_workers(int n, int port, worker_fn *fn, void *arg)
+static void run_threads(int n, int port, worker_fn *fn, void *arg, int connect)
 {
     struct worker *w = calloc((size_t)n, sizeof(*w));
     struct wrap *wr = calloc((size_t)n, sizeof(*wr));
@@ -148,6 +165,7 @@ static void run_workers(int n, int port, worker_fn *fn, void *arg)
         w[i].arg = arg;
         wr[i].w = &w[i];
         wr[i].fn = fn;
+        wr[i].connect = connect;
         assert_int_equal(pthread_create(&w[i].th, NULL, thread_main, &wr[i]), 0);
     }
     int bad = 0;
@@ -161,6 +179,25 @@ static void run_workers(int n, int port, worker_fn *fn, void *arg)
     free(w);
     free(wr);
     assert_int_equal(bad, 0);
+}
+
+/* <n> workers on <port>, each opening what it needs. */
+static void run_workers(int n, int port, worker_fn *fn, void *arg)
+{
+    run_threads(n, port, fn, arg, 0);
+}
+
+/* <n> workers on <port>, each given a hiredis connection to it (w->c). */
+static void run_clients(int n, int port, worker_fn *fn, void *arg)
+{
+    run_threads(n, port, fn, arg, 1);
+}
+
+/* NCLIENTS clients of <fn> on the upstream_pool = 1 listener, then on the = 2 one. */
+static void run_both(worker_fn *fn)
+{
+    for (int p = 0; p < 2; p++)
+        run_clients(NCLIENTS, both_ports[p], fn, NULL);
 }
 
 #define FAIL(w, ...)                                          \
@@ -230,9 +267,7 @@ static void w_databases(struct worker *w)
     uint64_t rng = 1000 + (uint64_t)w->idx;
     int db = w->idx % 4;
     char want[32];
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     if (db && expect_str(c, w->err, sizeof(w->err), "OK", "SELECT %d", db) < 0)
         goto fail;
     snprintf(want, sizeof(want), "db%d", db);
@@ -265,22 +300,20 @@ static void w_databases(struct worker *w)
         }
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 static void test_databases(void **state)
 {
     (void)state;
     for (int p = 0; p < 2; p++) {
-        redisContext *d = direct();
-        assert_non_null(d);
+        redisContext *d = upstream();
         char err[256];
         for (int db = 0; db < 4; db++) {
             assert_int_equal(expect_str(d, err, sizeof(err), "OK", "SELECT %d", db), 0);
             assert_int_equal(expect_str(d, err, sizeof(err), "OK", "SET dbmark db%d", db), 0);
         }
-        run_workers(NCLIENTS, both_ports[p], w_databases, NULL);
+        run_clients(NCLIENTS, both_ports[p], w_databases, NULL);
         /* and Redis holds each client's keys in its database only */
         for (int i = 0; i < NCLIENTS; i++)
             for (int db = 0; db < 4; db++) {
@@ -300,9 +333,7 @@ static void test_databases(void **state)
 static void w_users(struct worker *w)
 {
     int reader = w->idx & 1;
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     if (reader && expect_err(c, w->err, sizeof(w->err), "WRONGPASS", "AUTH reader nope") < 0)
         goto fail;
     /* a wrong password left it "default", which may write */
@@ -352,15 +383,13 @@ static void w_users(struct worker *w)
             freeReplyObject(r);
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 static void test_users(void **state)
 {
     (void)state;
-    for (int p = 0; p < 2; p++)
-        run_workers(NCLIENTS, both_ports[p], w_users, NULL);
+    run_both(w_users);
 }
 
 /* ---- transactions --------------------------------------------------------------- */
@@ -371,9 +400,7 @@ static void test_users(void **state)
 static void w_transactions(struct worker *w)
 {
     uint64_t rng = 2000 + (uint64_t)w->idx;
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     for (int round = 0; round < ROUNDS; round++) {
         unsigned what = (unsigned)(rng_next(&rng) % 4), n = 1 + (unsigned)(rng_next(&rng) % 5);
         if (what == 0) { /* plain traffic on the shared connection */
@@ -430,20 +457,18 @@ static void w_transactions(struct worker *w)
             FAIL(w, "LLEN %lld, want %lld (a DISCARD ran or an EXEC was lost)", got, want);
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 static void test_transactions(void **state)
 {
     (void)state;
     for (int p = 0; p < 2; p++) {
-        redisContext *d = direct();
-        assert_non_null(d);
+        redisContext *d = upstream();
         redisReply *r = redisCommand(d, "FLUSHALL");
         freeReplyObject(r);
         redisFree(d);
-        run_workers(NCLIENTS, both_ports[p], w_transactions, NULL);
+        run_clients(NCLIENTS, both_ports[p], w_transactions, NULL);
     }
 }
 
@@ -513,6 +538,37 @@ static void test_watch(void **state)
     }
 }
 
+/* Two WATCHes pipelined, the first refused (an arity error): the second's
+ * watch holds, so the client keeps its connection and a direct write still
+ * makes its EXEC fail. */
+static void test_watch_pipelined(void **state)
+{
+    (void)state;
+    char err[256];
+    for (int p = 0; p < 2; p++) {
+        redisContext *a = conn(both_ports[p]), *d = upstream();
+        assert_non_null(a);
+        redisReply *r;
+        redisAppendCommand(a, "WATCH");
+        redisAppendCommand(a, "WATCH wp:key");
+        assert_int_equal(redisGetReply(a, (void **)&r), REDIS_OK);
+        assert_int_equal(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+        assert_int_equal(redisGetReply(a, (void **)&r), REDIS_OK);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        assert_int_equal(expect_str(d, err, sizeof(err), "OK", "SET wp:key direct"), 0);
+        assert_int_equal(expect_str(a, err, sizeof(err), "OK", "MULTI"), 0);
+        assert_int_equal(expect_str(a, err, sizeof(err), "QUEUED", "SET wp:key a"), 0);
+        r = redisCommand(a, "EXEC");
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+        redisFree(a);
+        redisFree(d);
+    }
+}
+
 /* ---- replies --------------------------------------------------------------------- */
 
 /* Pipelines of 100, interleaved: every GET of a client's own unique key
@@ -520,9 +576,7 @@ static void test_watch(void **state)
 static void w_replies(struct worker *w)
 {
     uint64_t rng = 3000 + (uint64_t)w->idx;
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     if (expect_str(c, w->err, sizeof(w->err), "OK", "SET own:%d:%d mine-%d", w->port, w->idx, w->idx) < 0)
         goto fail;
     char mine[64];
@@ -554,15 +608,13 @@ static void w_replies(struct worker *w)
         }
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 static void test_replies(void **state)
 {
     (void)state;
-    for (int p = 0; p < 2; p++)
-        run_workers(NCLIENTS, both_ports[p], w_replies, NULL);
+    run_both(w_replies);
 }
 
 /* ---- client names ---------------------------------------------------------------- */
@@ -571,9 +623,7 @@ static void w_names(struct worker *w)
 {
     char name[32];
     snprintf(name, sizeof(name), "client-%d", w->idx);
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     redisReply *r = redisCommand(c, "CLIENT GETNAME");
     int ok = r && r->type == REDIS_REPLY_NIL;
     if (r)
@@ -599,18 +649,15 @@ static void w_names(struct worker *w)
         }
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 static void test_names(void **state)
 {
     (void)state;
-    for (int p = 0; p < 2; p++)
-        run_workers(NCLIENTS, both_ports[p], w_names, NULL);
+    run_both(w_names);
     /* no name leaked onto the upstream's connections */
-    redisContext *d = direct();
-    assert_non_null(d);
+    redisContext *d = upstream();
     redisReply *r = redisCommand(d, "CLIENT LIST");
     assert_non_null(r);
     assert_null(strstr(r->str, "name=client-"));
@@ -654,15 +701,14 @@ static void test_blocking(void **state)
 {
     (void)state;
     for (int p = 0; p < 2; p++) {
-        redisContext *d = direct();
-        assert_non_null(d);
+        redisContext *d = upstream();
         struct blk b = { .port = both_ports[p] };
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, blpop_thread, &b), 0);
         /* it blocks in Redis (on a connection of its own) ... */
         assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
         /* ... while the others are served */
-        run_workers(NCLIENTS / 2, both_ports[p], w_replies, NULL);
+        run_clients(NCLIENTS / 2, both_ports[p], w_replies, NULL);
         assert_int_equal(th_redis_info(redis_p.port, "blocked_clients"), 1);
         /* a push from another pooled client wakes it */
         redisContext *o = conn(both_ports[p]);
@@ -764,7 +810,7 @@ static void test_monitor(void **state)
         }
         assert_true(seen);
         /* and the others are served meanwhile */
-        run_workers(4, both_ports[p], w_names, NULL);
+        run_clients(4, both_ports[p], w_names, NULL);
         redisFree(m);
         redisFree(c);
     }
@@ -1092,8 +1138,7 @@ static void test_busy_script(void **state)
 {
     (void)state;
     char err[256];
-    redisContext *d = direct();
-    assert_non_null(d);
+    redisContext *d = upstream();
     assert_int_equal(expect_str(d, err, sizeof(err), "OK", "CONFIG SET busy-reply-threshold 10"), 0);
     redisFree(d);
     for (int p = 0; p < 2; p++)
@@ -1112,9 +1157,7 @@ static void w_killed(struct worker *w)
     int lost = 0, closed = 0;
     char mine[64];
     snprintf(mine, sizeof(mine), "kill-%d", w->idx);
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     for (int round = 0; round < ROUNDS && !closed; round++) {
         for (int j = 0; j < 20; j++)
             redisAppendCommand(c, "GET kl:%d:%d", w->port, w->idx);
@@ -1136,8 +1179,7 @@ static void w_killed(struct worker *w)
         }
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 struct killer {
@@ -1169,8 +1211,7 @@ static void test_upstream_killed(void **state)
     for (int p = 0; p < 2; p++) {
         struct killer k = { 0 };
         pthread_t th;
-        redisContext *d = direct();
-        assert_non_null(d);
+        redisContext *d = upstream();
         for (int i = 0; i < NCLIENTS; i++) {
             redisReply *r = redisCommand(d, "SET kl:%d:%d kill-%d", both_ports[p], i, i);
             assert_non_null(r);
@@ -1178,12 +1219,12 @@ static void test_upstream_killed(void **state)
         }
         redisFree(d);
         assert_int_equal(pthread_create(&th, NULL, killer_main, &k), 0);
-        run_workers(NCLIENTS, both_ports[p], w_killed, NULL);
+        run_clients(NCLIENTS, both_ports[p], w_killed, NULL);
         k.stop = 1;
         pthread_join(th, NULL);
         assert_true(k.kills > 0);
         /* and the listener serves again afterwards */
-        run_workers(4, both_ports[p], w_replies, NULL);
+        run_clients(4, both_ports[p], w_replies, NULL);
     }
 }
 
@@ -1193,8 +1234,7 @@ static void test_upstream_killed(void **state)
 static void test_slow_reader(void **state)
 {
     (void)state;
-    redisContext *d = direct();
-    assert_non_null(d);
+    redisContext *d = upstream();
     size_t big = 1 << 20;
     char *v = malloc(big);
     assert_non_null(v);
@@ -1214,7 +1254,7 @@ static void test_slow_reader(void **state)
         if (th_write_all(fd, req, (size_t)n) < 0)
             break; /* closed already: past upstream_pool_client_buffer */
     uint64_t t0 = th_now_ms();
-    run_workers(NCLIENTS, port_pool1, w_replies, NULL);
+    run_clients(NCLIENTS, port_pool1, w_replies, NULL);
     uint64_t took = th_now_ms() - t0;
     if (took > TH_MS)
         print_error("the others took %llu ms beside a client that does not read\n",
@@ -1237,9 +1277,7 @@ struct active {
 static void w_active(struct worker *w)
 {
     struct active *a = w->arg;
-    redisContext *c = conn(w->port);
-    if (!c)
-        FAIL(w, "cannot connect");
+    redisContext *c = w->c;
     for (int round = 0; !*a->stop || round < 5; round++) {
         for (int j = 0; j < 10; j++)
             redisAppendCommand(c, j % 2 ? "GET act:%d" : "SET act:%d %d", w->idx, round);
@@ -1256,8 +1294,7 @@ static void w_active(struct worker *w)
             FAIL(w, "the main thread never said stop");
     }
 fail:
-    if (c)
-        redisFree(c);
+    return;
 }
 
 struct counter {
@@ -1269,7 +1306,7 @@ struct counter {
 static void *active_main(void *p)
 {
     struct counter *k = p;
-    run_workers(k->workers, k->a.port, w_active, &k->a);
+    run_clients(k->workers, k->a.port, w_active, &k->a);
     return NULL;
 }
 
@@ -1362,6 +1399,7 @@ int main(void)
         cmocka_unit_test_teardown(test_users, sluice_alive),
         cmocka_unit_test_teardown(test_transactions, sluice_alive),
         cmocka_unit_test_teardown(test_watch, sluice_alive),
+        cmocka_unit_test_teardown(test_watch_pipelined, sluice_alive),
         cmocka_unit_test_teardown(test_replies, sluice_alive),
         cmocka_unit_test_teardown(test_names, sluice_alive),
         cmocka_unit_test_teardown(test_blocking, sluice_alive),

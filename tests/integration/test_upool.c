@@ -189,6 +189,18 @@ static void conf_init(struct sl_upool_conf *cf, int port, uint32_t per_key)
     cf->own_flush = 1;
 }
 
+/* A new loop in <loop> and a pool on it, its connections to <port>
+ * (<per_key> each key), as conf_init sets it. */
+static struct sl_upool *pool_start(uv_loop_t *loop, int port, uint32_t per_key)
+{
+    struct sl_upool_conf cf;
+    uv_loop_init(loop);
+    conf_init(&cf, port, per_key);
+    struct sl_upool *p = sl_upool_new(loop, &cf, &cbs);
+    assert_non_null(p);
+    return p;
+}
+
 static void pool_done(uv_loop_t *loop, struct sl_upool *p)
 {
     sl_upool_close(p);
@@ -243,11 +255,7 @@ static void test_interleaved_owners(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 2);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
-    assert_non_null(p);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 2);
     struct sl_upool_key *k = sl_upool_key_get(p, "k0", 2, NULL, 0, 0);
     assert_non_null(k);
 
@@ -334,10 +342,7 @@ static void test_killed_midflight(void **state)
     struct th_proc r;
     assert_int_equal(th_redis_start(&r, NULL), 0);
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, r.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, r.port, 1);
     struct sl_upool_key *k = sl_upool_key_get(p, "k", 1, NULL, 0, 0);
     struct towner done, a, b, c, idle;
     towner_init(&c);
@@ -404,10 +409,7 @@ static void test_setup(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 2);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 2);
     static const char sel3[] = "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n";
     struct sl_upool_key *k3 = sl_upool_key_get(p, "db3", 3, sel3, sizeof(sel3) - 1, 1);
     struct towner a;
@@ -471,10 +473,7 @@ static void test_forgotten_big_reply(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 1);
     struct sl_upool_key *k = sl_upool_key_get(p, "k", 1, NULL, 0, 0);
     struct towner setter, slow, gone, after;
     towner_init(&setter);
@@ -636,10 +635,7 @@ static void test_empty_submission_beside_pin(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 1);
     struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
     struct towner a, b;
     towner_init(&a);
@@ -700,10 +696,7 @@ static void test_pin_keeps_order(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 1);
     struct cmdbuf slow = { 0 };
     cb_cmd(&slow, 3, "BLPOP", "ord:never", "0.05"); /* answered (nil) 50 ms later */
     struct sl_upool_key *ks = sl_upool_key_get(p, "slow", 4, slow.p, slow.len, 1);
@@ -743,10 +736,7 @@ static void test_turn_order(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 1);
     struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
     struct towner o[3], c;
     struct sl_upool_conn *pc[3];
@@ -813,10 +803,7 @@ static void test_pinned_subscriber(void **state)
 {
     (void)state;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct sl_upool_conf cf;
-    conf_init(&cf, redis_p.port, 1);
-    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool *p = pool_start(&loop, redis_p.port, 1);
     static const char sel3[] = "*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n";
     struct sl_upool_key *k = sl_upool_key_get(p, "db3", 3, sel3, sizeof(sel3) - 1, 1);
     struct towner a, b;

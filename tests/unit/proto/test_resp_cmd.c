@@ -434,6 +434,104 @@ static void test_pin_once_and_next(void **state)
     assert_false(sl_rcmd_pinned(&p));
 }
 
+/* Requests written back to back, answered later in order (a pipeline). */
+struct inflight {
+    struct sl_rcmd_info info;
+    uint32_t            token;
+};
+
+static struct inflight send_req(struct sl_rcmd_pin *p, struct sl_resp_req r)
+{
+    struct inflight f;
+    sl_rcmd_class(&r, &f.info);
+    f.token = sl_rcmd_pin_sent(p, &f.info);
+    return f;
+}
+#define SEND(p, ...) send_req((p), REQ(__VA_ARGS__))
+
+static void answer(struct sl_rcmd_pin *p, const struct inflight *f, int ok)
+{
+    sl_rcmd_pin_done(p, &f->info, f->token, ok);
+}
+
+/* Found by tests/fuzz/fuzz_resp_cmd.c: the first of two pipelined requests
+ * that want the same pin was refused, or an end was answered while a
+ * request written after it waited, and the tracker let the client go while
+ * the later request's state was on its connection. */
+static void test_pin_pipelined(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    sl_rcmd_pin_init(&p);
+
+    /* WATCH (an arity error) and WATCH k: the second one's watch holds */
+    struct inflight w1 = SEND(&p, "WATCH"), w2 = SEND(&p, "WATCH", "k");
+    answer(&p, &w1, 0);
+    answer(&p, &w2, 1);
+    assert_int_equal(p.why, SL_PIN_WATCH);
+    RUN(&p, 1, "UNWATCH");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* two commands not known to be stateless, the first refused */
+    struct inflight u1 = SEND(&p, "FOO"), u2 = SEND(&p, "BAR");
+    answer(&p, &u1, 0);
+    answer(&p, &u2, 1);
+    assert_int_equal(p.why, SL_PIN_UNKNOWN);
+    assert_false(sl_rcmd_pin_clean(&p));
+
+    /* CLIENT TRACKING ON, OFF, ON: tracking is on at the end */
+    sl_rcmd_pin_init(&p);
+    struct inflight t1 = SEND(&p, "CLIENT", "TRACKING", "ON"),
+                    t2 = SEND(&p, "CLIENT", "TRACKING", "OFF"),
+                    t3 = SEND(&p, "CLIENT", "TRACKING", "ON");
+    answer(&p, &t1, 1);
+    answer(&p, &t2, 1);
+    assert_int_equal(p.why, SL_PIN_TRACKING);
+    answer(&p, &t3, 1);
+    assert_int_equal(p.why, SL_PIN_TRACKING);
+    RUN(&p, 1, "CLIENT", "TRACKING", "OFF");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* MULTI, EXEC, MULTI: the connection is in the second transaction */
+    struct inflight m1 = SEND(&p, "MULTI"), e1 = SEND(&p, "EXEC"), m2 = SEND(&p, "MULTI");
+    answer(&p, &m1, 1);
+    answer(&p, &e1, 1);
+    answer(&p, &m2, 1);
+    assert_int_equal(p.why, SL_PIN_MULTI);
+    RUN(&p, 1, "DISCARD");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* refused both, or refused after an end: nothing is left */
+    struct inflight b1 = SEND(&p, "WATCH"), b2 = SEND(&p, "WATCH");
+    answer(&p, &b1, 0);
+    assert_true(sl_rcmd_pinned(&p));
+    answer(&p, &b2, 0);
+    assert_false(sl_rcmd_pinned(&p));
+    struct inflight a1 = SEND(&p, "WATCH", "k"), a2 = SEND(&p, "UNWATCH"), a3 = SEND(&p, "WATCH");
+    answer(&p, &a1, 1);
+    answer(&p, &a2, 1);
+    answer(&p, &a3, 0);
+    assert_false(sl_rcmd_pinned(&p));
+    /* the first refused, one in between accepted, the last refused */
+    struct inflight c1 = SEND(&p, "READONLY", "x"), c2 = SEND(&p, "READONLY"),
+                    c3 = SEND(&p, "READONLY", "y");
+    answer(&p, &c1, 0);
+    answer(&p, &c2, 1);
+    answer(&p, &c3, 0);
+    assert_int_equal(p.why, SL_PIN_READONLY);
+    RUN(&p, 1, "READWRITE");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* still: a refused request alone leaves nothing, and RESET ends what
+     * was written before it */
+    struct inflight r1 = SEND(&p, "CLIENT", "NO-EVICT", "ON"), r2 = SEND(&p, "RESET");
+    answer(&p, &r1, 1);
+    answer(&p, &r2, 1);
+    assert_false(sl_rcmd_pinned(&p));
+    RUN(&p, 0, "WATCH");
+    assert_false(sl_rcmd_pinned(&p));
+}
+
 static void test_pin_switches_and_reset(void **state)
 {
     (void)state;
@@ -571,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_pin_multi_watch),
         cmocka_unit_test(test_pin_once_and_next),
         cmocka_unit_test(test_pin_switches_and_reset),
+        cmocka_unit_test(test_pin_pipelined),
         cmocka_unit_test(test_pool_key),
         cmocka_unit_test(test_name_ok),
     };
