@@ -526,6 +526,7 @@ void sl_rpool_answered(struct sl_session *s)
                 free(r->pass);
                 r->pass = NULL;
                 r->pass_len = 0;
+                set_name(s, NULL); /* Redis's RESET forgets the name too */
             }
             if ((c->info.set & SL_RKEY_USER) && c->info.pass_arg > 0) {
                 if (!c->passok) {

@@ -1003,6 +1003,15 @@ static void test_names_in_multi(void **state)
         RAW(&a, "CLIENT GETNAME", "$4\r\ndave\r\n");
         RAW(&a, "HELLO 2 SETNAME erin", NULL);
         RAW(&a, "CLIENT GETNAME", "$4\r\nerin\r\n");
+        /* RESET forgets the name, as Redis does; a GETNAME pipelined
+         * right behind it sees that too */
+        RAW(&a, "RESET", "+RESET\r\n");
+        RAW(&a, "CLIENT GETNAME", "$-1\r\n");
+        RAW(&a, "CLIENT SETNAME frank", "+OK\r\n");
+        if (th_conn_send(&a, "RESET\r\nCLIENT GETNAME\r\n") < 0)
+            fail_msg("send");
+        RAW_NEXT(&a, "+RESET\r\n");
+        RAW_NEXT(&a, "$-1\r\n");
         th_conn_close(&a);
     }
 }
