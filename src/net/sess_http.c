@@ -62,6 +62,8 @@ struct sl_http_sess {
     uint8_t  body;           /* what happens to it: BODY_* */
     uint8_t  hold;           /* framing waits: an upgrade's answer, or a full queue */
     uint8_t  last;           /* the request framed last ends the connection */
+    uint8_t  client_close;   /* ... because the client asked (Connection: close, HTTP/1.0
+                                without keep-alive): it may send nothing after it */
     uint8_t  tunnel;         /* bytes pass as they are, both ways */
     uint8_t  res_body;       /* the response framer is inside a body */
     uint8_t  res_final;      /* ... of a final response (not a 1xx) */
@@ -155,6 +157,10 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
     s->l->stats.protocol_errors += status == 400 || status == 413 || status == 414 ||
                                    status == 431;
     s->http->last = 1;
+    /* sluice ends the connection: the client may be sending more (the
+     * close lingers) */
+    s->http->client_close = 0;
+    s->cl_said = 0;
     local(s, out, n, 1);
 }
 
@@ -293,7 +299,7 @@ static void on_request(struct sl_session *s)
     h->fwd_plain = (hd->method == SL_HTTP_M_GET || hd->method == SL_HTTP_M_HEAD) &&
                    hd->body == SL_HTTP_BODY_NONE && !h->fwd_upgrade;
     if (!hd->keep_alive)
-        h->last = 1;
+        h->last = h->client_close = 1;
     if (h->fwd_len == 0) {
         sl_session_close(s);
         return;
@@ -369,7 +375,11 @@ static void frame(struct sl_session *s)
             return;
         }
         if (h->last && !h->in_body) {
-            /* the last request is whole: nothing after it is read */
+            /* the last request is whole: nothing after it is read (a
+             * client that sent more after its close wants the lingering
+             * close: what it sends must not meet a closed socket) */
+            if (b->start < b->end)
+                s->cl_said = 0;
             sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
             b->start = b->end;
             return;
@@ -426,6 +436,11 @@ static void frame(struct sl_session *s)
         } else if (ev == SL_HTTP_EV_END) {
             h->in_body = 0;
             h->body = BODY_NONE;
+            /* the request that asked for the close is whole, nothing read
+             * after it: the client may send no more (RFC 9112, 9.6), so
+             * the close needs no lingering (session.c) */
+            if (h->last && h->client_close)
+                s->cl_said = b == NULL || b->start == b->end;
         }
     }
 }

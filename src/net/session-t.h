@@ -80,6 +80,9 @@ struct sl_session {
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */
     uint8_t             handles;    /* handles still to see their close callback */
     uint8_t             cl_eof;     /* the client sent EOF */
+    uint8_t             cl_said;    /* the client may send nothing more (http: it asked for the
+                                       close with its last request, read whole, nothing after):
+                                       the close needs no half-close and no lingering */
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             up_kept;    /* http keep-alive: 1 the upstream connection was taken
                                        from the kept ones; 2 it replaces one that failed so */

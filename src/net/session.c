@@ -846,7 +846,11 @@ void sl_sess_finish(struct sl_session *s)
     if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
     upstream_release(s);
-    if (s->cl_eof) {
+    /* Nothing more can come from the client (its EOF came, or it asked for
+     * the close and may send nothing after: RFC 9112, 9.6): a plain close
+     * sends the FIN after our last byte, and with nothing unread no RST
+     * can destroy it. Over TLS the close_notify goes first (below). */
+    if (s->cl_eof || (s->cl_said && s->tls[0] == NULL)) {
         sl_session_close(s);
         return;
     }
@@ -1235,7 +1239,8 @@ void sl_session_accept(struct sl_listener *l)
     if (l->tls != NULL) {
         /* The handshake comes first, within header_timeout (the sweep):
          * the identity may be the client certificate's name. */
-        uv_tcp_nodelay(&s->client, 1);
+        if (!l->nodelay)
+            uv_tcp_nodelay(&s->client, 1);
         s->tls[0] = sl_tls_new(l->tls, NULL);
         if (s->tls[0] == NULL) {
             sl_session_close(s);
@@ -1293,7 +1298,8 @@ static void accept_rest(struct sl_session *s)
     s->up_pause = SL_PAUSE_CONNECT;
     s->id = ++l->srv->next_conn;
     s->proto->init(s);
-    uv_tcp_nodelay(&s->client, 1);
+    if (!l->nodelay) /* else inherited from the listening socket */
+        uv_tcp_nodelay(&s->client, 1);
 
     /* Connection limits: a place first (maybe after the login queue). */
     struct sl_meter_plan cp;
