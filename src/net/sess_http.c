@@ -110,7 +110,7 @@ static void eof_check(struct sl_session *s);
 static void send_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
                     uint32_t to)
 {
-    if (dst == (uv_stream_t *)&s->upstream)
+    if (dst != (uv_stream_t *)&s->client)
         sl_sess_to_upstream(s, b, from, to);
     else
         sl_sess_to_client(s, b, from, to);
@@ -205,7 +205,7 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
-    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len) < 0) {
+    if (sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, h->fwd, h->fwd_len) < 0) {
         sl_session_close(s);
         return;
     }
@@ -370,7 +370,7 @@ static void frame(struct sl_session *s)
         if (b == NULL && (h->tunnel || h->last))
             return;
         if (h->tunnel) {
-            send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
+            send_span(s, sl_sess_side_stream(s, 1), b, b->start, b->end);
             b->start = b->end;
             return;
         }
@@ -421,7 +421,7 @@ static void frame(struct sl_session *s)
             /* nothing was given: nothing taken */
         } else if (h->in_body) {
             if (h->body == BODY_FWD)
-                send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
+                send_span(s, sl_sess_side_stream(s, 1), b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
         } else {
             b->start += (uint32_t)used; /* head bytes: the framer holds a copy */

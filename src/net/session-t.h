@@ -66,7 +66,10 @@ struct sl_reply_seg {
 
 struct sl_session {
     uv_tcp_t            client;     /* accepted socket; data = this */
-    uv_tcp_t            upstream;   /* our own connection upstream; data = this */
+    uv_tcp_t           *up_tcp;     /* our own connection upstream, NULL when none (the
+                                       handle of a struct sl_upconn, net/upkeep.h: it may
+                                       outlive the session, kept for another); data = this */
+    uint32_t            up_wreqs;   /* writes queued on it whose callback is still due */
     struct sl_listener *l;          /* owner (counters, configuration) */
     const struct sl_sess_proto *proto; /* what the bytes mean (net/session-i.h) */
     struct sl_tq_node   tq;         /* place in l->connecting / active / lingering */
