@@ -202,10 +202,13 @@ test-redis-suite: deps
 # PREFIX/bin, sluice(8) in MANDIR/man8, conf/sluice.ini as
 # SYSCONFDIR/sluice/sluice.ini (SYSCONFDIR is /etc whatever PREFIX is: it is
 # where sluice looks without -c; an existing file is kept and the example goes
-# beside it as sluice.ini.example), and deploy/systemd/sluice.service, when
-# present, in UNITDIR with its /usr/bin/sluice changed to PREFIX/bin/sluice.
+# beside it as sluice.ini.example), deploy/systemd/sluice.service, when
+# present, in UNITDIR with its /usr/bin/sluice changed to PREFIX/bin/sluice,
+# and in DOCDIR what the configuration and the man page point to: README.md,
+# docs/*.md and examples/ (conf/examples).
 SYSCONFDIR ?= /etc
 MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/sluice
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 UNIT       := deploy/systemd/sluice.service
 install: $(BUILD)/sluice
@@ -220,6 +223,10 @@ install: $(BUILD)/sluice
 	    sed 's|/usr/bin/sluice|$(PREFIX)/bin/sluice|g' $(UNIT) > $(DESTDIR)$(UNITDIR)/sluice.service && \
 	    chmod 0644 $(DESTDIR)$(UNITDIR)/sluice.service; \
 	else echo "install: no $(UNIT) in this tree: no systemd unit installed"; fi
+	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -d $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/examples
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	install -m 0644 conf/examples/* $(DESTDIR)$(DOCDIR)/examples/
 
 # `make deb`: build/deb/sluice_VERSION_ARCH.deb (deploy/debian/build-deb.sh).
 deb: $(BUILD)/sluice

@@ -1,6 +1,7 @@
 /* sluice — arguments, configuration, the loop, signals, reload.
  *
- *   sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]   (--version, --help)
+ *   sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]
+ *          (--version, --help)
  *
  * SIGHUP reloads (validate first; on error keep the old configuration),
  * SIGTERM/SIGINT drain (a second one stops at once), SIGUSR1 opens log_file
@@ -19,11 +20,16 @@
 
 #include <uv.h>
 
+#include "admin/process.h"
 #include "conf/conf.h"
+#include "conf/resolve.h"
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/lsink.h"
 #include "core/notify.h"
 #include "limit/limiter.h"
+#include "net/alog.h"
+#include "net/dlog.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/workers.h"
@@ -38,10 +44,12 @@ static int worker_count;         /* > 0 in a worker: how many there are */
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice [-c FILE] [-t] [-T] [-V] [-v LEVEL] [-h]\n"
+            "usage: sluice [-c FILE] [-t [--no-resolve]] [-T] [-V] [-v LEVEL] [-h]\n"
             "  -c FILE        configuration file (default: " DEFAULT_CONF ")\n"
             "  -t             check the configuration and exit\n"
             "  -T             check, then print the effective configuration\n"
+            "  --no-resolve   with -t or -T: check everything but host names (a file\n"
+            "                 for another network: Compose, Kubernetes)\n"
             "  -V, --version  print the version and exit\n"
             "  -v LEVEL       log level override: error | warn | info | debug\n"
             "  -h, --help     print this help and exit\n");
@@ -138,23 +146,36 @@ static void on_signal(uv_signal_t *h, int signum)
         sl_log_info("reloading", "file=%s", conf_path);
         struct sl_conf *c = load_logged(conf_path);
         if (c == NULL) {
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
         if (apply_log(c) < 0) {
             sl_conf_free(c);
+            sl_reloads_count(0);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready(); /* the old configuration serves on */
+            return;
+        }
+        if (sl_alog_apply(srv->loop, c) < 0) {
+            (void)apply_log(srv->conf);
+            sl_conf_free(c);
+            sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
+            sl_notify_ready();
             return;
         }
         if (worker_count > 0)
             sl_worker_share(c, worker_count);
         if (sl_server_reload(srv, c) < 0) {
+            sl_reloads_count(0);
             (void)apply_log(srv->conf); /* back to the running configuration's log */
+            (void)sl_alog_apply(srv->loop, srv->conf);
             sl_log_error("reload failed: keeping the running configuration", "file=%s", conf_path);
             sl_notify_ready();
             return;
         }
+        sl_reloads_count(1);
         apply_level(srv->conf);
         sl_log_info("reloaded", "file=%s", conf_path);
         sl_notify_ready();
@@ -175,6 +196,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     case SIGUSR1:
         (void)sl_log_reopen();
+        sl_lsink_reopen_all(); /* the access logs */
         return;
     }
 }
@@ -194,10 +216,12 @@ static void raise_nofile(void)
 
 int main(int argc, char **argv)
 {
-    int check = 0, dump = 0, opt;
+    int check = 0, dump = 0, no_resolve = 0, opt;
+    enum { OPT_NO_RESOLVE = 256 };
     static const struct option longs[] = {
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "no-resolve", no_argument, NULL, OPT_NO_RESOLVE },
         { NULL, 0, NULL, 0 },
     };
     while ((opt = getopt_long(argc, argv, "c:tTVv:h", longs, NULL)) != -1) {
@@ -205,6 +229,7 @@ int main(int argc, char **argv)
         case 'c': conf_path = optarg; break;
         case 't': check = 1; break;
         case 'T': check = 1; dump = 1; break;
+        case OPT_NO_RESOLVE: no_resolve = 1; break;
         case 'V': printf("sluice %s\n", SL_VERSION); return 0;
         case 'v': {
             enum sl_log_level lv;
@@ -223,6 +248,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
+    /* Running without addresses would bind and connect to nothing. */
+    if (no_resolve && !check) {
+        fprintf(stderr, "sluice: --no-resolve goes with -t or -T\n");
+        return 1;
+    }
+    sl_conf_no_resolve = no_resolve;
 
     if (check) {
         struct sl_conf *c = load_checked(conf_path, stderr);
@@ -251,6 +282,7 @@ int main(int argc, char **argv)
         return 1;
     }
     apply_level(conf);
+    sl_reloads_init();
     /* Before the workers are started: it takes NOTIFY_SOCKET out of the
      * environment they inherit (only the master speaks to systemd). */
     sl_notify_init();
@@ -265,6 +297,10 @@ int main(int argc, char **argv)
     struct sl_server srv;
     sl_server_init(&srv, loop, conf);
     srv.worker = worker_count > 0;
+    if (sl_alog_apply(loop, conf) < 0) {
+        sl_conf_free(conf);
+        return 1;
+    }
 
     /* Signals are ours before the first listener accepts: a SIGTERM sent as
      * soon as the port answers drains instead of killing the process. One
@@ -302,11 +338,14 @@ int main(int argc, char **argv)
 
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&sigs[i], NULL);
+    sl_dlog_close(); /* their last lines go out in the run below */
+    sl_alog_close_all();
     sl_notify_close();
     sl_worker_detach();
     uv_run(loop, UV_RUN_DEFAULT);
     (void)uv_loop_close(loop);
     int rc = srv.exit_code;
+    sl_lsink_flush_all_sync();
     sl_log_rate_flush(1); /* the counts of storms not written yet */
     sl_log_info("stopped", "%s", "");
     sl_conf_free(srv.conf);

@@ -25,10 +25,11 @@
 static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
     "max_headers", "max_header_size", "upgrades", "upstream_keepalive",
-    "upstream_keepalive_timeout" };
+    "upstream_keepalive_timeout", "access_log", "access_log_format" };
 /* ... and those only a resp listener takes. */
 static const char *const resp_only_keys[] = { "setup_commands", "upstream_pool",
-    "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer" };
+    "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer",
+    "upstream_pool_idle_timeout" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {
@@ -56,10 +57,18 @@ static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_sto
                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
 }
 
+/* A name not resolved (-t --no-resolve): nothing to compare. */
+static int unresolved(const struct sl_addr *a)
+{
+    return a->named && a->ss.ss_family == AF_UNSPEC;
+}
+
 /* Would binding both fail? Same port, and the same address or a wildcard
  * (which on Linux also takes the port of the other family). */
 static int addr_clash(const struct sl_addr *a, const struct sl_addr *b)
 {
+    if (unresolved(a) || unresolved(b))
+        return 0;
     if (port_of(&a->ss) != port_of(&b->ss))
         return 0;
     return same_addr(&a->ss, &b->ss) || is_wildcard(&a->ss) || is_wildcard(&b->ss);
@@ -78,6 +87,8 @@ static int is_local(const struct sockaddr_storage *ss)
  * loopback; another host's address on the same port is fine. */
 static int is_loop(const struct sl_addr *listen, const struct sl_addr *upstream)
 {
+    if (unresolved(listen) || unresolved(upstream))
+        return 0;
     if (port_of(&listen->ss) != port_of(&upstream->ss))
         return 0;
     return same_addr(&listen->ss, &upstream->ss) ||
@@ -125,11 +136,6 @@ static void check_listener(struct loader *ld, struct section *sec)
                       "%s: only for resp listeners (this listener is %s)", resp_only_keys[k],
                       sl_conf_proto_names[l->protocol]);
     }
-    /* The pooled engine (net/upool.c) speaks plain TCP only. */
-    if (l->protocol == SL_PROTO_RESP && l->upstream_pool > 0 && l->upstream_tls)
-        sl_cf_err(ld, sl_cf_key_line(sec, "upstream_pool"),
-                  "upstream_pool: not available with upstream_tls = on yet (pooled upstream "
-                  "connections are plain TCP); use upstream_pool = off");
     for (size_t k = 0; k < N_OF(http_only_keys) && l->protocol != SL_PROTO_HTTP; k++) {
         int line = sl_cf_key_line(sec, http_only_keys[k]);
         if (line != 0)
@@ -524,21 +530,27 @@ static void check_cycles(struct loader *ld)
 
 /* Resolves <a> when its host is a name; a name that does not resolve is an
  * error at <line>, and <a> is left out of the checks below (text cleared,
- * as for a bad value). */
-static void resolve_addr(struct loader *ld, struct sl_addr *a, const char *key, int line)
+ * as for a bad value). With <soft>, it is no error: the EAI_* code is
+ * returned, <a> keeps its text and an empty ss. */
+static int resolve_addr(struct loader *ld, struct sl_addr *a, const char *key, int line, int soft)
 {
-    if (!a->named)
-        return;
+    if (!a->named || sl_conf_no_resolve)
+        return 0;
     char host[sizeof(a->text)];
     snprintf(host, sizeof(host), "%s", a->text);
     char *colon = strrchr(host, ':');
     if (colon != NULL)
         *colon = '\0';
     int rc = sl_conf_resolve(host, a->port, &a->ss);
+    if (rc != 0 && soft) {
+        memset(&a->ss, 0, sizeof(a->ss));
+        return rc;
+    }
     if (rc != 0) {
         sl_cf_err(ld, line, "%s: cannot resolve '%s': %s", key, host, gai_strerror(rc));
         a->text[0] = '\0';
     }
+    return 0;
 }
 
 /* Names first: the checks of addresses below compare what they resolve to. */
@@ -546,10 +558,21 @@ static void resolve_names(struct loader *ld)
 {
     struct sl_conf *c = ld->conf;
     if (c->has_admin && ld->sluice != NULL)
-        resolve_addr(ld, &c->admin, "admin", sl_cf_key_line(ld->sluice, "admin"));
+        resolve_addr(ld, &c->admin, "admin", sl_cf_key_line(ld->sluice, "admin"), 0);
     if (c->store.kind != SL_STORE_LOCAL && ld->store != NULL) {
-        for (int i = 0; i < c->store.n_seeds; i++)
-            resolve_addr(ld, &c->store.seeds[i], "url", sl_cf_key_line(ld->store, "url"));
+        int line = sl_cf_key_line(ld->store, "url");
+        /* A redis:// store is looked up again before each connect
+         * (store/store.c): a name that does not resolve yet is a warning,
+         * on_failure applies until it does. Cluster seeds and sentinels are
+         * not looked up again: theirs must resolve now. */
+        int soft = c->store.kind == SL_STORE_REDIS;
+        for (int i = 0; i < c->store.n_seeds; i++) {
+            int rc = resolve_addr(ld, &c->store.seeds[i], "url", line, soft);
+            if (rc != 0) {
+                c->store.unresolved_line = line > 0 ? line : 1;
+                c->store.unresolved_rc = rc;
+            }
+        }
         if (c->store.n_seeds > 0)
             c->store.addr = c->store.seeds[0];
     }
@@ -558,8 +581,8 @@ static void resolve_names(struct loader *ld)
         if (sec->kind != SEC_LISTENER)
             continue;
         struct sl_listener_conf *l = sec->obj;
-        resolve_addr(ld, &l->listen, "listen", sl_cf_key_line(sec, "listen"));
-        resolve_addr(ld, &l->upstream, "upstream", sl_cf_key_line(sec, "upstream"));
+        resolve_addr(ld, &l->listen, "listen", sl_cf_key_line(sec, "listen"), 0);
+        resolve_addr(ld, &l->upstream, "upstream", sl_cf_key_line(sec, "upstream"), 0);
     }
 }
 

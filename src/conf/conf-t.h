@@ -32,6 +32,12 @@ enum sl_algo       { SL_ALGO_TOKEN_BUCKET, SL_ALGO_GCRA, SL_ALGO_SLIDING_WINDOW,
                      SL_ALGO_SLIDING_LOG, SL_ALGO_FIXED_WINDOW };
 enum sl_action     { SL_ACTION_REJECT, SL_ACTION_DELAY, SL_ACTION_SHADOW };
 enum sl_on_failure { SL_FAIL_LOCAL, SL_FAIL_OPEN, SL_FAIL_CLOSED };
+/* decision_log = in [sluice]: which limit decisions get a log line. */
+enum sl_decision_log { SL_DLOG_OFF = 0, SL_DLOG_REJECTIONS, SL_DLOG_ALL };
+
+/* access_log_format = on an http listener. */
+enum sl_access_format { SL_ALOG_COMBINED = 0, SL_ALOG_JSON };
+
 /* rate_limit_headers = on an http listener: which rate limit fields answers carry. */
 enum sl_rl_headers { SL_RLH_DRAFT, SL_RLH_LEGACY, SL_RLH_BOTH, SL_RLH_NONE };
 
@@ -99,6 +105,9 @@ struct sl_listener_conf {
     uint64_t       pool_client_buffer; /* upstream_pool_client_buffer: replies queued to one
                                           client on a pooled listener before it is closed;
                                           default 64mb */
+    uint64_t       pool_idle_timeout_us; /* upstream_pool_idle_timeout: a shared upstream
+                                          connection idle this long closes; default 60s;
+                                          0 = never */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip */
@@ -116,6 +125,9 @@ struct sl_listener_conf {
                                           by any client; default 0 = off */
     uint64_t       upstream_keepalive_timeout_us; /* an idle kept one is closed after this;
                                           default 60s */
+    char          *access_log;         /* access_log = FILE: absolute (resolved at load), or
+                                          NULL = off (default) */
+    int            access_log_format;  /* enum sl_access_format: combined (default) | json */
     /* TLS (docs/configuration.md): paths absolute (resolved at load) or NULL */
     char          *tls_cert;           /* PEM chain: clients speak TLS to this listener */
     char          *tls_key;
@@ -192,6 +204,11 @@ struct sl_store_conf {
     uint64_t           connection_lease_us; /* metric = connections: a slot not renewed
                                           within this is free (a crashed instance); 10s */
     int                password_file_line; /* where password_file was set (warnings) */
+    int                unresolved_line; /* redis://: the url's host name did not resolve at
+                                          load (the line of url, for the warning), else 0;
+                                          addr.ss is then empty and the store looks the
+                                          name up again with backoff (on_failure meanwhile) */
+    int                unresolved_rc;  /* that lookup's EAI_* code */
     uint64_t           max_identities; /* per limit: in-process buckets, and entries of what
                                           the store said, kept at most (LRU); 100000 */
     int                tls;            /* 1: every store connection speaks TLS (a rediss://,
@@ -221,6 +238,9 @@ struct sl_conf {
     enum sl_log_level     log_level;   /* default info */
     char                 *log_file;    /* absolute (resolved at load), or NULL = stderr */
     enum sl_log_format    log_format;  /* default logfmt */
+    int                   decision_log; /* enum sl_decision_log: default rejections */
+    uint64_t              decision_log_rate; /* decision lines a second at most (per process);
+                                          default 100 */
     uint64_t              shutdown_grace_us; /* default 10s */
     int                   workers;     /* processes serving traffic; default 1 */
     int                   workers_auto; /* workers = auto (one per online CPU) */

@@ -42,6 +42,8 @@ const char *const sl_conf_id_names[]     = { "resp_user", "client_name", "key_pr
 const char *const sl_conf_tls_verify_names[] = { "off", "optional", "on", NULL };
 const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", NULL };
 const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
+const char *const sl_conf_dlog_names[]   = { "off", "rejections", "all", NULL };
+const char *const sl_conf_alog_fmt_names[] = { "combined", "json", NULL };
 
 /* ---- errors ---------------------------------------------------------------- */
 
@@ -223,6 +225,7 @@ void sl_conf_free(struct sl_conf *c)
             free(l->identity_header[i]);
         free(l->trusted_proxies);
         free(l->tls_cert);
+        free(l->access_log);
         free(l->tls_key);
         free(l->tls_ca);
         free(l->tls_protocols);

@@ -132,6 +132,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
         kv_duration(out, "upstream_pool_pin_wait", l->pool_pin_wait_us);
         sl_fmt_size(l->pool_client_buffer, b, sizeof(b));
         kv(out, "upstream_pool_client_buffer", b);
+        kv_duration(out, "upstream_pool_idle_timeout", l->pool_idle_timeout_us);
     }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
@@ -159,6 +160,8 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     words_end(&w);
     kv_u64(out, "upstream_keepalive", l->upstream_keepalive);
     kv_duration(out, "upstream_keepalive_timeout", l->upstream_keepalive_timeout_us);
+    kv(out, "access_log", l->access_log != NULL ? l->access_log : "off");
+    kv(out, "access_log_format", sl_conf_alog_fmt_names[l->access_log_format]);
 }
 
 static void dump_limit(FILE *out, const struct sl_limit_conf *m)
@@ -224,6 +227,8 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     if (c->log_file != NULL)
         kv(out, "log_file", c->log_file);
     kv(out, "log_format", sl_log_format_names[c->log_format]);
+    kv(out, "decision_log", sl_conf_dlog_names[c->decision_log]);
+    kv_u64(out, "decision_log_rate", c->decision_log_rate);
     kv_duration(out, "shutdown_grace", c->shutdown_grace_us);
     if (c->workers_auto)
         kv(out, "workers", "auto");

@@ -23,3 +23,4 @@ int sl_conf_resolve_system(const char *host, uint16_t port, struct sockaddr_stor
 }
 
 sl_conf_resolve_fn *sl_conf_resolve = sl_conf_resolve_system;
+int sl_conf_no_resolve;

@@ -4,7 +4,9 @@
  * ("redis.default.svc:6379"); the loader (check.c) resolves each name once,
  * with getaddrinfo(3): loading happens before the loop runs, or at a reload
  * between two loop turns, and `sluice -t` must say when a name does not
- * resolve. An upstream's name is looked up again at run time without
+ * resolve. The store's redis:// name is the exception: one that does not
+ * resolve yet (Compose start order, a restarted quota Redis) is a warning,
+ * and the store looks it up again (store/store.c). An upstream's name is looked up again at run time without
  * blocking (core/resolve.h, net/listener.c). */
 #ifndef SL_CONF_RESOLVE_H
 #define SL_CONF_RESOLVE_H
@@ -23,5 +25,11 @@ sl_conf_resolve_fn sl_conf_resolve_system;
 /* What the loader calls: sl_conf_resolve_system unless a test or a fuzzer
  * put its own (a fuzzer must not send random names to DNS). */
 extern sl_conf_resolve_fn *sl_conf_resolve;
+
+/* 1: names are not resolved at all (`sluice -t --no-resolve`, to check a
+ * file written for another network: a Compose or Kubernetes one). A named
+ * address then keeps an empty ss and the checks comparing addresses pass it
+ * over. Only main's check mode sets it. */
+extern int sl_conf_no_resolve;
 
 #endif

@@ -26,6 +26,8 @@ static const struct keyword sluice_kw[] = {
     FUNC("log_level", set_log_level, 0),
     FUNC("log_file", set_log_file, 0),
     ENUM("log_format", struct sl_conf, log_format, sl_log_format_names),
+    ENUM("decision_log", struct sl_conf, decision_log, sl_conf_dlog_names),
+    NUM("decision_log_rate", KW_U64, struct sl_conf, decision_log_rate, 1, 1000000),
     NUM("shutdown_grace", KW_DURATION, struct sl_conf, shutdown_grace_us, 0, DAY_US),
     FUNC("workers", set_workers, 0),
 };
@@ -70,6 +72,8 @@ struct sl_conf *sl_cf_conf_new(const char *file)
     c->has_admin = 1;
     (void)sl_parse_addr("127.0.0.1:9121", &c->admin);
     c->log_level = SL_LOG_INFO;
+    c->decision_log = SL_DLOG_REJECTIONS;
+    c->decision_log_rate = 100;
     c->shutdown_grace_us = 10 * S_US;
     c->workers = 1;
     c->store.kind = SL_STORE_LOCAL;

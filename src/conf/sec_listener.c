@@ -13,6 +13,7 @@
 #include "conf/units.h"
 
 static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades, set_pool;
+static kw_setter set_access_log;
 
 static const struct keyword listener_kw[] = {
     ADDR("listen", struct sl_listener_conf, listen),
@@ -35,6 +36,8 @@ static const struct keyword listener_kw[] = {
         HOUR_US),
     NUM("upstream_pool_client_buffer", KW_SIZE, struct sl_listener_conf, pool_client_buffer,
         64 * 1024, 1ULL << 40),
+    NUM("upstream_pool_idle_timeout", KW_DURATION, struct sl_listener_conf, pool_idle_timeout_us,
+        0, DAY_US),
     /* protocol = http only (check.c: http_only_keys, check_listener) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
@@ -48,6 +51,8 @@ static const struct keyword listener_kw[] = {
     NUM("upstream_keepalive", KW_U64, struct sl_listener_conf, upstream_keepalive, 0, 1u << 16),
     NUM("upstream_keepalive_timeout", KW_DURATION, struct sl_listener_conf,
         upstream_keepalive_timeout_us, 1000, DAY_US),
+    FUNC("access_log", set_access_log, 0),
+    ENUM("access_log_format", struct sl_listener_conf, access_log_format, sl_conf_alog_fmt_names),
     /* TLS (checked together in conf/tls.c) */
     TLSPATH("tls_cert", struct sl_listener_conf, tls_cert),
     TLSPATH("tls_key", struct sl_listener_conf, tls_key),
@@ -88,6 +93,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->pool_pinned = 1000;
     l->pool_pin_wait_us = 1 * S_US;
     l->pool_client_buffer = 64ULL * 1024 * 1024;
+    l->pool_idle_timeout_us = 60 * S_US;
     l->upstream_keepalive_timeout_us = 60 * S_US;
     l->upstream_timeout_us = 60 * S_US;
     l->rate_limit_headers = SL_RLH_DRAFT;
@@ -181,6 +187,27 @@ static void set_separator(struct loader *ld, struct section *sec, const struct k
         return;
     }
     memcpy(l->key_prefix_separator, value, n + 1);
+}
+
+/* access_log = off | FILE: a relative FILE is taken from the directory of
+ * the configuration file, as log_file. The file is opened when the
+ * configuration is applied (start, reload), not by -t. */
+static void set_access_log(struct loader *ld, struct section *sec, const struct keyword *kw,
+                           const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    (void)kw;
+    free(l->access_log);
+    l->access_log = NULL;
+    if (value[0] == '\0' || strcmp(value, "off") == 0)
+        return;
+    char *path = sl_cf_abs_path(ld, value);
+    if (path == NULL) {
+        ld->oom = 1;
+        return;
+    }
+    l->access_log = sl_cf_strdup(ld, path);
+    free(path);
 }
 
 /* upstream_pool = off | N: N pipelined upstream connections per worker and

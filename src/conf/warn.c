@@ -1,5 +1,6 @@
 /* sluice — what a loaded configuration allows but an operator should hear
  * about: said by -t on its error stream, and logged at start and reload. */
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,11 +33,38 @@ static int warn_secret(const struct sl_conf *c, const char *key, const char *pf,
     return 1;
 }
 
+/* The store's name did not resolve at load: not fatal (conf/resolve.h),
+ * but what the operator reads first when every request gets on_failure. */
+static int warn_unresolved(const struct sl_conf *c, FILE *errf)
+{
+    const struct sl_store_conf *s = &c->store;
+    if (s->unresolved_line == 0)
+        return 0;
+    char host[sizeof(s->addr.text)];
+    snprintf(host, sizeof(host), "%s", s->addr.text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    const char *why = gai_strerror(s->unresolved_rc);
+    if (errf != NULL) {
+        fprintf(errf, "%s:%d: warning: url: cannot resolve '%s' now: %s (sluice starts; "
+                      "on_failure applies until the name resolves)\n",
+                c->file, s->unresolved_line, host, why);
+    } else {
+        char q[512], e[128];
+        sl_log_warn("quota store name does not resolve: on_failure applies until it does",
+                    "url=%s err=%s", sl_log_quote(host, strlen(host), q, sizeof(q)),
+                    sl_log_quote(why, strlen(why), e, sizeof(e)));
+    }
+    return 1;
+}
+
 int sl_conf_warn(const struct sl_conf *c, FILE *errf)
 {
     int n = warn_secret(c, "password_file", c->store.password_file,
                         c->store.password_file_line, errf);
     n += warn_secret(c, "sentinel_password_file", c->store.sentinel_password_file,
                      c->store.sentinel_password_file_line, errf);
+    n += warn_unresolved(c, errf);
     return n;
 }

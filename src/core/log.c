@@ -114,6 +114,11 @@ const char *sl_log_path(void)
     return log_path;
 }
 
+int sl_log_fd(void)
+{
+    return log_fd;
+}
+
 /* ---- one line ------------------------------------------------------------- */
 
 /* Builds a json object in a fixed buffer. Room for the end ("truncated",

@@ -62,6 +62,10 @@ int sl_log_reopen(void);
 /* The path lines go to, or NULL for stderr. Borrowed. */
 const char *sl_log_path(void);
 
+/* The descriptor lines go to now (stderr's, or log_file's): for a writer
+ * that dup()s it (core/lsink.h), never to be closed. */
+int sl_log_fd(void);
+
 /* Writes one line: ts, level, msg="<msg>", then the printf-formatted <fmt>
  * (which should be space-separated key=value pairs, or "" for none). */
 void sl_log(enum sl_log_level l, const char *msg, const char *fmt, ...)

@@ -474,6 +474,103 @@ int sl_algo_take(struct sl_algo_state *st, const struct sl_algo_params *p, uint6
     return SL_ECONF; /* not reached: check() knows every algorithm */
 }
 
+/* ---- other numbers (a reload) -------------------------------------------- */
+
+static int is_window(enum sl_algo a)
+{
+    return a == SL_ALGO_FIXED_WINDOW || a == SL_ALGO_SLIDING_WINDOW || a == SL_ALGO_SLIDING_LOG;
+}
+
+int sl_algo_convert(struct sl_algo_state *st, const struct sl_algo_params *from,
+                    const struct sl_algo_params *to, uint64_t now_us)
+{
+    if (!st->init)
+        return 0;
+    if (from->algo == to->algo) {
+        /* The buckets convert themselves (whole tokens kept, token_bucket
+         * and gcra above); a sliding log's events are times, counted under
+         * any period; a window of the same period is the same window. */
+        if (to->algo != SL_ALGO_FIXED_WINDOW && to->algo != SL_ALGO_SLIDING_WINDOW)
+            return 0;
+        if (from->period_us == to->period_us)
+            return 0;
+    }
+    struct units u;
+    if (check(to, NULL, &u) != 0)
+        return SL_ECONF;
+    /* What the state holds now under its own numbers: the whole tokens
+     * left, and (windows) the tokens counted. A peek: nothing is taken. */
+    struct sl_algo_params f = *from;
+    f.max_wait_us = 0;
+    struct sl_algo_result res;
+    if (sl_algo_take(st, &f, now_us, 0, 0, &res) != 0)
+        res.remaining = 0; /* numbers it cannot have been written under: as empty */
+    uint64_t fcap = from->algo == SL_ALGO_TOKEN_BUCKET || from->algo == SL_ALGO_GCRA ? from->burst
+                                                                                     : from->amount;
+    uint64_t left = res.remaining < fcap ? res.remaining : fcap;
+    uint64_t used = fcap - left;
+    uint64_t last = now_us;
+    if ((from->algo == SL_ALGO_FIXED_WINDOW || from->algo == SL_ALGO_SLIDING_WINDOW) &&
+        st->hw != 0 && st->hw < now_us)
+        last = st->hw; /* the last take, for a log's events */
+    sl_algo_state_free(st);
+    switch (to->algo) {
+    case SL_ALGO_TOKEN_BUCKET:
+    case SL_ALGO_GCRA: {
+        /* A bucket holds what was left, up to its burst. */
+        uint64_t level = left < to->burst ? left : to->burst;
+        if (level == to->burst)
+            return 0; /* full: as new */
+        uint64_t v = level * u.S;
+        if (to->algo == SL_ALGO_TOKEN_BUCKET) {
+            st->a = v;
+            st->b = now_us;
+            st->c = u.S;
+            st->init = 1;
+        } else {
+            uint64_t debt = u.cap - v;
+            gcra_store(st, &u, to, now_us + debt / u.K, debt % u.K);
+        }
+        return 0;
+    }
+    case SL_ALGO_FIXED_WINDOW:
+    case SL_ALGO_SLIDING_WINDOW: {
+        /* A window counts, in the window that holds now, what was counted
+         * (from a window) or what was missing from the capacity (from a
+         * bucket). */
+        uint64_t k = is_window(from->algo) ? used : to->amount - (left < to->amount ? left : to->amount);
+        if (k == 0)
+            return 0;
+        st->a = k;
+        st->b = now_us - now_us % to->period_us;
+        st->c = 0;
+        st->hw = now_us;
+        st->init = 1;
+        return 0;
+    }
+    case SL_ALGO_SLIDING_LOG: {
+        /* As many events as a window would count, made at the last take
+         * (at most what the log can hold). */
+        uint64_t k = is_window(from->algo) ? used : to->amount - (left < to->amount ? left : to->amount);
+        if (k > to->amount)
+            k = to->amount;
+        if (k == 0)
+            return 0;
+        st->log = malloc(k * sizeof(*st->log));
+        if (st->log == NULL)
+            return SL_ENOMEM;
+        for (uint64_t i = 0; i < k; i++)
+            st->log[i] = last;
+        st->log_cap = (uint32_t)k;
+        st->log_n = (uint32_t)k;
+        st->log_head = 0;
+        st->init = 1;
+        return 0;
+    }
+    }
+    return SL_ECONF; /* not reached: check() knows every algorithm */
+}
+
 uint64_t sl_algo_ttl_us(const struct sl_algo_params *p)
 {
     uint64_t us;

@@ -48,6 +48,22 @@ int sl_algo_check(const struct sl_algo_params *p, const char **why);
 int sl_algo_take(struct sl_algo_state *st, const struct sl_algo_params *p, uint64_t now_us,
                  uint64_t cost, int commit, struct sl_algo_result *out);
 
+/* State <st>, written under the numbers <from>, is to be read under <to>
+ * at <now_us> (a reload changed the limit): converted in place where the
+ * algorithms would not read it right themselves. Same algorithm:
+ * token_bucket and gcra keep their whole tokens up to the new burst (they
+ * do so when they read it: nothing here), a sliding log keeps its events,
+ * a fixed or sliding window of another period counts what it counted
+ * (a sliding window: its estimate) in the new window that holds now.
+ * Another algorithm: the whole tokens left under <from> are kept, up to
+ * the new capacity: a bucket holds them, a window counts the rest of its
+ * amount as taken in the window that holds now (a sliding log: as events
+ * made at the last take). Windows to windows count what was counted.
+ * Returns 0, SL_ENOMEM (the log: the state is then new, full) or
+ * SL_ECONF (<to> fails sl_algo_check(); nothing changes). */
+int sl_algo_convert(struct sl_algo_state *st, const struct sl_algo_params *from,
+                    const struct sl_algo_params *to, uint64_t now_us);
+
 /* Microseconds after which an untouched bucket is back to its initial state,
  * rounded up to whole milliseconds, at least 1 ms: exactly the PEXPIRE the
  * Lua scripts set (times 1000). Buckets: the time to refill from empty;

@@ -1,20 +1,24 @@
 /* sluice — in-process buckets: the limiter's per-identity state here.
  *
  * Each limit keeps two bounded tables (limit/idtable.h, at most [store]
- * max_identities entries each, least recently used first):
+ * max_identities entries each, least recently used first), in its state
+ * (L->s, shared with the limit of its name a reload makes: limit/carry.h):
  *
- *   L->buckets   in-process buckets, keyed by identity, "*" (global scope)
- *                or "c:<connection>" (connection scope); for connection
- *                limits, the count of places held
- *   L->entries   what the store said per identity ('\0' + identity):
- *                leases, remembered refusals, what was left
+ *   L->s->buckets   in-process buckets, keyed by identity, "*" (global
+ *                   scope) or "c:<connection>" (connection scope); for
+ *                   connection limits, the count of places held
+ *   L->s->entries   what the store said per identity ('\0' + identity):
+ *                   leases, remembered refusals, what was left
  *
  *   sl_lim_bucket_get --> found: touched
  *                     '-> missing, table full: evict the least worth
  *                         keeping (judge_bucket / judge_entry: in use is
  *                         pinned, as good as new goes first), then make it
- *   sl_limiter_sweep  --> renews connection places (places.c), then drops
- *                         what stayed idle past the limit's TTL */
+ *   sl_lim_bucket_numbers --> before a take: state written under numbers
+ *                         the algorithm cannot read (a reload) converted
+ *   sl_limiter_sweep  --> renews connection places (places.c), applies a
+ *                         new max_identities, then drops what stayed idle
+ *                         past the limit's TTL */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +74,9 @@ static enum sl_idt_judgement judge_bucket(struct sl_idt_node *n, void *arg)
         return b->st.a > 0 ? SL_IDT_PINNED : SL_IDT_FRESH;
     if (!b->st.init || n->lru.at + j->L->ttl_ms <= j->now_us / 1000)
         return SL_IDT_FRESH;
-    struct sl_algo_params p = j->L->p;
+    /* under the numbers it was last taken under (a reload may have
+     * changed the limit's since: it converts at its next take) */
+    struct sl_algo_params p = b->at.amount != 0 ? b->at : j->L->p;
     p.max_wait_us = 0; /* a peek, never a reservation */
     struct sl_algo_result res;
     if (sl_algo_take(&b->st, &p, j->now_us, sl_lim_capacity_of(&p), 0, &res) == 0 && res.allowed)
@@ -101,13 +107,13 @@ static enum sl_idt_judgement judge_entry(struct sl_idt_node *n, void *arg)
  * '\0'), touching it at <now_ms>. A table at its cap first evicts one. */
 struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, uint64_t now_ms)
 {
-    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->entries : &L->buckets;
+    struct sl_idt *t = len > 0 && key[0] == '\0' ? &L->s->entries : &L->s->buckets;
     struct sl_idt_node *n = sl_idt_find(t, key, len, now_ms);
     if (n != NULL)
         return (struct bucket *)n;
     if (sl_idt_full(t)) {
         struct judging j = { L, now_ms * 1000 };
-        struct sl_idt_node *v = sl_idt_victim(t, t == &L->entries ? judge_entry : judge_bucket, &j);
+        struct sl_idt_node *v = sl_idt_victim(t, t == &L->s->entries ? judge_entry : judge_bucket, &j);
         if (v != NULL) {
             sl_idt_remove(t, v);
             t->evicted++;
@@ -124,9 +130,42 @@ struct bucket *sl_lim_bucket_get(struct limit *L, const char *key, size_t len, u
     return b;
 }
 
+void sl_lim_bucket_numbers(struct bucket *b, const struct sl_algo_params *p, uint64_t now_us)
+{
+    if (b->st.init && b->at.amount != 0 &&
+        (b->at.algo != p->algo || b->at.period_us != p->period_us))
+        (void)sl_algo_convert(&b->st, &b->at, p, now_us); /* SL_ENOMEM: new, full */
+    b->at = *p;
+}
+
+/* Evicts from <t> (judged by <judge>) until it holds at most its cap. */
+static void trim(struct sl_idt *t, sl_idt_judge *judge, struct judging *j)
+{
+    while (t->n > t->cap) {
+        struct sl_idt_node *v = sl_idt_victim(t, judge, j);
+        if (v == NULL)
+            return; /* all in use: they go as they are let go */
+        sl_idt_remove(t, v);
+        t->evicted++;
+        bucket_free((struct bucket *)v);
+    }
+}
+
+void sl_lim_tables_fit(struct limit *L, uint64_t now_us)
+{
+    size_t cap = L->cap == 0 ? SIZE_MAX : L->cap;
+    struct lim_state *s = L->s;
+    if (s->buckets.cap == cap && s->entries.cap == cap && s->ovr.cap == cap)
+        return;
+    s->buckets.cap = s->entries.cap = s->ovr.cap = cap; /* overrides: they expire soon */
+    struct judging j = { L, now_us };
+    trim(&s->buckets, judge_bucket, &j);
+    trim(&s->entries, judge_entry, &j);
+}
+
 void sl_lim_bucket_drop(struct limit *L, struct bucket *b)
 {
-    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->entries : &L->buckets;
+    struct sl_idt *t = b->node.len > 0 && b->key[0] == '\0' ? &L->s->entries : &L->s->buckets;
     sl_idt_remove(t, &b->node);
     bucket_free(b);
 }
@@ -137,9 +176,10 @@ void sl_limiter_sweep(struct sl_limiter *lim)
     uint64_t now_ms = sl_clock_us(lim->clock) / 1000;
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
+        sl_lim_tables_fit(L, now_ms * 1000); /* a reload changed max_identities */
         sl_lim_overrides_sweep(L, now_ms * 1000);
         sl_lim_shadow_log_flush(L, 0);
-        struct sl_idt *tabs[2] = { &L->buckets, &L->entries };
+        struct sl_idt *tabs[2] = { &L->s->buckets, &L->s->entries };
         for (int t = 0; t < 2; t++) {
             struct sl_idt_node *n;
             while ((n = sl_idt_expired(tabs[t], now_ms, L->ttl_ms)) != NULL) {

@@ -51,6 +51,7 @@ int sl_lim_local_take(struct sl_limiter *lim, struct sl_limiter_req *q, int k, u
         p.amount = p.amount / share ? p.amount / share : 1;
         p.burst = p.burst / share ? p.burst / share : 1;
     }
+    sl_lim_bucket_numbers(b, &p, q->now_us);
     if (q->remote[k] && L->remember)
         sl_lim_start_from_store(L, b, q->identity, &q->p[k], &p);
     if (sl_algo_take(&b->st, &p, q->now_us, q->cost[k], commit, res) < 0)
@@ -83,17 +84,19 @@ void sl_lim_decide_local(struct sl_limiter *lim, struct sl_limiter_req *q, int w
         if (L->action == SL_ACTION_SHADOW) {
             int would = sl_lim_local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
             sl_lim_shadow_outcome(L, q->identity, would, res.retry_after_us);
+            if (!would)
+                sl_lim_shadow_note(v, L, res.retry_after_us);
             continue;
         }
         if (q->remote[k])
-            L->fallback++;
+            L->s->fallback++;
         if (ok) {
             sl_lim_local_take(lim, q, k, q->remote[k] ? share : 1, 1, &res);
             sl_lim_allowed_after(L, v, res.retry_after_us);
             if (res.remaining != UINT64_MAX) /* UINT64_MAX: uncounted */
                 sl_lim_closest(v, L, &q->p[k], res.remaining, res.reset_us, q->remote[k]);
         } else {
-            L->rejected += strcmp(v->limit, L->name) == 0;
+            L->s->rejected += strcmp(v->limit, L->name) == 0;
         }
     }
 }
@@ -106,7 +109,7 @@ void sl_lim_store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
         sl_lim_decide_local(lim, q, 0, 1, v); /* local-only limits still hold */
         for (int k = 0; k < q->n; k++)
             if (q->remote[k])
-                lim->limits[q->idx[k]].fallback++;
+                lim->limits[q->idx[k]].s->fallback++;
         return;
     case SL_FAIL_CLOSED:
         for (int k = 0; k < q->n; k++) {
@@ -118,8 +121,8 @@ void sl_lim_store_failed(struct sl_limiter *lim, struct sl_limiter_req *q, struc
                 snprintf(v->limit, sizeof(v->limit), "%s", L->name);
                 snprintf(v->identity, sizeof(v->identity), "%s", q->identity);
                 sl_lim_set_policy(v, L, &q->p[k], 0, v->retry_after_us, 1); /* a guess */
-                L->fallback++;
-                L->rejected++;
+                L->s->fallback++;
+                L->s->rejected++;
                 return;
             }
         }

@@ -16,6 +16,8 @@
  *   places.c    connection places and the login queue (metric = connections)
  *   buckets.c   in-process buckets and their bounded tables
  *   stats.c     counters, delay histograms, busiest identities, reports
+ *   carry.c     what a reload carries over: each limit's state (struct
+ *               lim_state) shared with the next limit of its name
  *
  * Two kinds of things are held for a while and must not be confused: a
  * token lease is a batch of a limit's tokens taken from the store ahead of
@@ -75,8 +77,10 @@ struct sl_lim_waiters {
  * identity, see lease_entry): each kind in its own bounded table of the
  * limit (limit/idtable.h, [store] max_identities). */
 struct bucket {
-    struct sl_idt_node   node;   /* in L->buckets or L->entries (key: key[] below) */
+    struct sl_idt_node   node;   /* in L->s->buckets or L->s->entries (key: key[] below) */
     struct sl_algo_state st;     /* algorithm state */
+    struct sl_algo_params at;    /* the numbers <st> was last taken under (at.amount 0:
+                                    none yet); other ones convert it (sl_lim_bucket_numbers) */
     /* A lease entry (key: '\0' + identity, see lease_entry) instead: */
     uint64_t             lease;      /* tokens taken from the store, not spent yet */
     uint64_t             deny_until; /* the store said no to <deny_cost> until then (us) */
@@ -91,9 +95,35 @@ struct bucket {
      * other numbers (an override came, went or changed, even one whose
      * cached answer was dropped meanwhile) forget them (tokens.c). */
     uint64_t             num_amount, num_period_us, num_burst;
+    uint8_t              num_algo;
     uint8_t              asking;     /* a store call that answers for it is in flight */
     struct sl_lim_waiters waiting;  /* requests waiting for that answer */
     char                 key[];  /* identity, or "c:<conn>"; '\0' + identity for an entry */
+};
+
+/* What a limit has counted and what it holds per identity. A reload
+ * gives it to the new limit of the same name (shared: decisions of the old
+ * limiter still pending count and take here too), so SIGHUP forgets
+ * nothing (docs/limits.md, "Reload"); freed with the last limit holding
+ * it. */
+struct lim_state {
+    int            refs;         /* limits holding it */
+    struct sl_idt  buckets;      /* in-process buckets, by last use, bounded */
+    struct sl_idt  entries;      /* what the store said per identity (leases, refusals,
+                                    what was left), by last use, bounded */
+    struct sl_idt  ovr;          /* overrides read per identity (overrides.c), bounded */
+    uint64_t       ovr_applied;  /* decisions made with an override */
+    uint64_t       ovr_malformed;/* values ignored as malformed */
+    /* counters (exported) */
+    uint64_t       allowed;      /* decisions that allowed */
+    uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
+    uint64_t       shadow_hits;  /* shadow limit: would have rejected */
+    uint64_t       fallback;     /* decided without the store (on_failure) */
+    uint64_t       delayed;      /* action = delay: decisions that made the request wait */
+    uint64_t       leased;       /* decisions made from this instance's lease, no store call */
+    uint64_t       held;         /* refusals remembered from the store, no store call */
+    struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
+    struct top     top[TOP_K];   /* busiest identities */
 };
 
 /* One [limit], copied out of the configuration. */
@@ -121,28 +151,14 @@ struct limit {
     char         **match;        /* match_identity, or none */
     int            n_match;
     int            replaces;     /* index of the limit this one replaces, or -1 */
-    struct sl_idt  buckets;      /* in-process buckets, by last use, bounded */
-    struct sl_idt  entries;      /* what the store said per identity (leases, refusals,
-                                    what was left), by last use, bounded */
+    struct lim_state *s;         /* counters and per-identity state, kept across reloads */
+    size_t         cap;          /* entries per table ([store] max_identities; 0: no bound) */
     uint64_t       ttl_ms;       /* a bucket idle this long is back to full */
     uint64_t       lease_size;   /* [store] lease: tokens asked on top of a cost; 0 = none */
     uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
     uint8_t        remember;     /* keeps an entry per identity (see remembers) */
     uint64_t       ovr_ttl_us;   /* overrides = store: an answer is used this long; 0: off */
-    struct sl_idt  ovr;          /* overrides read per identity (overrides.c), bounded */
-    uint64_t       ovr_applied;  /* decisions made with an override */
-    uint64_t       ovr_malformed;/* values ignored as malformed */
-    /* counters (exported) */
-    uint64_t       allowed;      /* decisions that allowed */
-    uint64_t       rejected;     /* decisions that rejected (enforcing limits) */
-    uint64_t       shadow_hits;  /* shadow limit: would have rejected */
-    struct sl_log_rate shadow_log; /* ... logged at most once a second (verdict.c) */
-    uint64_t       fallback;     /* decided without the store (on_failure) */
-    uint64_t       delayed;      /* action = delay: decisions that made the request wait */
-    uint64_t       leased;       /* decisions made from this instance's lease, no store call */
-    uint64_t       held;         /* refusals remembered from the store, no store call */
-    struct sl_delay_hist delay;  /* ... how long (delay), or would have (shadow) */
-    struct top     top[TOP_K];   /* busiest identities */
+    struct sl_log_rate shadow_log; /* shadow rejections logged at most once a second (verdict.c) */
 };
 
 /* The limiter: its limits, built once from a configuration (sl_limiter_new). */

@@ -28,6 +28,7 @@
 #include "identity/identity.h"
 #include "limit/algo.h"
 #include "limit/buckets.h"
+#include "limit/carry.h"
 #include "limit/idtable.h"
 #include "limit/inproc.h"
 #include "limit/limiter-i.h"
@@ -132,6 +133,12 @@ static int limit_index(const struct sl_conf *conf, const struct sl_limit_conf *l
 
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env)
 {
+    return sl_limiter_reload(conf, env, NULL);
+}
+
+struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl_limiter_env *env,
+                                     struct sl_limiter *prev)
+{
     static const struct sl_limiter_env defaults; /* url = local, sl_clock_mono, own places */
     if (env == NULL)
         env = &defaults;
@@ -183,7 +190,7 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_li
         /* Connection counts are bounded by the connections themselves and
          * cannot be dropped while held: no cap for them. */
         uint64_t cap = c->metric == SL_METRIC_CONNECTIONS ? 0 : conf->store.max_identities;
-        if (sl_idt_init(&L->buckets, (size_t)cap) < 0 || sl_idt_init(&L->entries, (size_t)cap) < 0)
+        if (sl_lim_carry(L, prev, (size_t)cap) != 0)
             goto fail;
         uint64_t ttl = c->metric == SL_METRIC_CONNECTIONS ? 0 : sl_algo_ttl_us(&L->p);
         L->ttl_ms = ttl / 1000 + 1;
@@ -191,8 +198,6 @@ struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_li
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         sl_lim_tokens_init(L, store != NULL, &conf->store);
         L->ovr_ttl_us = store != NULL && c->overrides ? c->overrides_ttl_us : 0;
-        if (L->ovr_ttl_us > 0 && sl_idt_init(&L->ovr, (size_t)cap) < 0)
-            goto fail;
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
@@ -208,9 +213,7 @@ static void limiter_free(struct sl_limiter *lim)
     for (int i = 0; i < lim->n; i++) {
         struct limit *L = &lim->limits[i];
         sl_lim_shadow_log_flush(L, 1); /* the count of lines left out */
-        sl_lim_table_free(&L->buckets);
-        sl_lim_table_free(&L->entries);
-        sl_lim_overrides_free(L);
+        sl_lim_state_release(L->s);
         free(L->name);
         free(L->listener);
         free_strs(L->commands, L->n_commands);
@@ -423,7 +426,7 @@ static int decide(struct sl_limiter *lim, struct sl_limiter_req *q, int pooled,
     if (v->kind == SL_VERDICT_REJECT) {
         for (int k = 0; k < q->n; k++)
             if (!q->remote[k] && strcmp(lim->limits[q->idx[k]].name, v->limit) == 0)
-                lim->limits[q->idx[k]].rejected++;
+                lim->limits[q->idx[k]].s->rejected++;
         return 0;
     }
     if (!sl_store_up(lim->store)) {

@@ -52,6 +52,12 @@ struct sl_verdict {
     uint8_t     approx;                 /* r and t are what this instance knows, not the store's
                                            word on this request (a lease, a remembered refusal,
                                            the store away) */
+    /* A shadow limit that would have rejected the request (the decision
+     * log's shadow_rejected line; the verdict itself is not changed):
+     * the first such limit, "" when none. */
+    char        shadow[64];
+    uint64_t    shadow_retry_us;        /* the wait it would have told (UINT64_MAX: never) */
+    uint8_t     shadow_global;          /* it counts everyone as one identity ("*") */
 };
 
 /* What the limits of one metric on one listener ask of a byte meter. */
@@ -87,6 +93,14 @@ int sl_limiter_validate(const struct sl_conf *conf, FILE *errf);
 
 /* Builds the limiter for <conf> in <env> (copied; NULL: all defaults). */
 struct sl_limiter *sl_limiter_new(const struct sl_conf *conf, const struct sl_limiter_env *env);
+
+/* sl_limiter_new() for a reload that replaces limiter <prev> (NULL: none):
+ * each limit of the same name (and metric and scope) as one of <prev>'s
+ * carries on its counters and per-identity state, shared with it while
+ * <prev> lives (limit/carry.h, docs/limits.md "Reload"). <prev> is not
+ * changed until it is released: a failed reload leaves it as it was. */
+struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl_limiter_env *env,
+                                     struct sl_limiter *prev);
 
 /* Drops the owner's reference; freed once no decision is pending. */
 void sl_limiter_release(struct sl_limiter *lim);
@@ -149,6 +163,13 @@ void sl_limiter_sweep(struct sl_limiter *lim);
 /* Writes the per-limit metrics / the /stats JSON array of limits. */
 void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m);
 void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out);
+
+/* What a request named <cmd> (<n> bytes: a RESP command name, any case;
+ * with <http>, an HTTP method, exact) costs limit <limit> of <lim>: for
+ * the decision log, which names the cost of the deciding limit. 0 when no
+ * request limit has that name. (match.c) */
+uint64_t sl_limiter_cost(const struct sl_limiter *lim, const char *limit, const char *cmd,
+                         size_t n, int http);
 
 /* Formats the RESP rejection line for <v> into <out> (NUL-terminated);
  * returns its length. */

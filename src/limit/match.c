@@ -266,6 +266,24 @@ uint64_t sl_lim_cost_of(const struct limit *L, const struct sl_req *q)
     return L->default_cost;
 }
 
+uint64_t sl_limiter_cost(const struct sl_limiter *lim, const char *limit, const char *cmd,
+                         size_t n, int http)
+{
+    for (int i = 0; lim != NULL && i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        if (strcmp(L->name, limit) != 0)
+            continue;
+        if (L->metric != SL_METRIC_REQUESTS)
+            return 0;
+        for (int k = 0; k < L->n_costs; k++)
+            if (http ? strlen(L->costs[k].cmd) == n && memcmp(L->costs[k].cmd, cmd, n) == 0
+                     : cmd_cmp(cmd, n, L->costs[k].cmd) == 0)
+                return L->costs[k].cost;
+        return L->default_cost;
+    }
+    return 0;
+}
+
 int sl_lim_identity_matches(const struct limit *L, const char *id)
 {
     if (L->n_match == 0)

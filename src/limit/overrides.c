@@ -20,9 +20,9 @@
 #include "store/store.h"
 
 struct sl_ovr {
-    struct sl_idt_node     node;      /* in L->ovr (key: identity, "*" for global scope) */
-    struct sl_limiter     *lim;       /* referenced while asking */
-    int                    li;        /* its limit's index */
+    struct sl_idt_node     node;      /* in L->s->ovr (key: identity, "*" for global scope) */
+    struct sl_limiter     *lim;       /* the limiter asking, referenced while it asks */
+    int                    li;        /* its limit's index there */
     uint8_t                has;       /* an override applies (else the limit's own numbers) */
     uint8_t                asking;    /* an HGET is out */
     uint64_t               at_us;     /* when the last answer came; 0: none yet */
@@ -36,11 +36,11 @@ static void ovr_free(struct sl_ovr *o)
     free(o);
 }
 
-void sl_lim_overrides_free(struct limit *L)
+void sl_lim_overrides_free(struct lim_state *s)
 {
-    if (L->ovr.tab != NULL) {
-        for (uint32_t j = 0; j <= L->ovr.mask; j++) {
-            struct sl_idt_node *n = L->ovr.tab[j];
+    if (s->ovr.tab != NULL) {
+        for (uint32_t j = 0; j <= s->ovr.mask; j++) {
+            struct sl_idt_node *n = s->ovr.tab[j];
             while (n) {
                 struct sl_idt_node *nx = n->next;
                 ovr_free((struct sl_ovr *)n);
@@ -48,7 +48,7 @@ void sl_lim_overrides_free(struct limit *L)
             }
         }
     }
-    sl_idt_free(&L->ovr);
+    sl_idt_free(&s->ovr);
 }
 
 /* In use while asking or waited for; else dropping it costs one HGET. */
@@ -103,7 +103,7 @@ static void on_answer(void *data, int status, const char *text, size_t len)
         }
         if (why != NULL) {
             o->has = 0;
-            L->ovr_malformed++;
+            L->s->ovr_malformed++;
             /* Shown as stored, up to a bound: an operator's typo, not a
              * secret (the identity is what the limit keys by anyway). */
             sl_log_warn_rl("override_malformed", "quota store: malformed override ignored",
@@ -136,7 +136,10 @@ static int ask(struct sl_limiter *lim, struct limit *L, struct sl_ovr *o)
     if (n < 0 || (size_t)n >= sizeof(key) || lim->store == NULL)
         return 0;
     struct sl_str k = { key, (size_t)n }, f = { o->key, o->node.len };
+    /* The answer goes to this limiter's limit: the entry may have been
+     * made by the limits a reload replaced, where it had another index. */
     o->lim = lim;
+    o->li = (int)(L - lim->limits);
     if (sl_store_hget(lim->store, k, f, on_answer, o) == NULL)
         return 0;
     o->asking = 1;
@@ -149,14 +152,14 @@ static struct sl_ovr *entry(struct sl_limiter *lim, int li, const char *id, uint
 {
     struct limit *L = &lim->limits[li];
     size_t len = strnlen(id, SL_ID_MAX);
-    struct sl_idt_node *n = sl_idt_find(&L->ovr, id, len, now_us / 1000);
+    struct sl_idt_node *n = sl_idt_find(&L->s->ovr, id, len, now_us / 1000);
     if (n != NULL)
         return (struct sl_ovr *)n;
-    if (sl_idt_full(&L->ovr)) {
-        struct sl_idt_node *v = sl_idt_victim(&L->ovr, judge, NULL);
+    if (sl_idt_full(&L->s->ovr)) {
+        struct sl_idt_node *v = sl_idt_victim(&L->s->ovr, judge, NULL);
         if (v != NULL) {
-            sl_idt_remove(&L->ovr, v);
-            L->ovr.evicted++;
+            sl_idt_remove(&L->s->ovr, v);
+            L->s->ovr.evicted++;
             ovr_free((struct sl_ovr *)v);
         }
     }
@@ -167,7 +170,7 @@ static struct sl_ovr *entry(struct sl_limiter *lim, int li, const char *id, uint
     o->node.key = o->key;
     o->node.len = (uint16_t)len;
     o->li = li;
-    sl_idt_insert(&L->ovr, &o->node, now_us / 1000);
+    sl_idt_insert(&L->s->ovr, &o->node, now_us / 1000);
     return o;
 }
 
@@ -193,12 +196,22 @@ int sl_lim_overrides_resolve(struct sl_limiter *lim, struct sl_limiter_req *q,
             return 1;
         }
         if (o->has) {
-            q->p[k] = o->p;
-            applied |= 1u << k;
+            /* Its rate and burst, on the limit's algorithm and action as
+             * they are now: a reload may have changed them since the answer
+             * came (the cache is carried over, limit/carry.h). */
+            struct sl_algo_params p = L->p;
+            p.amount = o->p.amount;
+            p.period_us = o->p.period_us;
+            p.burst = o->p.burst;
+            if ((o->p.algo == p.algo && o->p.max_wait_us == p.max_wait_us) ||
+                sl_algo_check(&p, NULL) == 0) {
+                q->p[k] = p;
+                applied |= 1u << k;
+            }
         }
     }
     for (int k = 0; k < q->n; k++)
-        lim->limits[q->idx[k]].ovr_applied += (applied >> k) & 1;
+        lim->limits[q->idx[k]].s->ovr_applied += (applied >> k) & 1;
     return 0;
 }
 
@@ -213,12 +226,12 @@ void sl_lim_overrides_sweep(struct limit *L, uint64_t now_us)
         return;
     uint64_t now_ms = now_us / 1000, idle_ms = L->ovr_ttl_us / 1000 + 1;
     struct sl_idt_node *n;
-    while ((n = sl_idt_expired(&L->ovr, now_ms, idle_ms)) != NULL) {
+    while ((n = sl_idt_expired(&L->s->ovr, now_ms, idle_ms)) != NULL) {
         if (judge(n, NULL) == SL_IDT_PINNED) {
-            sl_idt_touch(&L->ovr, n, now_ms); /* asked or waited for: kept */
+            sl_idt_touch(&L->s->ovr, n, now_ms); /* asked or waited for: kept */
             continue;
         }
-        sl_idt_remove(&L->ovr, n);
+        sl_idt_remove(&L->s->ovr, n);
         ovr_free((struct sl_ovr *)n);
     }
 }
@@ -228,15 +241,15 @@ void sl_lim_overrides_sweep(struct limit *L, uint64_t now_us)
 void sl_lim_overrides_json(const struct limit *L, FILE *out)
 {
     size_t active = 0;
-    for (uint32_t j = 0; L->ovr.tab != NULL && j <= L->ovr.mask; j++)
-        for (const struct sl_idt_node *n = L->ovr.tab[j]; n; n = n->next)
+    for (uint32_t j = 0; L->s->ovr.tab != NULL && j <= L->s->ovr.mask; j++)
+        for (const struct sl_idt_node *n = L->s->ovr.tab[j]; n; n = n->next)
             active += ((const struct sl_ovr *)n)->has;
     fprintf(out, "{\"ttl_ms\":%" PRIu64 ",\"cached\":%zu,\"active\":%zu,\"applied\":%" PRIu64
                  ",\"malformed\":%" PRIu64 ",\"identities\":[",
-            L->ovr_ttl_us / 1000, L->ovr.n, active, L->ovr_applied, L->ovr_malformed);
+            L->ovr_ttl_us / 1000, L->s->ovr.n, active, L->s->ovr_applied, L->s->ovr_malformed);
     int shown = 0;
-    for (uint32_t j = 0; L->ovr.tab != NULL && j <= L->ovr.mask && shown < JSON_OVERRIDES; j++) {
-        for (const struct sl_idt_node *n = L->ovr.tab[j]; n && shown < JSON_OVERRIDES; n = n->next) {
+    for (uint32_t j = 0; L->s->ovr.tab != NULL && j <= L->s->ovr.mask && shown < JSON_OVERRIDES; j++) {
+        for (const struct sl_idt_node *n = L->s->ovr.tab[j]; n && shown < JSON_OVERRIDES; n = n->next) {
             const struct sl_ovr *o = (const struct sl_ovr *)n;
             if (!o->has)
                 continue;

@@ -18,8 +18,8 @@
 
 struct sl_ovr; /* one limit's override for one identity, as last read */
 
-/* Frees every cached override of <L>. */
-void sl_lim_overrides_free(struct limit *L);
+/* Frees every cached override held in <s> (and its table). */
+void sl_lim_overrides_free(struct lim_state *s);
 
 /* Fills q->p[k] for every limit <k> of <q>: its own parameters, or the
  * override cached for q's identity (asking for a stale one again). Returns

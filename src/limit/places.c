@@ -195,13 +195,13 @@ static void place_verdict_done(struct sl_place *pl, struct sl_verdict *v, uint64
         if (L->action == SL_ACTION_SHADOW)
             continue;
         if (v->kind == SL_VERDICT_ALLOW) {
-            L->allowed++;
+            L->s->allowed++;
             if (L->action == SL_ACTION_DELAY && pl->waited && now_us > pl->asked_us) {
-                L->delayed++;
-                sl_lim_hist_add(&L->delay, now_us - pl->asked_us);
+                L->s->delayed++;
+                sl_lim_hist_add(&L->s->delay, now_us - pl->asked_us);
             }
         } else if (strcmp(v->limit, L->name) == 0 && L->action == SL_ACTION_REJECT) {
-            L->rejected++;
+            L->s->rejected++;
         }
     }
 }
@@ -237,7 +237,7 @@ static void place_local(struct sl_place *pl, uint64_t share, int fallback, uint6
     for (int k = 0; k < pl->n; k++) {
         struct limit *L = &pl->lim->limits[pl->idx[k]];
         if (fallback)
-            L->fallback++;
+            L->s->fallback++;
         struct bucket *b = place_bucket(pl, k, now_us);
         if (b == NULL) {
             if (ok)
@@ -268,13 +268,13 @@ static void place_failed(struct sl_place *pl, uint64_t now_us, struct sl_verdict
     struct sl_limiter *lim = pl->lim;
     if (lim->on_failure == SL_FAIL_OPEN) {
         for (int k = 0; k < pl->n; k++)
-            lim->limits[pl->idx[k]].fallback++;
+            lim->limits[pl->idx[k]].s->fallback++;
         return;
     }
     if (lim->on_failure == SL_FAIL_CLOSED) {
         for (int k = 0; k < pl->n; k++) {
             struct limit *L = &lim->limits[pl->idx[k]];
-            L->fallback++;
+            L->s->fallback++;
             if (L->action != SL_ACTION_SHADOW && v->kind != SL_VERDICT_REJECT) {
                 v->kind = SL_VERDICT_REJECT;
                 v->store_down = 1;
@@ -282,7 +282,7 @@ static void place_failed(struct sl_place *pl, uint64_t now_us, struct sl_verdict
                 v->retry_after_us = 1000000;
                 snprintf(v->limit, sizeof(v->limit), "%s", L->name);
                 snprintf(v->identity, sizeof(v->identity), "%s", pl->identity);
-                L->rejected++;
+                L->s->rejected++;
             }
         }
         return;
@@ -404,7 +404,7 @@ void sl_place_gave_up(struct sl_place *pl, const struct sl_verdict *v)
     for (int k = 0; k < pl->n; k++) {
         struct limit *L = &pl->lim->limits[pl->idx[k]];
         if (L->action == SL_ACTION_DELAY && strcmp(v->limit, L->name) == 0) {
-            L->rejected++;
+            L->s->rejected++;
             return;
         }
     }
@@ -426,7 +426,7 @@ void sl_place_free(struct sl_place *pl)
         struct limit *L = &pl->lim->limits[pl->idx[k]];
         const char *id = place_id(pl, k);
         /* a count held is never evicted; look, never make one */
-        struct bucket *b = (struct bucket *)sl_idt_peek(&L->buckets, id, strlen(id));
+        struct bucket *b = (struct bucket *)sl_idt_peek(&L->s->buckets, id, strlen(id));
         if (b != NULL && b->st.a > 0 && --b->st.a == 0)
             sl_lim_bucket_drop(L, b);
     }

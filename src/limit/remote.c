@@ -96,6 +96,8 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             if (L->action == SL_ACTION_SHADOW) {
                 sl_lim_shadow_outcome(L, q->identity, r[0] != 0,
                                       r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
+                if (r[0] == 0)
+                    sl_lim_shadow_note(&v, L, r[2] < 0 ? UINT64_MAX : (uint64_t)r[2]);
                 continue;
             }
             if (r[0] == 0) {
@@ -130,7 +132,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             for (int k = 0; k < q->n; k++) {
                 struct limit *L = &lim->limits[q->idx[k]];
                 if (L->action != SL_ACTION_SHADOW && strcmp(v.limit, L->name) == 0)
-                    L->rejected++;
+                    L->s->rejected++;
             }
         }
     }

@@ -64,18 +64,18 @@ void sl_lim_top_count(struct limit *L, const char *id)
 {
     int min = 0;
     for (int i = 0; i < TOP_K; i++) {
-        if (L->top[i].n > 0 && strcmp(L->top[i].id, id) == 0) {
-            L->top[i].n++;
+        if (L->s->top[i].n > 0 && strcmp(L->s->top[i].id, id) == 0) {
+            L->s->top[i].n++;
             return;
         }
-        if (L->top[i].n < L->top[min].n)
+        if (L->s->top[i].n < L->s->top[min].n)
             min = i;
     }
     size_t n = strnlen(id, SL_ID_MAX);
-    memcpy(L->top[min].id, id, n);
-    L->top[min].id[n] = '\0';
-    L->top[min].err = L->top[min].n; /* inherited: not this identity's own */
-    L->top[min].n++;
+    memcpy(L->s->top[min].id, id, n);
+    L->s->top[min].id[n] = '\0';
+    L->s->top[min].err = L->s->top[min].n; /* inherited: not this identity's own */
+    L->s->top[min].n++;
 }
 
 void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
@@ -85,7 +85,7 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
                       "Decisions per limit and outcome (shadow_rejected: a shadow limit would have rejected).");
     for (int i = 0; i < lim->n; i++) {
         const struct limit *L = &lim->limits[i];
-        uint64_t vals[3] = { L->allowed, L->rejected, L->shadow_hits };
+        uint64_t vals[3] = { L->s->allowed, L->s->rejected, L->s->shadow_hits };
         for (int o = 0; o < 3; o++) {
             const char *labels[] = { "limit", L->name, "outcome", outcomes[o], NULL };
             sl_metrics_u64(m, "sluice_limit_decisions_total", labels, vals[o]);
@@ -96,7 +96,7 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
                       "chunks, queued connections).");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_delayed_total", labels, lim->limits[i].delayed);
+        sl_metrics_u64(m, "sluice_limit_delayed_total", labels, lim->limits[i].s->delayed);
     }
     sl_metrics_family(m, "sluice_limit_delay_seconds", "histogram",
                       "How long delay limits held work back; for shadow limits, how long they "
@@ -107,20 +107,20 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
     for (int i = 0; i < lim->n; i++) {
         const struct limit *L = &lim->limits[i];
         const char *labels[] = { "limit", L->name, NULL };
-        sl_metrics_histogram(m, "sluice_limit_delay_seconds", labels, bounds, L->delay.le,
-                             DELAY_BUCKETS, (double)L->delay.sum_us / 1e6);
+        sl_metrics_histogram(m, "sluice_limit_delay_seconds", labels, bounds, L->s->delay.le,
+                             DELAY_BUCKETS, (double)L->s->delay.sum_us / 1e6);
     }
     sl_metrics_family(m, "sluice_limit_fallback_decisions_total", "counter",
                       "Decisions made without the quota store (on_failure).");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_fallback_decisions_total", labels, lim->limits[i].fallback);
+        sl_metrics_u64(m, "sluice_limit_fallback_decisions_total", labels, lim->limits[i].s->fallback);
     }
     sl_metrics_family(m, "sluice_limit_local_buckets", "gauge",
                       "In-process buckets held per limit.");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].buckets.n);
+        sl_metrics_u64(m, "sluice_limit_local_buckets", labels, lim->limits[i].s->buckets.n);
     }
     sl_metrics_family(m, "sluice_limit_evictions_total", "counter",
                       "Per-identity state dropped to stay within [store] max_identities (least "
@@ -128,7 +128,7 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
         sl_metrics_u64(m, "sluice_limit_evictions_total", labels,
-                       lim->limits[i].buckets.evicted + lim->limits[i].entries.evicted);
+                       lim->limits[i].s->buckets.evicted + lim->limits[i].s->entries.evicted);
     }
     sl_metrics_family(m, "sluice_limit_uncounted_total", "counter",
                       "Requests, byte takes and connections allowed without being counted by "
@@ -141,14 +141,14 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
                       "Decisions made from this instance's lease ([store] lease), without a store call.");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].leased);
+        sl_metrics_u64(m, "sluice_limit_leased_decisions_total", labels, lim->limits[i].s->leased);
     }
     sl_metrics_family(m, "sluice_limit_held_refusals_total", "counter",
                       "Rejections answered from a refusal of the store remembered until its retry "
                       "time, without a store call.");
     for (int i = 0; i < lim->n; i++) {
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
-        sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].held);
+        sl_metrics_u64(m, "sluice_limit_held_refusals_total", labels, lim->limits[i].s->held);
     }
 
     int any_ovr = 0;
@@ -163,7 +163,7 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
         if (lim->limits[i].ovr_ttl_us > 0)
             sl_metrics_u64(m, "sluice_limit_override_decisions_total", labels,
-                           lim->limits[i].ovr_applied);
+                           lim->limits[i].s->ovr_applied);
     }
     sl_metrics_family(m, "sluice_limit_overrides_malformed_total", "counter",
                       "Override values in the store ignored as malformed (overrides = store).");
@@ -171,7 +171,7 @@ void sl_limiter_metrics(const struct sl_limiter *lim, struct sl_metrics *m)
         const char *labels[] = { "limit", lim->limits[i].name, NULL };
         if (lim->limits[i].ovr_ttl_us > 0)
             sl_metrics_u64(m, "sluice_limit_overrides_malformed_total", labels,
-                           lim->limits[i].ovr_malformed);
+                           lim->limits[i].s->ovr_malformed);
     }
 }
 
@@ -185,9 +185,9 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
                 ",\"shadow_rejected\":%" PRIu64 ",\"fallback\":%" PRIu64 ",\"delayed\":%" PRIu64
                 ",\"max_delay_seen_ms\":%" PRIu64 ",\"leased\":%" PRIu64
                 ",\"local_buckets\":%zu,\"evictions\":%" PRIu64 ",",
-                i ? "," : "", L->name, sl_algo_name(L->p.algo), L->allowed, L->rejected,
-                L->shadow_hits, L->fallback, L->delayed, (L->delay.max_us + 999) / 1000, L->leased,
-                L->buckets.n, L->buckets.evicted + L->entries.evicted);
+                i ? "," : "", L->name, sl_algo_name(L->p.algo), L->s->allowed, L->s->rejected,
+                L->s->shadow_hits, L->s->fallback, L->s->delayed, (L->s->delay.max_us + 999) / 1000, L->s->leased,
+                L->s->buckets.n, L->s->buckets.evicted + L->s->entries.evicted);
         if (L->ovr_ttl_us > 0) {
             fputs("\"overrides\":", out);
             sl_lim_overrides_json(L, out);
@@ -202,15 +202,15 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out)
         for (int k = 0, first = 1; k < TOP_K; k++) {
             int best = -1;
             for (int j = 0; j < TOP_K; j++)
-                if (!done[j] && L->top[j].n > 0 &&
-                    (best < 0 || L->top[j].n - L->top[j].err > L->top[best].n - L->top[best].err))
+                if (!done[j] && L->s->top[j].n > 0 &&
+                    (best < 0 || L->s->top[j].n - L->s->top[j].err > L->s->top[best].n - L->s->top[best].err))
                     best = j;
             if (best < 0)
                 break;
             done[best] = 1;
             fprintf(out, "%s{\"identity\":\"%s\",\"requests\":%" PRIu64 ",\"error\":%" PRIu64 "}",
-                    first ? "" : ",", L->top[best].id, L->top[best].n - L->top[best].err,
-                    L->top[best].err);
+                    first ? "" : ",", L->s->top[best].id, L->s->top[best].n - L->s->top[best].err,
+                    L->s->top[best].err);
             first = 0;
         }
         fputs("]}", out);

@@ -146,7 +146,7 @@ void sl_lim_tokens_forget(struct limit *L, const char *identity)
 {
     char key[SL_ID_MAX + 2];
     size_t n = entry_key(L, identity, key);
-    struct bucket *e = (struct bucket *)sl_idt_peek(&L->entries, key, n);
+    struct bucket *e = (struct bucket *)sl_idt_peek(&L->s->entries, key, n);
     if (e != NULL)
         forget(e);
 }
@@ -155,7 +155,7 @@ void sl_lim_tokens_forget(struct limit *L, const char *identity)
 static int same_numbers(const struct bucket *e, const struct sl_algo_params *p)
 {
     return e->num_amount == p->amount && e->num_period_us == p->period_us &&
-           e->num_burst == p->burst;
+           e->num_burst == p->burst && e->num_algo == (uint8_t)p->algo;
 }
 
 /* A request is decided with the numbers <p>: refusals that entry <e>
@@ -172,6 +172,7 @@ static void numbers_now(struct bucket *e, const struct sl_algo_params *p)
     e->num_amount = p->amount;
     e->num_period_us = p->period_us;
     e->num_burst = p->burst;
+    e->num_algo = (uint8_t)p->algo;
 }
 
 /* Standing in for the store (on_failure = local), in-process bucket <b> of
@@ -185,7 +186,7 @@ void sl_lim_start_from_store(struct limit *L, struct bucket *b, const char *iden
 {
     char key[SL_ID_MAX + 2];
     size_t n = entry_key(L, identity, key);
-    const struct bucket *e = (const struct bucket *)sl_idt_peek(&L->entries, key, n);
+    const struct bucket *e = (const struct bucket *)sl_idt_peek(&L->s->entries, key, n);
     if (e == NULL || e->told_at == 0 || e->told_at <= b->synced_at)
         return;
     b->synced_at = e->told_at;
@@ -241,11 +242,11 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
         memset(v, 0, sizeof(*v));
         sl_lim_deny(v, L, &q->p[k], q->identity, &res);
         v->approx = 1;
-        L->rejected++;
+        L->s->rejected++;
         if (L->lease_size > 0)
-            L->leased++;
+            L->s->leased++;
         else
-            L->held++;
+            L->s->held++;
         return 1;
     }
     if (!all) {
@@ -279,7 +280,7 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
                 continue;
             struct limit *L = &lim->limits[q->idx[k]];
             e[k]->lease -= q->cost[k];
-            L->leased++;
+            L->s->leased++;
             sl_lim_allowed_after(L, v, 0);
             /* What the store last said was left, and the lease still held
              * here: the store counted the lease, so its reset holds. */
@@ -331,9 +332,12 @@ void sl_lim_lease_wait(struct bucket *e, struct sl_limiter_req *q)
     sl_lim_waiters_add(&e->waiting, q);
 }
 /* Decides (again) a request that waited for a lease entry's answer; it
- * holds a reference to <lim> until decided. */
-static void lease_redo(struct sl_limiter *lim, struct sl_limiter_req *w)
+ * holds a reference to its limiter until decided. That may not be the
+ * limiter whose call answered: a reload shares the entries with the next
+ * one (limit/carry.h), whose requests wait on the old one's calls. */
+static void lease_redo(struct sl_limiter_req *w)
 {
+    struct sl_limiter *lim = w->lim;
     struct sl_verdict v;
     memset(&v, 0, sizeof(v));
     if (w->cb != NULL && !sl_store_up(lim->store)) {
@@ -374,7 +378,7 @@ void sl_lim_lease_done(struct sl_limiter *lim, struct sl_limiter_req *q)
         struct sl_limiter_req *w = sl_lim_waiters_take(&e->waiting);
         while (w != NULL) {
             struct sl_limiter_req *next = w->next_wait;
-            lease_redo(lim, w);
+            lease_redo(w);
             w = next;
         }
     }

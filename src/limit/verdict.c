@@ -76,12 +76,12 @@ void sl_lim_deny(struct sl_verdict *v, const struct limit *L, const struct sl_al
 void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, uint64_t retry_us)
 {
     if (allowed) {
-        L->allowed++;
+        L->s->allowed++;
         return;
     }
-    L->shadow_hits++;
+    L->s->shadow_hits++;
     if (retry_us != UINT64_MAX)
-        sl_lim_hist_add(&L->delay, retry_us);
+        sl_lim_hist_add(&L->s->delay, retry_us);
     uint64_t repeated;
     if (sl_log_level < SL_LOG_INFO || !sl_log_rate_take(&L->shadow_log, sl_log_clock(), &repeated))
         return;
@@ -97,6 +97,17 @@ void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, u
            L->scope == SL_SCOPE_GLOBAL ? "*" : identity, retry, more);
 }
 
+void sl_lim_shadow_note(struct sl_verdict *v, const struct limit *L, uint64_t retry_us)
+{
+    if (v->shadow[0] != '\0')
+        return;
+    size_t n = strnlen(L->name, sizeof(v->shadow) - 1);
+    memcpy(v->shadow, L->name, n);
+    v->shadow[n] = '\0';
+    v->shadow_retry_us = retry_us;
+    v->shadow_global = L->scope == SL_SCOPE_GLOBAL;
+}
+
 void sl_lim_shadow_log_flush(struct limit *L, int all)
 {
     uint64_t n = sl_log_rate_due(&L->shadow_log, sl_log_clock(), all);
@@ -108,11 +119,11 @@ void sl_lim_shadow_log_flush(struct limit *L, int all)
  * verdict waits for the longest of its limits. */
 void sl_lim_allowed_after(struct limit *L, struct sl_verdict *v, uint64_t wait_us)
 {
-    L->allowed++;
+    L->s->allowed++;
     if (L->action != SL_ACTION_DELAY || wait_us == 0 || wait_us == UINT64_MAX)
         return;
-    L->delayed++;
-    sl_lim_hist_add(&L->delay, wait_us);
+    L->s->delayed++;
+    sl_lim_hist_add(&L->s->delay, wait_us);
     if (wait_us > v->delay_us)
         v->delay_us = wait_us;
 }

@@ -31,6 +31,11 @@ void sl_lim_closest(struct sl_verdict *v, const struct limit *L, const struct sl
  * kind=shadow_reject repeated=N counting those left out). */
 void sl_lim_shadow_outcome(struct limit *L, const char *identity, int allowed, uint64_t retry_us);
 
+/* Shadow limit <L> would have rejected the request <v> is the verdict of,
+ * telling a wait of <retry_us>: noted in <v> for the decision log (the
+ * first such limit only). */
+void sl_lim_shadow_note(struct sl_verdict *v, const struct limit *L, uint64_t retry_us);
+
 /* Writes the count line of <L>'s would-be rejections left out of the log
  * once their storm is over, or any left when <all> (the limiter freed). */
 void sl_lim_shadow_log_flush(struct limit *L, int all);

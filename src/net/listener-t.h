@@ -93,6 +93,9 @@ struct sl_listener {
                                             connections (made with the first pooled
                                             session, closed with the listener) */
     struct sl_turn_node      upool_tn;   /* ... its writes at the end of the turn */
+    uint64_t                 pool_failures_gone; /* ... counters of the engines of listeners of */
+    uint64_t                 pool_dropped_gone;  /* this name already freed (a moved one's old
+                                                    socket): the totals never go back */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

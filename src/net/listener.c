@@ -30,6 +30,7 @@
 #include "net/report.h"
 #include "net/session.h"
 #include "net/upkeep.h"
+#include "net/upool-t.h"
 #include "net/turn.h"
 #include "shape/wait.h"
 #include "store/store.h"
@@ -265,6 +266,11 @@ static void listener_free(struct sl_listener *l)
     if (h != NULL) {
         l->stats.conns_active = 0; /* no session left; the heir counts its own */
         sl_listener_stats_add(&h->stats, &l->stats);
+        /* and the pooled engine's, which closes with it */
+        struct sl_upool_stats ps;
+        sl_session_pool_stats(l, &ps);
+        h->pool_failures_gone += l->pool_failures_gone + ps.failures;
+        h->pool_dropped_gone += l->pool_dropped_gone + ps.dropped_replies;
     }
     struct sl_listener **pp = &srv->listeners;
     while (*pp != l)
@@ -708,9 +714,11 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         store = store_for(srv, conf);
         new_store = 1;
     }
+    /* Each limit of the running ones carries its counters and state over
+     * to the one of its name (limit/carry.h): a reload forgets nothing. */
     const struct sl_limiter_env env = { conf->store.kind != SL_STORE_LOCAL ? store : NULL, srv->clock,
                                         srv->places };
-    struct sl_limiter *lim = sl_limiter_new(conf, &env);
+    struct sl_limiter *lim = sl_limiter_reload(conf, &env, srv->limiter);
     if (lim == NULL || (conf->store.kind != SL_STORE_LOCAL && store == NULL)) {
         sl_limiter_release(lim);
         if (new_store && store)

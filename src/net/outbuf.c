@@ -100,6 +100,7 @@ static int make_room(struct sl_outbuf *ob, size_t len)
 static void held(struct sl_outbuf *ob, size_t len)
 {
     ob->bytes += (uint32_t)len;
+    ob->total += len;
     if (!sl_turn_pending(&ob->tn) && sl_turn_later(&ob->tn, on_turn_end) < 0)
         (void)sl_outbuf_flush(ob); /* no list: at once */
 }

@@ -56,6 +56,7 @@ struct sl_outbuf {
     sl_outbuf_write_fn   write;
     void                *owner;      /* for the write function */
     int                  err;        /* the last flush's error (0: none) */
+    uint64_t             total;      /* bytes ever appended (the access log's byte counts) */
 };
 
 /* An empty buffer writing through <write> (<owner>: the caller's). */

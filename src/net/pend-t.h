@@ -25,8 +25,11 @@ struct sl_pend {
     uint8_t                state;   /* SL_PEND_WAIT | SL_PEND_ALLOW | SL_PEND_REJECT */
     uint8_t                kind;    /* SL_PK_* */
     uint8_t                fx;      /* enum sl_fx: what it changes if it goes upstream */
+    char                  *note;    /* decision log: what the line needs of the request
+                                       while its verdict is out (owned; sess_decide.c) */
     uint8_t                pooled;  /* pooled listener: the protocol keeps a record of
                                        its class for it, in order (sess_resp.c) */
+    uint8_t                slow;    /* pooled listener: a script (sl_sess_link_slow) */
 };
 enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
        SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */

@@ -33,6 +33,8 @@ void sl_pend_unpush(struct sl_pend_ring *r)
     struct sl_pend *e = &r->e[(r->head + r->n) % SL_PEND_MAX];
     free(e->text);
     e->text = NULL;
+    free(e->note);
+    e->note = NULL;
 }
 
 struct sl_pend *sl_pend_head(const struct sl_pend_ring *r)
@@ -46,6 +48,11 @@ void sl_pend_pop(struct sl_pend_ring *r, struct sl_pend *out)
         return;
     *out = r->e[r->head];
     r->e[r->head].text = NULL;
+    if (out->note != NULL) { /* a verdict is in: its line was written */
+        free(out->note);
+        r->e[r->head].note = NULL;
+        out->note = NULL;
+    }
     r->head = (r->head + 1) % SL_PEND_MAX;
     r->n--;
 }
@@ -74,8 +81,10 @@ void sl_pend_release(struct sl_pend_ring *r)
 
 void sl_pend_free(struct sl_pend_ring *r)
 {
-    for (uint32_t i = 0; i < r->n; i++)
+    for (uint32_t i = 0; i < r->n; i++) {
         free(r->e[(r->head + i) % SL_PEND_MAX].text);
+        free(r->e[(r->head + i) % SL_PEND_MAX].note);
+    }
     if (r->e != NULL)
         sl_pool_give(&ring_pool, r->e);
     r->e = NULL;

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "admin/admin.h"
+#include "admin/process.h"
+#include "core/lsink.h"
 #include "core/buf.h"
 #include "limit/limiter.h"
 #include "net/listener.h"
@@ -134,9 +136,10 @@ static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
         sl_session_pool_stats(o, &st);
         out->conns += st.conns;
         out->pinned += st.pinned;
-        out->failures += st.failures;
-        out->dropped_replies += st.dropped_replies;
+        out->failures += st.failures + o->pool_failures_gone;
+        out->dropped_replies += st.dropped_replies + o->pool_dropped_gone;
         out->pin_waiting += st.pin_waiting;
+        out->idle_closed += st.idle_closed;
     }
     return 1;
 }
@@ -163,6 +166,10 @@ static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
         { "sluice_pool_replies_dropped_total", "counter",
           "RESP, upstream_pool: replies read for clients already gone, dropped.",
           offsetof(struct sl_upool_stats, dropped_replies) },
+        { "sluice_pool_idle_closed_total", "counter",
+          "RESP, upstream_pool: shared upstream connections closed after "
+          "upstream_pool_idle_timeout idle.",
+          offsetof(struct sl_upool_stats, idle_closed) },
     };
     for (size_t i = 0; i < sizeof(pm) / sizeof(pm[0]); i++) {
         sl_metrics_family(m, pm[i].name, pm[i].type, pm[i].help);
@@ -179,6 +186,11 @@ static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
 void sl_server_metrics(void *data, struct sl_metrics *m)
 {
     struct sl_server *srv = data;
+    /* A worker's process_* are its own (the master labels them with
+     * worker="N"); the build and the reloads are the master's to say. */
+    sl_process_metrics(m);
+    if (!srv->worker)
+        sl_build_reload_metrics(m);
     for (size_t i = 0; i < sizeof(lmetrics) / sizeof(lmetrics[0]); i++) {
         sl_metrics_family(m, lmetrics[i].name, lmetrics[i].type, lmetrics[i].help);
         for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
@@ -214,6 +226,10 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
         const char *labels[] = { "listener", l->name, NULL };
         sl_metrics_u64(m, "sluice_connections_max", labels, l->conf->max_connections);
     }
+    sl_metrics_family(m, "sluice_log_dropped_total", "counter",
+                      "Decision and access log lines dropped: the writer could not keep up "
+                      "(its buffer was full) or the write failed.");
+    sl_metrics_u64(m, "sluice_log_dropped_total", NULL, sl_lsink_dropped());
     sl_metrics_family(m, "sluice_buffer_chunks", "gauge", "64 KiB data chunks in use.");
     sl_metrics_u64(m, "sluice_buffer_chunks", NULL, sl_buf_in_use());
     if (srv->limiter)

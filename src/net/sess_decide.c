@@ -12,6 +12,8 @@
 #include "core/log.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
+#include "net/alog.h"
+#include "net/dlog.h"
 #include "net/listener.h"
 #include "net/pend.h"
 #include "net/session.h"
@@ -76,6 +78,17 @@ static void meter_shape(struct sl_meter *m)
         s->l->stats.rejected++;
         sl_log_debug("bytes limit: closing", "listener=%s limit=%s", s->l->name,
                      m->refusal ? m->refusal->limit : "");
+        if (sl_dlog_wants(s->l->srv->conf, SL_DLOG_REJECTED) && m->refusal != NULL) {
+            const struct sl_verdict *v = m->refusal;
+            struct sl_dlog_entry d = {
+                .listener = s->l->name, .limit = v->limit,
+                .identity = v->identity[0] ? v->identity : "-",
+                .request = "bytes", .request_len = 5,
+                .outcome = SL_DLOG_REJECTED, .wait_ms = SL_DLOG_NONE,
+                .store_down = v->store_down,
+            };
+            sl_dlog_write(s->l->srv->loop, s->l->srv->conf, &d);
+        }
         sl_session_close(s);
         return;
     }
@@ -149,11 +162,143 @@ uint64_t sl_sess_waits_now(void)
     return sl_waits_default ? sl_waits_now(sl_waits_default) : sl_turn_now_us();
 }
 
+/* ---- the decision log (net/dlog.h) ------------------------------------------ */
+
+#define LABEL_MAX 256 /* bytes of a request's name in a line: "GET /path" cut here */
+#define CMD_MAX   32  /* ... of a RESP command name */
+
+/* What a decision line needs of its request, kept while the verdict is out
+ * (the request itself is gone by then). */
+struct note {
+    uint16_t label_len;
+    uint8_t  http;
+    uint8_t  method_len;              /* http: the label's first word */
+    char     identity[SL_ID_MAX + 1]; /* the request's, for delayed and allowed lines */
+    char     label[LABEL_MAX];
+};
+
+/* The request decided now (sl_sess_enqueue), or NULL: a verdict that lands
+ * later reads the entry's note instead. */
+static const struct sl_req *deciding;
+
+/* Names request <r> into <n>: a RESP command by its name in upper case
+ * (never an argument: keys and values may be secrets), an HTTP request by
+ * its method and path (never the query string). */
+static void note_of(struct sl_session *s, const struct sl_req *r, struct note *n)
+{
+    memset(n, 0, offsetof(struct note, identity));
+    n->identity[0] = '\0';
+    if (r->http != NULL) {
+        const struct sl_http_head *hd = r->http;
+        uint32_t ml = hd->method_len < 32 ? hd->method_len : 32;
+        memcpy(n->label, hd->buf + hd->method_off, ml);
+        n->method_len = (uint8_t)ml;
+        n->label[ml] = ' ';
+        /* authority-form (CONNECT) and "*" have no path: the target */
+        uint32_t off = hd->path_len ? hd->path_off : hd->target_off;
+        uint32_t len = hd->path_len ? hd->path_len : hd->target_len;
+        if (len > LABEL_MAX - ml - 1)
+            len = LABEL_MAX - ml - 1;
+        memcpy(n->label + ml + 1, hd->buf + off, len);
+        n->label_len = (uint16_t)(ml + 1 + len);
+        n->http = 1;
+    } else if (r->resp != NULL && r->resp->argc > 0) {
+        size_t len = strnlen(r->resp->argv[0], CMD_MAX);
+        for (size_t i = 0; i < len; i++) {
+            char c = r->resp->argv[0][i];
+            n->label[i] = c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
+        }
+        n->label_len = (uint16_t)len;
+    }
+    if (s->ident != NULL)
+        sl_identity_of_req(s->l->conf, s->ident, r, n->identity);
+}
+
+/* Writes the decision line of verdict <v> on entry <e>, when the
+ * configuration wants one. */
+static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
+{
+    struct sl_session *s = e->s;
+    struct sl_server *srv = s->l->srv;
+    int outcome = v->kind == SL_VERDICT_REJECT ? SL_DLOG_REJECTED
+                  : v->delay_us > 0            ? SL_DLOG_DELAYED
+                                               : SL_DLOG_ALLOWED;
+    /* the rate bound first: past it a decision costs a counter, not the
+     * work of naming its request */
+    int main_line = sl_dlog_wants(srv->conf, outcome) &&
+                    !(outcome == SL_DLOG_ALLOWED && v->policy[0] == '\0') &&
+                    sl_dlog_take(srv->loop, srv->conf, outcome);
+    int shadow_line = v->shadow[0] != '\0' && sl_dlog_wants(srv->conf, SL_DLOG_SHADOW) &&
+                      sl_dlog_take(srv->loop, srv->conf, SL_DLOG_SHADOW);
+    if (!main_line && !shadow_line)
+        return;
+    struct note local, *n = (struct note *)e->note;
+    if (n == NULL) {
+        n = &local;
+        if (deciding != NULL)
+            note_of(s, deciding, n);
+        else
+            memset(n, 0, sizeof(*n)); /* a bytes limit refused a request already allowed */
+    }
+    struct sl_dlog_entry d = {
+        .listener = s->l->name,
+        .limit = outcome == SL_DLOG_REJECTED ? v->limit : v->policy,
+        .identity = outcome == SL_DLOG_REJECTED && v->identity[0] ? v->identity : n->identity,
+        .request = n->label_len ? n->label : "-",
+        .request_len = n->label_len ? n->label_len : 1,
+        .outcome = outcome,
+        .store_down = v->store_down,
+    };
+    if (d.identity[0] == '\0')
+        d.identity = "-";
+    if (n->label_len > 0)
+        d.cost = sl_limiter_cost(srv->limiter, d.limit, n->label,
+                                 n->http ? n->method_len : n->label_len, n->http);
+    if (outcome == SL_DLOG_REJECTED)
+        d.wait_ms = v->never ? SL_DLOG_NEVER : (v->retry_after_us + 999) / 1000;
+    else
+        d.wait_ms = (v->delay_us + 999) / 1000;
+    if (main_line)
+        sl_dlog_put(srv->conf, &d);
+    if (!shadow_line)
+        return;
+    /* what the shadow limit would have done: the request went on */
+    d.limit = v->shadow;
+    d.identity = v->shadow_global ? "*" : n->identity[0] ? n->identity : "-";
+    d.outcome = SL_DLOG_SHADOW;
+    d.store_down = 0;
+    d.cost = n->label_len > 0 ? sl_limiter_cost(srv->limiter, d.limit, n->label,
+                                                n->http ? n->method_len : n->label_len, n->http)
+                              : 0;
+    d.wait_ms = v->shadow_retry_us == UINT64_MAX ? SL_DLOG_NEVER : (v->shadow_retry_us + 999) / 1000;
+    sl_dlog_put(srv->conf, &d);
+}
+
+/* A verdict for request <r> is to come later: keep what its line needs. */
+static void note_keep(struct sl_session *s, struct sl_pend *e, const struct sl_req *r)
+{
+    if (s->l->srv->conf->decision_log == SL_DLOG_OFF)
+        return;
+    struct note *n = malloc(sizeof(*n));
+    if (n == NULL)
+        return; /* the line says request=- */
+    note_of(s, r, n);
+    e->note = (char *)n;
+}
+
 /* ---- verdicts, in request order ------------------------------------------- */
 
 /* Records verdict <v> in entry <e>. */
 void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
 {
+    if (e->s->l->srv->conf->decision_log != SL_DLOG_OFF)
+        decision_line(e, v);
+    if (e->s->alog != NULL)
+        sl_alog_verdict(e->s, v);
+    if (e->note != NULL) {
+        free(e->note);
+        e->note = NULL;
+    }
     char line[2048];
     size_t n = e->s->proto->verdict_text(e->s, v, line, sizeof(line));
     free(e->text);
@@ -207,7 +352,9 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
         return -1;
     }
     if (sl_sess_meter_gate(s, kind, span, &v) == SL_METER_REFUSE) {
+        deciding = r;
         sl_sess_verdict(e, &v);
+        deciding = NULL;
         return 0;
     }
     if (!s->l->limited) {
@@ -217,10 +364,13 @@ int sl_sess_enqueue(struct sl_session *s, const struct sl_req *r, uint32_t span,
     if (sl_limiter_check_req(srv->limiter, s->l->conf, s->ident, s->id, r, &v, on_verdict, e,
                              &e->h) == 1) {
         e->state = SL_PEND_WAIT;
+        note_keep(s, e, r);
         return 0;
     }
     e->h = NULL;
+    deciding = r;
     sl_sess_verdict(e, &v);
+    deciding = NULL;
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "limit/limiter.h"
 #include "limit/places.h"
+#include "net/dlog.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -28,6 +29,15 @@ static void gate_refuse(struct sl_session *s, const struct sl_verdict *v)
     l->stats.conns_refused++;
     sl_log_debug_rl("connection_limit", "connection limit: refused", "listener=%s limit=%s",
                     l->name, v->limit);
+    if (sl_dlog_wants(l->srv->conf, SL_DLOG_REJECTED)) {
+        struct sl_dlog_entry d = {
+            .listener = l->name, .limit = v->limit,
+            .identity = v->identity[0] ? v->identity : "-",
+            .request = "connection", .request_len = 10, .cost = 1,
+            .outcome = SL_DLOG_REJECTED, .wait_ms = SL_DLOG_NONE, .store_down = v->store_down,
+        };
+        sl_dlog_write(l->srv->loop, l->srv->conf, &d);
+    }
     sl_place_gave_up(s->place, v);
     sl_place_free(s->place);
     s->place = NULL;

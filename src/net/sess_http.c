@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/tq.h"
 #include "identity/identity.h"
+#include "net/alog.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -161,6 +162,8 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
      * close lingers) */
     s->http->client_close = 0;
     s->cl_said = 0;
+    if (sl_alog_any)
+        sl_alog_local(s, status, n);
     local(s, out, n, 1);
 }
 
@@ -238,6 +241,8 @@ static void refuse(struct sl_session *s, char *text, uint32_t len)
     }
     if (len > 12)
         count_status(s, atoi(text + 9));
+    if (s->alog != NULL)
+        sl_alog_local(s, len > 12 ? atoi(text + 9) : 0, len);
     /* A client that waits for 100-continue, or asked to close, gets the
      * answer with Connection: close (verdict_text wrote it so): its body
      * may never come. */
@@ -255,6 +260,8 @@ static void on_request(struct sl_session *s)
     struct sl_http_sess *h = s->http;
     const struct sl_http_head *hd = &h->req.head;
     const struct sl_listener_conf *lc = lconf(s);
+    if (sl_alog_any)
+        sl_alog_begin(s, hd);
     /* A path that upstreams may read as anything (%00, overlong UTF-8)
      * cannot be matched honestly where a limit has `paths`: refused, as
      * the framer refuses (docs/http.md, "Paths"). */
@@ -316,6 +323,8 @@ static void on_request(struct sl_session *s)
     if (s->meter[0] != NULL || s->meter[1] != NULL)
         sl_identity_of_req(lc, id, &r, id->last); /* byte limits charge this request's */
     if (!s->l->limited && !sl_sess_meters_owe(s)) {
+        if (s->alog != NULL)
+            sl_alog_sent(s);
         send_head(s, NULL, 0); /* the fast path: no limits */
         return;
     }
@@ -351,6 +360,8 @@ static void apply(struct sl_session *s)
         }
         struct sl_pend e;
         sl_pend_pop(&s->pend, &e);
+        if (e.state == SL_PEND_ALLOW && s->alog != NULL)
+            sl_alog_sent(s);
         if (e.state == SL_PEND_ALLOW)
             send_head(s, e.text, e.len);
         else
@@ -574,6 +585,8 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
         sl_session_close(s);
         return;
     }
+    if (s->alog != NULL)
+        sl_alog_done(s, status);
     count_status(s, status);
     sl_sess_finish(s);
 }
@@ -614,6 +627,8 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
         extra = closing;
         elen += 19;
     }
+    if (h->res_final && s->alog != NULL)
+        sl_alog_head(s);
     char *out = sl_outbuf_room(&s->out[0], hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
     (void)b;
@@ -685,6 +700,8 @@ static void upstream_in(struct sl_session *s, struct sl_buf *b)
         int status = h->res.head.status;
         int connect = h->q[h->qh].connect;
         int close = h->res_close;
+        if (s->alog != NULL)
+            sl_alog_done(s, status);
         int due = response_ended(s);
         /* the stream is at a boundary the upstream keeps open (a body
          * delimited by the close ends at upstream_eof, never here) */
@@ -761,6 +778,8 @@ static void upstream_eof(struct sl_session *s, int err)
     if (!h->tunnel && h->res_body && sl_http_eof(&h->res) == SL_HTTP_EV_END && h->res_final) {
         /* a body delimited by the close */
         h->res_body = 0;
+        if (s->alog != NULL)
+            sl_alog_done(s, h->res.head.status);
         if (response_ended(s)) {
             sl_sess_emit_locals(s);
         }
@@ -797,6 +816,8 @@ static void http_init(struct sl_session *s)
 static void http_free(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
+    if (s->alog != NULL)
+        sl_alog_free(s);
     if (h == NULL)
         return;
     sl_http_free(&h->req);

@@ -33,6 +33,7 @@ struct sl_sess_link {
     char                 *prelude;   /* the owner's prelude (sl_sess_link_prelude) */
     uint8_t               waiting;   /* queued for a pin past the cap */
     uint8_t               forgotten; /* the engine dropped it (a refused delivery) */
+    uint8_t               slow;      /* the bytes not yet submitted hold a script */
 };
 
 static int on_deliver(struct sl_upool_owner *o, struct sl_buf *b, uint32_t from, uint32_t to,
@@ -53,6 +54,7 @@ static void on_failed(struct sl_upool_owner *o, int err, const char *why)
     k->pin = NULL;
     k->waiting = 0;
     k->owe = 0;
+    k->slow = 0;
     s->l->stats.pool_lost++;
     if (s->state >= SL_SESS_CLOSED)
         return;
@@ -102,6 +104,15 @@ static struct sl_upool *pool_of(struct sl_listener *l)
     pc.own_flush = 0; /* flushed at the end of the turn (net/turn.h), after the sessions */
     pc.wake = on_wake;
     pc.wake_arg = l;
+    /* TLS as a 1:1 session speaks it (session.c on_connect): the listener's
+     * context and name, read at each connect, so a reload's new ones reach
+     * new pooled connections too; resumptions counted in the same figure */
+    pc.tls = &l->up_tls;
+    pc.tls_name = l->up_sni;
+    pc.tls_resumed = &l->stats.upstream_tls_resumed;
+    pc.label = l->name;
+    pc.idle_timeout_ms = lc->pool_idle_timeout_us == 0 ? 0
+                         : lc->pool_idle_timeout_us / 1000 ? lc->pool_idle_timeout_us / 1000 : 1;
     l->upool = sl_upool_new(l->handle.loop, &pc, &link_cbs);
     return l->upool;
 }
@@ -181,14 +192,21 @@ void sl_sess_link_owe(struct sl_session *s, uint32_t n)
     s->link->owe += n;
 }
 
+void sl_sess_link_slow(struct sl_session *s)
+{
+    s->link->slow = 1;
+}
+
 int sl_sess_link_send(struct sl_session *s, const char *p, size_t len)
 {
     struct sl_sess_link *k = s->link;
     if (k->forgotten)
         return SL_ECLOSED;
     uint32_t owe = k->owe;
+    unsigned flags = k->slow ? SL_UPOOL_SLOW : 0;
     k->owe = 0;
-    return sl_upool_submit(k->key, &k->o, p, len, owe);
+    k->slow = 0;
+    return sl_upool_submit_flags(k->key, &k->o, p, len, owe, flags);
 }
 
 int sl_sess_link_pinned(const struct sl_session *s)
@@ -248,6 +266,7 @@ void sl_sess_link_unpin(struct sl_session *s, int clean)
     struct sl_upool_conn *c = k->pin;
     k->pin = NULL;
     k->owe = 0;
+    k->slow = 0;
     sl_upool_unpin(c, clean, 0);
 }
 

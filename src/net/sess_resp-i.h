@@ -79,7 +79,8 @@ uint32_t sl_rsess_refused(struct sl_session *s);
 /* Request <q> is framed: 1 it takes its turn in the ring with a record
  * (mark its entry pooled), 0 it goes as any stateless one, -1 out of
  * memory. <stream>: the head of a request streamed in parts. */
-int  sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream);
+int  sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream,
+                       uint8_t *slow);
 /* The records of the ring's pooled entries, in order. */
 struct prec *sl_rpool_peek(struct sl_session *s);
 struct prec *sl_rpool_next(struct sl_session *s);

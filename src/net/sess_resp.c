@@ -42,6 +42,15 @@ static void owe(struct sl_session *s, uint32_t n)
     rs(s)->owed_total += n;
     sl_sess_owe(s, n);
 }
+
+/* Pooled: the request just owed is a script (<slow>), which may run long
+ * while Redis answers other clients: the engine queues no other client's
+ * request behind it (net/upool.h, SL_UPOOL_SLOW). */
+static void owed_slow(struct sl_session *s, uint8_t slow)
+{
+    if (slow && s->link != NULL)
+        sl_sess_link_slow(s);
+}
 static void head_clock(struct sl_session *s);
 
 /* ---- framers ---------------------------------------------------------------- */
@@ -470,6 +479,7 @@ static void apply(struct sl_session *s)
                 rs(s)->head_replies = 0;
             } else {
                 allowed(s, e.kind, commit(s, e.fx, e.nchan));
+                owed_slow(s, e.slow);
             }
             if (rec != NULL)
                 sl_rpool_sent(s, rec, owed_before);
@@ -568,7 +578,8 @@ static void process(struct sl_session *s)
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
         /* pooled: a request that is not plainly stateless takes its turn in
          * the ring, with a record of what it is */
-        int rec = s->link != NULL ? sl_rpool_classify(s, r, 0) : 0;
+        uint8_t slow = 0;
+        int rec = s->link != NULL ? sl_rpool_classify(s, r, 0, &slow) : 0;
         if (rec < 0) {
             sl_session_close(s);
             return;
@@ -589,6 +600,7 @@ static void process(struct sl_session *s)
             !(kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) && !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, commit(s, fx, nchan));
+            owed_slow(s, slow);
             continue;
         }
         if (sl_pend_count(&s->pend) == 0) {
@@ -598,11 +610,13 @@ static void process(struct sl_session *s)
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
             struct sl_pend *e = sl_pend_head(&s->pend);
+            e->slow = slow;
             if (sl_pend_count(&s->pend) == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
                 !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&rs(s)->rc, fx, kind)) {
                 sl_pend_unpush(&s->pend); /* it goes with the requests before it */
                 to += span;
                 allowed(s, kind, commit(s, fx, nchan));
+                owed_slow(s, slow);
                 continue;
             }
             sl_sess_to_upstream(s, b, from, to);
@@ -612,6 +626,7 @@ static void process(struct sl_session *s)
             b->start = from = to;
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
+            sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1)->slow = slow;
         }
         apply(s);
         if (s->state >= SL_SESS_FLUSHING)
@@ -672,7 +687,7 @@ static void process(struct sl_session *s)
         uint8_t fx = sl_rconn_classify(head, &nchan);
         /* pooled: its parts must not mix with other clients' requests on a
          * shared connection, nor a stalled sender hold one: it pins */
-        if (s->link != NULL && sl_rpool_classify(s, head, 1) < 0) {
+        if (s->link != NULL && sl_rpool_classify(s, head, 1, NULL) < 0) {
             sl_session_close(s);
             return;
         }

@@ -203,13 +203,18 @@ int sl_rpool_link_open(struct sl_session *s)
 
 /* Classifies request <q> of a pooled session; returns 1 when it needs its
  * turn in the ring (a record is queued for it), 0 when it goes as any
- * stateless request does, -1 when out of memory. */
-int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream)
+ * stateless request does (*<slow> set when it is a script: see
+ * sl_sess_link_slow), -1 when out of memory. */
+int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int stream,
+                      uint8_t *slow)
 {
     struct sl_rcmd_info info;
     sl_rcmd_class(q, &info);
-    if (!stream && info.cls == SL_RCMD_POOL && info.pin == 0 && info.ends == 0)
+    if (!stream && info.cls == SL_RCMD_POOL && info.pin == 0 && info.ends == 0) {
+        if (slow != NULL)
+            *slow = info.slow;
         return 0;
+    }
     if (!stream && info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_EMPTY)
         return 0; /* no reply, no change: harmless anywhere */
     struct prec *p = calloc(1, sizeof(*p));

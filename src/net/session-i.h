@@ -165,6 +165,9 @@ int  sl_sess_link_rekey(struct sl_session *s, const void *id, size_t idlen, cons
 void sl_sess_link_close(struct sl_session *s);   /* the engine forgets it */
 void sl_sess_link_free(struct sl_session *s);
 void sl_sess_link_owe(struct sl_session *s, uint32_t n);
+/* The replies just owed (sl_sess_link_owe) include a script's: the bytes
+ * submitted next carry SL_UPOOL_SLOW (net/upool.h). */
+void sl_sess_link_slow(struct sl_session *s);
 /* Requests written first on every connection pinned to the session from
  * now on (<replies> replies, dropped): its own state a shared connection
  * lacks (its name). <len> 0: none. 0 or SL_ENOMEM. */

@@ -24,6 +24,7 @@ struct sl_meter;
 struct sl_place;
 struct sl_tls;
 struct sl_sess_link;
+struct sl_alog_sess;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -123,6 +124,8 @@ struct sl_session {
     struct sl_sess_link *link;      /* pooled listener (upstream_pool): the way to the
                                        shared upstream connections instead of <upstream>
                                        (net/sess_pool.c); NULL: 1:1 */
+    struct sl_alog_sess *alog;      /* http, access_log: requests waiting for their line
+                                       (net/alog.c); NULL when the listener does not log */
 };
 
 #endif

@@ -85,6 +85,7 @@ struct sl_upool_stats {
     uint64_t pin_waiting;    /* owners in the pin wait queue */
     uint64_t pin_refused;    /* pins refused at the cap */
     uint64_t dropped_replies;/* replies read for forgotten owners and dropped */
+    uint64_t idle_closed;    /* shared connections closed after idle_timeout_ms */
 };
 
 struct sl_upool_key_stats {

@@ -2,12 +2,13 @@
  *
  * One connection:
  *
- *   CONNECTING --tcp up--> SETUP --setup replies OK--> READY
- *        |                   |  ^                        |  \--pin--> (pinned, READY)
- *        |                   |  +--- unpin clean: RESET + setup ----------/
- *        v                   v                           v
- *      CLOSING <---- connect timeout, EOF, error, protocol error, setup refused
- *      (owners in flight failed once; freed in the last close callback)
+ *   CONNECTING --tcp up--> [HANDSHAKE] --> SETUP --setup replies OK--> READY
+ *        |                  (TLS only)       |  ^                        |  \--pin--> (pinned)
+ *        |                       |           |  +--- unpin clean: RESET + setup ------/
+ *        v                       v           v                           v
+ *      CLOSING <---- connect timeout, EOF, error, TLS failure, protocol error, setup refused,
+ *      (owners in flight failed once;        idle past idle_timeout_ms (shared, nothing owed)
+ *       freed in the last close callback)
  *
  * Output: <out> holds bytes in wire order; only its first <go> bytes may
  * leave before READY (the setup, or a pinned owner's last requests and the
@@ -16,7 +17,13 @@
  *
  * Input: reads land in a pooled chunk (<in>); the router (upool_route.c)
  * hands every piece to whom it belongs at once, so after a read nothing is
- * held but the chunk itself, and only while owners reference it. */
+ * held but the chunk itself, and only while owners reference it.
+ *
+ * TLS: what may leave of <out> moves to <plain> (committed: the batch rules
+ * above are applied once, when it moves) and the engine encrypts it from
+ * there as it has room (store/tlsio.h; its own write and buffer replace
+ * <wreq> and <wbuf>). Reads are ciphertext into the pool's scratch buffer,
+ * decrypted and copied into <in>, then routed as plaintext is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +31,16 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "net/turn.h"
 #include "net/upool.h"
 #include "net/upool_route.h"
+#include "store/tlsio.h"
 #include "store/wire.h"
 
 #define MIN_READ (8 * 1024) /* less room than this in the chunk: take another */
+#define TLS_READ (64 * 1024) /* the scratch buffer TLS reads land in (ciphertext) */
 
-enum { C_CONNECTING = 0, C_SETUP, C_READY, C_CLOSING };
+enum { C_CONNECTING = 0, C_HANDSHAKE, C_SETUP, C_READY, C_CLOSING };
 
 struct sl_upool_conn {
     uv_tcp_t              tcp;      /* data = this */
@@ -49,7 +59,13 @@ struct sl_upool_conn {
     struct sl_obuf        wbuf;     /* what the write in flight writes */
     size_t                go;       /* bytes of <out> that may leave before READY */
     uint32_t              unwritten;/* replies owed for bytes of <out> not written yet */
+    uint32_t              slow_left;/* owners' replies still to come up to the end of the
+                                       last slow request's (SL_UPOOL_SLOW); 0: none */
+    uint64_t              slow_seq; /* when that slow request came (the pool's count) */
     struct sl_buf        *in;       /* read chunk */
+    struct sl_tlsio       io;       /* TLS: the engine and its write (io.tls NULL: plain) */
+    struct sl_obuf        plain;    /* TLS: bytes taken from <out> to leave, being encrypted */
+    uint64_t              used_ms;  /* last submit or read (the idle clock) */
     uint8_t               state;
     uint8_t               dirty;
     uint8_t               writing;
@@ -85,6 +101,7 @@ struct sl_upool {
     struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
     uint64_t              seq;      /* connections made */
+    uint64_t              slow_seq; /* slow requests submitted */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
     uint32_t              nwait;
     uint32_t              npinned;
@@ -92,6 +109,9 @@ struct sl_upool {
     uint8_t               closing;
     uv_prepare_t          prep;     /* own_flush: before the loop blocks */
     uv_check_t            check;    /* own_flush: after the I/O callbacks */
+    uv_timer_t            idle;     /* idle_timeout_ms: the sweep of shared connections */
+    char                 *cbuf;     /* TLS reads' ciphertext (TLS_READ bytes; every read
+                                       is decrypted before the loop reads another) */
     struct sl_upool_stats st;
 };
 
@@ -100,6 +120,7 @@ static void conn_flush(struct sl_upool_conn *c);
 static void mark_dirty(struct sl_upool_conn *c);
 static void pool_maybe_free(struct sl_upool *p);
 static void serve_waiters(struct sl_upool *p);
+static void idle_arm(struct sl_upool *p);
 
 /* ---- lists ---------------------------------------------------------------- */
 
@@ -205,6 +226,8 @@ static void rt_reply_end(void *ctx, struct sl_upool_owner *o)
 {
     struct sl_upool_conn *c = ctx;
     c->pool->st.inflight--;
+    if (c->slow_left > 0)
+        c->slow_left--; /* at 0 the slow request is answered: others may join */
     if (c->out.len > 0 && c->rt.owed == c->unwritten)
         mark_dirty(c); /* the batch in flight is answered: the next one goes */
     if (o == NULL) {
@@ -249,6 +272,7 @@ static int rt_entry_done(void *ctx, int kind)
         k->nconns++;
         c->pool->st.pooled++;
         list_add(&k->conns, c);
+        idle_arm(c->pool);
     }
     conn_flush(c);
     return c->state == C_CLOSING;
@@ -291,28 +315,85 @@ static void on_write(uv_write_t *w, int status)
     conn_flush(c);
 }
 
-/* Writes what may leave of <out>: one uv_try_write, the rest with one
- * uv_write (and the next batch waits for it). */
-static void conn_flush(struct sl_upool_conn *c)
+/* TLS: the engine's write completed (store/tlsio.h). */
+static void on_tls_write(uv_write_t *w, int status)
 {
-    if (c->writing || c->state == C_CONNECTING || c->state == C_CLOSING)
+    struct sl_upool_conn *c = w->data;
+    sl_tlsio_written(&c->io);
+    if (c->state == C_CLOSING)
         return;
+    if (status < 0) {
+        conn_fail(c, status, uv_strerror(status));
+        return;
+    }
+    conn_flush(c);
+}
+
+/* How many bytes of <out> may leave now; those are committed (the caller
+ * writes them all, now or with the write it queues). */
+static size_t conn_may(struct sl_upool_conn *c)
+{
+    if (c->state == C_HANDSHAKE)
+        return 0; /* the setup waits for the engine to be open */
     /* A shared connection writes its next batch once the one in flight is
      * answered: what its owners submit meanwhile gathers into one write,
      * which Redis reads and answers at the cost of one read instead of one
      * per small batch (its CPU goes per read, not per request); the last
      * reply of the batch marks it dirty again (rt_reply_end). */
     if (c->state == C_READY && c->pin == NULL && c->rt.owed > c->unwritten)
-        return;
+        return 0;
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
-        return;
+        return 0;
     if (c->state == C_READY && c->pool->starting != NULL && held_back(c)) {
         c->held = 1; /* start_done() marks it dirty again */
-        return;
+        return 0;
     }
     if (c->state == C_READY)
-        c->unwritten = 0; /* all of it leaves now (or with the write queued below) */
+        c->unwritten = 0; /* all of it leaves now (or with the write queued) */
+    return n;
+}
+
+/* TLS: the <n> bytes committed move from <out> to <plain>, then the engine
+ * encrypts what it has room for and the ciphertext is written; the rest of
+ * <plain> follows from the write's callback (conn_flush again), whatever
+ * the batch rules say meanwhile: those bytes are committed already. */
+static void tls_flush(struct sl_upool_conn *c, size_t n)
+{
+    if (n > 0) {
+        if (c->plain.len == 0 && n == c->out.len) {
+            struct sl_obuf t = c->plain; /* all of it: swap instead of copying */
+            c->plain = c->out;
+            c->out = t;
+            c->out.len = 0;
+        } else {
+            if (sl_wire_append(&c->plain, c->out.p, n) < 0) {
+                conn_fail(c, SL_ENOMEM, "out of memory");
+                return;
+            }
+            memmove(c->out.p, c->out.p + n, c->out.len - n);
+            c->out.len -= n;
+        }
+        c->go = c->go > n ? c->go - n : 0;
+    }
+    char why[320];
+    if (sl_tlsio_flush(&c->io, &c->plain, why, sizeof(why)) < 0)
+        conn_fail(c, UV_EIO, why);
+}
+
+/* Writes what may leave of <out>: one uv_try_write, the rest with one
+ * uv_write (and the next batch waits for it). */
+static void conn_flush(struct sl_upool_conn *c)
+{
+    if (c->writing || c->io.writing || c->state == C_CONNECTING || c->state == C_CLOSING)
+        return;
+    size_t n = conn_may(c);
+    if (c->io.tls != NULL) {
+        tls_flush(c, n);
+        return;
+    }
+    if (n == 0)
+        return;
     uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
     int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     if (w < 0 && w != UV_EAGAIN) {
@@ -377,10 +458,14 @@ static void on_check(uv_check_t *h)
 
 /* ---- reading ---------------------------------------------------------------- */
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *ub)
+static uint64_t now_ms(const struct sl_upool *p)
 {
-    (void)hint;
-    struct sl_upool_conn *c = h->data;
+    return p->conf.now_ms != NULL ? p->conf.now_ms() : sl_turn_now_ms();
+}
+
+/* The read chunk, with room for a read; NULL when out of memory. */
+static struct sl_buf *chunk(struct sl_upool_conn *c)
+{
     struct sl_buf *b = c->in;
     /* every byte read is routed at once: a chunk nobody else holds restarts */
     if (b != NULL && b->refs == 1)
@@ -391,12 +476,109 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *ub)
     }
     if (b == NULL)
         b = c->in = sl_buf_get();
+    return b;
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *ub)
+{
+    (void)hint;
+    struct sl_upool_conn *c = h->data;
+    if (c->io.tls != NULL) {
+        /* ciphertext: decrypted into the chunk before the next read, so
+         * one buffer serves every connection of the pool (one loop) */
+        struct sl_upool *p = c->pool;
+        if (p->cbuf == NULL)
+            p->cbuf = malloc(TLS_READ);
+        *ub = p->cbuf ? uv_buf_init(p->cbuf, TLS_READ) : uv_buf_init(NULL, 0);
+        return;
+    }
+    struct sl_buf *b = chunk(c);
     *ub = b ? uv_buf_init(b->data + b->end, SL_BUF_SIZE - b->end) : uv_buf_init(NULL, 0);
+}
+
+/* <n> bytes just landed at the end of the read chunk: each piece to whom it
+ * belongs. 0, or 1 when <c> is closing now. */
+static int routed(struct sl_upool_conn *c, size_t n)
+{
+    struct sl_buf *b = c->in;
+    uint32_t from = b->end;
+    b->end += (uint32_t)n;
+    c->used_ms = now_ms(c->pool);
+    char why[200];
+    int rc = sl_upool_route_feed(&c->rt, b, from, b->end, &rt_ops, c, why, sizeof(why));
+    if (c->state == C_CLOSING)
+        return 1;
+    b->start = b->end;
+    if (rc < 0) {
+        if (strncmp(why, "a setup", 7) == 0)
+            c->pool->st.setup_failures++;
+        conn_fail(c, rc, why);
+        return 1;
+    }
+    if (b->refs == 1) {
+        /* nobody holds its bytes: the chunk goes back (a pooled get is cheap) */
+        sl_buf_unref(b);
+        c->in = NULL;
+    }
+    return 0;
+}
+
+/* TLS: plaintext the engine decrypted (at most a record, in its buffer):
+ * into the read chunk, routed from there as a plain read is. */
+static int tls_plain(void *arg, const char *p, size_t len)
+{
+    struct sl_upool_conn *c = arg;
+    while (len > 0) {
+        struct sl_buf *b = chunk(c);
+        if (b == NULL) {
+            conn_fail(c, SL_ENOMEM, "out of memory");
+            return 1;
+        }
+        size_t n = SL_BUF_SIZE - b->end < len ? SL_BUF_SIZE - b->end : len;
+        memcpy(b->data + b->end, p, n);
+        if (routed(c, n) != 0)
+            return 1; /* closing: the engine is gone */
+        p += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static void conn_up(struct sl_upool_conn *c);
+
+/* TLS: ciphertext read. The handshake's end lets the setup leave; a TLS
+ * failure (a certificate that does not verify, a wrong name, an alert)
+ * fails the connection as a lost one, logged with OpenSSL's reason. */
+static void tls_read(struct sl_upool_conn *c, const char *p, size_t len)
+{
+    struct sl_upool *p0 = c->pool;
+    char why[320];
+    int rc = sl_tlsio_read(&c->io, p, len, &c->plain, tls_plain, c, why, sizeof(why));
+    if (rc == 1 || c->state == C_CLOSING)
+        return;
+    if (c->io.opened) {
+        c->io.opened = 0;
+        int resumed = sl_tls_resumed(c->io.tls);
+        if (resumed && p0->conf.tls_resumed != NULL)
+            (*p0->conf.tls_resumed)++;
+        sl_log_debug("pooled upstream TLS up", "listener=%s version=%s resumed=%d",
+                     p0->conf.label ? p0->conf.label : "", sl_tls_version(c->io.tls), resumed);
+        conn_up(c);
+        if (c->state == C_CLOSING)
+            return;
+    }
+    if (rc == SL_ECLOSED) {
+        conn_fail(c, UV_EOF, "the upstream closed the connection (TLS close_notify)");
+    } else if (rc < 0) {
+        if (rc == SL_EPROTO)
+            sl_log_warn_rl("upool_tls", "pooled upstream TLS failed", "listener=%s err=\"%s\"",
+                           p0->conf.label ? p0->conf.label : "", why);
+        conn_fail(c, rc == SL_EPROTO ? SL_EPROTO : UV_EIO, why);
+    }
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 {
-    (void)ub;
     struct sl_upool_conn *c = st->data;
     if (nread == 0 || c->state == C_CLOSING)
         return;
@@ -405,25 +587,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
                                                  : uv_strerror((int)nread));
         return;
     }
-    struct sl_buf *b = c->in;
-    uint32_t from = b->end;
-    b->end += (uint32_t)nread;
-    char why[200];
-    int rc = sl_upool_route_feed(&c->rt, b, from, b->end, &rt_ops, c, why, sizeof(why));
-    if (c->state == C_CLOSING)
-        return;
-    b->start = b->end;
-    if (rc < 0) {
-        if (strncmp(why, "a setup", 7) == 0)
-            c->pool->st.setup_failures++;
-        conn_fail(c, rc, why);
-        return;
-    }
-    if (b->refs == 1) {
-        /* nobody holds its bytes: the chunk goes back (a pooled get is cheap) */
-        sl_buf_unref(b);
-        c->in = NULL;
-    }
+    if (c->io.tls != NULL)
+        tls_read(c, ub->base, (size_t)nread);
+    else
+        (void)routed(c, (size_t)nread);
 }
 
 /* ---- connecting ------------------------------------------------------------- */
@@ -436,7 +603,9 @@ static void on_close(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     sl_upool_route_free(&c->rt);
+    sl_tlsio_free(&c->io);
     free(c->out.p);
+    free(c->plain.p);
     free(c->wbuf.p);
     if (c->in)
         sl_buf_unref(c->in);
@@ -447,8 +616,21 @@ static void on_close(uv_handle_t *h)
 static void on_timer(uv_timer_t *t)
 {
     struct sl_upool_conn *c = t->data;
-    conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING ? "connect timed out"
+    conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
+                               : c->state == C_HANDSHAKE ? "TLS handshake timed out"
                                                          : "setup replies timed out");
+}
+
+/* TCP (and TLS) up: the setup leaves, or owners' bytes when there is none. */
+static void conn_up(struct sl_upool_conn *c)
+{
+    c->state = setup_pending(c) ? C_SETUP : C_READY;
+    if (c->state == C_READY) {
+        uv_timer_stop(&c->timer);
+        c->go = c->out.len;
+        start_done(c);
+    }
+    conn_flush(c);
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -461,14 +643,27 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    c->state = setup_pending(c) ? C_SETUP : C_READY;
-    if (c->state == C_READY) {
-        uv_timer_stop(&c->timer);
-        c->go = c->out.len;
-        start_done(c);
+    struct sl_upool *p = c->pool;
+    struct sl_tls_ctx *ctx = p->conf.tls != NULL ? *p->conf.tls : NULL;
+    if (ctx != NULL) {
+        /* The handshake first, within the connect timeout; the ClientHello
+         * leaves with the flush below, the setup once it is done. */
+        const char *name = p->conf.tls_name && p->conf.tls_name[0] ? p->conf.tls_name : NULL;
+        if (sl_tlsio_start(&c->io, (uv_stream_t *)&c->tcp, ctx, name, on_tls_write) != SL_OK) {
+            conn_fail(c, SL_ENOMEM, "out of memory");
+            return;
+        }
+        c->state = C_HANDSHAKE;
     }
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    conn_flush(c);
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc < 0) {
+        conn_fail(c, rc, uv_strerror(rc));
+        return;
+    }
+    if (c->state == C_HANDSHAKE)
+        conn_flush(c);
+    else
+        conn_up(c);
 }
 
 /* A new connection for <k>, its setup queued first. Not listed anywhere. */
@@ -495,7 +690,8 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
     c->seq = ++p->seq;
     uv_tcp_init(p->loop, &c->tcp);
     uv_timer_init(p->loop, &c->timer);
-    c->tcp.data = c->timer.data = c->creq.data = c;
+    c->tcp.data = c->timer.data = c->creq.data = c->io.req.data = c;
+    c->used_ms = now_ms(p);
     c->handles = 2;
     p->handles += 2;
     p->st.connects++;
@@ -563,6 +759,21 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
         c->dirty = 0;
     }
     start_done(c);
+    if (c->io.tls != NULL) {
+        /* A connection closed on purpose (idle, not needed, the pool
+         * closing) tells a TLS upstream the end is clean, when no write
+         * is in flight (nothing may pass it); never waits for the socket. */
+        if (was_ready && err == SL_ECLOSED && !c->io.writing) {
+            sl_tls_shutdown(c->io.tls);
+            size_t len = 0;
+            const void *cn = sl_tls_out_peek(c->io.tls, &len);
+            if (cn != NULL && len > 0) {
+                uv_buf_t b = uv_buf_init((char *)cn, (unsigned)len);
+                (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+            }
+        }
+        sl_tlsio_stop(&c->io); /* a write in flight uses io.wbuf, not the engine */
+    }
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_close);
     uv_close((uv_handle_t *)&c->timer, on_close);
@@ -636,7 +847,54 @@ struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
         uv_unref((uv_handle_t *)&p->check);
         p->handles += 2;
     }
+    if (conf->idle_timeout_ms > 0) {
+        uv_timer_init(loop, &p->idle);
+        p->idle.data = p;
+        uv_unref((uv_handle_t *)&p->idle); /* the connections keep the loop alive */
+        p->handles++;
+    }
     return p;
+}
+
+/* A shared connection is idle: nothing owed on it (forgotten owners' replies
+ * included), nothing waiting to be written or being written. */
+static int conn_idle(const struct sl_upool_conn *c)
+{
+    return c->state == C_READY && c->pin == NULL && !c->cleaning && c->rt.n == 0 &&
+           c->out.len == 0 && c->plain.len == 0 && !c->writing && !c->io.writing && !c->dirty &&
+           !c->held;
+}
+
+/* The sweep: shared connections idle for idle_timeout_ms close. */
+static void on_idle(uv_timer_t *t)
+{
+    struct sl_upool *p = t->data;
+    uint64_t now = now_ms(p), max = p->conf.idle_timeout_ms;
+    for (;;) {
+        /* One at a time, looking again after each: closing one may free
+         * its key (the last reference gone). */
+        struct sl_upool_conn *v = NULL;
+        for (struct sl_upool_key *k = p->keys; k != NULL && v == NULL; k = k->next)
+            for (struct sl_upool_conn *c = k->conns; c != NULL && v == NULL; c = c->next)
+                if (conn_idle(c) && now >= c->used_ms && now - c->used_ms >= max)
+                    v = c;
+        if (v == NULL)
+            break;
+        p->st.idle_closed++;
+        conn_fail(v, SL_ECLOSED, "idle");
+    }
+    if (p->st.pooled == 0)
+        uv_timer_stop(t); /* armed again with the next shared connection */
+}
+
+/* A shared connection joined: the sweep runs (every quarter of the timeout,
+ * so a connection closes between 1 and 1.25 timeouts idle). */
+static void idle_arm(struct sl_upool *p)
+{
+    if (p->conf.idle_timeout_ms == 0 || p->closing || uv_is_active((uv_handle_t *)&p->idle))
+        return;
+    uint64_t every = p->conf.idle_timeout_ms / 4 ? p->conf.idle_timeout_ms / 4 : 1;
+    uv_timer_start(&p->idle, on_idle, every, every);
 }
 
 static void on_pool_handle_close(uv_handle_t *h)
@@ -656,6 +914,7 @@ static void pool_maybe_free(struct sl_upool *p)
         free(k->setup);
         free(k);
     }
+    free(p->cbuf);
     free(p);
 }
 
@@ -687,6 +946,8 @@ void sl_upool_close(struct sl_upool *p)
         uv_close((uv_handle_t *)&p->prep, on_pool_handle_close);
         uv_close((uv_handle_t *)&p->check, on_pool_handle_close);
     }
+    if (p->conf.idle_timeout_ms > 0)
+        uv_close((uv_handle_t *)&p->idle, on_pool_handle_close);
     pool_maybe_free(p);
 }
 
@@ -739,10 +1000,34 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data)
  * no more owners (the others, or a new one, share the load). */
 #define JOIN_MAX 256
 
+/* Slow requests (SL_UPOOL_SLOW: scripts). Redis runs one command at a time,
+ * but a script past busy-reply-threshold does not hold the other
+ * connections: Redis answers them -BUSY at once, and SCRIPT KILL (which a
+ * client sends after seeing -BUSY) stops it. What waits behind the script
+ * on the SAME connection gets neither: it runs only when the script ends,
+ * and a client waiting for that reply before it sends SCRIPT KILL waits for
+ * good. So another owner's request never joins a connection whose slow
+ * request is not answered yet (in this turn's write or in flight): it goes
+ * to another connection, or a new one while the key has fewer than
+ * per_key. Only when every connection has one does it queue, behind the
+ * NEWEST slow request: Redis runs scripts one at a time, and while an older
+ * one runs past the threshold it answers the newer ones -BUSY as it reads
+ * them, so the newest is the one least likely to hold its connection for
+ * long. */
+static int slow_busy(const struct sl_upool_conn *c)
+{
+    return c->slow_left > 0;
+}
+
 static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 {
-    struct sl_upool_conn *best = NULL;
+    struct sl_upool_conn *best = NULL, *slow = NULL;
     for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next) {
+        if (slow_busy(c)) {
+            if (slow == NULL || c->slow_seq > slow->slow_seq)
+                slow = c;
+            continue;
+        }
         /* A connection that already has bytes to write (this turn, or held
          * behind its batch in flight) takes the owner's too: they leave in the same write, and the upstream reads
          * and answers them as one batch (its cost is per read, not per
@@ -754,17 +1039,26 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
     }
     if (best != NULL && (best->rt.owed == 0 || k->nconns >= k->pool->conf.per_key))
         return best;
+    if (best == NULL && slow != NULL && k->nconns >= k->pool->conf.per_key)
+        return slow;
     struct sl_upool_conn *c = conn_new(k, err);
     if (c == NULL)
-        return best; /* the busy one still serves */
+        return best != NULL ? best : slow; /* a busy one still serves */
     list_add(&k->conns, c);
     k->nconns++;
     k->pool->st.pooled++;
+    idle_arm(k->pool);
     return c;
 }
 
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies)
+{
+    return sl_upool_submit_flags(k, o, p, len, replies, 0);
+}
+
+int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p,
+                          size_t len, uint32_t replies, unsigned flags)
 {
     struct sl_upool_conn *c = o->conn;
     int err = 0;
@@ -780,6 +1074,7 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
     }
     if (sl_wire_append(&c->out, p, len) < 0)
         return SL_ENOMEM;
+    c->used_ms = now_ms(c->pool);
     /* An owner is attached to a shared connection only while replies are
      * owed to it there: one attached with none would stay attached for
      * good (only a reply's end detaches it), and when another owner then
@@ -794,6 +1089,10 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
         o->inflight += replies;
         c->unwritten += replies;
         c->pool->st.inflight += replies;
+        if (flags & SL_UPOOL_SLOW) {
+            c->slow_left = c->rt.owed; /* its last reply is the last one owed now */
+            c->slow_seq = ++c->pool->slow_seq;
+        }
     }
     mark_dirty(c);
     return 0;

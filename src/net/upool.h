@@ -18,7 +18,9 @@
  * when every open one has requests in flight), each with connect_timeout
  * covering the TCP connect and the setup replies. An owner with requests in
  * flight stays on the connection they are on (its replies come back in its
- * order); an owner with none goes to the connection with the fewest in flight.
+ * order); an owner with none goes to the connection with the fewest in flight,
+ * never behind another owner's unanswered script (SL_UPOOL_SLOW) while another
+ * connection can take it.
  * Between owners: a READY connection made after one that is still starting
  * (connect, setup) with owners' requests on it holds its bytes until that
  * one is READY and has written them, so a request that waits for a new
@@ -80,10 +82,22 @@
  * the session's AUTH/SELECT/HELLO pick another key; sl_upool_flush_all()
  * moves to the end-of-turn mechanism (net/turn.h) with conf.own_flush = 0.
  *
- * NOT YET (phase 2): upstream TLS (store/tlsio.h drives the same engine
- * over a stream and fits here: plaintext into <in>, <out> through it); an
- * idle timeout for shared connections (they stay open until they fail or
- * the pool closes); requests split over several submissions (a request is
+ * TLS (conf.tls): each connection speaks TLS once its TCP connect is up
+ * (store/tlsio.h drives the engine over the stream); the handshake runs
+ * within connect_timeout, before the setup commands leave, and a failed
+ * one fails the connection like any other failure (its owners hear
+ * failed(), the reason in <why>). What is read is decrypted into the read
+ * chunk and routed exactly as plaintext is, so the rest of the engine does
+ * not know. The context is read at each connect from the caller's slot: a
+ * reload that swaps it reaches new connections, as on a 1:1 listener.
+ *
+ * IDLE: a shared connection with nothing owed, queued or being written for
+ * conf.idle_timeout_ms closes (cleanly: a TLS close_notify first). One
+ * repeating timer per pool looks every quarter of that timeout, while the
+ * pool has shared connections (so one closes after between 1 and 1.25
+ * times the timeout idle); nothing is armed per connection or per turn.
+ *
+ * NOT YET: requests split over several submissions (a request is
  * submitted whole: one bigger than the caller's chunk must be buffered or
  * pinned, or another owner's bytes could land inside it). A new shared
  * connection is opened whenever every open one has requests in flight,
@@ -96,6 +110,8 @@
 #include <uv.h>
 
 #include "net/upool-t.h"
+
+struct sl_tls_ctx;
 
 struct sl_upool_conf {
     struct sockaddr_storage addr;   /* the upstream (copied) */
@@ -111,6 +127,17 @@ struct sl_upool_conf {
      * the turn (net/turn.h); NULL: the caller flushes on its own schedule */
     void   (*wake)(void *wake_arg);
     void    *wake_arg;
+    /* TLS towards the upstream: the context new connections are made from,
+     * read at each connect (*<tls> NULL, or <tls> NULL: plain TCP), and the
+     * name sent as SNI and checked against the certificate ("" or NULL:
+     * none; see sl_tls_new). Both point into the caller's storage, which
+     * outlives the pool (a reload may change what they hold). */
+    struct sl_tls_ctx *const *tls;
+    const char       *tls_name;
+    uint64_t         *tls_resumed;  /* counts handshakes that resumed a session (NULL: none) */
+    const char       *label;        /* who the pool is for, in logs (the listener's name) */
+    uint64_t          idle_timeout_ms; /* a shared connection idle this long closes; 0: never */
+    uint64_t        (*now_ms)(void);   /* the idle clock; NULL: the turn's (net/turn.h) */
 };
 
 struct sl_upool_cbs {
@@ -152,6 +179,17 @@ void sl_upool_owner_init(struct sl_upool_owner *o, void *data);
  * none. Either way <o> is attached to no connection it owes nothing on. */
 int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p, size_t len,
                     uint32_t replies);
+
+/* Flags of sl_upool_submit_flags. */
+#define SL_UPOOL_SLOW 1u /* the bytes hold a request that may run long while the
+                            upstream answers other connections (a script: -BUSY past
+                            busy-reply-threshold): until their replies are in, no
+                            other owner's request joins their shared connection while
+                            another one (or a new one, under per_key) can take it */
+
+/* sl_upool_submit with <flags> (SL_UPOOL_*; ignored on a pinned connection). */
+int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p,
+                          size_t len, uint32_t replies, unsigned flags);
 
 /* <o> goes away (or gives up): its replies are read and dropped; a waiting
  * pin is withdrawn; its pinned connection is closed. No callback follows. */

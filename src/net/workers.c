@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "admin/process.h"
 #include "conf/conf.h"
 #include "core/log.h"
 #include "core/notify.h"
@@ -311,6 +312,7 @@ static void answer_metrics(struct round *r, FILE *f)
     sl_metrics_family(mw, "sluice_workers_answered", "gauge",
                       "Workers whose figures are in this document.");
     sl_metrics_u64(mw, "sluice_workers_answered", NULL, (uint64_t)got);
+    sl_build_reload_metrics(mw);
     sl_metrics_close(mw);
     if (failed)
         fputs("# out of memory: some workers' figures are missing\n", f);
@@ -735,6 +737,7 @@ static void on_master_signal(uv_signal_t *h, int signum)
         if (tell)
             sl_notify_reloading();
         struct sl_conf *c = m->load();
+        sl_reloads_count(c != NULL); /* the master's check is the reload's outcome */
         if (c == NULL) {
             sl_log_error("reload failed: keeping the running configuration", "file=%s", m->conf->file);
             if (tell)

@@ -102,6 +102,10 @@ struct sl_rcmd_info {
     uint8_t  cls;      /* enum sl_rcmd_class */
     uint8_t  local;    /* LOCAL: enum sl_rlocal */
     uint8_t  ends_any; /* <ends> end on any answer (EXEC, DISCARD), not only OK */
+    uint8_t  slow;     /* POOL: a script or function (EVAL*, FCALL*): it may run
+                          long while Redis answers other connections (-BUSY past
+                          busy-reply-threshold), so nothing of another client
+                          may queue behind it on a shared connection */
     uint32_t pin;      /* PIN: enum sl_pin bits the request starts */
     uint32_t ends;     /* enum sl_pin bits its answer ends (any class) */
     /* KEY: the new key's parts, those named in <set> */

@@ -10,14 +10,14 @@ enum code {
     C_POOL = 0, C_CLIENT, C_XREAD, C_XREADGROUP, C_BLOCK, C_MULTI, C_WATCH, C_UNWATCH,
     C_EXEC, C_SUB, C_UNSUB, C_MONITOR, C_READONLY, C_READWRITE, C_ASKING, C_DEBUG,
     C_REPLICA, C_SCRIPT, C_AUTH, C_HELLO, C_SELECT, C_RESET, C_QUIT, C_FUNCTION,
-    C_SHUTDOWN,
+    C_SHUTDOWN, C_RUN,
 };
 
 /* Every command of Redis 7.0's command table (`COMMAND LIST` of
  * redis-server 7.0.15, checked by tests/integration/test_resp_cmd.c against
  * the running Redis), plus those Redis 7.2 added (WAITAOF) and 7.4's hash
- * field expiry: C_POOL marks the allow-list of stateless ones. Sorted by
- * name (lower case, strcmp order) for bsearch.
+ * field expiry: C_POOL (and C_RUN, the scripts) marks the allow-list of
+ * stateless ones. Sorted by name (lower case, strcmp order) for bsearch.
  *
  * Stateless means the command leaves nothing on the connection that a
  * later command of another client would see. That holds for every data
@@ -25,7 +25,8 @@ enum code {
  * its effect is the server's, which every connection sees alike, pooled or
  * not) and for scripts: EVAL, EVALSHA and FCALL keep no state per
  * connection (since Redis 7 a SELECT inside a script no longer changes the
- * caller's database). Containers (ACL, CONFIG, CLUSTER ...) are stateless
+ * caller's database); they are C_RUN only because they may run long (see
+ * sl_rcmd_info.slow). Containers (ACL, CONFIG, CLUSTER ...) are stateless
  * in every subcommand, except CLIENT and SCRIPT, read by argument. */
 static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "acl", C_POOL }, { "append", C_POOL }, { "asking", C_ASKING }, { "auth", C_AUTH },
@@ -37,10 +38,10 @@ static const struct cmd { const char *name; uint8_t code; } cmds[] = {
     { "cluster", C_POOL }, { "command", C_POOL }, { "config", C_POOL }, { "copy", C_POOL },
     { "dbsize", C_POOL }, { "debug", C_DEBUG }, { "decr", C_POOL }, { "decrby", C_POOL },
     { "del", C_POOL }, { "discard", C_EXEC }, { "dump", C_POOL }, { "echo", C_POOL },
-    { "eval", C_POOL }, { "eval_ro", C_POOL }, { "evalsha", C_POOL },
-    { "evalsha_ro", C_POOL }, { "exec", C_EXEC }, { "exists", C_POOL }, { "expire", C_POOL },
+    { "eval", C_RUN }, { "eval_ro", C_RUN }, { "evalsha", C_RUN },
+    { "evalsha_ro", C_RUN }, { "exec", C_EXEC }, { "exists", C_POOL }, { "expire", C_POOL },
     { "expireat", C_POOL }, { "expiretime", C_POOL }, { "failover", C_POOL },
-    { "fcall", C_POOL }, { "fcall_ro", C_POOL }, { "flushall", C_POOL },
+    { "fcall", C_RUN }, { "fcall_ro", C_RUN }, { "flushall", C_POOL },
     { "flushdb", C_POOL }, { "function", C_FUNCTION }, { "geoadd", C_POOL },
     { "geodist", C_POOL }, { "geohash", C_POOL }, { "geopos", C_POOL },
     { "georadius", C_POOL }, { "georadius_ro", C_POOL }, { "georadiusbymember", C_POOL },
@@ -374,6 +375,10 @@ int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *o)
         return pin(o, SL_PIN_UNKNOWN);
     switch (c->code) {
     case C_POOL:       o->cls = SL_RCMD_POOL; return o->cls;
+    case C_RUN:        /* stateless too, but see <slow> (resp_cmd-t.h) */
+                       o->slow = 1;
+                       o->cls = SL_RCMD_POOL;
+                       return o->cls;
     case C_CLIENT:     return client(r, o);
     case C_XREAD:      return xread(r, o, 0);
     case C_XREADGROUP: return xread(r, o, 1);

@@ -1039,6 +1039,13 @@ static void on_connect(uv_connect_t *c, int status)
 
 static void start_connect(struct sl_node *nd)
 {
+    if (nd->ss.ss_family == AF_UNSPEC) {
+        /* No address yet (a store name that has not resolved): wait, then
+         * the owner looks it up again (on_retry: locate). */
+        nd->conn = SL_NODE_DISCONNECTED;
+        uv_timer_start(&nd->retry_timer, on_retry, next_backoff(nd), 0);
+        return;
+    }
     int rc = uv_tcp_init(nd->st->loop, &nd->tcp);
     if (rc < 0) {
         nd->conn = SL_NODE_DISCONNECTED;

@@ -186,6 +186,9 @@ static void on_resolved(struct sl_resolve *r, enum sl_resolve_event ev, int err)
         sl_log_info(ev == SL_RESOLVE_CHANGED ? "quota store address changed"
                                              : "quota store name resolved again",
                     "url=%s resolved=%s", st->conf.addr.text, addr);
+    else if (ev == SL_RESOLVE_FAILING && r->ss.ss_family == AF_UNSPEC)
+        sl_log_warn("quota store name not resolved: retrying with backoff, on_failure meanwhile",
+                    "url=%s err=\"%s\"", st->conf.addr.text, uv_strerror(err));
     else if (ev == SL_RESOLVE_FAILING)
         sl_log_warn("quota store name not resolved: keeping the last address",
                     "url=%s resolved=%s err=\"%s\"", st->conf.addr.text, addr, uv_strerror(err));
@@ -363,6 +366,16 @@ static int dup_str(char **dst, const char *src)
     return *dst ? 0 : -1;
 }
 
+/* 1 when <c>'s url names <host>, which did not resolve at load, and <st>
+ * already has an address for that same name and port. */
+static int unresolved_same_name(const struct sl_store *st, const struct sl_store_conf *c,
+                                const char *host)
+{
+    return c->kind == SL_STORE_REDIS && c->addr.named && c->addr.ss.ss_family == AF_UNSPEC &&
+           st->res.ss.ss_family != AF_UNSPEC && st->res.port == c->addr.port &&
+           strcmp(st->res.name, host) == 0;
+}
+
 /* Copies <src> into <st>'s own conf (strings duplicated). Returns 0 or -1. */
 static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
 {
@@ -432,7 +445,14 @@ static int set_conf(struct sl_store *st, const struct sl_store_conf *src)
         if (colon != NULL)
             *colon = '\0';
     }
-    sl_resolve_set(&st->res, host, c.addr.port, &c.addr.ss, uv_now(st->loop));
+    /* A name that did not resolve at this load (conf/resolve.h) but did
+     * before keeps its last good address, as a failed lookup at run time
+     * does; one never resolved has none and is looked up before connecting
+     * (resolve_locate; the node waits with backoff meanwhile). */
+    struct sockaddr_storage ss = c.addr.ss;
+    if (unresolved_same_name(st, &c, host))
+        ss = st->res.ss;
+    sl_resolve_set(&st->res, host, c.addr.port, &ss, uv_now(st->loop));
     uint64_t ms = (c.timeout_us + 999) / 1000;
     st->timeout_ms = ms ? ms : 1;
     return 0;
@@ -535,8 +555,8 @@ static int start_single(struct sl_store *st)
         return -1;
     st->single = nd;
     nd->master = 1;
-    if (st->sentinel != NULL)
-        st->locate(st, nd); /* connects once the sentinels have answered */
+    if (st->sentinel != NULL || st->res.ss.ss_family == AF_UNSPEC)
+        st->locate(st, nd); /* connects once the sentinels (the name's lookup) have answered */
     else
         sl_node_connect(nd, &st->res.ss);
     return 0;
@@ -583,6 +603,18 @@ struct sl_store *sl_store_new(uv_loop_t *loop, const struct sl_store_conf *conf,
 fail:
     store_free(st);
     return NULL;
+}
+
+/* <conf> names the host <st> connects to now, which did not resolve at
+ * this load: set_conf keeps the address, so the connection stays. */
+static int same_unresolved(const struct sl_store *st, const struct sl_store_conf *conf)
+{
+    char host[sizeof(conf->addr.text)];
+    snprintf(host, sizeof(host), "%s", conf->addr.text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    return unresolved_same_name(st, conf, host);
 }
 
 void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
@@ -632,7 +664,8 @@ void sl_store_reconfigure(struct sl_store *st, const struct sl_store_conf *conf)
     int cluster = conf->kind == SL_STORE_CLUSTER;
     int same_place = cluster == st->cluster &&
                      (cluster ? same_seeds(&st->conf, conf)
-                              : sl_resolve_same_addr(&st->res.ss, &conf->addr.ss));
+                              : sl_resolve_same_addr(&st->res.ss, &conf->addr.ss) ||
+                                    same_unresolved(st, conf));
     int reconnect = !same_place || !same_str(st->conf.user, conf->user) ||
                     !same_str(st->conf.password, conf->password) || st->conf.db != conf->db ||
                     !same_tls(&st->conf, conf);

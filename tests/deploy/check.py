@@ -7,10 +7,16 @@
                               together (probes on /readyz and /healthz at the
                               admin port, terminationGracePeriodSeconds above
                               preStop + shutdown_grace, scrape annotations,
-                              ConfigMaps and Services that match); each
+                              ConfigMaps and Services that match; the
+                              restricted Pod Security Standard on sluice's
+                              pods and the quota Redis; the quota Redis's
+                              maxmemory with noeviction); each
                               sluice.ini (compose, ConfigMaps) passes
+                              `sluice -t --no-resolve` as written, and
                               `sluice -t` with its host names replaced by
-                              127.0.0.1 (the names resolve only in a cluster).
+                              127.0.0.1 (the names resolve only in a cluster);
+                              deploy/docker/sluice.ini, conf/sluice.ini and
+                              conf/examples/*.ini pass -t --no-resolve.
   check.py metrics FILE       every sluice_* metric the Grafana dashboard and
                               the alert rules name is a family in FILE (a
                               /metrics answer), histogram suffixes included.
@@ -68,8 +74,27 @@ def ini_value(text, section, key):
     return None
 
 
+def no_resolve(sluice, path, where):
+    """sluice -t --no-resolve on the file <path> as written: what CI can check
+    of a file for another network (its names resolve only there)."""
+    r = subprocess.run([sluice, "-t", "--no-resolve", "-c", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        bad("%s: sluice -t --no-resolve fails: %s" % (where, (r.stderr or r.stdout).strip()))
+    checked.append(where)
+
+
+checked = []
+
+
 def sluice_t(sluice, text, where):
-    """sluice -t on <text>, with host names (not numbers, not localhost) replaced."""
+    """sluice -t on <text> as written with --no-resolve, then plain -t with
+    host names (not numbers, not localhost) replaced."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as f:
+        f.write(text)
+    try:
+        no_resolve(sluice, f.name, where)
+    finally:
+        os.unlink(f.name)
     def repl(m):
         host = m.group(2)
         if re.fullmatch(r"[\d.]+|\*|localhost", host):
@@ -193,6 +218,91 @@ def check_kubernetes(docs, sluice):
     print("kubernetes: %d objects, %d sluice containers checked" % (len(objs), deployments))
 
 
+def restricted(where, pod, containers):
+    """The "restricted" Pod Security Standard's rules on <containers> of the
+    pod spec <pod>: runAsNonRoot, seccompProfile RuntimeDefault (or
+    Localhost), allowPrivilegeEscalation false, capabilities drop ALL (add at
+    most NET_BIND_SERVICE), not privileged, no host namespaces."""
+    psc = pod.get("securityContext", {})
+    for k in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(k):
+            bad("%s: %s is set (restricted forbids it)" % (where, k))
+    for c in containers:
+        w = "%s/%s" % (where, c["name"])
+        sc = c.get("securityContext", {})
+        if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
+            bad(w + ": runAsNonRoot is not true (pod or container)")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            bad(w + ": runAsUser is 0")
+        sp = sc.get("seccompProfile", psc.get("seccompProfile", {}))
+        if sp.get("type") not in ("RuntimeDefault", "Localhost"):
+            bad(w + ": no seccompProfile RuntimeDefault (pod or container)")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad(w + ": allowPrivilegeEscalation is not false")
+        if sc.get("privileged"):
+            bad(w + ": privileged")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad(w + ": capabilities do not drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad(w + ": adds capabilities beyond NET_BIND_SERVICE")
+
+
+def check_restricted(docs):
+    """sluice's own Deployment and the quota Redis follow the restricted
+    standard pod-wide; in the sidecar example (the application's containers
+    are not ours) the sluice container does."""
+    n = 0
+    for p in ("deploy/kubernetes/deployment.yaml", "deploy/kubernetes/quota-redis.yaml",
+              "deploy/kubernetes/sidecar.yaml"):
+        for d in docs.get(p, []):
+            if not isinstance(d, dict) or d.get("kind") != "Deployment":
+                continue
+            pod = d["spec"]["template"]["spec"]
+            cs = pod["containers"]
+            if p.endswith("sidecar.yaml"):
+                cs = [c for c in cs if c["image"].startswith("sluice:")]
+            restricted("%s: %s" % (p, d["metadata"]["name"]), pod, cs)
+            n += len(cs)
+    if n < 3:
+        bad("restricted: expected the sluice, quota Redis and sidecar containers, found %d" % n)
+    print("restricted Pod Security Standard: %d containers checked" % n)
+
+
+def redis_args(args):
+    """{"--maxmemory": "256mb", ...} from a redis-server argument list."""
+    out = {}
+    args = [a for a in args if a != "redis-server"]
+    for i, a in enumerate(args):
+        if a.startswith("--"):
+            out[a] = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+    return out
+
+
+def check_quota_memory(docs):
+    """The quota Redis (Kubernetes and Compose) has a maxmemory and the
+    noeviction policy: an evicted quota key would be lost without a trace
+    (a bucket full again, an override gone); a refused write is counted and
+    on_failure applies."""
+    found = []
+    for d in docs.get("deploy/kubernetes/quota-redis.yaml", []):
+        if isinstance(d, dict) and d.get("kind") == "Deployment":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                found.append(("quota-redis.yaml " + c["name"], redis_args(c.get("args", []))))
+    c = docs.get("deploy/compose/docker-compose.yml", [{}])[0]
+    q = c.get("services", {}).get("quota-redis")
+    if q is not None:
+        found.append(("docker-compose.yml quota-redis", redis_args(q.get("command", []))))
+    if len(found) < 2:
+        bad("quota Redis: not found in quota-redis.yaml and docker-compose.yml")
+    for where, a in found:
+        if not a.get("--maxmemory"):
+            bad(where + ": no --maxmemory")
+        if a.get("--maxmemory-policy") != "noeviction":
+            bad(where + ": --maxmemory-policy is %s, not noeviction" % a.get("--maxmemory-policy"))
+    print("quota Redis memory policy: %d checked" % len(found))
+
+
 def names_in(text):
     return set(re.findall(r"\bsluice_[a-z0-9_]+", text))
 
@@ -234,6 +344,14 @@ def main():
             bad("grafana-dashboard.json: no panels, or a target without expr")
         check_compose(docs, sluice)
         check_kubernetes(docs, sluice)
+        check_restricted(docs)
+        check_quota_memory(docs)
+        # The image's own file and the examples, in place (relative paths
+        # such as password_file are the file's directory's).
+        for p in ["deploy/docker/sluice.ini", "conf/sluice.ini"] + sorted(
+                os.path.join("conf/examples", n) for n in os.listdir("conf/examples") if n.endswith(".ini")):
+            no_resolve(sluice, p, p)
+        print("sluice -t --no-resolve: %d files checked: %s" % (len(checked), ", ".join(checked)))
     elif len(sys.argv) == 3 and sys.argv[1] == "metrics":
         check_metrics(sys.argv[2])
     else:

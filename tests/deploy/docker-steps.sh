@@ -11,7 +11,12 @@
 #   - the binary it built needs no library beyond libc and the runtime
 #     stage's packages;
 #   - the HEALTHCHECK command, run as written against that binary started
-#     with the image's default configuration, passes (and fails once it stops).
+#     with the image's default configuration, passes (and fails once it stops);
+#   - every `docker run` example in its comments publishes (-p) only ports
+#     that the configuration that run uses (the directory it mounts at
+#     /etc/sluice, else the image's deploy/docker/sluice.ini) listens on at a
+#     wildcard address (*, 0.0.0.0, [::]): 127.0.0.1 in a container is the
+#     container's own loopback, which a published port never reaches.
 # Usage: tests/deploy/docker-steps.sh   (from the repository root). Exit 0 = ok.
 set -u
 cd "$(dirname "$0")/../.."
@@ -114,6 +119,27 @@ done
 [ "$ok" = 1 ] || { cat "$scratch/sluice.log" >&2; err "the HEALTHCHECK command never passed against a running sluice"; }
 kill "$pid"; wait "$pid" 2>/dev/null; pid=
 bash -c "$cmd" 2>/dev/null && err "the HEALTHCHECK command passes with sluice stopped"
+
+# The run examples: published ports against the addresses of the file used.
+runs=0
+while IFS= read -r line; do
+    runs=$((runs + 1))
+    ini=deploy/docker/sluice.ini
+    vol=$(printf '%s\n' "$line" | sed -n 's/.*-v "\{0,1\}\$PWD\/\([^:"]*\):\/etc\/sluice.*/\1/p')
+    [ -n "$vol" ] && ini=$vol/sluice.ini
+    [ -f "$ini" ] || { err "docker run example mounts $vol, which has no sluice.ini: $line"; continue; }
+    ports=$(printf '%s\n' "$line" | grep -o -- '-p [0-9:.]*' | sed 's/.*://')
+    [ -n "$ports" ] || err "docker run example publishes no port: $line"
+    for p in $ports; do
+        addrs=$(sed -n 's/;.*//; s/^[[:space:]]*\(listen\|admin\)[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/\2/p' "$ini" | grep ":$p\$")
+        [ -n "$addrs" ] || { err "docker run example publishes $p, which $ini does not listen on"; continue; }
+        for a in $addrs; do
+            case "$a" in \*:*|0.0.0.0:*|\[::\]:*) ;;
+                *) err "docker run example publishes $p but $ini listens on $a (the container's own address: the published port reaches nothing)" ;; esac
+        done
+    done
+done < <(grep -E '^#[[:space:]]+docker run ' "$df")
+[ "$runs" -gt 0 ] || err "no docker run example in $df"
 
 [ "$fail" = 0 ] && echo "docker-steps: ok ($df: $(wc -l < "$scratch/instr") instructions)"
 exit "$fail"

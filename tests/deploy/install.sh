@@ -2,7 +2,8 @@
 # `make install` into a scratch directory: PREFIX=<scratch>/usr/local with
 # SYSCONFDIR=<scratch>/etc (so the unit's paths point into the scratch tree
 # and systemd-analyze can verify it), then checks the files, that a second
-# install keeps an edited sluice.ini, that the man page renders (man -l, else
+# install keeps an edited sluice.ini, that the documents and examples are in
+# share/doc/sluice (the examples pass -t), that the man page renders (man -l, else
 # groff, else skipped with a message), and `systemd-analyze verify` on the
 # installed unit (skipped with a message when the unit or the tool is absent).
 # Usage: tests/deploy/install.sh BUILD_DIR   (from anywhere). Exit 0 = ok.
@@ -20,6 +21,14 @@ inst > "$s/out" 2>&1 || { cat "$s/out" >&2; err "make install failed"; exit 1; }
 [ -f "$s/usr/local/share/man/man8/sluice.8" ] || err "no share/man/man8/sluice.8"
 [ -f "$s/etc/sluice/sluice.ini" ] || err "no etc/sluice/sluice.ini"
 "$s/usr/local/bin/sluice" -t -c "$s/etc/sluice/sluice.ini" >/dev/null || err "installed sluice -t fails on the installed example"
+# What sluice.ini's comments and the man page point to.
+d=$s/usr/local/share/doc/sluice
+for f in README.md docs/configuration.md docs/operations.md docs/limits.md examples/demo.ini; do
+    [ -f "$d/$f" ] || err "no share/doc/sluice/$f"
+done
+for f in "$d"/examples/*.ini; do
+    "$s/usr/local/bin/sluice" -t --no-resolve -c "$f" >/dev/null 2>&1 || err "installed sluice -t fails on $f"
+done
 
 echo "; edited" >> "$s/etc/sluice/sluice.ini"
 inst > "$s/out" 2>&1 || err "second make install failed"

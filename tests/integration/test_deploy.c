@@ -4,6 +4,8 @@
  * - the manifests: every JSON and YAML file parses, the compose file and the
  *   Kubernetes manifests hang together and their sluice.ini files pass -t
  *   (tests/deploy/check.py files);
+ * - the alert rules pass `promtool check rules` and the cases of
+ *   tests/deploy/alerts_test.yaml (skipped where promtool is not installed);
  * - every metric the Grafana dashboard and the alert rules name is one a real
  *   sluice exports: workers = 2 (the master's series), a Redis store, a resp
  *   and an http listener and a limit, so every family is there;
@@ -172,6 +174,23 @@ static void test_compose_limit_shared_by_both_instances(void **state)
     th_stop(&upstream);
 }
 
+/* The alert rules with Prometheus' own checker, and the cases of
+ * tests/deploy/alerts_test.yaml (SluiceDown on up == 0 and on absent(up),
+ * SluiceReloadFailing). promtool comes with Debian's prometheus package
+ * (96 MB installed): not installed by `make deps`, so skipped, with a
+ * message, where it is absent. */
+static void test_alert_rules_promtool(void **state)
+{
+    (void)state;
+    if (run("command -v promtool >/dev/null") != 0) {
+        printf("test_deploy: promtool not installed (apt-get install prometheus): "
+               "alert rules not checked by it\n");
+        skip();
+    }
+    assert_int_equal(run("promtool check rules deploy/observability/alerts.yaml"), 0);
+    assert_int_equal(run("promtool test rules tests/deploy/alerts_test.yaml"), 0);
+}
+
 static void test_dockerfile_steps(void **state)
 {
     (void)state;
@@ -199,6 +218,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifests),
         cmocka_unit_test(test_dashboard_and_alerts_name_exported_metrics),
+        cmocka_unit_test(test_alert_rules_promtool),
         cmocka_unit_test(test_compose_limit_shared_by_both_instances),
         cmocka_unit_test(test_dockerfile_steps),
         cmocka_unit_test(test_make_install),

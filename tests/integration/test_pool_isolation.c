@@ -1058,11 +1058,9 @@ static void busy_round(int port, int fn, int others_answered)
     assert_int_equal(th_conn_open(&rd, port), 0);
     RAW(&r, "PING", "+PONG\r\n");
     assert_int_equal(th_conn_send(&rd, buf), 0);
-    /* the script starts (-BUSY) within TH_MS; every PING is answered. The
-     * PINGs go once it runs: one sent with it, in the same turn, shares its
-     * batch on the shared connection and waits behind it, as documented
-     * (docs/resp.md, pooled: "a request written behind another client's
-     * long script waits for it") */
+    /* the script starts (-BUSY) within TH_MS; every PING is answered.
+     * The PINGs go once it runs; one read in the same turn as the script
+     * goes to another connection too (test_pool_busy.c). */
     int busy = 0;
     uint64_t end = th_now_ms() + TH_MS;
     while (!script_running() && th_now_ms() < end)

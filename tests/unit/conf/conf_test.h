@@ -98,6 +98,8 @@ static inline void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
     if (a->has_admin)
         addr_equal(&a->admin, &b->admin);
     assert_int_equal(a->log_level, b->log_level);
+    assert_int_equal(a->decision_log, b->decision_log);
+    assert_int_equal(a->decision_log_rate, b->decision_log_rate);
     assert_int_equal(a->shutdown_grace_us, b->shutdown_grace_us);
     assert_int_equal(a->workers, b->workers);
     assert_int_equal(a->workers_auto, b->workers_auto);
@@ -138,6 +140,8 @@ static inline void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
         assert_int_equal(x->resolve_ttl_us, y->resolve_ttl_us);
         assert_int_equal(x->n_trusted_proxies, y->n_trusted_proxies);
         assert_memory_equal(&x->upgrades, &y->upgrades, sizeof(x->upgrades));
+        str_equal(x->access_log, y->access_log);
+        assert_int_equal(x->access_log_format, y->access_log_format);
         for (int i = 0; i < x->n_trusted_proxies; i++) {
             assert_memory_equal(x->trusted_proxies[i].addr, y->trusted_proxies[i].addr, 16);
             assert_int_equal(x->trusted_proxies[i].bits, y->trusted_proxies[i].bits);

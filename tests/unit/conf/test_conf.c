@@ -1059,9 +1059,28 @@ static void test_names(void **state)
     expect_errors("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis://gone.test\n"
                   "[listener a]\nlisten = gone.test:7001\nupstream = gone.test:6379\n",
                   "t.ini:2: admin: cannot resolve 'gone.test': Name or service not known\n"
-                  "t.ini:4: url: cannot resolve 'gone.test': Name or service not known\n"
                   "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n"
                   "t.ini:7: upstream: cannot resolve 'gone.test': Name or service not known\n");
+    /* A redis:// store's name is looked up again at run time: not resolving
+     * yet is no error (a warning, conf/warn.c); its address stays empty. */
+    c = load_ok("[store]\nurl = redis://gone.test:7000\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n");
+    assert_int_equal(c->store.unresolved_line, 2);
+    assert_int_equal(c->store.addr.ss.ss_family, AF_UNSPEC);
+    assert_string_equal(c->store.addr.text, "gone.test:7000");
+    sl_conf_free(c);
+    /* Cluster seeds and sentinels are not looked up again: still errors. */
+    expect_errors("[store]\nurl = redis-cluster://gone.test:7000\n"
+                  "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n",
+                  "t.ini:2: url: cannot resolve 'gone.test': Name or service not known\n");
+    /* --no-resolve: no name is looked up, none is an error. */
+    sl_conf_no_resolve = 1;
+    c = load_ok("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis-cluster://gone.test:7000\n"
+                "[listener a]\nlisten = gone.test:7001\nupstream = gone.test:6379\n");
+    assert_int_equal(c->store.unresolved_line, 0);
+    assert_int_equal(c->listeners->upstream.ss.ss_family, AF_UNSPEC);
+    sl_conf_free(c);
+    sl_conf_no_resolve = 0;
     /* The checks compare what names resolve to: a loop is one. */
     expect_errors("[listener a]\nlisten = 127.0.0.1:7001\nupstream = self.test:7001\n",
                   "t.ini:3: upstream: self.test:7001 is this listener's own address (a loop)\n");

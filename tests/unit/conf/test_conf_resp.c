@@ -28,7 +28,7 @@ static void test_setup_commands(void **state)
 }
 
 /* upstream_pool: off or 1-256; its companions' defaults and ranges; refused
- * on http and tcp listeners. */
+ * on http and tcp listeners; taken with upstream TLS. */
 static void test_upstream_pool(void **state)
 {
     (void)state;
@@ -37,9 +37,11 @@ static void test_upstream_pool(void **state)
     assert_int_equal(c->listeners->pool_pinned, 1000);
     assert_int_equal(c->listeners->pool_pin_wait_us, 1000000);
     assert_int_equal(c->listeners->pool_client_buffer, 64ULL * 1024 * 1024);
+    assert_int_equal(c->listeners->pool_idle_timeout_us, 60ULL * 1000 * 1000);
     sl_conf_free(c);
     c = load_ok(L_A "upstream_pool = 4\nupstream_pool_pinned = 0\nupstream_pool_pin_wait = 0\n"
-                    "upstream_pool_client_buffer = 1mb\n");
+                    "upstream_pool_client_buffer = 1mb\nupstream_pool_idle_timeout = 200ms\n");
+    assert_int_equal(c->listeners->pool_idle_timeout_us, 200 * 1000);
     assert_int_equal(c->listeners->upstream_pool, 4);
     assert_int_equal(c->listeners->pool_pinned, 0);
     assert_int_equal(c->listeners->pool_pin_wait_us, 0);
@@ -63,11 +65,22 @@ static void test_upstream_pool(void **state)
     expect_errors("[listener w]\nlisten = *:8080\nupstream = 10.0.0.1:80\nprotocol = http\n"
                   "upstream_pool = 4\n",
                   "t.ini:5: upstream_pool: only for resp listeners (this listener is http)\n");
-    /* the pooled connections are plain TCP: refused with upstream TLS */
-    expect_errors("[listener r]\nlisten = *:6380\nupstream = 10.0.0.1:6379\nupstream_pool = 4\n"
-                  "upstream_tls = on\n",
-                  "t.ini:4: upstream_pool: not available with upstream_tls = on yet (pooled "
-                  "upstream connections are plain TCP); use upstream_pool = off\n");
+    /* the pooled connections speak TLS as a 1:1 listener's do */
+    c = load_ok("[listener r]\nlisten = *:6380\nupstream = 10.0.0.1:6379\nupstream_pool = 4\n"
+                "upstream_tls = on\nupstream_tls_verify = off\n");
+    assert_int_equal(c->listeners->upstream_pool, 4);
+    assert_int_equal(c->listeners->upstream_tls, 1);
+    sl_conf_free(c);
+    /* the idle timeout: 0 = never, at most a day, resp only */
+    c = load_ok(L_A "upstream_pool = 2\nupstream_pool_idle_timeout = 0\n");
+    assert_int_equal(c->listeners->pool_idle_timeout_us, 0);
+    sl_conf_free(c);
+    expect_errors(L_A "upstream_pool_idle_timeout = 2d\n",
+                  "t.ini:4: upstream_pool_idle_timeout: must be at most 1d, got '2d'\n");
+    expect_errors("[listener w]\nlisten = *:8080\nupstream = 10.0.0.1:80\nprotocol = http\n"
+                  "upstream_pool_idle_timeout = 1s\n",
+                  "t.ini:5: upstream_pool_idle_timeout: only for resp listeners (this listener "
+                  "is http)\n");
 }
 
 /* upstream_keepalive (http only): off by default, kept connections time out. */

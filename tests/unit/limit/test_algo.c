@@ -319,6 +319,53 @@ static void test_reload_keeps_whole_tokens(void **state)
     sl_algo_state_free(&sh);
 }
 
+/* A reload that changes the algorithm (or a window's period) converts the
+ * state (sl_algo_convert): for every pair, 3 of 10 taken leaves 7 under
+ * the new algorithm, up to its capacity; a window taken to a window keeps
+ * its count instead (3 counted of a new amount of 4 leaves 1). Another
+ * period for the same window counts the same in the new window. */
+static void test_convert_keeps_what_is_left(void **state)
+{
+    (void)state;
+    static const enum sl_algo all[5] = { SL_ALGO_TOKEN_BUCKET, SL_ALGO_GCRA, SL_ALGO_FIXED_WINDOW,
+                                         SL_ALGO_SLIDING_WINDOW, SL_ALGO_SLIDING_LOG };
+    const uint64_t t0 = 10 * DAY + 12345, t1 = t0 + 7 * S_US;
+    for (int i = 0; i < 5; i++) {
+        for (int j = 0; j < 5; j++) {
+            for (int cap = 0; cap < 2; cap++) {
+                int fw = all[i] == SL_ALGO_FIXED_WINDOW || all[i] == SL_ALGO_SLIDING_WINDOW ||
+                         all[i] == SL_ALGO_SLIDING_LOG;
+                int tw = all[j] == SL_ALGO_FIXED_WINDOW || all[j] == SL_ALGO_SLIDING_WINDOW ||
+                         all[j] == SL_ALGO_SLIDING_LOG;
+                uint64_t n = cap ? 4 : 10;
+                struct sl_algo_params from = { .algo = all[i], .amount = fw ? 10 : 1,
+                                               .period_us = fw ? 365 * DAY : 3600 * S_US,
+                                               .burst = 10 };
+                struct sl_algo_params to = { .algo = all[j], .amount = tw ? n : 1,
+                                             .period_us = tw ? 300 * DAY : 3600 * S_US,
+                                             .burst = n };
+                struct sl_algo_state st;
+                memset(&st, 0, sizeof(st));
+                struct sl_algo_result r;
+                assert_int_equal(sl_algo_take(&st, &from, t0, 3, 1, &r), 0);
+                assert_true(r.allowed);
+                assert_int_equal(sl_algo_convert(&st, &from, &to, t1), 0);
+                assert_int_equal(sl_algo_take(&st, &to, t1, 0, 0, &r), 0);
+                uint64_t want = fw && tw ? (n > 3 ? n - 3 : 0) : (n < 7 ? n : 7);
+                if (r.remaining != want)
+                    fail_msg("%s -> %s (capacity %" PRIu64 "): %" PRIu64 " left, want %" PRIu64,
+                             sl_algo_name(all[i]), sl_algo_name(all[j]), n, r.remaining, want);
+                /* and it takes exactly that much more */
+                assert_int_equal(sl_algo_take(&st, &to, t1, want, 1, &r), 0);
+                assert_true(want == 0 || r.allowed);
+                assert_int_equal(sl_algo_take(&st, &to, t1, 1, 0, &r), 0);
+                assert_false(r.allowed);
+                sl_algo_state_free(&st);
+            }
+        }
+    }
+}
+
 static void test_ttl(void **state)
 {
     (void)state;
@@ -516,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_retry_after_is_exact),
         cmocka_unit_test(test_sliding_log_exact),
         cmocka_unit_test(test_reload_keeps_whole_tokens),
+        cmocka_unit_test(test_convert_keeps_what_is_left),
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_policy),

@@ -1220,6 +1220,56 @@ static void test_one_clock_drives_places_and_sweep(void **state)
     teardown_fix(f);
 }
 
+/* <f> reloaded with the limits <limits>: a new limiter built with the
+ * running one as env.prev, swapped in as the server does (limit/carry.h). */
+static void reload_with(struct fix *f, const char *limits)
+{
+    static char text[16384];
+    snprintf(text, sizeof(text), "%s%s", base_conf, limits);
+    struct sl_conf *conf = sl_conf_load_string(text, "test.ini", stderr);
+    assert_non_null(conf);
+    struct sl_limiter *lim = sl_limiter_reload(conf, &local_env, f->lim);
+    assert_non_null(lim);
+    sl_limiter_release(f->lim);
+    sl_conf_free(f->conf);
+    f->lim = lim;
+    f->conf = conf;
+}
+
+/* A reload carries a limit's state and counters to the limit of its name:
+ * the same text leaves /stats as it was and the bucket drained; a faster
+ * rate refills the kept (empty) bucket from then on; a limit renamed starts
+ * afresh; another metric keeps the counters only. */
+static void test_reload_carries_state(void **state)
+{
+    (void)state;
+    const char *slow = "[limit w]\nlistener = r\nrate = 1/h\nburst = 2\ncommands = SET\n";
+    struct fix *f = setup_with(slow);
+    req(f, "AUTH bob secret");
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_true(allow(f, 1, 0, "SET k v", NULL));
+    assert_false(allow(f, 1, 0, "SET k v", NULL));
+    char *before = strdup(stats(f));
+    assert_non_null(before);
+    reload_with(f, slow);
+    assert_string_equal(stats(f), before);
+    free(before);
+    assert_false(allow(f, 1, 500, "SET k v", NULL));
+    /* empty at its last take (0 ms), refilling at the new rate since */
+    reload_with(f, "[limit w]\nlistener = r\nrate = 1/s\nburst = 2\ncommands = SET\n");
+    assert_false(allow(f, 1, 900, "SET k v", NULL));
+    assert_true(allow(f, 1, 1000, "SET k v", NULL));
+    assert_int_equal(json_num(stats(f), "\"allowed\":"), 3);
+    assert_int_equal(json_num(stats(f), "\"rejected\":"), 3);
+    reload_with(f, "[limit w2]\nlistener = r\nrate = 1/h\nburst = 2\ncommands = SET\n");
+    assert_int_equal(json_num(stats(f), "\"allowed\":"), 0);
+    assert_true(allow(f, 1, 1000, "SET k v", NULL));
+    reload_with(f, "[limit w2]\nlistener = r\nmetric = bytes_in\nrate = 1/h\nburst = 2\n");
+    assert_int_equal(json_num(stats(f), "\"allowed\":"), 1);
+    assert_int_equal(json_num(stats(f), "\"local_buckets\":"), 0);
+    teardown_fix(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1252,6 +1302,7 @@ int main(void)
         cmocka_unit_test(test_http_cost_per_method),
         cmocka_unit_test(test_http_tier_by_key),
         cmocka_unit_test(test_one_clock_drives_places_and_sweep),
+        cmocka_unit_test(test_reload_carries_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

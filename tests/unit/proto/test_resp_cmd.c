@@ -76,6 +76,28 @@ static void test_pool_data_commands(void **state)
     assert_int_equal(CLS("SCRIPT", "DEBUG", "no"), SL_RCMD_POOL);
 }
 
+/* Scripts and functions share connections but may run long: marked slow
+ * (nothing of another client queues behind them); nothing else is. */
+static void test_scripts_slow(void **state)
+{
+    (void)state;
+    static const char *const slow[] = { "EVAL", "eval_ro", "EVALSHA", "evalsha_ro", "FCALL",
+                                        "fcall_ro" };
+    static const char *const quick[] = { "GET", "PING", "SCRIPT", "FUNCTION", "EXEC", "ECHO" };
+    struct sl_rcmd_info o;
+    for (size_t i = 0; i < sizeof(slow) / sizeof(slow[0]); i++) {
+        struct sl_resp_req r = REQ(slow[i], "x", "0");
+        assert_int_equal(sl_rcmd_class(&r, &o), SL_RCMD_POOL);
+        assert_int_equal(o.slow, 1);
+        assert_int_equal(o.pin, 0);
+    }
+    for (size_t i = 0; i < sizeof(quick) / sizeof(quick[0]); i++) {
+        struct sl_resp_req r = REQ(quick[i], "LOAD", "0");
+        (void)sl_rcmd_class(&r, &o);
+        assert_int_equal(o.slow, 0);
+    }
+}
+
 static void test_unknown_pins(void **state)
 {
     (void)state;
@@ -537,6 +559,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_data_commands),
+        cmocka_unit_test(test_scripts_slow),
         cmocka_unit_test(test_unknown_pins),
         cmocka_unit_test(test_pins),
         cmocka_unit_test(test_xread_block),
