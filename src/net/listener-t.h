@@ -66,6 +66,9 @@ struct sl_listener {
     uint8_t                  open;       /* handle is open (listening or closing) */
     uint8_t                  retired;    /* removed by a reload: free when empty */
     uint8_t                  limited;    /* some request limit applies here (set per reload) */
+    uint8_t                  nodelay;    /* the listening socket has TCP_NODELAY, which the
+                                            sockets it accepts inherit (Linux): no setsockopt
+                                            per accepted connection */
     uint64_t                 sessions;   /* sessions alive (open or closing) */
     struct sl_tq             connecting; /* sessions connecting upstream, by start */
     struct sl_tq             active;     /* relaying sessions, least recently active first */

@@ -540,6 +540,13 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
         rc = uv_tcp_bind(&l->handle, (const struct sockaddr *)&lc->listen.ss, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&l->handle, BACKLOG, on_connection);
+#ifdef __linux__
+    /* Linux copies TCP_NODELAY from the listening socket to each socket it
+     * accepts: set once here, it saves a setsockopt per client connection
+     * (sessions set it themselves when this fails). */
+    if (rc == 0 && uv_tcp_nodelay(&l->handle, 1) == 0)
+        l->nodelay = 1;
+#endif
     if (rc < 0) {
         sl_log_error("cannot listen", "listener=%s addr=%s err=%s", lc->name, lc->listen.text,
                      uv_strerror(rc));

@@ -63,6 +63,8 @@ struct sl_http_sess {
     uint8_t  body;           /* what happens to it: BODY_* */
     uint8_t  hold;           /* framing waits: an upgrade's answer, or a full queue */
     uint8_t  last;           /* the request framed last ends the connection */
+    uint8_t  client_close;   /* ... because the client asked (Connection: close, HTTP/1.0
+                                without keep-alive): it may send nothing after it */
     uint8_t  tunnel;         /* bytes pass as they are, both ways */
     uint8_t  res_body;       /* the response framer is inside a body */
     uint8_t  res_final;      /* ... of a final response (not a 1xx) */
@@ -109,7 +111,7 @@ static void eof_check(struct sl_session *s);
 static void send_span(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b, uint32_t from,
                     uint32_t to)
 {
-    if (dst == (uv_stream_t *)&s->upstream)
+    if (dst != (uv_stream_t *)&s->client)
         sl_sess_to_upstream(s, b, from, to);
     else
         sl_sess_to_client(s, b, from, to);
@@ -156,6 +158,10 @@ static void error_answer(struct sl_session *s, int status, const char *detail)
     s->l->stats.protocol_errors += status == 400 || status == 413 || status == 414 ||
                                    status == 431;
     s->http->last = 1;
+    /* sluice ends the connection: the client may be sending more (the
+     * close lingers) */
+    s->http->client_close = 0;
+    s->cl_said = 0;
     if (sl_alog_any)
         sl_alog_local(s, status, n);
     local(s, out, n, 1);
@@ -202,7 +208,7 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
         h->upgrade_wait = 1;
-    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, h->fwd, h->fwd_len) < 0) {
+    if (sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, h->fwd, h->fwd_len) < 0) {
         sl_session_close(s);
         return;
     }
@@ -300,7 +306,7 @@ static void on_request(struct sl_session *s)
     h->fwd_plain = (hd->method == SL_HTTP_M_GET || hd->method == SL_HTTP_M_HEAD) &&
                    hd->body == SL_HTTP_BODY_NONE && !h->fwd_upgrade;
     if (!hd->keep_alive)
-        h->last = 1;
+        h->last = h->client_close = 1;
     if (h->fwd_len == 0) {
         sl_session_close(s);
         return;
@@ -375,12 +381,16 @@ static void frame(struct sl_session *s)
         if (b == NULL && (h->tunnel || h->last))
             return;
         if (h->tunnel) {
-            send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->end);
+            send_span(s, sl_sess_side_stream(s, 1), b, b->start, b->end);
             b->start = b->end;
             return;
         }
         if (h->last && !h->in_body) {
-            /* the last request is whole: nothing after it is read */
+            /* the last request is whole: nothing after it is read (a
+             * client that sent more after its close wants the lingering
+             * close: what it sends must not meet a closed socket) */
+            if (b->start < b->end)
+                s->cl_said = 0;
             sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
             b->start = b->end;
             return;
@@ -422,7 +432,7 @@ static void frame(struct sl_session *s)
             /* nothing was given: nothing taken */
         } else if (h->in_body) {
             if (h->body == BODY_FWD)
-                send_span(s, (uv_stream_t *)&s->upstream, b, b->start, b->start + (uint32_t)used);
+                send_span(s, sl_sess_side_stream(s, 1), b, b->start, b->start + (uint32_t)used);
             b->start += (uint32_t)used;
         } else {
             b->start += (uint32_t)used; /* head bytes: the framer holds a copy */
@@ -437,6 +447,11 @@ static void frame(struct sl_session *s)
         } else if (ev == SL_HTTP_EV_END) {
             h->in_body = 0;
             h->body = BODY_NONE;
+            /* the request that asked for the close is whole, nothing read
+             * after it: the client may send no more (RFC 9112, 9.6), so
+             * the close needs no lingering (session.c) */
+            if (h->last && h->client_close)
+                s->cl_said = b == NULL || b->start == b->end;
         }
     }
 }

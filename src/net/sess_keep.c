@@ -1,13 +1,9 @@
 /* sluice — the session's side of upstream keep-alive (http,
  * upstream_keepalive): when its upstream connection may serve another
  * client, handing it to the listener's kept ones (net/upkeep.c), and
- * taking one instead of connecting. The socket moves, not the handle: the
- * handle is part of the session, so a duplicate of its descriptor is kept
- * and the next session opens its own handle on it. Private to src/net/
- * (session-i.h). */
-#include <fcntl.h>
-#include <unistd.h>
-
+ * taking one instead of connecting. The handle itself moves (sessions hold
+ * it by pointer): no descriptor is duplicated or registered again, and one
+ * given back while read stays read. Private to src/net/ (session-i.h). */
 #include "core/buf.h"
 #include "core/tls.h"
 #include "net/session.h"
@@ -26,43 +22,40 @@ static int transport_idle(const struct sl_session *s, size_t queued)
                          sl_tls_feed_room(t) == SL_TLS_IN_MAX && sl_tls_out_pending(t) == 0);
 }
 
-void sl_sess_keep_give(struct sl_session *s, size_t queued)
+int sl_sess_keep_give(struct sl_session *s, size_t queued)
 {
-    uv_os_fd_t fd;
-    int d;
     if (s->l->conf->upstream_keepalive == 0 || s->proto->reusable == NULL ||
-        !transport_idle(s, queued) || !s->proto->reusable(s) ||
-        uv_fileno((uv_handle_t *)&s->upstream, &fd) != 0 ||
-        (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-        return;
+        !transport_idle(s, queued) || !s->proto->reusable(s))
+        return 0;
     struct sl_tls *t = s->tls[1];
     s->tls[1] = NULL; /* the engine goes with the socket */
-    sl_upkeep_put(s->l, d, t, sl_sess_now_ms(s));
+    /* Read now (plain, not paused, before the close path): it stays read
+     * with the same callbacks, so a close while kept is seen at once and
+     * the next session arms nothing. */
+    int watched = t == NULL && s->up_pause == 0 && s->state < SL_SESS_LINGER;
+    sl_upkeep_put(s->l, s->up_tcp, t, watched, sl_sess_now_ms(s));
+    return 1;
 }
 
 int sl_sess_keep_take(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
     struct sl_tls *t = NULL;
-    int fd = sl_upkeep_take(l, sl_sess_now_ms(s), &t);
-    if (fd < 0)
+    int watched = 0;
+    uv_tcp_t *h = sl_upkeep_take(l, sl_sess_now_ms(s), &t, &watched);
+    if (h == NULL)
         return 0;
-    if (uv_tcp_init(l->handle.loop, &s->upstream) < 0) {
-        sl_upkeep_drop(fd, t);
-        return 0;
-    }
-    s->upstream.data = s;
+    h->data = s;
+    s->up_tcp = h;
     s->up_up = 1;
     s->handles++;
-    /* libuv adopts a connected socket as it is (non-blocking, readable
-     * and writable); TCP_NODELAY stays set from its first session. */
-    int rc = uv_tcp_open(&s->upstream, fd);
-    if (rc < 0) {
-        sl_upkeep_drop(fd, t);
-        return rc;
-    }
     s->tls[1] = t;
     s->up_kept = 1;
+    /* A watched one reads already (TCP_NODELAY stays set from its first
+     * session); the session's pause bits rule it from here: besides the
+     * connect, which the caller clears at once, none may be set. */
+    if (watched && (s->up_pause & ~SL_PAUSE_CONNECT) != 0)
+        uv_read_stop((uv_stream_t *)h);
     l->stats.upstream_reused++;
     return 1;
 }

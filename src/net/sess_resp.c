@@ -208,7 +208,7 @@ uint32_t sl_rsess_refused(struct sl_session *s)
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     int send_ping;
     uint32_t n = sl_rconn_refused(&rs(s)->rc, &send_ping);
-    if (send_ping && sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, ping, sizeof(ping) - 1) < 0)
+    if (send_ping && sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, ping, sizeof(ping) - 1) < 0)
         sl_session_close(s);
     return n;
 }
@@ -310,7 +310,7 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
         auth_wake(s);
     }
     s->l->stats.rejected++;
-    if (sl_sess_send(s, (uv_stream_t *)&s->upstream, NULL, discard, sizeof(discard) - 1) < 0) {
+    if (sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, discard, sizeof(discard) - 1) < 0) {
         sl_session_close(s);
         return;
     }

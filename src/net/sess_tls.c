@@ -74,7 +74,7 @@ static void alloc_tls(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
     struct sl_session *s = h->data;
-    int up = h == (uv_handle_t *)&s->upstream;
+    int up = h != (uv_handle_t *)&s->client;
     size_t room = sl_tls_feed_room(s->tls[up]);
     *ub = uv_buf_init(tls_scratch, (unsigned)(room < TLS_SCRATCH ? room : TLS_SCRATCH));
 }

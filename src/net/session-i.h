@@ -227,14 +227,14 @@ void sl_sess_got(struct sl_session *s, int up, ssize_t nread);
 void sl_sess_tls_done(struct sl_session *s, int up, int ok);
 
 /* sess_keep.c (http upstream keep-alive, net/upkeep.h): */
-/* The session's upstream connection is about to close (<queued> bytes not
- * yet taken by its socket): a duplicate of it goes to the listener's kept
- * ones when it stands at a clean boundary (proto->reusable and the
- * transport agree). The caller closes the handle either way. */
-void sl_sess_keep_give(struct sl_session *s, size_t queued);
+/* The session's upstream connection is done with (<queued> bytes not yet
+ * taken by its socket): 1 when it went to the listener's kept ones (it
+ * stands at a clean boundary: proto->reusable and the transport agree; the
+ * caller forgets the handle, no longer the session's), 0 when the caller
+ * closes it. */
+int  sl_sess_keep_give(struct sl_session *s, size_t queued);
 /* Takes a kept connection as the session's upstream: 1 (up_up set, the
- * handle open), 0 (none: connect), or a libuv error with the handle
- * initialised (the caller closes it). */
+ * handle open and the session's), 0 (none: connect). */
 int  sl_sess_keep_take(struct sl_session *s);
 /* The state of a session whose kept connection failed, made ready for a
  * new connect (sl_sess_upstream_again): <unowe> replies no longer owed. */

@@ -67,7 +67,10 @@ struct sl_reply_seg {
 
 struct sl_session {
     uv_tcp_t            client;     /* accepted socket; data = this */
-    uv_tcp_t            upstream;   /* our own connection upstream; data = this */
+    uv_tcp_t           *up_tcp;     /* our own connection upstream, NULL when none (the
+                                       handle of a struct sl_upconn, net/upkeep.h: it may
+                                       outlive the session, kept for another); data = this */
+    uint32_t            up_wreqs;   /* writes queued on it whose callback is still due */
     struct sl_listener *l;          /* owner (counters, configuration) */
     const struct sl_sess_proto *proto; /* what the bytes mean (net/session-i.h) */
     struct sl_tq_node   tq;         /* place in l->connecting / active / lingering */
@@ -81,6 +84,9 @@ struct sl_session {
     uint8_t             up_pause;   /* enum sl_pause bits for reading the upstream */
     uint8_t             handles;    /* handles still to see their close callback */
     uint8_t             cl_eof;     /* the client sent EOF */
+    uint8_t             cl_said;    /* the client may send nothing more (http: it asked for the
+                                       close with its last request, read whole, nothing after):
+                                       the close needs no half-close and no lingering */
     uint8_t             up_up;      /* the upstream handle was initialised */
     uint8_t             up_kept;    /* http keep-alive: 1 the upstream connection was taken
                                        from the kept ones; 2 it replaces one that failed so */

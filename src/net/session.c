@@ -32,7 +32,8 @@
  *
  * Closing: upstream EOF -> flush to the client -> shut down -> linger (read
  * and discard until the client's EOF, so a close never turns into an RST that
- * would destroy replies still in flight); client EOF -> shut the upstream
+ * would destroy replies still in flight), unless the client can send nothing
+ * more (s->cl_said: a plain close then); client EOF -> shut the upstream
  * down for writing and keep relaying its replies until it closes. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@
 #include "net/session.h"
 #include "net/session-i.h"
 #include "net/turn.h"
+#include "net/upkeep.h"
 #include "shape/meter.h"
 #include "shape/wait.h"
 
@@ -203,6 +205,11 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
     struct sl_session *s = h->data;
+    if (s == NULL) { /* kept, still watched (net/upkeep.c): any byte drops it */
+        static char scratch[64];
+        *ub = uv_buf_init(scratch, sizeof(scratch));
+        return;
+    }
     struct sl_buf *b = sl_sess_rx_chunk(&s->uin);
     *ub = b ? uv_buf_init(b->data + b->end, sl_sess_room_of(s->meter[1], SL_BUF_SIZE - b->end))
             : uv_buf_init(NULL, 0);
@@ -229,7 +236,7 @@ static void alloc_upstream(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 
 uv_stream_t *sl_sess_side_stream(struct sl_session *s, int up)
 {
-    return up ? (uv_stream_t *)&s->upstream : (uv_stream_t *)&s->client;
+    return up ? (uv_stream_t *)s->up_tcp : (uv_stream_t *)&s->client;
 }
 
 static void side_read(struct sl_session *s, int up, int on)
@@ -241,6 +248,8 @@ static void side_read(struct sl_session *s, int up, int on)
         return;
     }
     uv_stream_t *st = sl_sess_side_stream(s, up);
+    if (st == NULL)
+        return; /* no upstream connection (yet, or any more) */
     if (!on)
         uv_read_stop(st);
     else if (up)
@@ -251,7 +260,8 @@ static void side_read(struct sl_session *s, int up, int on)
 
 static size_t side_queued(struct sl_session *s, int up)
 {
-    return sl_sess_side_stream(s, up)->write_queue_size +
+    uv_stream_t *st = sl_sess_side_stream(s, up);
+    return (st != NULL ? st->write_queue_size : 0) +
            (s->tls[up] != NULL ? sl_tls_out_pending(s->tls[up]) : 0);
 }
 
@@ -299,9 +309,12 @@ static void on_write(uv_write_t *req, int status)
     struct wreq *w = (struct wreq *)req;
     struct sl_session *s = req->data;
     uv_stream_t *dst = req->handle;
+    int to_upstream = dst != (uv_stream_t *)&s->client;
     for (uint32_t i = 0; i < w->nref; i++)
         sl_buf_unref(w->refs[i]);
     free(w);
+    if (to_upstream)
+        s->up_wreqs--;
     if (s->state >= SL_SESS_CLOSED)
         return;
     if (status < 0) {
@@ -310,7 +323,6 @@ static void on_write(uv_write_t *req, int status)
         sl_session_close(s);
         return;
     }
-    int to_upstream = dst == (uv_stream_t *)&s->upstream;
     size_t queued = side_queued(s, to_upstream);
     if (queued < LOW_WATER) {
         sl_sess_pause(s, !to_upstream, SL_PAUSE_PEERQ, 0);
@@ -382,6 +394,8 @@ static int plain_sendv(struct sl_session *s, uv_stream_t *dst, const struct sl_o
         free(w);
         return rc;
     }
+    if (dst != (uv_stream_t *)&s->client)
+        s->up_wreqs++; /* its callback names the session: the socket is not kept before it */
     return 0;
 }
 
@@ -422,7 +436,8 @@ static int side_write(struct sl_outbuf *ob, const struct sl_outbuf_iov *iov, uns
         for (unsigned i = 0; i < n && rc == 0; i++)
             rc = sl_sess_tls_send(s, up, iov[i].p, iov[i].len);
     } else {
-        rc = plain_sendv(s, sl_sess_side_stream(s, up), iov, n, total);
+        uv_stream_t *st = sl_sess_side_stream(s, up);
+        rc = st != NULL ? plain_sendv(s, st, iov, n, total) : UV_ENOTCONN;
     }
     if (rc < 0) {
         sl_session_close(s);
@@ -463,9 +478,10 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
         return 0;
     if (s->state >= SL_SESS_CLOSED)
         return UV_ECANCELED;
-    if (dst == (uv_stream_t *)&s->upstream && s->link != NULL)
+    int up = dst != (uv_stream_t *)&s->client;
+    if (up && s->link != NULL)
         return sl_sess_link_send(s, p, len); /* copied by the engine, written at the turn's end */
-    struct sl_outbuf *ob = &s->out[dst == (uv_stream_t *)&s->upstream];
+    struct sl_outbuf *ob = &s->out[up];
     if (b != NULL)
         return sl_outbuf_ref(ob, b, (uint32_t)(p - b->data), (uint32_t)(p - b->data + len));
     return sl_outbuf_copy(ob, p, len);
@@ -473,7 +489,7 @@ int sl_sess_send(struct sl_session *s, uv_stream_t *dst, struct sl_buf *b,
 
 void sl_sess_to_upstream(struct sl_session *s, struct sl_buf *b, uint32_t from, uint32_t to)
 {
-    if (to > from && sl_sess_send(s, (uv_stream_t *)&s->upstream, b, b->data + from, to - from) < 0)
+    if (to > from && sl_sess_send(s, sl_sess_side_stream(s, 1), b, b->data + from, to - from) < 0)
         sl_session_close(s);
 }
 
@@ -695,38 +711,67 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, on_close);
 }
 
+/* The upstream handle is its struct sl_upconn's (net/upkeep.h): freed with it. */
+static void on_upstream_close(uv_handle_t *h)
+{
+    struct sl_session *s = h->data;
+    if (s->up_tcp == (uv_tcp_t *)h)
+        s->up_tcp = NULL;
+    sl_upconn_free((uv_tcp_t *)h);
+    if (--s->handles == 0)
+        session_free(s);
+}
+
+/* Closes the session's own upstream connection, if it has one open. */
+static void close_upstream(struct sl_session *s)
+{
+    uv_handle_t *h = (uv_handle_t *)s->up_tcp;
+    if (h != NULL && !uv_is_closing(h))
+        uv_close(h, on_upstream_close);
+}
+
 static void upstream_failed(struct sl_session *s, int err);
 static void upstream_ready(struct sl_session *s);
 static void connect_now(struct sl_session *s);
 
+/* The upstream connection may serve another session (sess_keep.c): it goes
+ * to the listener's kept ones, and the session has none any more. */
+static int upstream_keep(struct sl_session *s)
+{
+    if (!s->up_up || s->up_tcp == NULL || uv_is_closing((uv_handle_t *)s->up_tcp) ||
+        s->up_wreqs > 0 || !sl_sess_keep_give(s, side_queued(s, 1)))
+        return 0;
+    s->up_tcp = NULL;
+    s->up_up = 0;
+    s->handles--; /* the client's is still open: never the last */
+    return 1;
+}
+
 /* The upstream connection is done with: kept for another session when it
- * may be (sess_keep.c), closed here either way. */
+ * may be, else closed. */
 static void upstream_release(struct sl_session *s)
 {
-    if (!s->up_up || uv_is_closing((uv_handle_t *)&s->upstream))
+    if (!s->up_up || upstream_keep(s))
         return;
-    sl_sess_keep_give(s, side_queued(s, 1));
-    close_handle((uv_handle_t *)&s->upstream);
+    close_upstream(s);
 }
 
 /* A kept upstream connection becomes the session's (sess_keep.c): 1 when
- * the session was dealt with (it relays, or failed), 0 when it connects. */
+ * the session was dealt with (it relays), 0 when it connects. */
 static int upstream_adopt(struct sl_session *s)
 {
-    int rc = sl_sess_keep_take(s);
-    if (rc < 0) {
-        close_handle((uv_handle_t *)&s->upstream);
-        s->up_up = 0;
-        upstream_failed(s, rc);
-    } else if (rc > 0) {
-        upstream_ready(s);
-    }
-    return rc != 0;
+    if (!sl_sess_keep_take(s))
+        return 0;
+    upstream_ready(s);
+    return 1;
 }
 
 static void on_again_close(uv_handle_t *h)
 {
     struct sl_session *s = h->data;
+    if (s->up_tcp == (uv_tcp_t *)h)
+        s->up_tcp = NULL;
+    sl_upconn_free((uv_tcp_t *)h);
     if (--s->handles == 0)
         session_free(s);
     else if (s->state == SL_SESS_CONNECTING) /* else closed meanwhile */
@@ -737,7 +782,7 @@ void sl_sess_upstream_again(struct sl_session *s, uint32_t unowe)
 {
     sl_sess_keep_again(s, unowe);
     s->up_up = 0;
-    uv_close((uv_handle_t *)&s->upstream, on_again_close);
+    uv_close((uv_handle_t *)s->up_tcp, on_again_close);
 }
 
 void sl_session_close(struct sl_session *s)
@@ -839,6 +884,9 @@ void sl_sess_finish(struct sl_session *s)
         return;
     if (s->state != SL_SESS_FLUSHING) {
         s->state = SL_SESS_FLUSHING;
+        /* An upstream connection another session may use goes now, still
+         * read: no read stopped here to be armed again for the next one. */
+        (void)upstream_keep(s);
         sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
         if (s->up_up)
             sl_sess_pause(s, 1, SL_PAUSE_DONE, 1);
@@ -846,7 +894,11 @@ void sl_sess_finish(struct sl_session *s)
     if (side_queued(s, 0) > 0)
         return; /* on_write calls again when the queue is empty */
     upstream_release(s);
-    if (s->cl_eof) {
+    /* Nothing more can come from the client (its EOF came, or it asked for
+     * the close and may send nothing after: RFC 9112, 9.6): a plain close
+     * sends the FIN after our last byte, and with nothing unread no RST
+     * can destroy it. Over TLS the close_notify goes first (below). */
+    if (s->cl_eof || (s->cl_said && s->tls[0] == NULL)) {
         sl_session_close(s);
         return;
     }
@@ -1019,7 +1071,11 @@ static void on_client_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 {
     (void)ub;
-    if (nread != 0)
+    if (nread == 0)
+        return;
+    if (st->data == NULL) /* kept (net/upkeep.c): closed, reset or talking while idle */
+        sl_upkeep_lost((uv_tcp_t *)st);
+    else
         upstream_got(st->data, nread);
 }
 
@@ -1067,12 +1123,12 @@ static void on_connect(uv_connect_t *req, int status)
     if (s->state != SL_SESS_CONNECTING)
         return; /* closed meanwhile (status is UV_ECANCELED) */
     if (status < 0) {
-        close_handle((uv_handle_t *)&s->upstream);
+        close_upstream(s);
         s->up_up = 0;
         upstream_failed(s, status);
         return;
     }
-    uv_tcp_nodelay(&s->upstream, 1);
+    uv_tcp_nodelay(s->up_tcp, 1);
     s->l->stats.upstream_connects++;
     if (s->l->up_tls != NULL) {
         /* The handshake runs within connect_timeout: the session stays in
@@ -1113,7 +1169,7 @@ static void upstream_tls_done(struct sl_session *s, int ok)
     }
     sl_log_warn_rl("upstream_tls", "upstream TLS handshake failed", "listener=%s upstream=%s err=\"%s\"",
                    s->l->name, s->l->conf->upstream.text, sl_tls_error(s->tls[1]));
-    close_handle((uv_handle_t *)&s->upstream);
+    close_upstream(s);
     s->up_up = 0;
     upstream_failed(s, SL_EPROTO);
 }
@@ -1124,18 +1180,20 @@ static void connect_now(struct sl_session *s)
     struct sl_listener *l = s->l;
     uv_loop_t *loop = l->handle.loop;
     uv_connect_t *req = malloc(sizeof(*req));
-    int rc = req ? uv_tcp_init(loop, &s->upstream) : UV_ENOMEM;
+    uv_tcp_t *t = req ? sl_upconn_new(loop) : NULL;
+    int rc = t ? 0 : UV_ENOMEM;
     if (rc == 0) {
-        s->upstream.data = s;
+        t->data = s;
+        s->up_tcp = t;
         s->up_up = 1;
         s->handles++;
         req->data = s;
-        rc = uv_tcp_connect(req, &s->upstream, (const struct sockaddr *)&l->up.ss, on_connect);
+        rc = uv_tcp_connect(req, t, (const struct sockaddr *)&l->up.ss, on_connect);
     }
     if (rc < 0) {
         free(req);
         if (s->up_up) {
-            close_handle((uv_handle_t *)&s->upstream);
+            close_upstream(s);
             s->up_up = 0;
         }
         upstream_failed(s, rc);
@@ -1235,7 +1293,8 @@ void sl_session_accept(struct sl_listener *l)
     if (l->tls != NULL) {
         /* The handshake comes first, within header_timeout (the sweep):
          * the identity may be the client certificate's name. */
-        uv_tcp_nodelay(&s->client, 1);
+        if (!l->nodelay)
+            uv_tcp_nodelay(&s->client, 1);
         s->tls[0] = sl_tls_new(l->tls, NULL);
         if (s->tls[0] == NULL) {
             sl_session_close(s);
@@ -1293,7 +1352,8 @@ static void accept_rest(struct sl_session *s)
     s->up_pause = SL_PAUSE_CONNECT;
     s->id = ++l->srv->next_conn;
     s->proto->init(s);
-    uv_tcp_nodelay(&s->client, 1);
+    if (!l->nodelay) /* else inherited from the listening socket */
+        uv_tcp_nodelay(&s->client, 1);
 
     /* Connection limits: a place first (maybe after the login queue). */
     struct sl_meter_plan cp;
@@ -1363,7 +1423,7 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
         if (s->up_up) /* not made yet while waiting for a lookup */
-            close_handle((uv_handle_t *)&s->upstream);
+            close_upstream(s);
         s->up_up = 0;
         s->resolving = 0;
         s->state = SL_SESS_RELAY; /* on_connect (cancelled) must not act */

@@ -15,7 +15,9 @@
  *     its accepted-connections counter).
  * Also: the cap closes the oldest kept one, HTTP/1.0 requests are not
  * kept (they go as they came, and nginx closes after them), a reload
- * closes what is kept.
+ * closes what is kept, a kept connection the upstream closes is dropped as
+ * the close comes, and a client that asked to close is not lingered on
+ * (one that sent more after its "close" is).
  *
  * KA_ONLY=<cmocka pattern> runs only matching tests. */
 #include <errno.h>
@@ -362,6 +364,62 @@ static void test_upstream_close_answer_not_kept(void **state)
     up_close_idle(u2);
 }
 
+/* A kept connection stays watched while idle: the upstream's close drops
+ * it as it comes (the idle gauge falls to 0 with no client arriving), not
+ * only at the next hand-out or at the idle timeout (60 s here). */
+static void test_kept_close_seen_while_idle(void **state)
+{
+    (void)state;
+    char head[4096];
+    int c = client_send(man_port, "/w");
+    int u = up_accept(man_lfd, TH_MS);
+    assert_true(u >= 0);
+    assert_int_equal(up_head(u, head, sizeof head), 0);
+    TH_SEND(u, UP_OK);
+    client_done(c, "ok");
+    assert_true(metric("sluice_upstream_connections_idle", "man") == 1);
+    close(u);
+    uint64_t end = th_now_ms() + TH_MS;
+    while (metric("sluice_upstream_connections_idle", "man") != 0 && th_now_ms() < end)
+        poll(NULL, 0, 5); /* polling a condition, with a bound */
+    assert_true(metric("sluice_upstream_connections_idle", "man") == 0);
+}
+
+/* A client that asked to close, and sent nothing after its request, may
+ * send nothing more (RFC 9112, 9.6): sluice closes outright, no half-close
+ * and lingering for its FIN. Its session is gone by the time it reads the
+ * EOF, though it still holds its end open. One that sent more after its
+ * "close" is lingered on as before: its session stays until it closes. */
+static void test_asked_close_not_lingered(void **state)
+{
+    (void)state;
+    char buf[4096];
+    int eof = 0;
+    int c = client_send(ka_port, "/small");
+    size_t n = th_read_until_eof(c, buf, sizeof buf - 1, TH_MS, &eof);
+    buf[n] = '\0';
+    assert_true(eof);
+    assert_int_equal(strncmp(buf, "HTTP/1.1 200 ", 13), 0);
+    assert_true(metric("sluice_connections_active", "ka") == 0);
+    close(c);
+
+    c = th_connect(ka_port);
+    assert_true(c >= 0);
+    TH_SEND(c, "GET /small HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+               "GET /small HTTP/1.1\r\nHost: test\r\n\r\n");
+    n = th_read_until_eof(c, buf, sizeof buf - 1, TH_MS, &eof);
+    buf[n] = '\0';
+    assert_true(eof);
+    assert_int_equal(strncmp(buf, "HTTP/1.1 200 ", 13), 0);
+    assert_null(strstr(buf + 13, "HTTP/1.1 ")); /* one answer: nothing after the close is read */
+    assert_true(metric("sluice_connections_active", "ka") == 1); /* lingering */
+    close(c);
+    uint64_t end = th_now_ms() + TH_MS;
+    while (metric("sluice_connections_active", "ka") != 0 && th_now_ms() < end)
+        poll(NULL, 0, 5); /* polling a condition, with a bound */
+    assert_true(metric("sluice_connections_active", "ka") == 0);
+}
+
 /* upstream_keepalive_timeout (1s here) closes a kept connection: the
  * upstream sees the close, not before the timeout, and the gauge is 0. */
 static void test_idle_timeout_closes(void **state)
@@ -491,6 +549,8 @@ int main(void)
         cmocka_unit_test_teardown(test_request_on_kept_connection, check_alive),
         cmocka_unit_test_teardown(test_closed_by_upstream_not_reused, check_alive),
         cmocka_unit_test_teardown(test_upstream_close_answer_not_kept, check_alive),
+        cmocka_unit_test_teardown(test_kept_close_seen_while_idle, check_alive),
+        cmocka_unit_test_teardown(test_asked_close_not_lingered, check_alive),
         cmocka_unit_test_teardown(test_idle_timeout_closes, check_alive),
         cmocka_unit_test_teardown(test_tls_upstream_reuse, check_alive),
         cmocka_unit_test_teardown(test_cap_closes_the_rest, check_alive),
