@@ -631,6 +631,8 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
         sl_alog_head(s);
     char *out = sl_outbuf_room(&s->out[0], hd->len + elen);
     size_t n = out ? sl_http_fwd_with(hd, extra ? extra : "", elen, out, hd->len + elen) : 0;
+    if (n > 0 && extra == closing)
+        n = sl_http_fwd_drop_keepalive(out, n); /* one word on closing, not two */
     (void)b;
     if (n == 0) {
         sl_session_close(s);

@@ -137,10 +137,11 @@ static int is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
-/* Rewrites the value <v, n> of a Connection field without its "close"
+/* Rewrites the value <v, n> of a Connection field without its <opt>
  * options into <out> (never longer); returns the length written. */
-static size_t without_close(const char *v, size_t n, char *out)
+static size_t without_opt(const char *v, size_t n, const char *opt, char *out)
 {
+    size_t ol = strlen(opt);
     size_t o = 0, i = 0;
     while (i <= n) {
         size_t j = i;
@@ -151,7 +152,7 @@ static size_t without_close(const char *v, size_t n, char *out)
             a++;
         while (b > a && is_ows(v[b - 1]))
             b--;
-        if (b > a && !(b - a == 5 && strncasecmp(v + a, "close", 5) == 0)) {
+        if (b > a && !(b - a == ol && strncasecmp(v + a, opt, ol) == 0)) {
             if (o > 0) {
                 out[o++] = ',';
                 out[o++] = ' ';
@@ -164,7 +165,8 @@ static size_t without_close(const char *v, size_t n, char *out)
     return o;
 }
 
-size_t sl_http_fwd_drop_close(char *head, size_t len)
+/* Removes option <opt> from the Connection fields of <head>, in place. */
+static size_t drop_opt(char *head, size_t len, const char *opt)
 {
     static const char name[] = "Connection:";
     size_t nl = sizeof(name) - 1;
@@ -185,7 +187,7 @@ size_t sl_http_fwd_drop_close(char *head, size_t len)
         /* "Connection: " then the rewritten value then CRLF, in place: the
          * value only shrinks, so it is written over itself front to back */
         size_t v = at + nl;
-        size_t kept = without_close(head + v, vend - v, head + at + nl + 1);
+        size_t kept = without_opt(head + v, vend - v, opt, head + at + nl + 1);
         size_t nlen;
         if (kept == 0) {
             nlen = 0; /* nothing left: the field goes */
@@ -199,4 +201,14 @@ size_t sl_http_fwd_drop_close(char *head, size_t len)
         at += nlen;
     }
     return len;
+}
+
+size_t sl_http_fwd_drop_close(char *head, size_t len)
+{
+    return drop_opt(head, len, "close");
+}
+
+size_t sl_http_fwd_drop_keepalive(char *head, size_t len)
+{
+    return drop_opt(head, len, "keep-alive");
 }

@@ -49,4 +49,10 @@ size_t sl_http_fwd_with(const struct sl_http_head *h, const char *extra, size_t 
  * asked to close, and sluice closes the client's connection itself. */
 size_t sl_http_fwd_drop_close(char *head, size_t len);
 
+/* The same for the "keep-alive" option: for a response sluice answers with
+ * "Connection: close" (the client asked to close) from an upstream
+ * connection kept for reuse, whose own "Connection: keep-alive" is a
+ * hop-by-hop word for sluice, not for the client. */
+size_t sl_http_fwd_drop_keepalive(char *head, size_t len);
+
 #endif

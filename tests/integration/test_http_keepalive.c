@@ -129,7 +129,9 @@ static void up_close_idle(int fd)
     close(fd);
 }
 
-#define UP_OK "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+/* as many servers say it (Node, Python's http.server): a word for sluice,
+ * not for a client that asked to close */
+#define UP_OK "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
 
 /* The next connection sluice makes from <lfd>, with the head of the
  * request it carries read into <head>. */
@@ -173,6 +175,8 @@ static void client_done(int fd, const char *body)
     assert_string_equal(b + 4, body);
     /* the client asked to close: the answer says so, though the upstream's did not */
     assert_non_null(strstr(buf, "\r\nConnection: close\r\n"));
+    if (strcasestr(buf, "keep-alive") != NULL)
+        fail_msg("closed, yet the answer says keep-alive: %s", buf);
 }
 
 /* Upstream connection <u> answers 200 "ok" to the request of client <c>,

@@ -139,6 +139,31 @@ static void test_drop_close(void **state)
                      "GET / HTTP/1.1\r\nHost: a\r\nConnection-X: close\r\nConnection: closed\r\n\r\n");
 }
 
+/* A response closed by sluice loses the upstream's "keep-alive" word:
+ * the client reads one Connection option, close. */
+static void test_drop_keepalive(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        { "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+          "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" },
+        { "HTTP/1.1 200 OK\r\nconnection: Keep-Alive, x-a\r\nConnection: close\r\n\r\n",
+          "HTTP/1.1 200 OK\r\nconnection: x-a\r\nConnection: close\r\n\r\n" },
+        { "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: close\r\n\r\n",
+          "HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: close\r\n\r\n" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[512];
+        size_t n = strlen(cases[i].in);
+        memcpy(buf, cases[i].in, n);
+        n = sl_http_fwd_drop_keepalive(buf, n);
+        buf[n] = '\0';
+        assert_string_equal(buf, cases[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -146,6 +171,7 @@ int main(void)
         cmocka_unit_test(test_forwarded_off),     cmocka_unit_test(test_hop_fields_kept),
         cmocka_unit_test(test_too_small),         cmocka_unit_test(test_response_fields),
         cmocka_unit_test(test_drop_close),
+        cmocka_unit_test(test_drop_keepalive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
