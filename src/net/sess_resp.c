@@ -740,6 +740,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         if (sl_reply_idle(&rs(s)->scan)) {
             rs(s)->reply_first = (uint8_t)b->data[off];
+            rs(s)->reply_second = 0;
+            rs(s)->reply_seen = 0;
             sl_rconn_reply_begin(&rs(s)->rc);
             fstart = off;
             /* EXEC's reply, which says if the AUTH queued before it ran */
@@ -759,6 +761,14 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             return;
         }
         sl_rconn_reply_bytes(&rs(s)->rc, b->data + off, (size_t)n);
+        if (rs(s)->reply_seen < 2 && n > 0) {
+            /* the reply's second byte, wherever the read cut it */
+            if (rs(s)->reply_seen == 0 && n > 1)
+                rs(s)->reply_second = (uint8_t)b->data[off + 1];
+            else if (rs(s)->reply_seen == 1)
+                rs(s)->reply_second = (uint8_t)b->data[off];
+            rs(s)->reply_seen = (uint8_t)(rs(s)->reply_seen + (n > 1 ? 2 : 1));
+        }
         if (rs(s)->pick_on)
             sl_reply_pick_feed(rs(s)->auth_pick, b->data + off, (size_t)n);
         off += (uint32_t)n;

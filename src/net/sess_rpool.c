@@ -44,6 +44,8 @@ struct prec {
     char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
     uint32_t arglen;
     char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
+    char    *mname;    /* EXEC, DISCARD: the name a SETNAME queued in their */
+    uint8_t  mnamed;   /* ... transaction gives if it runs (<mnamed>: one was queued) */
 };
 
 static void prec_free(struct prec *p)
@@ -51,6 +53,7 @@ static void prec_free(struct prec *p)
     if (p != NULL) {
         free(p->arg);
         free(p->hname);
+        free(p->mname);
         free(p);
     }
 }
@@ -480,6 +483,15 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
         }
         return;
     }
+    if (c->info.ends & SL_PIN_MULTI) {
+        /* EXEC or DISCARD ends the transaction a SETNAME may be queued in:
+         * its name goes with it (an earlier EXEC still unanswered must not
+         * take it) */
+        c->mname = r->multi_name;
+        c->mnamed = r->multi_named;
+        r->multi_name = NULL;
+        r->multi_named = 0;
+    }
     if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
                                     c->info.ends == 0)) {
         prec_free(c);
@@ -509,14 +521,12 @@ void sl_rpool_answered(struct sl_session *s)
         }
         if (c->info.ends & SL_PIN_MULTI) {
             /* EXEC ran the transaction (an array; DISCARD is +OK, an
-             * aborted one an error): a SETNAME queued in it took effect */
-            if (ok && r->reply_first == '*' && r->multi_named) {
-                set_name(s, r->multi_name);
-                r->multi_name = NULL;
+             * aborted one an error, one a WATCH stopped the nil array
+             * "*-1", or "_" in RESP3): a SETNAME queued in it took effect */
+            if (ok && r->reply_first == '*' && r->reply_second != '-' && c->mnamed) {
+                set_name(s, c->mname);
+                c->mname = NULL;
             }
-            free(r->multi_name);
-            r->multi_name = NULL;
-            r->multi_named = 0;
         }
         sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
         struct sl_pool_key old = r->key;

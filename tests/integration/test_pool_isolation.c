@@ -1012,6 +1012,16 @@ static void test_names_in_multi(void **state)
             fail_msg("send");
         RAW_NEXT(&a, "+RESET\r\n");
         RAW_NEXT(&a, "$-1\r\n");
+        /* pipelined behind an earlier transaction: the SETNAME queued in a
+         * transaction a WATCH stops (EXEC's nil) names nobody, and the
+         * earlier EXEC's answer does not take it either */
+        if (th_conn_send(&a, "MULTI\r\nEXEC\r\nWATCH nm:w\r\nSET nm:w 1\r\nMULTI\r\n"
+                             "CLIENT SETNAME gina\r\nEXEC\r\nCLIENT GETNAME\r\n") < 0)
+            fail_msg("send");
+        static const char *const want[] = { "+OK\r\n", "*0\r\n", "+OK\r\n", "+OK\r\n",
+                                            "+OK\r\n", "+QUEUED\r\n", "*-1\r\n", "$-1\r\n" };
+        for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+            RAW_NEXT(&a, want[i]);
         th_conn_close(&a);
     }
 }
