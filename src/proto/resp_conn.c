@@ -520,6 +520,11 @@ static int pubsub_pays(struct sl_resp_conn *c, int push, int *confirm)
     return !push && kind == PS_OTHER;
 }
 
+int sl_rconn_plain_one(const struct sl_resp_conn *c)
+{
+    return c->reply_mode == SL_REPLY_ON && !c->in_multi;
+}
+
 int sl_rconn_replies_plain(struct sl_resp_conn *c)
 {
     /* what sl_rconn_reply_bytes() classifies by, and the feed's lines */

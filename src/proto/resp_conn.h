@@ -98,6 +98,12 @@ void sl_rconn_mark_gone(struct sl_resp_conn *c);
 
 /* ---- replies ---- */
 
+/* Nonzero when a plain command (sl_rconn_plain) sent now is owed exactly
+ * one reply and changes nothing in the model (replies on, no MULTI open):
+ * sl_rconn_commit() would return 1 and sl_rconn_allowed() do nothing, so a
+ * run of them may be counted instead. */
+int sl_rconn_plain_one(const struct sl_resp_conn *c);
+
 /* Nonzero when the replies to come need no telling apart (no pub/sub,
  * MONITOR, or RESET answer on its way): a reply that is not a push then
  * answers one request, and begin/bytes/end would change nothing but what

@@ -120,11 +120,19 @@ int sl_reply_idle(const struct sl_reply_scan *s)
     return s->state == S_TYPE && s->depth == 0 && !s->attr;
 }
 
-size_t sl_reply_whole(const struct sl_reply_scan *s, const char *buf, size_t len)
+size_t sl_reply_whole(const struct sl_reply_scan *s, const char *buf, size_t len, uint32_t max,
+                      uint32_t *n, size_t *last)
 {
-    if (len == 0 || !sl_reply_idle(s))
-        return 0;
-    return fast_reply(buf, len);
+    size_t off = 0, m;
+    uint32_t k = 0;
+    if (sl_reply_idle(s))
+        while (k < max && off < len && (m = fast_reply(buf + off, len - off)) > 0) {
+            *last = off;
+            off += m;
+            k++;
+        }
+    *n = k;
+    return off;
 }
 
 /* Opens a level of <items> items (an attribute when <attr>). */

@@ -956,7 +956,11 @@ static void test_whole(void **state)
         size_t n = strlen(t);
         struct sl_reply_scan s;
         sl_reply_init(&s);
-        size_t w = sl_reply_whole(&s, t, n);
+        uint32_t k = 9;
+        size_t last = 99;
+        size_t w = sl_reply_whole(&s, t, n, 1, &k, &last);
+        assert_int_equal(k, w > 0 ? 1 : 0);
+        assert_int_equal(last, w > 0 ? 0 : 99);
         unsigned f = 0;
         long got = sl_reply_scan(&s, t, n, &f);
         if (w > 0) {
@@ -971,12 +975,24 @@ static void test_whole(void **state)
     }
     struct sl_reply_scan s;
     sl_reply_init(&s);
-    assert_int_equal(sl_reply_whole(&s, "$-1\r\n+OK\r\n", 10), 5);
-    assert_int_equal(sl_reply_whole(&s, "", 0), 0);
+    uint32_t k;
+    size_t last = 0;
+    static const char run[] = "$-1\r\n+OK\r\n:7\r\n$2\r\nab\r\n*1\r\n:1\r\n";
+    assert_int_equal(sl_reply_whole(&s, run, sizeof(run) - 1, 100, &k, &last), 22);
+    assert_int_equal(k, 4);
+    assert_int_equal(last, 14);
+    assert_int_equal(sl_reply_whole(&s, run, sizeof(run) - 1, 2, &k, &last), 10); /* at most <max> */
+    assert_int_equal(k, 2);
+    assert_int_equal(last, 5);
+    assert_int_equal(sl_reply_whole(&s, run, 12, 100, &k, &last), 10); /* the third is cut short */
+    assert_int_equal(k, 2);
+    assert_int_equal(sl_reply_whole(&s, "", 0, 100, &k, &last), 0);
+    assert_int_equal(k, 0);
     /* a reply in progress: the next bytes are not a reply's start */
     unsigned f;
     assert_int_equal(sl_reply_scan(&s, "*2\r\n", 4, &f), 4);
-    assert_int_equal(sl_reply_whole(&s, "+OK\r\n", 5), 0);
+    assert_int_equal(sl_reply_whole(&s, "+OK\r\n", 5, 100, &k, &last), 0);
+    assert_int_equal(k, 0);
     sl_reply_release(&s);
 }
 
