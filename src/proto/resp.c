@@ -462,6 +462,7 @@ int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len)
 static size_t quick_request(struct sl_resp *st, const char *p, size_t avail)
 {
     struct sl_resp_req *q = &st->req;
+    uint32_t was = q->ncap; /* past the last request's captures all is clear */
     uint64_t argc, n;
     size_t dl = quick_len(p + 1, avail - 1, &argc);
     if (dl == 0 || argc == 0 || argc > SL_RESP_CAPTURE_ARGS)
@@ -488,7 +489,7 @@ static size_t quick_request(struct sl_resp *st, const char *p, size_t avail)
         at += (size_t)n + 2;
     }
     /* nothing of the request before shows past this one's arguments */
-    for (uint32_t i = (uint32_t)argc; i < SL_RESP_CAPTURE_ARGS; i++) {
+    for (uint32_t i = (uint32_t)argc; i < was; i++) {
         q->arglen[i] = 0;
         q->argv[i][0] = '\0';
     }
