@@ -525,6 +525,24 @@ static void head_clock(struct sl_session *s)
     sl_sess_clock(s, &s->l->heading, &s->hq, waiting);
 }
 
+/* Requests go upstream as they come, no verdict asked: a listener with no
+ * limits, not pooled, nothing in the ring, no AUTH whose answer matters,
+ * the connection's set-up over, no byte limit in debt. */
+static int relay_only(const struct sl_session *s)
+{
+    return !s->l->limited && s->link == NULL && sl_pend_count(&s->pend) == 0 &&
+           rs(s)->auth_next == NULL && rs(s)->setup_left == 0 && !sl_sess_meters_owe(s);
+}
+
+/* <*n> plain requests went upstream, one reply owed each (see process). */
+static void owe_run(struct sl_session *s, uint32_t *n)
+{
+    if (*n > 0) {
+        owe(s, *n);
+        *n = 0;
+    }
+}
+
 /* Takes every complete request the framer holds, in order: allowed ones
  * with nothing waiting before them go out in one write, the rest wait in
  * the ring for their verdicts. */
@@ -535,7 +553,8 @@ static void process(struct sl_session *s)
         return; /* every byte read has been framed and sent on (the chunk
                    may outlive the framer while a write still holds it) */
     struct sl_resp_req *r;
-    int rc = 0;
+    int rc = 0, fast = -1; /* fast: relay_only(), 2 when runs are counted, -1 to ask */
+    uint32_t run = 0;      /* plain requests counted and not yet owed */
     uint32_t from = b->start, to = b->start;
     while (!sl_pend_full(&s->pend) && s->state < SL_SESS_FLUSHING && !frame_held(s) && !rs(s)->quit &&
            (rc = sl_resp_next(rs(s)->framer, &r)) == 1) {
@@ -543,6 +562,30 @@ static void process(struct sl_session *s)
             sl_tq_remove(&s->hq); /* the next request's head has its own time */
         uint32_t span = (uint32_t)(r->size - rs(s)->req_fwd);
         rs(s)->req_fwd = 0;
+        if (fast < 0)
+            fast = relay_only(s) ? 1 + (sl_rconn_plain_one(&rs(s)->rc) && !rs(s)->auth_hold) : 0;
+        if (fast > 0 && rs(s)->head_state == 0 && sl_rconn_plain(r) && !sl_identity_learns(r)) {
+            /* The path of the common case in full: a request that no limit
+             * sees, changes nothing sluice keeps track of and teaches it no
+             * identity, while nothing waits before it (what the checks
+             * below would conclude, one by one, for it). */
+            s->l->stats.requests++;
+            to += span;
+            if (fast == 2) {
+                /* one reply each, nothing else changes: counted, and owed
+                 * in one go (at once when the cap is reached: framing
+                 * stops there, as frame_held() says) */
+                run++;
+                if (s->inflight + run >= s->l->conf->max_replies_owed)
+                    owe_run(s, &run);
+            } else {
+                allowed(s, SL_PK_PLAIN, commit(s, SL_FX_PLAIN, r->argc - 1));
+                fast = -1; /* a CLIENT REPLY SKIP is used up */
+            }
+            continue;
+        }
+        owe_run(s, &run); /* before anything else looks at what is owed */
+        fast = -1;        /* what follows may change what relay_only() says */
         if (rs(s)->head_state != 0) {
             /* The rest of a request decided at its head. */
             if (sl_pend_count(&s->pend) == 0 && rs(s)->head_state == 1) {
@@ -633,6 +676,7 @@ static void process(struct sl_session *s)
             return;
         from = to = b->start;
     }
+    owe_run(s, &run);
     sl_sess_to_upstream(s, b, from, to);
     b->start = to;
     if (s->state >= SL_SESS_FLUSHING)
@@ -722,6 +766,29 @@ static void client_resp(struct sl_session *s, struct sl_buf *b, size_t n)
         head_clock(s);
 }
 
+/* The common case of the reply loop below, in full: nothing to slot in or
+ * to swallow, no AUTH waiting on its answer, not pooled, nothing to tell
+ * apart (sl_rconn_replies_plain): each whole small reply at <off> pays one
+ * reply owed and goes on as it is. Returns the bytes they take. */
+static uint32_t plain_replies(struct sl_session *s, struct sl_buf *b, uint32_t off)
+{
+    struct sl_resp_sess *r = rs(s);
+    if (s->tail_n == 0 || s->seg_n > 0 || r->swallow || s->link != NULL || r->auth_next != NULL ||
+        r->auth_pick != NULL || !sl_reply_idle(&r->scan) || !sl_rconn_replies_plain(&r->rc))
+        return 0;
+    uint32_t k;
+    size_t last = 0;
+    size_t n = sl_reply_whole(&r->scan, b->data + off, b->end - off, s->tail_n, &k, &last);
+    if (k == 0)
+        return 0;
+    r->reply_first = (uint8_t)b->data[off + last];
+    s->tail_n -= k;
+    r->paid_total += k;
+    while (k-- > 0)
+        sl_sess_paid(s);
+    return (uint32_t)n;
+}
+
 /* Sends the replies in the new bytes of <b>, with due local replies
  * slotted in at reply boundaries, and drops a reply being swallowed. */
 static void upstream_resp(struct sl_session *s, struct sl_buf *b)
@@ -729,6 +796,9 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
     uint32_t off = b->start;
     uint32_t fstart = UINT32_MAX; /* where the frame in progress began, if in <b> */
     while (off < b->end) {
+        off += plain_replies(s, b, off);
+        if (off == b->end)
+            break;
         /* At a boundary, the next reply may be one to drop (EXECABORT). */
         if (!rs(s)->swallow && s->seg_n > 0 && sl_reply_idle(&rs(s)->scan)) {
             struct sl_reply_seg *g = &s->segs[s->seg_head];

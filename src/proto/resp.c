@@ -451,10 +451,67 @@ int sl_resp_feed(struct sl_resp *st, const char *buf, size_t len)
     return 0;
 }
 
+/* The common case, taken before the state machine: at a boundary, a whole
+ * multibulk request of at most SL_RESP_CAPTURE_ARGS arguments, every line
+ * in quick_len()'s plain form, is in the buffer (a pipelined GET or SET).
+ * It is framed in one pass with the same checks and the same result as the
+ * state machine's; the state is written only when the request is whole, so
+ * anything else (a line cut by the read, a bigger request, any doubt about
+ * the syntax, a cap passed) returns 0 and the state machine decides, with
+ * its own errors. Returns the request's size or 0. */
+static size_t quick_request(struct sl_resp *st, const char *p, size_t avail)
+{
+    struct sl_resp_req *q = &st->req;
+    uint32_t was = q->ncap; /* past the last request's captures all is clear */
+    uint64_t argc, n;
+    size_t dl = quick_len(p + 1, avail - 1, &argc);
+    if (dl == 0 || argc == 0 || argc > SL_RESP_CAPTURE_ARGS)
+        return 0;
+    size_t at = dl + 3; /* also the request's size so far (cur_size) */
+    for (uint32_t i = 0; i < argc; i++) {
+        if (at >= avail || p[at] != '$')
+            return 0;
+        dl = quick_len(p + at + 1, avail - at - 1, &n);
+        if (dl == 0)
+            return 0;
+        uint64_t end = at + dl + 5;
+        if (n > st->max_bulk || end > st->max_request || n > st->max_request - end)
+            return 0; /* the state machine says so */
+        at += dl + 3;
+        if (n + 2 > avail - at)
+            return 0; /* its payload is not all here */
+        /* n <= max_request here, and payloads are counted, never checked
+         * (their CRLF included, as Redis and the state machine do) */
+        uint32_t want = n < SL_RESP_CAPTURE_LEN ? (uint32_t)n : SL_RESP_CAPTURE_LEN;
+        memcpy(q->argv[i], p + at, want);
+        q->argv[i][want] = '\0';
+        q->arglen[i] = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+        at += (size_t)n + 2;
+    }
+    /* nothing of the request before shows past this one's arguments */
+    for (uint32_t i = (uint32_t)argc; i < was; i++) {
+        q->arglen[i] = 0;
+        q->argv[i][0] = '\0';
+    }
+    q->argc = (uint32_t)argc;
+    q->ncap = (uint8_t)argc;
+    q->is_inline = 0;
+    q->size = at;
+    return at;
+}
+
 int sl_resp_next(struct sl_resp *st, struct sl_resp_req **out)
 {
     if (st->err[0] != '\0')
         return SL_EPROTO;
+    if (st->phase == P_BOUNDARY && st->len - st->pos > 4 && st->in[st->pos] == '*') {
+        size_t size = quick_request(st, st->in + st->pos, st->len - st->pos);
+        if (size != 0) {
+            st->pos += (uint32_t)size;
+            *out = &st->req;
+            return 1;
+        }
+    }
     for (;;) {
         /* nothing fed yet: no buffer (NULL + 0 is undefined in C) */
         const char *p = st->in != NULL ? st->in + st->pos : "";
@@ -593,21 +650,4 @@ size_t sl_resp_pending(const struct sl_resp *st)
 int sl_resp_idle(const struct sl_resp *st)
 {
     return sl_resp_pending(st) == 0;
-}
-
-int sl_resp_arg_is(const struct sl_resp_req *r, unsigned i, const char *lit)
-{
-    size_t n = strlen(lit);
-
-    if (i >= r->ncap || r->arglen[i] != n || n > SL_RESP_CAPTURE_LEN)
-        return 0;
-    const char *a = r->argv[i];
-    for (size_t k = 0; k < n; k++) {
-        unsigned char c = (unsigned char)a[k];
-        if (c >= 'a' && c <= 'z')
-            c -= 'a' - 'A';
-        if (c != (unsigned char)lit[k])
-            return 0;
-    }
-    return 1;
 }

@@ -28,6 +28,8 @@
 #ifndef SL_PROTO_RESP_H
 #define SL_PROTO_RESP_H
 
+#include <string.h>
+
 #include "proto/resp-t.h"
 
 /* Prepares <st>; returns 0. */
@@ -69,7 +71,25 @@ size_t sl_resp_pending(const struct sl_resp *st);
  * re-initialised without losing anything). */
 int sl_resp_idle(const struct sl_resp *st);
 
-/* Case-insensitive compare of a captured argument with <lit> (upper case). */
-int sl_resp_arg_is(const struct sl_resp_req *r, unsigned i, const char *lit);
+/* Case-insensitive compare of a captured argument with <lit> (upper case).
+ * Inline: callers pass literals, whose strlen() the compiler folds, and
+ * the length test turns most names away before a byte is read (it runs
+ * several times for every request framed). */
+static inline int sl_resp_arg_is(const struct sl_resp_req *r, unsigned i, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    if (i >= r->ncap || r->arglen[i] != n || n > SL_RESP_CAPTURE_LEN)
+        return 0;
+    const char *a = r->argv[i];
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)a[k];
+        if (c >= 'a' && c <= 'z')
+            c -= 'a' - 'A';
+        if (c != (unsigned char)lit[k])
+            return 0;
+    }
+    return 1;
+}
 
 #endif

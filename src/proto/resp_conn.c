@@ -62,6 +62,20 @@ int sl_rconn_kind(const struct sl_resp_req *r)
     return SL_PK_PLAIN;
 }
 
+int sl_rconn_plain(const struct sl_resp_req *r)
+{
+    /* Every name sl_rconn_kind() or sl_rconn_classify() tells apart is 4 to
+     * 12 bytes long, none 8 (tests/unit/proto/test_resp_conn.c holds this
+     * to every Redis command name): GET, SET, HGETALL ... need no compare. */
+    static const uint32_t told = 0x1ef0; /* bits 4-7 and 9-12 */
+    uint32_t nchan;
+    if (r->argc == 0)
+        return 0;
+    if (r->arglen[0] > 12 || !(told & (UINT32_C(1) << r->arglen[0])))
+        return 1;
+    return sl_rconn_kind(r) == SL_PK_PLAIN && sl_rconn_classify(r, &nchan) == SL_FX_PLAIN;
+}
+
 struct cmd_name {
     const char *name;
     uint32_t    len;
@@ -504,6 +518,22 @@ static int pubsub_pays(struct sl_resp_conn *c, int push, int *confirm)
         return pays;
     }
     return !push && kind == PS_OTHER;
+}
+
+int sl_rconn_plain_one(const struct sl_resp_conn *c)
+{
+    return c->reply_mode == SL_REPLY_ON && !c->in_multi;
+}
+
+int sl_rconn_replies_plain(struct sl_resp_conn *c)
+{
+    /* what sl_rconn_reply_bytes() classifies by, and the feed's lines */
+    if (c->passthru || c->monitor || c->sub_owed > 0 || c->resets_sent != c->resets_seen)
+        return 0;
+    c->classifying = 0;
+    c->head_len = 0;
+    c->tail_len = 0;
+    return 1;
 }
 
 void sl_rconn_reply_begin(struct sl_resp_conn *c)

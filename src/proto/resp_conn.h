@@ -37,6 +37,12 @@ uint8_t sl_rconn_classify(const struct sl_resp_req *r, uint32_t *nchan);
 /* What <r> is to the order of verdicts (enum sl_pk, never HEAD or TAIL). */
 int sl_rconn_kind(const struct sl_resp_req *r);
 
+/* Nonzero when <r> is a command the model only relays: a kind of
+ * SL_PK_PLAIN and an effect of SL_FX_PLAIN, answered by one reply (a GET,
+ * a SET). The same as asking sl_rconn_kind() and sl_rconn_classify(), with
+ * most names turned away by their length alone. */
+int sl_rconn_plain(const struct sl_resp_req *r);
+
 /* Nonzero when <r> is one of the commands client libraries send as they
  * connect (SELECT, PING, INFO, COMMAND DOCS, CLIENT SETNAME, CLUSTER
  * SLOTS ...): while a connection sets itself up they are not charged. */
@@ -91,6 +97,18 @@ void sl_rconn_settled(struct sl_resp_conn *c, uint32_t n);
 void sl_rconn_mark_gone(struct sl_resp_conn *c);
 
 /* ---- replies ---- */
+
+/* Nonzero when a plain command (sl_rconn_plain) sent now is owed exactly
+ * one reply and changes nothing in the model (replies on, no MULTI open):
+ * sl_rconn_commit() would return 1 and sl_rconn_allowed() do nothing, so a
+ * run of them may be counted instead. */
+int sl_rconn_plain_one(const struct sl_resp_conn *c);
+
+/* Nonzero when the replies to come need no telling apart (no pub/sub,
+ * MONITOR, or RESET answer on its way): a reply that is not a push then
+ * answers one request, and begin/bytes/end would change nothing but what
+ * this does itself. Call it between replies only. */
+int sl_rconn_replies_plain(struct sl_resp_conn *c);
 
 /* A reply begins. */
 void sl_rconn_reply_begin(struct sl_resp_conn *c);

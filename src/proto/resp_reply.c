@@ -81,6 +81,9 @@ static inline size_t fast_reply(const char *buf, size_t len)
         uint64_t n;
         unsigned d;
 
+        /* a null (`$-1`): what a GET of a missing key answers */
+        if (end - p >= 4 && p[0] == '-' && p[1] == '1' && p[2] == '\r' && p[3] == '\n')
+            return 5;
         if (end - p < 5) /* "0\r\n\r\n" is the least that can follow */
             return 0;
         if ((n = (unsigned)(*p++ - '0')) >= 10)
@@ -115,6 +118,21 @@ void sl_reply_init(struct sl_reply_scan *s)
 int sl_reply_idle(const struct sl_reply_scan *s)
 {
     return s->state == S_TYPE && s->depth == 0 && !s->attr;
+}
+
+size_t sl_reply_whole(const struct sl_reply_scan *s, const char *buf, size_t len, uint32_t max,
+                      uint32_t *n, size_t *last)
+{
+    size_t off = 0, m;
+    uint32_t k = 0;
+    if (sl_reply_idle(s))
+        while (k < max && off < len && (m = fast_reply(buf + off, len - off)) > 0) {
+            *last = off;
+            off += m;
+            k++;
+        }
+    *n = k;
+    return off;
 }
 
 /* Opens a level of <items> items (an attribute when <attr>). */

@@ -42,6 +42,15 @@ void sl_reply_release(struct sl_reply_scan *s);
 /* Nonzero when the scanner is between replies. */
 int sl_reply_idle(const struct sl_reply_scan *s);
 
+/* The whole small replies (lines: `+OK`, `-ERR ...`, `:1`; bulks: `$3 bar`,
+ * `$-1`) back to back at the start of <buf>, at most <max> of them, when
+ * the scanner is between replies: returns their bytes, their number in
+ * <*n> and where the last one starts in <*last> (untouched when none).
+ * Reads no state and writes none: sl_reply_scan() would have said DONE at
+ * the end of each, and is the way on from there. */
+size_t sl_reply_whole(const struct sl_reply_scan *s, const char *buf, size_t len, uint32_t max,
+                      uint32_t *n, size_t *last);
+
 /* Prepares <p> to find element <k> of the reply whose bytes will be fed. */
 void sl_reply_pick_init(struct sl_reply_pick *p, uint32_t k);
 

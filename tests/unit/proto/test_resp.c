@@ -1015,6 +1015,68 @@ static void test_init_free_idle_pending(void **state)
     sl_resp_free(&st);
 }
 
+/* Appends to <b> (at <*n>, room for <cap>) a multibulk request of <argc>
+ * random arguments, some lengths at the capture's edges; with <flaw>, one
+ * byte of it is made doubtful (a bad type byte, a leading zero, a sign, a
+ * blank, a lone CR) or its count is off. */
+static void put_request(char *b, size_t *n, size_t cap, unsigned argc, int flaw)
+{
+    static const unsigned lens[] = { 0, 1, 3, 16, 63, 64, 65, 100 };
+    size_t at = *n, start = *n;
+    at += (size_t)snprintf(b + at, cap - at, "*%u\r\n", argc);
+    for (unsigned i = 0; i < argc; i++) {
+        unsigned len = lens[rng() % (sizeof(lens) / sizeof(lens[0]))];
+        at += (size_t)snprintf(b + at, cap - at, "$%u\r\n", len);
+        for (unsigned k = 0; k < len; k++)
+            b[at++] = (char)('a' + rng() % 26);
+        b[at++] = '\r';
+        b[at++] = '\n';
+    }
+    if (flaw) {
+        static const char bad[] = { '+', '0', '-', ' ', '\r', '\n', '*', '9', '\0' };
+        b[start + 1 + rng() % (at - start - 1)] = bad[rng() % sizeof(bad)];
+    }
+    *n = at;
+}
+
+/* The framer's shortcut for whole requests (up to SL_RESP_CAPTURE_ARGS
+ * arguments, in one feed) and its state machine (the same bytes fed in
+ * pieces, where the shortcut cannot apply) return the same requests, the
+ * same captures and the same errors, with max_request low enough that its
+ * cap trips in both; a request leaves nothing of the one before in the
+ * captures past its own. */
+static void test_whole_requests_as_pieces(void **state)
+{
+    (void)state;
+    static const uint64_t caps[] = { MAX_REQ, 40, 90, 200 };
+    char *b = malloc(8192);
+    assert_non_null(b);
+    for (int round = 0; round < 400; round++) {
+        size_t n = 0;
+        int nreq = 1 + (int)(rng() % 6);
+        for (int i = 0; i < nreq; i++)
+            put_request(b, &n, 8192, (unsigned)(rng() % 11), round % 4 == 3 && i == nreq - 1);
+        uint64_t cap = caps[round % 4 == 1 ? rng() % 4 : 0];
+        struct run whole, bytes;
+        size_t *cuts = malloc(n * sizeof(*cuts));
+        assert_non_null(cuts);
+        for (size_t k = 0; k + 1 < n; k++)
+            cuts[k] = k + 1;
+        frame_whole(b, n, cap, &whole);
+        frame_cuts(b, n, cuts, n - 1, cap, &bytes);
+        assert_same_run(&whole, &bytes);
+        for (size_t i = 0; i < whole.n; i++)
+            for (unsigned k = whole.r[i].q.ncap; k < SL_RESP_CAPTURE_ARGS; k++) {
+                assert_int_equal(whole.r[i].q.arglen[k], 0);
+                assert_int_equal(whole.r[i].q.argv[k][0], '\0');
+            }
+        run_free(&whole);
+        run_free(&bytes);
+        free(cuts);
+    }
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1042,6 +1104,7 @@ int main(void)
         cmocka_unit_test(test_head_is_fresh),
         cmocka_unit_test(test_length_line_as_redis),
         cmocka_unit_test(test_name_with_nul),
+        cmocka_unit_test(test_whole_requests_as_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,6 +104,81 @@ static void test_classify(void **state)
     assert_int_equal(sl_rconn_kind(&r), SL_PK_PLAIN);
 }
 
+/* sl_rconn_plain() turns names away by their length: it must say what
+ * sl_rconn_kind() and sl_rconn_classify() say together, for every name they
+ * tell apart (any case, with the arguments that matter) and for others of
+ * every length. */
+static void test_plain(void **state)
+{
+    (void)state;
+    static const char *const names[] = {
+        "MULTI", "EXEC", "DISCARD", "RESET", "AUTH", "HELLO", "QUIT", "CLIENT", "MONITOR",
+        "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE",
+        "reset", "Client", "hello", "", "G", "GET", "SET", "PING", "ECHO", "INCR", "LPUSH",
+        "EXPIRE", "HGETALL", "GETRANGE", "RENAMENX", "ZRANGEBYSCORE", "CLIENTS", "MULTIX",
+        "SUBSCRIBES", "XREADGROUP", "FUNCTION", "GEORADIUSBYMEMBER_RO",
+    };
+    static const char *const second[] = { NULL, "REPLY", "reply", "3", "2", "x" };
+    static const char *const third[] = { NULL, "OFF", "skip", "On", "x" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        for (size_t j = 0; j < sizeof(second) / sizeof(second[0]); j++)
+            for (size_t k = 0; k < sizeof(third) / sizeof(third[0]); k++) {
+                if (second[j] == NULL && third[k] != NULL)
+                    continue;
+                const char *w[] = { names[i], second[j], third[k], NULL };
+                struct sl_resp_req r = req(w);
+                uint32_t nchan;
+                int slow = sl_rconn_kind(&r) == SL_PK_PLAIN &&
+                           sl_rconn_classify(&r, &nchan) == SL_FX_PLAIN;
+                assert_int_equal(sl_rconn_plain(&r), slow);
+            }
+    /* names of every length, from the letters of the ones told apart */
+    char name[24];
+    for (size_t len = 0; len < sizeof(name); len++)
+        for (int round = 0; round < 50; round++) {
+            for (size_t i = 0; i < len; i++)
+                name[i] = "MULTIEXCDSRAHOQNBP"[(len * 31 + (size_t)round * 7 + i * 13) % 18];
+            name[len] = '\0';
+            struct sl_resp_req r = REQ(name, "x");
+            uint32_t nchan;
+            int slow = sl_rconn_kind(&r) == SL_PK_PLAIN && sl_rconn_classify(&r, &nchan) == SL_FX_PLAIN;
+            assert_int_equal(sl_rconn_plain(&r), slow);
+        }
+    struct sl_resp_req empty;
+    memset(&empty, 0, sizeof(empty));
+    assert_int_equal(sl_rconn_plain(&empty), 0);
+    struct sl_resp_req r = REQ("GET", "k");
+    assert_int_equal(sl_rconn_plain(&r), 1);
+    r = REQ("exec");
+    assert_int_equal(sl_rconn_plain(&r), 0);
+    r = REQ("sunsubscribe");
+    assert_int_equal(sl_rconn_plain(&r), 0);
+}
+
+/* Replies need telling apart while pub/sub, MONITOR or a RESET's answer
+ * may come; not before, nor once they are over. */
+static void test_replies_plain(void **state)
+{
+    (void)state;
+    struct sl_resp_conn c;
+    sl_rconn_init(&c);
+    assert_int_equal(sl_rconn_replies_plain(&c), 1);
+    assert_int_equal(send_req(&c, REQ("GET", "k"), NULL), 1);
+    assert_int_equal(sl_rconn_replies_plain(&c), 1);
+    assert_int_equal(reply(&c, "$1\r\nv\r\n", 0, NULL), 0);
+    assert_int_equal(send_req(&c, REQ("SUBSCRIBE", "a"), NULL), 1);
+    assert_int_equal(sl_rconn_replies_plain(&c), 0);
+    assert_int_equal(reply(&c, "*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n", 0, NULL), 0);
+    assert_int_equal(sl_rconn_replies_plain(&c), 0); /* subscribed: messages come */
+    sl_rconn_init(&c);
+    assert_int_equal(send_req(&c, REQ("RESET"), NULL), 1);
+    assert_int_equal(sl_rconn_replies_plain(&c), 0); /* its +RESET is told apart */
+    assert_int_equal(reply(&c, "+RESET\r\n", 0, NULL), 0);
+    assert_int_equal(sl_rconn_replies_plain(&c), 1);
+    assert_int_equal(send_req(&c, REQ("MONITOR"), NULL), 1);
+    assert_int_equal(sl_rconn_replies_plain(&c), 0);
+}
+
 /* What client libraries send as they connect; not what an application
  * sends to work on data, nor the server-wide CLIENT and CLUSTER verbs. */
 static void test_setup_commands(void **state)
@@ -326,6 +401,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classify),
+        cmocka_unit_test(test_plain),
+        cmocka_unit_test(test_replies_plain),
         cmocka_unit_test(test_setup_commands),
         cmocka_unit_test(test_reply_modes),
         cmocka_unit_test(test_refused),

@@ -938,10 +938,69 @@ static void test_pick_element(void **state)
     assert_int_equal(pick("-EXECABORT Transaction discarded\r\n", 0), 0);
 }
 
+/* sl_reply_whole() takes a whole small reply at the start of a buffer, or
+ * nothing: where it takes one, sl_reply_scan() ends a reply at the same byte
+ * (and is between replies again); it takes none while a reply is in
+ * progress, nor a reply cut short, an aggregate, a push, or bad bytes. */
+static void test_whole(void **state)
+{
+    (void)state;
+    static const char *const replies[] = {
+        "+OK\r\n", "-ERR no\r\n", ":1\r\n", ":-12\r\n", "$3\r\nbar\r\n", "$-1\r\n",
+        "$0\r\n\r\n", "$12\r\nhello\r\nworld\r\n", "+a long line of more than sixteen bytes\r\n",
+        "*-1\r\n", "*1\r\n$1\r\nx\r\n", "_\r\n", ">2\r\n+a\r\n+b\r\n", "%1\r\n+k\r\n:1\r\n",
+        "$-2\r\n", "$-1x\r\n", "$3\r\nbarxx", "$01\r\nx\r\n", "+OK\n", ":1\r", "$3\r\nba",
+    };
+    for (size_t i = 0; i < sizeof(replies) / sizeof(replies[0]); i++) {
+        const char *t = replies[i];
+        size_t n = strlen(t);
+        struct sl_reply_scan s;
+        sl_reply_init(&s);
+        uint32_t k = 9;
+        size_t last = 99;
+        size_t w = sl_reply_whole(&s, t, n, 1, &k, &last);
+        assert_int_equal(k, w > 0 ? 1 : 0);
+        assert_int_equal(last, w > 0 ? 0 : 99);
+        unsigned f = 0;
+        long got = sl_reply_scan(&s, t, n, &f);
+        if (w > 0) {
+            assert_int_equal(got, (long)w);
+            assert_int_equal(f, SL_REPLY_DONE);
+            assert_true(sl_reply_idle(&s));
+        } else {
+            /* what it leaves is a reply in parts, an aggregate or not RESP */
+            assert_true(got < 0 || !(f & SL_REPLY_DONE) || strchr("*%>_", t[0]) != NULL);
+        }
+        sl_reply_release(&s);
+    }
+    struct sl_reply_scan s;
+    sl_reply_init(&s);
+    uint32_t k;
+    size_t last = 0;
+    static const char run[] = "$-1\r\n+OK\r\n:7\r\n$2\r\nab\r\n*1\r\n:1\r\n";
+    assert_int_equal(sl_reply_whole(&s, run, sizeof(run) - 1, 100, &k, &last), 22);
+    assert_int_equal(k, 4);
+    assert_int_equal(last, 14);
+    assert_int_equal(sl_reply_whole(&s, run, sizeof(run) - 1, 2, &k, &last), 10); /* at most <max> */
+    assert_int_equal(k, 2);
+    assert_int_equal(last, 5);
+    assert_int_equal(sl_reply_whole(&s, run, 12, 100, &k, &last), 10); /* the third is cut short */
+    assert_int_equal(k, 2);
+    assert_int_equal(sl_reply_whole(&s, "", 0, 100, &k, &last), 0);
+    assert_int_equal(k, 0);
+    /* a reply in progress: the next bytes are not a reply's start */
+    unsigned f;
+    assert_int_equal(sl_reply_scan(&s, "*2\r\n", 4, &f), 4);
+    assert_int_equal(sl_reply_whole(&s, "+OK\r\n", 5, 100, &k, &last), 0);
+    assert_int_equal(k, 0);
+    sl_reply_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resp2_scalars),
+        cmocka_unit_test(test_whole),
         cmocka_unit_test(test_resp2_bulk),
         cmocka_unit_test(test_resp2_arrays),
         cmocka_unit_test(test_resp3_scalars),
