@@ -446,6 +446,13 @@ void sl_rpool_local(struct sl_session *s, const struct prec *c)
 void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
 {
     struct sl_resp_sess *r = rs(s);
+    if ((c->info.ends & SL_PIN_MULTI) && !(r->pin.why & SL_PIN_MULTI)) {
+        /* EXEC or DISCARD with no MULTI written before it: Redis refuses
+         * it ("without MULTI") and keeps the keys watched, so its answer,
+         * an error, ends nothing (an EXECABORT does end the WATCH) */
+        c->info.ends = 0;
+        c->info.ends_any = 0;
+    }
     c->added = sl_rcmd_pin_sent(&r->pin, &c->info);
     if (c->stream && c->info.cls == SL_RCMD_KEY)
         r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */

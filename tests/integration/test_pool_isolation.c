@@ -1026,6 +1026,28 @@ static void test_names_in_multi(void **state)
     }
 }
 
+/* EXEC and DISCARD without MULTI are refused and leave the keys watched:
+ * the client keeps its connection, so the next transaction still sees the
+ * WATCH (each request waits for its answer, so the refusal is read before
+ * MULTI is sent). */
+static void test_exec_without_multi_keeps_watch(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < 2; k++) {
+            struct th_conn a = { .fd = -1 };
+            assert_int_equal(th_conn_open(&a, both_ports[p]), 0);
+            RAW(&a, "WATCH ewm:k", "+OK\r\n");
+            RAW(&a, "SET ewm:k 1", "+OK\r\n");
+            RAW(&a, k == 0 ? "EXEC" : "DISCARD",
+                k == 0 ? "-ERR EXEC without MULTI\r\n" : "-ERR DISCARD without MULTI\r\n");
+            RAW(&a, "MULTI", "+OK\r\n");
+            RAW(&a, "INCR ewm:n", "+QUEUED\r\n");
+            RAW(&a, "EXEC", "*-1\r\n");
+            th_conn_close(&a);
+        }
+}
+
 /* A client sends an empty request (`*0`, `*-1`, a blank line: Redis answers
  * nothing) between pooled ones while another client pins the shared
  * connection (WATCH right behind pooled requests): each still gets its own
@@ -1429,6 +1451,7 @@ int main(void)
         cmocka_unit_test_teardown(test_client_reply, sluice_alive),
         cmocka_unit_test_teardown(test_tracking, sluice_alive),
         cmocka_unit_test_teardown(test_names_in_multi, sluice_alive),
+        cmocka_unit_test_teardown(test_exec_without_multi_keeps_watch, sluice_alive),
         cmocka_unit_test_teardown(test_empty_request_beside_pin, sluice_alive),
         cmocka_unit_test_teardown(test_upstream_killed, sluice_alive),
         cmocka_unit_test_teardown(test_busy_script, kill_scripts),
