@@ -144,6 +144,19 @@ int sl_sess_meters_init(struct sl_session *s)
     return 0;
 }
 
+/* A metered side reads no more than its credit (at least a byte: libuv
+ * takes an empty buffer for an error), so a shaped transfer overshoots by
+ * nothing. */
+unsigned sl_sess_room_of(struct sl_meter *m, unsigned len)
+{
+    if (m == NULL)
+        return len;
+    uint64_t room = sl_meter_room(m);
+    if (room == 0)
+        room = 1;
+    return room < len ? (unsigned)room : len;
+}
+
 /* Who the client is, set up the first time it matters (a limit applies, or
  * the client says who it is); NULL only when out of memory. */
 struct sl_ident_state *sl_sess_ident(struct sl_session *s)
