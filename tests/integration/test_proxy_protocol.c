@@ -1,0 +1,324 @@
+/* sluice integration tests — the PROXY protocol on client connections
+ * (proxy_protocol = v1 | v2 with trusted_proxies).
+ *
+ * The headers are written by the test over a raw socket, so every byte and
+ * every split is the test's choice. One sluice, shared, with:
+ *   one  -> redis, proxy_protocol = v1, trusted 127.0.0.0/8, limit ip_one
+ *   two  -> redis, proxy_protocol = v2, trusted 127.0.0.1, limit ip_two
+ *   far  -> redis, proxy_protocol = v1, trusted 192.0.2.0/24 only (the
+ *           test's loopback peer is not trusted)
+ *   late -> redis, proxy_protocol = v1, header_timeout = 1s
+ *   echo -> tcp to an echo server, proxy_protocol = v1
+ * The header's source address shows as the identity in /stats. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "integration/harness.h"
+
+static struct th_proc redis_p, sluice_p;
+static pid_t echo_pid;
+static int p_one, p_two, p_far, p_late, p_echo, admin;
+
+/* A command the limits charge (GETK is not), and its answer. */
+static const char GETK[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+#define NIL "$-1\r\n"
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (th_redis_start(&redis_p, NULL) != 0)
+        return -1;
+    int echo_up = 0;
+    echo_pid = th_fork_server(&echo_up, th_serve_echo, NULL);
+    if (echo_pid < 0)
+        return -1;
+    p_one = th_free_port();
+    p_two = th_free_port();
+    p_far = th_free_port();
+    p_late = th_free_port();
+    p_echo = th_free_port();
+    admin = th_free_port();
+    char ini[2048];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[listener one]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = client_ip\nproxy_protocol = v1\ntrusted_proxies = 127.0.0.0/8\n"
+             "[listener two]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = client_ip\nproxy_protocol = v2\ntrusted_proxies = 127.0.0.1\n"
+             "[listener far]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "proxy_protocol = v1\ntrusted_proxies = 192.0.2.0/24\n"
+             "[listener late]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\nheader_timeout = 1s\n"
+             "[listener echo]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\n"
+             "[limit ip_one]\nlistener = one\nrate = 1000/s\nburst = 1000\n"
+             "[limit ip_two]\nlistener = two\nrate = 1000/s\nburst = 1000\n",
+             admin, p_one, redis_p.port, p_two, redis_p.port, p_far, redis_p.port, p_late,
+             redis_p.port, p_echo, echo_up);
+    return th_sluice_start(&sluice_p, ini, p_echo);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    int st = th_stop(&sluice_p);
+    th_kill_server(echo_pid);
+    th_stop(&redis_p);
+    return st == 0 ? 0 : -1;
+}
+
+/* 1 when /stats names identity <id> (e.g. "ip:203.0.113.7"). */
+static int stats_has(const char *id)
+{
+    char *body = th_http_get(admin, "/stats");
+    char q[96];
+    snprintf(q, sizeof(q), "\"%s\"", id);
+    int has = body != NULL && strstr(body, q) != NULL;
+    if (!has && body != NULL)
+        fprintf(stderr, "/stats without %s: %.3000s\n", id, body);
+    free(body);
+    return has;
+}
+
+static double refused(const char *listener)
+{
+    char s[128];
+    snprintf(s, sizeof(s), "sluice_proxy_protocol_refused_total{listener=\"%s\"}", listener);
+    return th_metric(admin, s);
+}
+
+/* A version 2 header for TCP over IPv4 from <src> (4 bytes) port 40000,
+ * plus <tlv> bytes of TLVs; returns its length. */
+static size_t v2_tcp4(unsigned char *out, const unsigned char src[4], size_t tlv)
+{
+    static const unsigned char sig[12] = { 13, 10, 13, 10, 0, 13, 10, 'Q', 'U', 'I', 'T', 10 };
+    memcpy(out, sig, 12);
+    out[12] = 0x21; /* version 2, PROXY */
+    out[13] = 0x11; /* TCP over IPv4 */
+    size_t len = 12 + tlv;
+    out[14] = (unsigned char)(len >> 8);
+    out[15] = (unsigned char)len;
+    memcpy(out + 16, src, 4);
+    memcpy(out + 20, (const unsigned char[]){ 127, 0, 0, 1 }, 4);
+    out[24] = 40000 >> 8;
+    out[25] = 40000 & 0xff;
+    out[26] = 6379 >> 8;
+    out[27] = 6379 & 0xff;
+    for (size_t i = 0; i < tlv; i++)
+        out[28 + i] = i == 0 ? 0x04 /* PP2_TYPE_NOOP */ : 0;
+    if (tlv >= 3) { /* one NOOP TLV covering the rest */
+        out[29] = (unsigned char)((tlv - 3) >> 8);
+        out[30] = (unsigned char)(tlv - 3);
+    }
+    return 16 + len;
+}
+
+/* v1: header and the first command in one write; the command is not lost
+ * and the header's source is the client_ip identity. */
+static void test_v1_header_then_command(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_one);
+    assert_true(fd >= 0);
+    char msg[256];
+    int n = snprintf(msg, sizeof(msg), "PROXY TCP4 203.0.113.7 127.0.0.1 40000 6379\r\n%s", GETK);
+    assert_int_equal(th_write_all(fd, msg, (size_t)n), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:203.0.113.7"));
+}
+
+static void test_v1_tcp6(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_one);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP6 2001:db8::17 ::1 40000 6379\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:2001:db8::17"));
+}
+
+/* The header arrives in two writes, the command in a third: sluice waits
+ * for the rest of the header without answering or closing. */
+static void test_v1_split(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_one);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP4 203.0");
+    assert_int_equal(th_quiet(fd, 200), 1);
+    TH_SEND(fd, ".113.9 127.0.0.1 40000 6379\r");
+    assert_int_equal(th_quiet(fd, 100), 1);
+    TH_SEND(fd, "\n*2\r\n$3\r\nGE");
+    TH_SEND(fd, "T\r\n$1\r\nk\r\n");
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:203.0.113.9"));
+}
+
+/* v2 with a TLV, the command in the same write. */
+static void test_v2_header_then_command(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_two);
+    assert_true(fd >= 0);
+    unsigned char msg[256];
+    size_t n = v2_tcp4(msg, (const unsigned char[]){ 203, 0, 113, 8 }, 7);
+    memcpy(msg + n, GETK, sizeof(GETK) - 1);
+    assert_int_equal(th_write_all(fd, msg, n + sizeof(GETK) - 1), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:203.0.113.8"));
+}
+
+/* v2 byte by byte: every split point is waited through. */
+static void test_v2_bytewise(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_two);
+    assert_true(fd >= 0);
+    unsigned char msg[64];
+    size_t n = v2_tcp4(msg, (const unsigned char[]){ 203, 0, 113, 10 }, 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(th_write_all(fd, msg + i, 1), 0);
+    TH_SEND(fd, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:203.0.113.10"));
+}
+
+/* v2 LOCAL (a balancer's health check): the socket's own address stands. */
+static void test_v2_local(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_two);
+    assert_true(fd >= 0);
+    unsigned char msg[64];
+    v2_tcp4(msg, (const unsigned char[]){ 0, 0, 0, 0 }, 0);
+    msg[12] = 0x20; /* LOCAL */
+    msg[13] = 0x00;
+    msg[14] = msg[15] = 0;
+    memcpy(msg + 16, GETK, sizeof(GETK) - 1);
+    assert_int_equal(th_write_all(fd, msg, 16 + sizeof(GETK) - 1), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:127.0.0.1"));
+}
+
+/* Malformed or missing headers close the connection, answered nothing,
+ * and are counted. */
+static void test_malformed_closes(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "*1\r\n$4\r\nPING\r\n",                                 /* no header at all */
+        "PROXY TCP4 203.0.113.300 127.0.0.1 40000 6379\r\n",    /* not an address */
+        "PROXY TCP4 2001:db8::1 127.0.0.1 40000 6379\r\n",      /* IPv6 as TCP4 */
+        "PROXY TCP4 203.0.113.7 127.0.0.1 40000 65536\r\n",     /* port past 65535 */
+        "PROXY TCP4 203.0.113.7 127.0.0.1 40000\r\n",           /* a field short */
+        "PROXY TCP4 203.0.113.7 127.0.0.1 40000 6379\n",        /* LF without CR */
+        "PROXY UDP4 203.0.113.7 127.0.0.1 40000 6379\r\n",      /* not TCP */
+    };
+    double before = refused("one");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int fd = th_connect(p_one);
+        assert_true(fd >= 0);
+        assert_int_equal(th_write_all(fd, bad[i], strlen(bad[i])), 0);
+        if (!th_wait_eof(fd, TH_MS))
+            fail_msg("not closed after %s", bad[i]);
+        close(fd);
+    }
+    /* a line longer than 107 bytes without its end */
+    int fd = th_connect(p_one);
+    assert_true(fd >= 0);
+    char longline[200];
+    memset(longline, '1', sizeof(longline));
+    memcpy(longline, "PROXY TCP4 ", 11);
+    assert_int_equal(th_write_all(fd, longline, sizeof(longline)), 0);
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    assert_true(refused("one") >= before + 8);
+
+    /* v2: a v1 line, a bad version, a length past the cap */
+    before = refused("two");
+    fd = th_connect(p_two);
+    TH_SEND(fd, "PROXY TCP4 203.0.113.7 127.0.0.1 40000 6379\r\n");
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    unsigned char msg[64];
+    v2_tcp4(msg, (const unsigned char[]){ 203, 0, 113, 7 }, 0);
+    msg[12] = 0x11;
+    fd = th_connect(p_two);
+    assert_int_equal(th_write_all(fd, msg, 28), 0);
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    v2_tcp4(msg, (const unsigned char[]){ 203, 0, 113, 7 }, 0);
+    msg[14] = 0x20; /* 8 KiB of addresses and TLVs */
+    fd = th_connect(p_two);
+    assert_int_equal(th_write_all(fd, msg, 28), 0);
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    assert_true(refused("two") >= before + 3);
+}
+
+/* A peer outside trusted_proxies is closed, its header never believed. */
+static void test_untrusted_peer_closes(void **state)
+{
+    (void)state;
+    double before = refused("far");
+    int fd = th_connect(p_far);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP4 203.0.113.7 127.0.0.1 40000 6379\r\n*1\r\n$4\r\nPING\r\n");
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    assert_true(refused("far") >= before + 1);
+}
+
+/* A header not whole within header_timeout: closed. */
+static void test_header_timeout(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_late);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP4 ");
+    assert_int_equal(th_wait_eof(fd, TH_MS), 1);
+    close(fd);
+    assert_true(refused("late") >= 1);
+}
+
+/* tcp relay: the upstream sees exactly the bytes after the header. */
+static void test_tcp_bytes_after_header(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_echo);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY UNKNOWN ffff::1 ffff::2 1 2\r\nhello after the header");
+    TH_EXPECT(fd, "hello after the header");
+    close(fd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_v1_header_then_command),
+        cmocka_unit_test(test_v1_tcp6),
+        cmocka_unit_test(test_v1_split),
+        cmocka_unit_test(test_v2_header_then_command),
+        cmocka_unit_test(test_v2_bytewise),
+        cmocka_unit_test(test_v2_local),
+        cmocka_unit_test(test_malformed_closes),
+        cmocka_unit_test(test_untrusted_peer_closes),
+        cmocka_unit_test(test_header_timeout),
+        cmocka_unit_test(test_tcp_bytes_after_header),
+    };
+    return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
