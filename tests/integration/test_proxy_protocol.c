@@ -27,7 +27,7 @@ static struct th_proc redis_p, sluice_p;
 static pid_t echo_pid;
 static int p_one, p_two, p_far, p_late, p_echo, admin;
 
-/* A command the limits charge (GETK is not), and its answer. */
+/* A command the limits charge (PING is not), and what an empty Redis answers. */
 static const char GETK[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
 #define NIL "$-1\r\n"
 
