@@ -9,7 +9,9 @@
  *           test's loopback peer is not trusted)
  *   late -> redis, proxy_protocol = v1, header_timeout = 1s
  *   echo -> tcp to an echo server, proxy_protocol = v1
- * The header's source address shows as the identity in /stats. */
+ * The header's source address shows as the identity in /stats. Last, the
+ * headers of a real balancer: HAProxy's send-proxy and send-proxy-v2 in
+ * front of one and two (skipped when haproxy is not installed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -306,6 +313,92 @@ static void test_tcp_bytes_after_header(void **state)
     close(fd);
 }
 
+/* A connection to 127.0.0.1:<port> from 127.0.0.<last> (any 127/8
+ * address is the loopback's): how the test looks like another client
+ * behind the balancer. */
+static int connect_from(int last, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)last);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        goto fail;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+        goto fail;
+    return fd;
+fail:
+    close(fd);
+    return -1;
+}
+
+/* HAProxy in TCP mode with send-proxy (to one) and send-proxy-v2 (to
+ * two): a client from 127.0.0.23 is ip:127.0.0.23 in sluice, though the
+ * connection sluice sees comes from HAProxy. */
+static void test_haproxy_send_proxy(void **state)
+{
+    (void)state;
+    if (system("command -v haproxy >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "haproxy not installed: skipped\n");
+        skip();
+    }
+    int h1 = th_free_port(), h2 = th_free_port();
+    char cfg[64], text[1024];
+    snprintf(cfg, sizeof(cfg), "/tmp/sluice-pp-haproxy-%d.cfg", (int)getpid());
+    snprintf(text, sizeof(text),
+             "global\n    maxconn 64\n"
+             "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n"
+             "    timeout server 30s\n"
+             "listen v1\n    bind 127.0.0.1:%d\n    server s 127.0.0.1:%d send-proxy\n"
+             "listen v2\n    bind 127.0.0.1:%d\n    server s 127.0.0.1:%d send-proxy-v2\n",
+             h1, p_one, h2, p_two);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    th_track_file(cfg);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execlp("haproxy", "haproxy", "-db", "-f", cfg, (char *)NULL);
+        _exit(127);
+    }
+    th_track_pid(pid);
+    /* up when both ports accept (polled, bounded) */
+    int up = 0;
+    for (uint64_t t0 = th_now_ms(); th_now_ms() - t0 < TH_MS && !up;) {
+        int a = th_connect(h1), b = a >= 0 ? th_connect(h2) : -1;
+        up = a >= 0 && b >= 0;
+        if (a >= 0)
+            close(a);
+        if (b >= 0)
+            close(b);
+        if (!up)
+            usleep(20000);
+    }
+    assert_true(up);
+
+    int fd = connect_from(23, h1);
+    assert_true(fd >= 0);
+    assert_int_equal(th_write_all(fd, GETK, sizeof(GETK) - 1), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:127.0.0.23"));
+
+    fd = connect_from(24, h2);
+    assert_true(fd >= 0);
+    assert_int_equal(th_write_all(fd, GETK, sizeof(GETK) - 1), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:127.0.0.24"));
+
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_untrusted_peer_closes),
         cmocka_unit_test(test_header_timeout),
         cmocka_unit_test(test_tcp_bytes_after_header),
+        cmocka_unit_test(test_haproxy_send_proxy),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
