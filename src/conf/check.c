@@ -153,6 +153,12 @@ static void check_listener(struct loader *ld, struct section *sec)
         sl_cf_err(ld, tp_line,
                   "trusted_proxies: only for http listeners or with proxy_protocol (this listener "
                   "is %s)", sl_conf_proto_names[l->protocol]);
+    /* A shared or reused upstream connection carries one header for many
+     * clients: the address would be someone else's. */
+    int upp_line = sl_cf_key_line(sec, "upstream_proxy_protocol");
+    if (l->upstream_proxy_protocol != 0 && (l->upstream_pool > 0 || l->upstream_keepalive > 0))
+        sl_cf_err(ld, upp_line, "upstream_proxy_protocol: not with %s (a connection serves many "
+                  "clients)", l->upstream_pool > 0 ? "upstream_pool" : "upstream_keepalive");
     if (!has_listen)
         return;
     if (ld->conf->has_admin && addr_clash(&l->listen, &ld->conf->admin))

@@ -95,6 +95,10 @@ struct sl_listener_conf {
                                           is older than this; default 30s; 0 = at every connect */
     int            proxy_protocol;     /* 0 off (default), 1 v1, 2 v2: a PROXY header from a
                                           trusted_proxies peer comes first (net/proxyhdr.h) */
+    int            upstream_proxy_protocol; /* 0 off (default), 1 v1, 2 v2: a PROXY header
+                                          with the client's address starts each upstream
+                                          connection (not with upstream_pool or
+                                          upstream_keepalive) */
     /* protocol = resp only (an error on other listeners) */
     uint64_t       setup_commands;     /* connect-time commands not charged to requests
                                           limits, per connection; default 16; 0 = none */

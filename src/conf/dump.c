@@ -122,6 +122,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
     kv(out, "proxy_protocol", sl_conf_pp_names[l->proxy_protocol]);
+    kv(out, "upstream_proxy_protocol", sl_conf_pp_names[l->upstream_proxy_protocol]);
     if (l->protocol == SL_PROTO_HTTP || l->proxy_protocol != 0) {
         for (int i = 0; i < l->n_trusted_proxies; i++) {
             sl_conf_cidr_fmt(&l->trusted_proxies[i], b, sizeof(b));

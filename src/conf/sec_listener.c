@@ -29,6 +29,8 @@ static const struct keyword listener_kw[] = {
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
     NUM("resolve_ttl", KW_DURATION, struct sl_listener_conf, resolve_ttl_us, 0, DAY_US),
     ENUM("proxy_protocol", struct sl_listener_conf, proxy_protocol, sl_conf_pp_names),
+    ENUM("upstream_proxy_protocol", struct sl_listener_conf, upstream_proxy_protocol,
+         sl_conf_pp_names),
     /* protocol = resp only (check.c: resp_only_keys) */
     NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
     FUNC("upstream_pool", set_pool, 0),

@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "net/proxyhdr.h"
@@ -191,4 +192,67 @@ int sl_pp_parse(int version, const unsigned char *p, size_t n, size_t *want,
     src->ss_family = AF_UNSPEC;
     *why = "";
     return version == 1 ? parse_v1(p, n, want, src, why) : parse_v2(p, n, want, src, why);
+}
+
+/* An IPv4-mapped IPv6 address (a dual-stack socket's IPv4 peer) as the
+ * IPv4 address it is, so both ends of a header have one family. */
+static void unmap(struct sockaddr_storage *ss)
+{
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+    if (ss->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
+        return;
+    struct sockaddr_in s4 = { .sin_family = AF_INET, .sin_port = s6->sin6_port };
+    memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, &s4, sizeof(s4));
+}
+
+size_t sl_pp_write(int version, const struct sockaddr_storage *src_in,
+                   const struct sockaddr_storage *dst_in, unsigned char *out, size_t cap)
+{
+    struct sockaddr_storage src = *src_in, dst = *dst_in;
+    unmap(&src);
+    unmap(&dst);
+    int fam = src.ss_family == dst.ss_family &&
+                      (src.ss_family == AF_INET || src.ss_family == AF_INET6)
+                  ? src.ss_family
+                  : AF_UNSPEC;
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)&src, *d4 = (const void *)&dst;
+    const struct sockaddr_in6 *s6 = (const void *)&src, *d6 = (const void *)&dst;
+    if (version == 1) {
+        if (fam == AF_UNSPEC) {
+            int n = snprintf((char *)out, cap, "PROXY UNKNOWN\r\n");
+            return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+        }
+        char a[INET6_ADDRSTRLEN], b[INET6_ADDRSTRLEN];
+        const void *sa = fam == AF_INET ? (const void *)&s4->sin_addr : (const void *)&s6->sin6_addr;
+        const void *da = fam == AF_INET ? (const void *)&d4->sin_addr : (const void *)&d6->sin6_addr;
+        inet_ntop(fam, sa, a, sizeof(a));
+        inet_ntop(fam, da, b, sizeof(b));
+        unsigned sp = ntohs(fam == AF_INET ? s4->sin_port : s6->sin6_port);
+        unsigned dp = ntohs(fam == AF_INET ? d4->sin_port : d6->sin6_port);
+        int n = snprintf((char *)out, cap, "PROXY %s %s %s %u %u\r\n",
+                         fam == AF_INET ? "TCP4" : "TCP6", a, b, sp, dp);
+        return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    }
+    size_t len = fam == AF_INET ? 12 : fam == AF_INET6 ? 36 : 0;
+    if (cap < 16 + len)
+        return 0;
+    memcpy(out, v2_sig, 12);
+    out[12] = 0x21; /* version 2, PROXY */
+    out[13] = fam == AF_INET ? 0x11 : fam == AF_INET6 ? 0x21 : 0x00;
+    out[14] = 0;
+    out[15] = (unsigned char)len;
+    if (fam == AF_INET) {
+        memcpy(out + 16, &s4->sin_addr, 4);
+        memcpy(out + 20, &d4->sin_addr, 4);
+        memcpy(out + 24, &s4->sin_port, 2);
+        memcpy(out + 26, &d4->sin_port, 2);
+    } else if (fam == AF_INET6) {
+        memcpy(out + 16, &s6->sin6_addr, 16);
+        memcpy(out + 32, &d6->sin6_addr, 16);
+        memcpy(out + 48, &s6->sin6_port, 2);
+        memcpy(out + 50, &d6->sin6_port, 2);
+    }
+    return 16 + len;
 }

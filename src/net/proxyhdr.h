@@ -26,4 +26,10 @@
 int sl_pp_parse(int version, const unsigned char *p, size_t n, size_t *want,
                 struct sockaddr_storage *src, const char **why);
 
+/* Writes into <out> (<cap> bytes; 232 always do) the header of <version>
+ * for a connection from <src> to <dst>; returns its length, 0 if it does
+ * not fit. Ends of different or non-IP families: v1 UNKNOWN, v2 UNSPEC. */
+size_t sl_pp_write(int version, const struct sockaddr_storage *src,
+                   const struct sockaddr_storage *dst, unsigned char *out, size_t cap);
+
 #endif

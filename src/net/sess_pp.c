@@ -101,6 +101,8 @@ static void on_pp_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
             return;
         }
         sl_identity_init(s->ident, (const struct sockaddr *)&src);
+        if (s->l->conf->upstream_proxy_protocol && (s->pp_src = malloc(sizeof(src))) != NULL)
+            *s->pp_src = src; /* else the peer's own address goes upstream */
     }
     sl_sess_accepted(s);
 }
@@ -122,4 +124,42 @@ void sl_sess_pp_start(struct sl_session *s)
     sl_tq_touch(&s->l->handshaking, &s->tq, sl_turn_now_ms());
     if (uv_read_start((uv_stream_t *)&s->client, pp_alloc, on_pp_read) < 0)
         sl_session_close(s);
+}
+
+static void on_pp_written(uv_write_t *req, int status)
+{
+    (void)status; /* a failed write fails the relay's writes after it too */
+    free(req);
+}
+
+/* upstream_proxy_protocol: the client's address (the PROXY header's it
+ * came with, or its peer's) and the address it reached, as the first
+ * bytes on the new upstream connection, before TLS and before anything
+ * the client sent. libuv writes a stream's requests in order. */
+int sl_sess_pp_upstream(struct sl_session *s)
+{
+    struct sockaddr_storage src, dst;
+    int sl = sizeof(src), dl = sizeof(dst);
+    if (s->pp_src != NULL)
+        src = *s->pp_src;
+    else if (uv_tcp_getpeername(&s->client, (struct sockaddr *)&src, &sl) != 0)
+        src.ss_family = AF_UNSPEC;
+    if (uv_tcp_getsockname(&s->client, (struct sockaddr *)&dst, &dl) != 0)
+        dst.ss_family = AF_UNSPEC;
+    struct {
+        uv_write_t    req;
+        unsigned char bytes[232];
+    } *w = malloc(sizeof(*w));
+    if (w == NULL)
+        goto fail;
+    size_t n = sl_pp_write(s->l->conf->upstream_proxy_protocol, &src, &dst, w->bytes,
+                           sizeof(w->bytes));
+    uv_buf_t b = uv_buf_init((char *)w->bytes, (unsigned)n);
+    if (n == 0 || uv_write(&w->req, (uv_stream_t *)s->up_tcp, &b, 1, on_pp_written) < 0)
+        goto fail;
+    return 0;
+fail:
+    free(w);
+    sl_session_close(s);
+    return -1;
 }

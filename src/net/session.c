@@ -674,6 +674,7 @@ static void session_free(struct sl_session *s)
     sl_pend_free(&s->pend);
     free(s->ident);
     free(s->pp);
+    free(s->pp_src);
     sl_turn_forget(&s->resume_tn);
     sl_turn_forget(&s->kick_tn);
     sl_outbuf_reset(&s->out[0]);
@@ -1069,23 +1070,6 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
 
 /* ---- accept and connect ------------------------------------------------------- */
 
-/* The session gives answer <what> on its own and closes once it is out;
- * a protocol without words for it closes at once. */
-void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit)
-{
-    char line[1024];
-    size_t n = s->proto->answer(s, what, limit, line, sizeof(line));
-    char *text = n > 0 ? malloc(n) : NULL;
-    if (text == NULL) {
-        sl_session_close(s);
-        return;
-    }
-    memcpy(text, line, n);
-    s->state = SL_SESS_RELAY;
-    sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
-    sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | SL_SEG_CLOSE);
-}
-
 static void upstream_ready(struct sl_session *s);
 
 static void upstream_failed(struct sl_session *s, int err)
@@ -1117,6 +1101,8 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(s->up_tcp, 1);
     s->l->stats.upstream_connects++;
+    if (s->l->conf->upstream_proxy_protocol && sl_sess_pp_upstream(s) < 0) /* before TLS */
+        return;
     if (s->l->up_tls != NULL) {
         /* The handshake runs within connect_timeout: the session stays in
          * l->connecting until it is done (upstream_tls_done). */

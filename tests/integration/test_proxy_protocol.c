@@ -9,6 +9,9 @@
  *           test's loopback peer is not trusted)
  *   late -> redis, proxy_protocol = v1, header_timeout = 1s
  *   echo -> tcp to an echo server, proxy_protocol = v1
+ *   pass -> the same, and upstream_proxy_protocol = v1 (the echo server
+ *           sends back the header sluice wrote)
+ *   tell -> tcp to the echo server, upstream_proxy_protocol = v2 only
  * The header's source address shows as the identity in /stats. Last, the
  * headers of a real balancer: HAProxy's send-proxy and send-proxy-v2 in
  * front of one and two (skipped when haproxy is not installed). */
@@ -32,7 +35,7 @@
 
 static struct th_proc redis_p, sluice_p;
 static pid_t echo_pid;
-static int p_one, p_two, p_far, p_late, p_echo, admin;
+static int p_one, p_two, p_far, p_late, p_echo, p_pass, p_tell, admin;
 
 /* A command the limits charge (PING is not), and what an empty Redis answers. */
 static const char GETK[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
@@ -52,8 +55,10 @@ static int group_setup(void **state)
     p_far = th_free_port();
     p_late = th_free_port();
     p_echo = th_free_port();
+    p_pass = th_free_port();
+    p_tell = th_free_port();
     admin = th_free_port();
-    char ini[2048];
+    char ini[3072];
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
              "[listener one]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
@@ -66,10 +71,14 @@ static int group_setup(void **state)
              "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\nheader_timeout = 1s\n"
              "[listener echo]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
              "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\n"
+             "[listener pass]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\nupstream_proxy_protocol = v1\n"
+             "[listener tell]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "upstream_proxy_protocol = v2\n"
              "[limit ip_one]\nlistener = one\nrate = 1000/s\nburst = 1000\n"
              "[limit ip_two]\nlistener = two\nrate = 1000/s\nburst = 1000\n",
              admin, p_one, redis_p.port, p_two, redis_p.port, p_far, redis_p.port, p_late,
-             redis_p.port, p_echo, echo_up);
+             redis_p.port, p_echo, echo_up, p_pass, echo_up, p_tell, echo_up);
     return th_sluice_start(&sluice_p, ini, p_echo);
 }
 
@@ -100,6 +109,40 @@ static double refused(const char *listener)
     char s[128];
     snprintf(s, sizeof(s), "sluice_proxy_protocol_refused_total{listener=\"%s\"}", listener);
     return th_metric(admin, s);
+}
+
+/* upstream_proxy_protocol = v1: the upstream's first bytes are a header
+ * with the address the client's own header gave, and the listener's. */
+static void test_upstream_v1_passes_header_source(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_pass);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP4 203.0.113.7 127.0.0.1 40000 6379\r\nhello");
+    char want[128];
+    int n = snprintf(want, sizeof(want), "PROXY TCP4 203.0.113.7 127.0.0.1 40000 %d\r\nhello",
+                     p_pass);
+    assert_int_equal(th_expect(fd, want, (size_t)n, TH_MS), 0);
+    close(fd);
+}
+
+/* upstream_proxy_protocol = v2 without one coming in: the peer's address
+ * (127.0.0.1 and its port) to the listener's. */
+static void test_upstream_v2_from_peer(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_tell);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "hi");
+    unsigned char got[30];
+    assert_int_equal(th_read_n(fd, got, sizeof(got), TH_MS), sizeof(got));
+    static const unsigned char head[16] = { 13, 10, 13, 10, 0, 13, 10, 'Q', 'U', 'I', 'T', 10,
+                                            0x21, 0x11, 0, 12 };
+    assert_memory_equal(got, head, 16);
+    assert_memory_equal(got + 16, ((const unsigned char[]){ 127, 0, 0, 1, 127, 0, 0, 1 }), 8);
+    assert_int_equal(got[26] << 8 | got[27], p_tell);
+    assert_memory_equal(got + 28, "hi", 2);
+    close(fd);
 }
 
 /* A version 2 header for TCP over IPv4 from <src> (4 bytes) port 40000,
@@ -412,6 +455,8 @@ int main(void)
         cmocka_unit_test(test_untrusted_peer_closes),
         cmocka_unit_test(test_header_timeout),
         cmocka_unit_test(test_tcp_bytes_after_header),
+        cmocka_unit_test(test_upstream_v1_passes_header_source),
+        cmocka_unit_test(test_upstream_v2_from_peer),
         cmocka_unit_test(test_haproxy_send_proxy),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));

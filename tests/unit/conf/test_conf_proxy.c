@@ -46,11 +46,30 @@ static void test_proxy_protocol_needs_trusted(void **state)
                   "(this listener is tcp)\n");
 }
 
+/* upstream_proxy_protocol: one header per upstream connection, so not
+ * where a connection serves many clients. */
+static void test_upstream_proxy_protocol(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok(L_A "upstream_proxy_protocol = v2\n");
+    assert_int_equal(c->listeners->upstream_proxy_protocol, 2);
+    sl_conf_free(c);
+    round_trip(L_A "upstream_proxy_protocol = v1\n");
+    expect_errors(L_A "upstream_proxy_protocol = v1\nupstream_pool = 4\n",
+                  "t.ini:4: upstream_proxy_protocol: not with upstream_pool (a connection serves "
+                  "many clients)\n");
+    expect_errors("[listener w]\nlisten = *:8080\nupstream = 10.0.0.1:80\nprotocol = http\n"
+                  "upstream_keepalive = 8\nupstream_proxy_protocol = v2\n",
+                  "t.ini:6: upstream_proxy_protocol: not with upstream_keepalive (a connection "
+                  "serves many clients)\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_proxy_protocol_values),
         cmocka_unit_test(test_proxy_protocol_needs_trusted),
+        cmocka_unit_test(test_upstream_proxy_protocol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
