@@ -12,6 +12,8 @@
  *   pass -> the same, and upstream_proxy_protocol = v1 (the echo server
  *           sends back the header sluice wrote)
  *   tell -> tcp to the echo server, upstream_proxy_protocol = v2 only
+ *   tls  -> redis, TLS on the listener, proxy_protocol = v2 (the header
+ *           comes first, in clear), limit ip_tls
  * The header's source address shows as the identity in /stats. Last, the
  * headers of a real balancer: HAProxy's send-proxy and send-proxy-v2 in
  * front of one and two (skipped when haproxy is not installed). */
@@ -30,12 +32,15 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/ssl.h>
 
+#include "certs.h"
 #include "integration/harness.h"
 
 static struct th_proc redis_p, sluice_p;
 static pid_t echo_pid;
-static int p_one, p_two, p_far, p_late, p_echo, p_pass, p_tell, admin;
+static int p_one, p_two, p_far, p_late, p_echo, p_pass, p_tell, p_tls, admin;
+static struct th_certs certs;
 
 /* A command the limits charge (PING is not), and what an empty Redis answers. */
 static const char GETK[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
@@ -55,6 +60,10 @@ static int group_setup(void **state)
     p_far = th_free_port();
     p_late = th_free_port();
     p_echo = th_free_port();
+    static const struct th_cert want[] = { { "server", "/CN=localhost", TH_SAN_LOCAL, 0 } };
+    if (th_certs_make(&certs, want, 1) != 0)
+        return -1;
+    p_tls = th_free_port();
     p_pass = th_free_port();
     p_tell = th_free_port();
     admin = th_free_port();
@@ -75,10 +84,15 @@ static int group_setup(void **state)
              "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\nupstream_proxy_protocol = v1\n"
              "[listener tell]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
              "upstream_proxy_protocol = v2\n"
+             "[listener tls]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = client_ip\nproxy_protocol = v2\ntrusted_proxies = 127.0.0.1\n"
+             "tls_cert = %s\ntls_key = %s\n"
+             "[limit ip_tls]\nlistener = tls\nrate = 1000/s\nburst = 1000\n"
              "[limit ip_one]\nlistener = one\nrate = 1000/s\nburst = 1000\n"
              "[limit ip_two]\nlistener = two\nrate = 1000/s\nburst = 1000\n",
              admin, p_one, redis_p.port, p_two, redis_p.port, p_far, redis_p.port, p_late,
-             redis_p.port, p_echo, echo_up, p_pass, echo_up, p_tell, echo_up);
+             redis_p.port, p_echo, echo_up, p_pass, echo_up, p_tell, echo_up, p_tls,
+             redis_p.port, th_certs_path(&certs, "server.pem"), th_certs_path(&certs, "server.key"));
     return th_sluice_start(&sluice_p, ini, p_echo);
 }
 
@@ -88,6 +102,7 @@ static int group_teardown(void **state)
     int st = th_stop(&sluice_p);
     th_kill_server(echo_pid);
     th_stop(&redis_p);
+    th_certs_remove(&certs);
     return st == 0 ? 0 : -1;
 }
 
@@ -143,6 +158,39 @@ static void test_upstream_v2_from_peer(void **state)
     assert_int_equal(got[26] << 8 | got[27], p_tell);
     assert_memory_equal(got + 28, "hi", 2);
     close(fd);
+}
+
+static size_t v2_tcp4(unsigned char *out, const unsigned char src[4], size_t tlv);
+
+/* TLS on the listener: the PROXY header first in clear, then the
+ * handshake, then the command. */
+static void test_tls_after_header(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_tls);
+    assert_true(fd >= 0);
+    unsigned char msg[64];
+    size_t n = v2_tcp4(msg, (const unsigned char[]){ 203, 0, 113, 44 }, 0);
+    assert_int_equal(th_write_all(fd, msg, n), 0);
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(ctx);
+    SSL *s = SSL_new(ctx);
+    assert_non_null(s);
+    SSL_set_fd(s, fd);
+    assert_int_equal(SSL_connect(s), 1); /* not verified: only the order matters here */
+    assert_int_equal(SSL_write(s, GETK, (int)sizeof(GETK) - 1), (int)sizeof(GETK) - 1);
+    char buf[16] = "";
+    int got = 0;
+    while (got < 5) {
+        int r = SSL_read(s, buf + got, (int)sizeof(buf) - 1 - got);
+        assert_true(r > 0);
+        got += r;
+    }
+    assert_memory_equal(buf, NIL, 5);
+    SSL_free(s);
+    SSL_CTX_free(ctx);
+    close(fd);
+    assert_true(stats_has("ip:203.0.113.44"));
 }
 
 /* A version 2 header for TCP over IPv4 from <src> (4 bytes) port 40000,
@@ -457,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_tcp_bytes_after_header),
         cmocka_unit_test(test_upstream_v1_passes_header_source),
         cmocka_unit_test(test_upstream_v2_from_peer),
+        cmocka_unit_test(test_tls_after_header),
         cmocka_unit_test(test_haproxy_send_proxy),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
