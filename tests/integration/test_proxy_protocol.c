@@ -12,6 +12,8 @@
  *   pass -> the same, and upstream_proxy_protocol = v1 (the echo server
  *           sends back the header sluice wrote)
  *   tell -> tcp to the echo server, upstream_proxy_protocol = v2 only
+ *   web  -> http to an upstream that answers with the X-Forwarded-For it
+ *           got, proxy_protocol = v1
  *   tls  -> redis, TLS on the listener, proxy_protocol = v2 (the header
  *           comes first, in clear), limit ip_tls
  * The header's source address shows as the identity in /stats. Last, the
@@ -38,13 +40,49 @@
 #include "integration/harness.h"
 
 static struct th_proc redis_p, sluice_p;
-static pid_t echo_pid;
-static int p_one, p_two, p_far, p_late, p_echo, p_pass, p_tell, p_tls, admin;
+static pid_t echo_pid, xff_pid;
+static int p_one, p_two, p_far, p_late, p_echo, p_pass, p_tell, p_tls, p_web, admin;
 static struct th_certs certs;
 
 /* A command the limits charge (PING is not), and what an empty Redis answers. */
 static const char GETK[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
 #define NIL "$-1\r\n"
+
+/* An HTTP upstream: each request is answered 200 with the value of the
+ * X-Forwarded-For field it came with (empty without one). */
+static void serve_xff(int lfd, void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        char req[4096];
+        size_t n = 0;
+        while (n < sizeof(req) - 1) {
+            ssize_t r = read(fd, req + n, sizeof(req) - 1 - n);
+            if (r <= 0)
+                break;
+            n += (size_t)r;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n") != NULL)
+                break;
+        }
+        req[n] = '\0';
+        const char *v = strstr(req, "X-Forwarded-For: ");
+        size_t vl = 0;
+        if (v != NULL) {
+            v += 17;
+            vl = strcspn(v, "\r");
+        }
+        char resp[4200];
+        int m = snprintf(resp, sizeof(resp),
+                         "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%.*s",
+                         vl, (int)vl, v ? v : "");
+        th_write_all(fd, resp, (size_t)m);
+        close(fd);
+    }
+}
 
 static int group_setup(void **state)
 {
@@ -53,8 +91,11 @@ static int group_setup(void **state)
         return -1;
     int echo_up = 0;
     echo_pid = th_fork_server(&echo_up, th_serve_echo, NULL);
-    if (echo_pid < 0)
+    int xff_up = 0;
+    xff_pid = th_fork_server(&xff_up, serve_xff, NULL);
+    if (echo_pid < 0 || xff_pid < 0)
         return -1;
+    p_web = th_free_port();
     p_one = th_free_port();
     p_two = th_free_port();
     p_far = th_free_port();
@@ -88,11 +129,14 @@ static int group_setup(void **state)
              "identity = client_ip\nproxy_protocol = v2\ntrusted_proxies = 127.0.0.1\n"
              "tls_cert = %s\ntls_key = %s\n"
              "[limit ip_tls]\nlistener = tls\nrate = 1000/s\nburst = 1000\n"
+             "[listener web]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "proxy_protocol = v1\ntrusted_proxies = 127.0.0.1\n"
              "[limit ip_one]\nlistener = one\nrate = 1000/s\nburst = 1000\n"
              "[limit ip_two]\nlistener = two\nrate = 1000/s\nburst = 1000\n",
              admin, p_one, redis_p.port, p_two, redis_p.port, p_far, redis_p.port, p_late,
              redis_p.port, p_echo, echo_up, p_pass, echo_up, p_tell, echo_up, p_tls,
-             redis_p.port, th_certs_path(&certs, "server.pem"), th_certs_path(&certs, "server.key"));
+             redis_p.port, th_certs_path(&certs, "server.pem"), th_certs_path(&certs, "server.key"), p_web,
+             xff_up);
     return th_sluice_start(&sluice_p, ini, p_echo);
 }
 
@@ -101,6 +145,7 @@ static int group_teardown(void **state)
     (void)state;
     int st = th_stop(&sluice_p);
     th_kill_server(echo_pid);
+    th_kill_server(xff_pid);
     th_stop(&redis_p);
     th_certs_remove(&certs);
     return st == 0 ? 0 : -1;
@@ -161,6 +206,23 @@ static void test_upstream_v2_from_peer(void **state)
 }
 
 static size_t v2_tcp4(unsigned char *out, const unsigned char src[4], size_t tlv);
+
+/* http: the header's source is the client the upstream is told of. */
+static void test_http_forwarded_for(void **state)
+{
+    (void)state;
+    int fd = th_connect(p_web);
+    assert_true(fd >= 0);
+    TH_SEND(fd, "PROXY TCP4 198.51.100.3 127.0.0.1 40000 80\r\n"
+                "GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    char buf[2048];
+    int eof = 0;
+    size_t n = th_read_until_eof(fd, buf, sizeof(buf) - 1, TH_MS, &eof);
+    buf[n] = '\0';
+    close(fd);
+    assert_non_null(strstr(buf, "HTTP/1.1 200"));
+    assert_non_null(strstr(buf, "\r\n\r\n198.51.100.3"));
+}
 
 /* TLS on the listener: the PROXY header first in clear, then the
  * handshake, then the command. */
@@ -506,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_upstream_v1_passes_header_source),
         cmocka_unit_test(test_upstream_v2_from_peer),
         cmocka_unit_test(test_tls_after_header),
+        cmocka_unit_test(test_http_forwarded_for),
         cmocka_unit_test(test_haproxy_send_proxy),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
