@@ -18,7 +18,8 @@
  *           comes first, in clear), limit ip_tls
  * The header's source address shows as the identity in /stats. Last, the
  * headers of a real balancer: HAProxy's send-proxy and send-proxy-v2 in
- * front of one and two (skipped when haproxy is not installed). */
+ * front of one and two, and nginx's stream proxy_protocol in front of one
+ * (each skipped when not installed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -552,6 +553,63 @@ static void test_haproxy_send_proxy(void **state)
     waitpid(pid, NULL, 0);
 }
 
+/* nginx's stream module with proxy_protocol on (version 1) in front of
+ * one: a client from 127.0.0.25 is ip:127.0.0.25. */
+static void test_nginx_proxy_protocol(void **state)
+{
+    (void)state;
+    static const char so[] = "/usr/lib/nginx/modules/ngx_stream_module.so";
+    if (access("/usr/sbin/nginx", X_OK) != 0 || access(so, R_OK) != 0) {
+        fprintf(stderr, "nginx or its stream module not installed: skipped\n");
+        skip();
+    }
+    int np = th_free_port();
+    char dir[64], cfg[128], text[1024];
+    snprintf(dir, sizeof(dir), "/tmp/sluice-pp-nginx-%d", (int)getpid());
+    snprintf(cfg, sizeof(cfg), "%s/nginx.conf", dir);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s/logs", dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(text, sizeof(text),
+             "load_module %s;\nworker_processes 1;\npid %s/nginx.pid;\n"
+             "error_log %s/logs/error.log;\nevents { worker_connections 64; }\n"
+             "stream {\n    server {\n        listen 127.0.0.1:%d;\n"
+             "        proxy_pass 127.0.0.1:%d;\n        proxy_protocol on;\n    }\n}\n",
+             so, dir, dir, np, p_one);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/usr/sbin/nginx", "nginx", "-p", dir, "-c", cfg, "-g", "daemon off;", (char *)NULL);
+        _exit(127);
+    }
+    th_track_pid(pid);
+    int up = 0;
+    for (uint64_t t0 = th_now_ms(); th_now_ms() - t0 < TH_MS && !up;) {
+        int a = th_connect(np);
+        up = a >= 0;
+        if (a >= 0)
+            close(a);
+        else
+            usleep(20000);
+    }
+    assert_true(up);
+    int fd = connect_from(25, np);
+    assert_true(fd >= 0);
+    assert_int_equal(th_write_all(fd, GETK, sizeof(GETK) - 1), 0);
+    TH_EXPECT(fd, NIL);
+    close(fd);
+    assert_true(stats_has("ip:127.0.0.25"));
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_tls_after_header),
         cmocka_unit_test(test_http_forwarded_for),
         cmocka_unit_test(test_haproxy_send_proxy),
+        cmocka_unit_test(test_nginx_proxy_protocol),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
