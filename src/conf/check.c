@@ -22,7 +22,7 @@
 #include "identity/identity-t.h"
 
 /* The keys of [listener] (sec_listener.c) that only an http listener takes. */
-static const char *const http_only_keys[] = { "trusted_proxies", "upstream_timeout",
+static const char *const http_only_keys[] = { "upstream_timeout",
     "rate_limit_headers", "forwarded_headers", "max_request_line", "max_header_line",
     "max_headers", "max_header_size", "upgrades", "upstream_keepalive",
     "upstream_keepalive_timeout", "access_log", "access_log_format" };
@@ -143,6 +143,22 @@ static void check_listener(struct loader *ld, struct section *sec)
                       "%s: only for http listeners (this listener is %s)", http_only_keys[k],
                       sl_conf_proto_names[l->protocol]);
     }
+    /* The PROXY header names anyone: taken only from peers named trusted,
+     * so a listener that reads it must say which. */
+    int tp_line = sl_cf_key_line(sec, "trusted_proxies");
+    if (l->proxy_protocol != 0 && l->n_trusted_proxies == 0)
+        sl_cf_err(ld, sl_cf_key_line(sec, "proxy_protocol"),
+                  "proxy_protocol: needs trusted_proxies (the load balancers' addresses)");
+    if (tp_line != 0 && l->proxy_protocol == 0 && l->protocol != SL_PROTO_HTTP)
+        sl_cf_err(ld, tp_line,
+                  "trusted_proxies: only for http listeners or with proxy_protocol (this listener "
+                  "is %s)", sl_conf_proto_names[l->protocol]);
+    /* A shared or reused upstream connection carries one header for many
+     * clients: the address would be someone else's. */
+    int upp_line = sl_cf_key_line(sec, "upstream_proxy_protocol");
+    if (l->upstream_proxy_protocol != 0 && (l->upstream_pool > 0 || l->upstream_keepalive > 0))
+        sl_cf_err(ld, upp_line, "upstream_proxy_protocol: not with %s (a connection serves many "
+                  "clients)", l->upstream_pool > 0 ? "upstream_pool" : "upstream_keepalive");
     if (!has_listen)
         return;
     if (ld->conf->has_admin && addr_clash(&l->listen, &ld->conf->admin))

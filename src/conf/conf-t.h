@@ -93,6 +93,12 @@ struct sl_listener_conf {
     uint64_t       max_request;        /* bytes, default 512mb */
     uint64_t       resolve_ttl_us;     /* an upstream name is looked up again when its answer
                                           is older than this; default 30s; 0 = at every connect */
+    int            proxy_protocol;     /* 0 off (default), 1 v1, 2 v2: a PROXY header from a
+                                          trusted_proxies peer comes first (net/proxyhdr.h) */
+    int            upstream_proxy_protocol; /* 0 off (default), 1 v1, 2 v2: a PROXY header
+                                          with the client's address starts each upstream
+                                          connection (not with upstream_pool or
+                                          upstream_keepalive) */
     /* protocol = resp only (an error on other listeners) */
     uint64_t       setup_commands;     /* connect-time commands not charged to requests
                                           limits, per connection; default 16; 0 = none */
@@ -110,7 +116,8 @@ struct sl_listener_conf {
                                           0 = never */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
-                                          is not read for client_ip */
+                                          is not read for client_ip; also the peers a
+                                          PROXY header is taken from (any protocol) */
     int            n_trusted_proxies;
     uint64_t       upstream_timeout_us; /* no response head within it: 504; default 60s; 0 = never */
     enum sl_rl_headers rate_limit_headers; /* default draft */

@@ -121,6 +121,15 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     sl_fmt_size(l->max_request, b, sizeof(b));
     kv(out, "max_request", b);
     kv_duration(out, "resolve_ttl", l->resolve_ttl_us);
+    kv(out, "proxy_protocol", sl_conf_pp_names[l->proxy_protocol]);
+    kv(out, "upstream_proxy_protocol", sl_conf_pp_names[l->upstream_proxy_protocol]);
+    if (l->protocol == SL_PROTO_HTTP || l->proxy_protocol != 0) {
+        for (int i = 0; i < l->n_trusted_proxies; i++) {
+            sl_conf_cidr_fmt(&l->trusted_proxies[i], b, sizeof(b));
+            word(&w, "trusted_proxies", b);
+        }
+        words_end(&w);
+    }
     dump_listener_tls(out, l);
     if (l->protocol == SL_PROTO_RESP) {
         kv_u64(out, "setup_commands", l->setup_commands);
@@ -136,11 +145,6 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
     }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */
-    for (int i = 0; i < l->n_trusted_proxies; i++) {
-        sl_conf_cidr_fmt(&l->trusted_proxies[i], b, sizeof(b));
-        word(&w, "trusted_proxies", b);
-    }
-    words_end(&w);
     kv_duration(out, "upstream_timeout", l->upstream_timeout_us);
     kv(out, "rate_limit_headers", sl_conf_rlh_names[l->rate_limit_headers]);
     kv(out, "forwarded_headers", sl_conf_onoff_names[l->forwarded_headers ? 1 : 0]);

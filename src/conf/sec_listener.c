@@ -28,6 +28,9 @@ static const struct keyword listener_kw[] = {
     NUM("max_replies_owed", KW_U64, struct sl_listener_conf, max_replies_owed, 2, 1u << 20),
     NUM("max_request", KW_SIZE, struct sl_listener_conf, max_request, 1, 1ULL << 40),
     NUM("resolve_ttl", KW_DURATION, struct sl_listener_conf, resolve_ttl_us, 0, DAY_US),
+    ENUM("proxy_protocol", struct sl_listener_conf, proxy_protocol, sl_conf_pp_names),
+    ENUM("upstream_proxy_protocol", struct sl_listener_conf, upstream_proxy_protocol,
+         sl_conf_pp_names),
     /* protocol = resp only (check.c: resp_only_keys) */
     NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
     FUNC("upstream_pool", set_pool, 0),
@@ -38,8 +41,9 @@ static const struct keyword listener_kw[] = {
         64 * 1024, 1ULL << 40),
     NUM("upstream_pool_idle_timeout", KW_DURATION, struct sl_listener_conf, pool_idle_timeout_us,
         0, DAY_US),
-    /* protocol = http only (check.c: http_only_keys, check_listener) */
+    /* any protocol with proxy_protocol, else http only (check.c) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
+    /* protocol = http only (check.c: http_only_keys, check_listener) */
     NUM("upstream_timeout", KW_DURATION, struct sl_listener_conf, upstream_timeout_us, 0, HOUR_US),
     ENUM("rate_limit_headers", struct sl_listener_conf, rate_limit_headers, sl_conf_rlh_names),
     ENUM("forwarded_headers", struct sl_listener_conf, forwarded_headers, sl_conf_onoff_names),

@@ -30,6 +30,8 @@ struct sl_listener_stats {
     uint64_t resolve_failures; /* lookups of the upstream's name that failed (the last good
                                   address stayed in use) */
     uint64_t tls_handshake_failures; /* TLS handshakes with clients that failed or timed out */
+    uint64_t proxy_refused;    /* clients closed for their PROXY header: untrusted peer,
+                                  malformed, missing or late (proxy_protocol) */
     uint64_t upstream_tls_resumed;   /* upstream TLS handshakes that resumed a session */
     uint64_t tls_identity_refused;   /* clients closed after the handshake: a certificate name
                                         that cannot be an identity (tls_subject) */

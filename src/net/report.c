@@ -55,6 +55,10 @@ static const struct lmetric lmetrics[] = {
     { "sluice_tls_handshake_failures_total", "counter",
       "TLS handshakes with clients that failed or took longer than header_timeout.",
       offsetof(struct sl_listener_stats, tls_handshake_failures) },
+    { "sluice_proxy_protocol_refused_total", "counter",
+      "Clients closed for their PROXY header: a peer not in trusted_proxies, a header malformed, "
+      "missing or not whole within header_timeout.",
+      offsetof(struct sl_listener_stats, proxy_refused) },
     { "sluice_tls_identity_refused_total", "counter",
       "Clients closed after the TLS handshake: identity = tls_subject and a certificate name "
       "that cannot be one (a NUL byte inside, more than one CN).",

@@ -144,6 +144,36 @@ int sl_sess_meters_init(struct sl_session *s)
     return 0;
 }
 
+/* A metered side reads no more than its credit (at least a byte: libuv
+ * takes an empty buffer for an error), so a shaped transfer overshoots by
+ * nothing. */
+unsigned sl_sess_room_of(struct sl_meter *m, unsigned len)
+{
+    if (m == NULL)
+        return len;
+    uint64_t room = sl_meter_room(m);
+    if (room == 0)
+        room = 1;
+    return room < len ? (unsigned)room : len;
+}
+
+/* The session gives answer <what> on its own and closes once it is out;
+ * a protocol without words for it closes at once. */
+void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit)
+{
+    char line[1024];
+    size_t n = s->proto->answer(s, what, limit, line, sizeof(line));
+    char *text = n > 0 ? malloc(n) : NULL;
+    if (text == NULL) {
+        sl_session_close(s);
+        return;
+    }
+    memcpy(text, line, n);
+    s->state = SL_SESS_RELAY;
+    sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
+    sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | SL_SEG_CLOSE);
+}
+
 /* Who the client is, set up the first time it matters (a limit applies, or
  * the client says who it is); NULL only when out of memory. */
 struct sl_ident_state *sl_sess_ident(struct sl_session *s)

@@ -199,6 +199,10 @@ int  sl_sess_meters_init(struct sl_session *s);
 struct sl_session *sl_sess_of_park(struct sl_wait *w);
 void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit);
 void sl_sess_connect_upstream(struct sl_session *s);
+void sl_sess_accepted(struct sl_session *s);  /* PROXY header read: TLS or the protocol */
+void sl_sess_pp_start(struct sl_session *s);  /* sess_pp.c: reads the PROXY header */
+void sl_sess_pp_refuse(struct sl_session *s, const char *why);
+int  sl_sess_pp_upstream(struct sl_session *s); /* writes the header upstream; <0: failed */
 /* sess_gate.c: a session under connection limits asks for its places. */
 void sl_sess_gate_try(struct sl_session *s);
 

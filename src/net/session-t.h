@@ -117,6 +117,11 @@ struct sl_session {
     uint8_t             tls_hs[2];  /* its handshake is under way: the socket is read
                                        whatever the pause bits say */
     uint8_t             tls_eof[2]; /* the socket reached EOF */
+    uint8_t             pp_ver;     /* the PROXY header's version read (sess_pp.c) */
+    uint16_t            pp_got;     /* its bytes read so far */
+    uint16_t            pp_want;    /* ... and the length to read up to */
+    unsigned char      *pp;         /* its bytes while it is read, else NULL */
+    struct sockaddr_storage *pp_src; /* its source, kept for upstream_proxy_protocol */
     struct sl_turn_node kick_tn;    /* pumped at the turn's end: plaintext may wait in the
                                        engine for a side just unpaused */
     struct sl_outbuf    out[2];     /* what goes to the client [0] / upstream [1] socket

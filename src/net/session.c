@@ -179,19 +179,6 @@ void sl_sess_rx_release(struct sl_buf **slot)
     }
 }
 
-/* A metered side reads no more than its credit (at least a byte: libuv
- * takes an empty buffer for an error), so a shaped transfer overshoots by
- * nothing. */
-unsigned sl_sess_room_of(struct sl_meter *m, unsigned len)
-{
-    if (m == NULL)
-        return len;
-    uint64_t room = sl_meter_room(m);
-    if (room == 0)
-        room = 1;
-    return room < len ? (unsigned)room : len;
-}
-
 static void alloc_client(uv_handle_t *h, size_t hint, uv_buf_t *ub)
 {
     (void)hint;
@@ -686,6 +673,8 @@ static void session_free(struct sl_session *s)
     free_segs(s);
     sl_pend_free(&s->pend);
     free(s->ident);
+    free(s->pp);
+    free(s->pp_src);
     sl_turn_forget(&s->resume_tn);
     sl_turn_forget(&s->kick_tn);
     sl_outbuf_reset(&s->out[0]);
@@ -1079,25 +1068,7 @@ static void on_upstream_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         upstream_got(st->data, nread);
 }
 
-
 /* ---- accept and connect ------------------------------------------------------- */
-
-/* The session gives answer <what> on its own and closes once it is out;
- * a protocol without words for it closes at once. */
-void sl_sess_answer_close(struct sl_session *s, enum sl_answer what, const char *limit)
-{
-    char line[1024];
-    size_t n = s->proto->answer(s, what, limit, line, sizeof(line));
-    char *text = n > 0 ? malloc(n) : NULL;
-    if (text == NULL) {
-        sl_session_close(s);
-        return;
-    }
-    memcpy(text, line, n);
-    s->state = SL_SESS_RELAY;
-    sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
-    sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | SL_SEG_CLOSE);
-}
 
 static void upstream_ready(struct sl_session *s);
 
@@ -1130,6 +1101,8 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(s->up_tcp, 1);
     s->l->stats.upstream_connects++;
+    if (s->l->conf->upstream_proxy_protocol && sl_sess_pp_upstream(s) < 0) /* before TLS */
+        return;
     if (s->l->up_tls != NULL) {
         /* The handshake runs within connect_timeout: the session stays in
          * l->connecting until it is done (upstream_tls_done). */
@@ -1290,6 +1263,15 @@ void sl_session_accept(struct sl_listener *l)
         return;
     }
     s->cl_pause = SL_PAUSE_CONNECT;
+    if (l->conf->proxy_protocol != 0)
+        sl_sess_pp_start(s); /* the header first, then sl_sess_accepted */
+    else
+        sl_sess_accepted(s);
+}
+
+void sl_sess_accepted(struct sl_session *s)
+{
+    struct sl_listener *l = s->l;
     if (l->tls != NULL) {
         /* The handshake comes first, within header_timeout (the sweep):
          * the identity may be the client certificate's name. */
@@ -1435,6 +1417,10 @@ void sl_session_sweep(struct sl_listener *l, uint64_t now)
     while ((n = sl_tq_expired(&l->handshaking, now, timeout_ms(l, TO_HANDSHAKE))) != NULL) {
         struct sl_session *s = sl_session_of(n);
         sl_tq_remove(n);
+        if (s->pp != NULL) {
+            sl_sess_pp_refuse(s, "timed out (header_timeout)");
+            continue;
+        }
         l->stats.tls_handshake_failures++;
         sl_log_warn_rl("tls_handshake", "TLS handshake with a client failed", "listener=%s err=\"%s\"",
                        l->name, "timed out (header_timeout)");
