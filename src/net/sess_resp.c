@@ -831,8 +831,9 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
             return;
         }
         sl_rconn_reply_bytes(&rs(s)->rc, b->data + off, (size_t)n);
-        if (rs(s)->reply_seen < 2 && n > 0) {
-            /* the reply's second byte, wherever the read cut it */
+        if (s->link != NULL && rs(s)->reply_seen < 2 && n > 0) {
+            /* the reply's second byte, wherever the read cut it (pooled
+             * sessions only: EXEC's nil array, sess_rpool.c) */
             if (rs(s)->reply_seen == 0 && n > 1)
                 rs(s)->reply_second = (uint8_t)b->data[off + 1];
             else if (rs(s)->reply_seen == 1)
