@@ -9,7 +9,8 @@
  * it asks for is always more than it has and never past SL_PP_MAX (the
  * buffer a session holds); an answer is the same when given the same bytes
  * again (it keeps no state); a whole header naming an IP address, written
- * back by sl_pp_write, parses to the same address.
+ * back by sl_pp_write, parses to the same address (an IPv4-mapped IPv6
+ * one comes back as IPv4).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -20,8 +21,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+/* An IPv4-mapped IPv6 address as the IPv4 address it holds (the writer
+ * writes such a source as IPv4: the same client). */
+static void unmap(const struct sockaddr_storage *in, struct sockaddr_storage *out)
 {
+    *out = *in;
+    const struct sockaddr_in6 *x = (const void *)in;
+    if (in->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&x->sin6_addr))
+        return;
+    struct sockaddr_in *y = (void *)out;
+    memset(out, 0, sizeof(*out));
+    y->sin_family = AF_INET;
+    y->sin_port = x->sin6_port;
+    memcpy(&y->sin_addr, &x->sin6_addr.s6_addr[12], 4);
+}
+
+static int same_addr(const struct sockaddr_storage *a0, const struct sockaddr_storage *b0)
+{
+    struct sockaddr_storage sa, sb;
+    unmap(a0, &sa);
+    unmap(b0, &sb);
+    const struct sockaddr_storage *a = &sa, *b = &sb;
     if (a->ss_family != b->ss_family)
         return 0;
     if (a->ss_family == AF_INET) {
