@@ -61,6 +61,12 @@ int sl_admin_render(const struct sl_admin_cbs *cbs, enum sl_admin_page page, cha
 struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
                                 const struct sl_admin_cbs *cbs);
 
+/* Sets the token every request but GET /healthz and /readyz must carry as
+ * `Authorization: Bearer TOKEN` (else 401 with a WWW-Authenticate: Bearer
+ * challenge); <token> is copied, NULL or "" for none. At start and at each
+ * reload. Returns 0, or -1 when out of memory (the old token stays). */
+int sl_admin_set_token(struct sl_admin *a, const char *token);
+
 /* Stops listening, closes open admin connections, frees when closed. */
 void sl_admin_close(struct sl_admin *a);
 
