@@ -19,7 +19,11 @@
  * which can destroy the response before the client reads it (a 9 KiB head
  * answered with 431, a GET with a body). Each connection owns a TCP handle and
  * one timer (head, write or linger deadline) and is freed in the last close
- * callback; the server is freed when its listener and every connection are. */
+ * callback; the server is freed when its listener and every connection are.
+ *
+ * With admin_token_file, handle() checks the bearer token before it looks
+ * the path up (authorized()), so every page is covered and an unknown path
+ * answers 401 to a client without the token, never 404. */
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdlib.h>

@@ -4,7 +4,8 @@
  * connection (Connection: close), request head capped at 8 KiB, 1 s to send
  * it, at most 64 connections (when full, the oldest one still sending its
  * head is closed for the new one). What it serves comes from callbacks, so admin/ knows nothing of the
- * modules it reports on. */
+ * modules it reports on. With a token set (sl_admin_set_token), every
+ * request but /healthz and /readyz must carry it (admin/auth.h). */
 #ifndef SL_ADMIN_ADMIN_H
 #define SL_ADMIN_ADMIN_H
 

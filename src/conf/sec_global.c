@@ -437,10 +437,8 @@ static void set_admin_token_file(struct loader *ld, struct section *sec, const s
                                  const char *value)
 {
     struct sl_conf *c = sec->obj;
-    if (value[0] == '\0') {
-        sl_cf_err(ld, ld->line, "%s: empty; remove the key for no token", kw->name);
-        return;
-    }
+    /* empty: no token, as `password_file =` is no password (the -t warning
+     * still says so when admin listens beyond loopback) */
     read_secret(ld, kw, value, &c->admin_token_file, &c->admin_token, &c->admin_token_file_line);
     if (c->admin_token == NULL)
         return;

@@ -323,6 +323,9 @@ static void test_check_warnings(void **state)
     assert_int_equal(check("127.0.0.1:9121", tok, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "t.ini:3: admin_token_file: cannot read '"));
     assert_non_null(strstr(out, tok));
+    /* an empty value is no token, as `password_file =` is no password */
+    assert_int_equal(check("*:9121\nadmin_token_file =", NULL, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "is reachable beyond loopback and admin_token_file is not set"));
     /* the token is never written in the file itself */
     assert_int_equal(check("127.0.0.1:9121\nadmin_token = abc", NULL, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "admin_token: "));
