@@ -61,9 +61,10 @@ static int warn_unresolved(const struct sl_conf *c, FILE *errf)
     return 1;
 }
 
-/* 1 when <a> can be reached only from this host: 127.0.0.0/8, ::1 or
- * ::ffff:127.0.0.0/104; a name not resolved (-t --no-resolve) only when it
- * is "localhost". */
+/* 1 when <a> can be reached only from this host (127.0.0.0/8, ::1 or
+ * ::ffff:127.0.0.0/104), or when that cannot be told: a name not looked up
+ * (-t --no-resolve checks everything but names, so it says nothing of
+ * where they lead). */
 static int loopback(const struct sl_addr *a)
 {
     if (a->ss.ss_family == AF_INET) {
@@ -74,7 +75,7 @@ static int loopback(const struct sl_addr *a)
         const struct in6_addr *in6 = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
         return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
     }
-    return a->named && strncmp(a->text, "localhost:", 10) == 0;
+    return 1;
 }
 
 /* The admin endpoint answers anyone who reaches it: /stats names every busy
