@@ -19,7 +19,11 @@
  * which can destroy the response before the client reads it (a 9 KiB head
  * answered with 431, a GET with a body). Each connection owns a TCP handle and
  * one timer (head, write or linger deadline) and is freed in the last close
- * callback; the server is freed when its listener and every connection are. */
+ * callback; the server is freed when its listener and every connection are.
+ *
+ * With admin_token_file, handle() checks the bearer token before it looks
+ * the path up (authorized()), so every page is covered and an unknown path
+ * answers 401 to a client without the token, never 404. */
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include <strings.h>
 
 #include "admin/admin.h"
+#include "admin/auth.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -77,6 +82,8 @@ struct sl_admin {
     struct conn        *conns;
     uint64_t            head_timeout_ms;
     int                 port;         /* bound port */
+    char               *token;        /* admin_token_file's token, or NULL: no check */
+    size_t              token_len;
     char                addr[80];     /* as configured, for logs */
 };
 
@@ -156,6 +163,7 @@ static const char *reason(int status)
     switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 431: return "Request Header Fields Too Large";
@@ -375,6 +383,9 @@ struct request {
     size_t      mlen;
     const char *path;   /* without the query string */
     size_t      plen;
+    const char *auth;   /* the Authorization field's value, trimmed, or NULL */
+    size_t      alen;
+    int         n_auth; /* Authorization fields seen */
 };
 
 /* Parses the complete head in head[0, <end>), NUL-terminating it there
@@ -430,6 +441,9 @@ static int parse_head(char *head, size_t end, struct request *r)
     }
     r->path = path;
     r->plen = strcspn(path, "?# ");
+    r->auth = NULL;
+    r->alen = 0;
+    r->n_auth = 0;
 
     /* header-field lines: token ":" value, no CTLs, no obsolete folding */
     for (;;) {
@@ -441,6 +455,16 @@ static int parse_head(char *head, size_t end, struct request *r)
             i++;
         if (i == 0 || i >= n || s[i] != ':')
             return 400;
+        if (i == 13 && strncasecmp(s, "Authorization", 13) == 0) {
+            size_t v = i + 1, e = n;
+            while (v < e && (s[v] == ' ' || s[v] == '\t'))
+                v++;
+            while (e > v && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+                e--;
+            r->auth = s + v;
+            r->alen = e - v;
+            r->n_auth++;
+        }
         for (i++; i < n; i++) {
             unsigned char ch = (unsigned char)s[i];
             if ((ch < ' ' && ch != '\t') || ch == 0x7f)
@@ -453,6 +477,30 @@ static int parse_head(char *head, size_t end, struct request *r)
 static int eq(const char *s, size_t n, const char *lit)
 {
     return n == strlen(lit) && memcmp(s, lit, n) == 0;
+}
+
+/* With a token set, every request but the probes' must carry it: answers
+ * 401 and returns 0 when this one does not. Checked before the path is
+ * looked at, so it covers every page, and an unknown path tells a client
+ * without the token nothing (401, not 404). */
+static int authorized(struct conn *c, const struct request *r, int probe, int head_only)
+{
+    struct sl_admin *a = c->a;
+    if (a->token == NULL || probe)
+        return 1;
+    /* RFC 9110 11.6.2: one Authorization field; two are refused as wrong. */
+    enum sl_admin_auth v = r->n_auth > 1 ? SL_AUTH_INVALID
+                                         : sl_admin_auth_check(a->token, a->token_len, r->auth, r->alen);
+    if (v == SL_AUTH_OK)
+        return 1;
+    static const char body[] = "unauthorized\n";
+    respond(c, 401, "text/plain",
+            v == SL_AUTH_MISSING ? "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
+                                 : "WWW-Authenticate: Bearer realm=\"sluice\", error=\"invalid_token\"\r\n",
+            body, sizeof(body) - 1, head_only);
+    sl_log_debug_rl("admin_unauthorized", "admin request refused: no valid token", "why=%s",
+                    v == SL_AUTH_MISSING ? "missing" : "invalid");
+    return 0;
 }
 
 static void handle(struct conn *c, size_t end)
@@ -471,6 +519,8 @@ static void handle(struct conn *c, size_t end)
         : eq(r.path, r.plen, "/readyz") ? P_READYZ
         : eq(r.path, r.plen, "/stats") ? P_STATS
                                         : P_NONE;
+    if (!authorized(c, &r, p == P_HEALTHZ || p == P_READYZ, head_only))
+        return;
     if (p == P_NONE)
         respond_text(c, 404, "not found\n", head_only);
     else if (!get)
@@ -645,11 +695,26 @@ struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
     return a;
 }
 
+int sl_admin_set_token(struct sl_admin *a, const char *token)
+{
+    char *copy = NULL;
+    if (token != NULL && token[0] != '\0' && (copy = strdup(token)) == NULL)
+        return -1;
+    if (a->token != NULL) {
+        explicit_bzero(a->token, a->token_len);
+        free(a->token);
+    }
+    a->token = copy;
+    a->token_len = copy != NULL ? strlen(copy) : 0;
+    return 0;
+}
+
 void sl_admin_close(struct sl_admin *a)
 {
     if (a == NULL || a->closing)
         return;
     a->closing = 1;
+    (void)sl_admin_set_token(a, NULL);
     uv_close((uv_handle_t *)&a->listener, on_listener_close);
     for (struct conn *c = a->conns; c != NULL; c = c->next)
         conn_close(c);

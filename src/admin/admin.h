@@ -4,7 +4,8 @@
  * connection (Connection: close), request head capped at 8 KiB, 1 s to send
  * it, at most 64 connections (when full, the oldest one still sending its
  * head is closed for the new one). What it serves comes from callbacks, so admin/ knows nothing of the
- * modules it reports on. */
+ * modules it reports on. With a token set (sl_admin_set_token), every
+ * request but /healthz and /readyz must carry it (admin/auth.h). */
 #ifndef SL_ADMIN_ADMIN_H
 #define SL_ADMIN_ADMIN_H
 
@@ -60,6 +61,12 @@ int sl_admin_render(const struct sl_admin_cbs *cbs, enum sl_admin_page page, cha
 /* Binds <addr> and serves. Returns NULL (and logs) on failure. */
 struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
                                 const struct sl_admin_cbs *cbs);
+
+/* Sets the token every request but GET /healthz and /readyz must carry as
+ * `Authorization: Bearer TOKEN` (else 401 with a WWW-Authenticate: Bearer
+ * challenge); <token> is copied, NULL or "" for none. At start and at each
+ * reload. Returns 0, or -1 when out of memory (the old token stays). */
+int sl_admin_set_token(struct sl_admin *a, const char *token);
 
 /* Stops listening, closes open admin connections, frees when closed. */
 void sl_admin_close(struct sl_admin *a);

@@ -242,6 +242,11 @@ struct sl_conf {
     char                 *file;        /* path it was loaded from */
     int                   has_admin;   /* admin = non-empty */
     struct sl_addr        admin;       /* default 127.0.0.1:9121 */
+    int                   admin_line;  /* where admin was set (warnings); 0: the default */
+    char                 *admin_token_file; /* absolute (resolved at load), or NULL: no token */
+    char                 *admin_token; /* read from admin_token_file at load (visible ASCII,
+                                          no trailing newline); never printed */
+    int                   admin_token_file_line; /* where it was set (warnings) */
     enum sl_log_level     log_level;   /* default info */
     char                 *log_file;    /* absolute (resolved at load), or NULL = stderr */
     enum sl_log_format    log_format;  /* default logfmt */

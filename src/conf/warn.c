@@ -1,6 +1,8 @@
 /* sluice — what a loaded configuration allows but an operator should hear
  * about: said by -t on its error stream, and logged at start and reload. */
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -59,6 +61,41 @@ static int warn_unresolved(const struct sl_conf *c, FILE *errf)
     return 1;
 }
 
+/* 1 when <a> can be reached only from this host (127.0.0.0/8, ::1 or
+ * ::ffff:127.0.0.0/104), or when that cannot be told: a name not looked up
+ * (-t --no-resolve checks everything but names, so it says nothing of
+ * where they lead). */
+static int loopback(const struct sl_addr *a)
+{
+    if (a->ss.ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)&a->ss;
+        return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (a->ss.ss_family == AF_INET6) {
+        const struct in6_addr *in6 = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+    }
+    return 1;
+}
+
+/* The admin endpoint answers anyone who reaches it: /stats names every busy
+ * identity. Beyond loopback it wants a token (or a network that is trusted). */
+static int warn_admin_open(const struct sl_conf *c, FILE *errf)
+{
+    if (!c->has_admin || c->admin_token != NULL || loopback(&c->admin))
+        return 0;
+    if (errf != NULL) {
+        fprintf(errf, "%s:%d: warning: admin: %s is reachable beyond loopback and "
+                      "admin_token_file is not set: anyone who reaches it reads /metrics and "
+                      "/stats\n", c->file, c->admin_line > 0 ? c->admin_line : 1, c->admin.text);
+    } else {
+        char q[200];
+        sl_log_warn("admin listens beyond loopback without admin_token_file", "addr=%s",
+                    sl_log_quote(c->admin.text, strlen(c->admin.text), q, sizeof(q)));
+    }
+    return 1;
+}
+
 int sl_conf_warn(const struct sl_conf *c, FILE *errf)
 {
     int n = warn_secret(c, "password_file", c->store.password_file,
@@ -66,5 +103,7 @@ int sl_conf_warn(const struct sl_conf *c, FILE *errf)
     n += warn_secret(c, "sentinel_password_file", c->store.sentinel_password_file,
                      c->store.sentinel_password_file_line, errf);
     n += warn_unresolved(c, errf);
+    n += warn_secret(c, "admin_token_file", c->admin_token_file, c->admin_token_file_line, errf);
+    n += warn_admin_open(c, errf);
     return n;
 }

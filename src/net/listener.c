@@ -676,6 +676,8 @@ int sl_server_start(struct sl_server *srv)
         srv->admin = sl_admin_start(srv->loop, &srv->conf->admin, &cbs);
         if (srv->admin == NULL)
             return SL_ECONF;
+        if (sl_admin_set_token(srv->admin, srv->conf->admin_token) < 0)
+            return SL_ENOMEM;
     }
     for (struct sl_listener_conf *lc = srv->conf->listeners; lc != NULL; lc = lc->next) {
         if (listener_open(srv, lc) == NULL) {
@@ -792,6 +794,10 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
          * connections are not carried over to the new configuration */
         sl_upkeep_clear(l);
     }
+    /* The token file is read again at each reload (a rotated token); out of
+     * memory keeps the old token, never none. */
+    if (srv->admin != NULL && sl_admin_set_token(srv->admin, conf->admin_token) < 0)
+        sl_log_error("admin token not changed", "err=%s", sl_strerror(SL_ENOMEM));
     sl_conf_free(srv->conf);
     srv->conf = conf;
     sl_log_level = conf->log_level;

@@ -23,6 +23,7 @@
 #include "admin/admin.h"
 #include "admin/process.h"
 #include "conf/conf.h"
+#include "core/err.h"
 #include "core/log.h"
 #include "core/notify.h"
 #include "net/listener.h"
@@ -747,6 +748,8 @@ static void on_master_signal(uv_signal_t *h, int signum)
         if (c->workers != m->n)
             sl_log_warn("workers: a new count takes a restart; keeping the running one",
                         "running=%d configured=%d", m->n, c->workers);
+        if (m->admin != NULL && sl_admin_set_token(m->admin, c->admin_token) < 0)
+            sl_log_error("admin token not changed", "err=%s", sl_strerror(SL_ENOMEM));
         sl_conf_free(m->conf);
         m->conf = c;
         sl_log_info("reloading the workers", "file=%s", c->file);
@@ -817,6 +820,10 @@ int sl_master_run(struct sl_conf *conf, char **argv, sl_master_load_fn *load)
         cbs.data = m;
         cbs.defer = on_admin_page;
         m->admin = sl_admin_start(m->loop, &conf->admin, &cbs);
+        if (m->admin != NULL && sl_admin_set_token(m->admin, conf->admin_token) < 0) {
+            sl_admin_close(m->admin);
+            m->admin = NULL;
+        }
         if (m->admin == NULL) {
             m->exit_code = 1;
             m->stopping = 1;
