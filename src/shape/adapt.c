@@ -137,14 +137,23 @@ static void probe_end(struct sl_adapt *a, uint64_t now_ns)
          * perhaps not all (another instance keeps its own share in it):
          * the measurement is an upper bound, and taking it would let the
          * instances' queues become everyone's baseline, one probe at a time. */
+        double old = a->baseline_ns;
         if (m <= a->baseline_ns || a->baseline_ns == 0 ||
             m >= a->sampled_ns * (1.0 - a->p.confirm))
             a->baseline_ns = m;
         a->confirmed_ns = now_ns;
+        new_probe_period(a);
+        /* A probe that found the baseline much too high (the first one,
+         * taken under load, or the upstream got faster) leaves the limit
+         * to fall, and a probe from the lower limit will drain more of the
+         * queue: look again after a few windows, not a whole period. */
+        if (m < old * (1.0 - a->p.confirm))
+            a->probe_after_ns = 10 * a->p.window_ns;
+    } else {
+        new_probe_period(a);
     }
     a->probing = 0;
     a->at_min = 0;
-    new_probe_period(a);
     window_reset(a, now_ns);
 }
 

@@ -516,11 +516,6 @@ static void track(struct sim *s, uint64_t now)
             }
             s->lim_n++;
         }
-        if (getenv("ADAPT_TRACE") && s->next_track >= 6000 * MS && s->next_track < 6300 * MS)
-            for (int c = 0; c < s->nctl; c++)
-            printf("trace %d %llu ms: inflight %u cap %u queued %u standing %d probing %d\n", c,
-                   (unsigned long long)(s->next_track / MS), s->ctl[c].inflight,
-                   sl_adapt_limit(&s->ctl[c]), s->ctl[c].q.n, sl_adapt_standing(&s->ctl[c], now), s->ctl[c].probing);
         s->next_track += 10 * MS;
     }
 }
