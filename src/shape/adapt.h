@@ -13,8 +13,9 @@
  * The controller is a gradient controller (Gradient2's smoothing and floor,
  * headroom of about sqrt(limit)) with a no-load baseline that live traffic
  * keeps: unloaded windows confirm it; when none has for a while, a probe
- * lowers the cap to half (not to a tiny value) until a few requests sent
- * after the dip have come back, and their mean is the new baseline.
+ * lowers the cap to a quarter (queueing the rest, refusing none) until a
+ * few requests sent after the dip have come back; their mean is the new
+ * baseline when the dip showed no queue of others in it.
  *
  * Pure: no clock, no loop, no allocation; every call takes the time
  * (nanoseconds, monotonic). One controller per upstream per worker. */
