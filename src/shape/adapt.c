@@ -22,7 +22,7 @@ void sl_adapt_params_default(struct sl_adapt_params *p)
     p->probe_ns = 5000 * MS;
     p->probe_jitter = 0.2;
     p->probe_depth = 0.25;
-    p->probe_samples = 16;
+    p->probe_samples = 64;
     p->probe_max_ns = 1000 * MS;
     p->confirm = 0.1;
     p->queue_cap = 1024;
@@ -130,24 +130,30 @@ static void probe_end(struct sl_adapt *a, uint64_t now_ns)
 {
     if (a->probe_n > 0) {
         double m = a->probe_sum_ns / a->probe_n;
-        /* A probe lower than the baseline lowers it. A higher one is taken
-         * only when the dip did not make latency fall: then there was no
-         * queue to drain and the latency is the upstream's service time.
-         * When the dip did make it fall, part of a queue was drained but
-         * perhaps not all (another instance keeps its own share in it):
-         * the measurement is an upper bound, and taking it would let the
-         * instances' queues become everyone's baseline, one probe at a time. */
+        /* The probe's mean is noisy (a few dozen replies), and two
+         * instances whose baselines differ by a few percent settle at very
+         * different limits: it moves the baseline halfway, unless it is
+         * far below it (the first baseline, taken under load, or an
+         * upstream that got much faster), which no noise explains.
+         * A probe above the baseline counts only when the dip did not make
+         * latency fall: then there was no queue to drain and the latency
+         * is the upstream's service time. When the dip did make it fall,
+         * part of a queue was drained but perhaps not all (another instance
+         * keeps its own share in it): the measurement is an upper bound,
+         * and taking it would let the instances' queues become everyone's
+         * baseline, one probe at a time. */
         double old = a->baseline_ns;
-        if (m <= a->baseline_ns || a->baseline_ns == 0 ||
-            m >= a->sampled_ns * (1.0 - a->p.confirm))
+        if (a->baseline_ns == 0 || m < 0.7 * a->baseline_ns)
             a->baseline_ns = m;
+        else if (m < a->baseline_ns || m >= a->sampled_ns * (1.0 - a->p.confirm))
+            a->baseline_ns += 0.5 * (m - a->baseline_ns);
         a->confirmed_ns = now_ns;
         new_probe_period(a);
-        /* A probe that found the baseline much too high (the first one,
-         * taken under load, or the upstream got faster) leaves the limit
-         * to fall, and a probe from the lower limit will drain more of the
-         * queue: look again after a few windows, not a whole period. */
-        if (m < old * (1.0 - a->p.confirm))
+        /* A probe that moved the baseline much (the first one, taken under
+         * load; an upstream that changed) is not the last word: the limit
+         * will move, and a probe from there sees better. Look again after
+         * a few windows, not a whole period. */
+        if (fabs(a->baseline_ns - old) > old * a->p.confirm)
             a->probe_after_ns = 10 * a->p.window_ns;
     } else {
         new_probe_period(a);
@@ -175,9 +181,13 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
             a->confirmed_ns = now_ns - a->probe_after_ns;
         } else if (a->baseline_ns == 0 || mean < a->baseline_ns) {
             /* A window faster than the baseline: the upstream is faster than
-             * we thought. The baseline only falls this way; it rises only
-             * by a probe, else a standing queue would become the norm. */
-            a->baseline_ns = mean;
+             * we thought. The baseline only falls this way (smoothed: a
+             * lucky window is not a new upstream); it rises only by a
+             * probe, else a standing queue would become the norm. */
+            if (a->baseline_ns == 0)
+                a->baseline_ns = mean;
+            else
+                a->baseline_ns += a->p.smoothing * (mean - a->baseline_ns);
             a->confirmed_ns = now_ns;
         } else if (mean <= a->baseline_ns * (1.0 + a->p.confirm)) {
             a->confirmed_ns = now_ns;

@@ -274,7 +274,8 @@ static void test_probe_follows_slower_upstream(void **state)
     for (int phase = 0; phase < 2; phase++) {
         if (phase == 1)
             svc = 3 * MS; /* three times slower, for good */
-        for (int i = 0; i < 60000; i++) {
+        uint64_t end = phase == 0 ? 20000 * MS : 60000 * MS;
+        while (t < end) {
             while (sl_adapt_try_acquire(&a, t))
                 ;
             uint32_t n = a.inflight;
@@ -286,17 +287,20 @@ static void test_probe_follows_slower_upstream(void **state)
                 min_cap_seen = sl_adapt_limit(&a);
         }
         if (phase == 0)
-            assert_true(fabs(a.baseline_ns - 1e6) < 1e3);
+            assert_true(fabs(a.baseline_ns - 1e6) < 2e4);
     }
     if (verbose)
         printf("probe: baseline %.0f us, limit %.1f, probes %llu, lowest probe cap %u\n",
                a.baseline_ns / 1e3, a.limit, (unsigned long long)a.n_probes, min_cap_seen);
-    assert_true(fabs(a.baseline_ns - 3e6) < 3e4);
+    /* within 10%: once the limit is back above the 32 servers, a probe that
+     * drains the queue is read as a queue, not as the service time, and
+     * the baseline stops short; the limit still keeps every server busy */
+    assert_true(fabs(a.baseline_ns - 3e6) < 3e5);
     assert_true(a.n_probes >= 1);
     /* a probe lowers the cap to a quarter; it never pins it near the minimum */
     assert_true(min_cap_seen >= 8);
-    /* back near the upstream's 32 servers plus headroom */
-    assert_true(a.limit >= 30 && a.limit <= 48);
+    /* back above the upstream's 32 servers, plus a little headroom */
+    assert_true(a.limit >= 32 && a.limit <= 48);
 }
 
 /* ---- the simulated upstream ------------------------------------------- */
@@ -322,6 +326,7 @@ struct sim {
     /* the upstream */
     int      nsrv;
     uint64_t svc_ns, rtt_ns;
+    int      svc_exp;            /* service times exponential, not +-10% */
     uint64_t srv_free[NSRV_MAX]; /* min-heap of when each server is free */
     /* clients */
     int      nctl;
@@ -434,8 +439,9 @@ static void send_up(struct sim *s, int r, uint64_t now)
     uint64_t start = s->srv_free[0] > at_up ? s->srv_free[0] : at_up;
     /* +-10%: with an exact service time the servers stay in lockstep and
      * a request's wait depends on the phase it lands in, which no real
-     * upstream does */
-    uint64_t svc = (uint64_t)((double)s->svc_ns * (0.9 + 0.2 * urand(s)));
+     * upstream does. Exponential: the hard case, as noisy as a mean gets */
+    double f = s->svc_exp ? -log(urand(s)) : 0.9 + 0.2 * urand(s);
+    uint64_t svc = (uint64_t)((double)s->svc_ns * f);
     s->srv_free[0] = start + svc;
     srv_down(s->srv_free, s->nsrv, 0);
     ev_push(s, start + svc + s->rtt_ns / 2, r);
@@ -523,6 +529,7 @@ static void track(struct sim *s, uint64_t now)
 struct sim_conf {
     int      nsrv, nctl;
     uint64_t svc_ns, rtt_ns;
+    int      svc_exp;
     double   load;        /* offered, per controller, as a multiple of C */
     double   vip_frac;
     uint64_t warm_ns, end_ns;
@@ -564,6 +571,7 @@ static void run_sim(const struct sim_conf *cf, struct sim_out *out)
     s->nsrv = cf->nsrv;
     s->svc_ns = cf->svc_ns;
     s->rtt_ns = cf->rtt_ns;
+    s->svc_exp = cf->svc_exp;
     s->nctl = cf->nctl;
     s->vip_frac = cf->vip_frac;
     s->rng = cf->seed;
@@ -639,9 +647,9 @@ static void run_sim(const struct sim_conf *cf, struct sim_out *out)
     out->vip_success = vo ? (double)vk / (double)vo : 1;
     out->other_success = oo ? (double)ok / (double)oo : 1;
     if (verbose) {
-        printf("sim N=%d svc=%.2fms load=%.2fx%d vip=%.2f: goodput %.3f C, p50 %.0f us, p99 %.0f us,"
+        printf("sim N=%d svc=%.2fms%s load=%.2fx%d vip=%.2f: goodput %.3f C, p50 %.0f us, p99 %.0f us,"
                " shed %llu (vip %llu), success vip %.4f other %.4f\n",
-               cf->nsrv, (double)cf->svc_ns / 1e6, cf->load, cf->nctl, cf->vip_frac, out->goodput,
+               cf->nsrv, (double)cf->svc_ns / 1e6, cf->svc_exp ? " exp" : "", cf->load, cf->nctl, cf->vip_frac, out->goodput,
                out->p50_us, out->p99_us, (unsigned long long)out->shed,
                (unsigned long long)out->vip_shed, out->vip_success, out->other_success);
         for (int c = 0; c < s->nctl; c++)
@@ -753,6 +761,49 @@ static void test_sim_single_server(void **state)
     assert_true(o.p99_us <= 2 * o0.p99_us);
 }
 
+/* Service times as spread as they come (exponential: the mean of 64
+ * replies is known to +-12%). The single-instance targets hold. */
+static void test_sim_exponential_service(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.svc_exp = 1;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0); /* 0.2 C: the unloaded reference */
+    cf.load = 3.0;
+    cf.vip_frac = 0.1;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+    assert_true(o.vip_success >= 0.99);
+    cf.load = 0.5;
+    cf.vip_frac = 0;
+    cf.warm_ns = 0;
+    cf.end_ns = 60000 * MS;
+    run_sim(&cf, &o);
+    assert_int_equal(o.shed, 0);
+}
+
+/* Two instances with exponential service: goodput and latency hold; their
+ * limits need not agree (each probe's noise moves a baseline by a few
+ * percent, and a gradient controller's limit is very sensitive to its
+ * baseline: docs/adaptive.md, "Two instances"). */
+static void test_sim_two_instances_exponential(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.svc_exp = 1;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0);
+    cf.nctl = 2;
+    cf.load = 1.5;
+    cf.warm_ns = 15000 * MS;
+    cf.end_ns = 45000 * MS;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+}
+
 int main(void)
 {
     const char *v = getenv("ADAPT_VERBOSE");
@@ -769,6 +820,8 @@ int main(void)
         cmocka_unit_test(test_sim_two_instances),
         cmocka_unit_test(test_sim_vip),
         cmocka_unit_test(test_sim_single_server),
+        cmocka_unit_test(test_sim_exponential_service),
+        cmocka_unit_test(test_sim_two_instances_exponential),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
