@@ -228,7 +228,7 @@ void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns)
     a->n_samples++;
     if (a->probing) {
         probe_check(a, now_ns);
-        if (a->probe_clean && now_ns - latency_ns >= a->probe_clean_ns) {
+        if (a->probe_clean && latency_ns <= now_ns && now_ns - latency_ns >= a->probe_clean_ns) {
             a->probe_sum_ns += (double)latency_ns;
             a->probe_n++;
         }
