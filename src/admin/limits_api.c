@@ -19,16 +19,18 @@
 #define TOP_DEFAULT  10
 #define TOP_CAP      1000
 
+/* Closes memory stream <f> (writing into *<body>, *<len>: they are set by
+ * the close) and answers with it. */
 static void answer_json(struct sl_admin_req *req, int status, const char *allow, FILE *f,
-                        char *body, size_t len)
+                        char **body, size_t *len)
 {
     int bad = ferror(f) != 0;
     bad |= fclose(f) != 0;
     if (bad)
         sl_admin_answer_allow(req, 500, NULL, NULL, 0);
     else
-        sl_admin_answer_allow(req, status, allow, body, len);
-    free(body);
+        sl_admin_answer_allow(req, status, allow, *body, *len);
+    free(*body);
 }
 
 /* {"error": <msg>} with <status>. */
@@ -44,7 +46,7 @@ static void answer_error(struct sl_admin_req *req, int status, const char *allow
     fputs("{\"error\":", f);
     sl_json_str(f, msg, strlen(msg));
     fputs("}\n", f);
-    answer_json(req, status, allow, f, body, len);
+    answer_json(req, status, allow, f, &body, &len);
 }
 
 static int is(const char *s, size_t n, const char *lit)
@@ -111,7 +113,7 @@ static void on_look(void *data, const struct sl_lim_look *r)
     for (int c = 0; c < SL_LIM_COUNTS; c++)
         fprintf(f, ",\"%s\":%" PRIu64, count_names[c], r->counts[c]);
     fputs(",\"counts\":\"this instance\"}\n", f);
-    answer_json(req, 200, NULL, f, body, len);
+    answer_json(req, 200, NULL, f, &body, &len);
 }
 
 /* ---- reset ------------------------------------------------------------- */
@@ -148,7 +150,7 @@ static void on_reset(void *data, int status, int64_t deleted, const char *err)
     fprintf(f, ",\"reset\":true,\"scope\":\"%s\",\"store_keys_deleted\":%" PRId64
                ",\"others_forget_within_ms\":%" PRIu64 "}\n",
             rc->fleet ? "fleet" : "process", deleted, rc->forget_ms);
-    answer_json(rc->req, 200, NULL, f, body, len);
+    answer_json(rc->req, 200, NULL, f, &body, &len);
     free(rc);
 }
 
@@ -246,7 +248,7 @@ void sl_limits_api(struct sl_limiter *lim, const struct sl_admin_call *call,
             sl_limiter_list_json(lim, f);
         else
             fputs("{\"limits\":[]}\n", f);
-        answer_json(req, 200, NULL, f, body, len);
+        answer_json(req, 200, NULL, f, &body, &len);
         return;
     }
     if (nseg < 2 || !is(seg[1], seglen[1], "identities") ||
@@ -292,7 +294,7 @@ void sl_limits_api(struct sl_limiter *lim, const struct sl_admin_call *call,
             return;
         }
         sl_limiter_top_json(lim, idx, by, n, f);
-        answer_json(req, 200, NULL, f, body, len);
+        answer_json(req, 200, NULL, f, &body, &len);
         return;
     }
     if (nseg == 3) {
