@@ -85,6 +85,8 @@ struct sl_admin_req {
     struct conn       *c;         /* NULL once the connection has gone */
     enum sl_admin_page page;
     int                head_only;
+    sl_admin_done_cb  *done;      /* a detached request: the answer goes here */
+    void              *done_data;
 };
 
 /* ---- lifetime ----------------------------------------------------------- */
@@ -321,6 +323,7 @@ static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
         req->c = c;
         req->page = page;
         req->head_only = head_only;
+        req->done = NULL;
         c->req = req;
         c->state = C_WAIT;
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -346,6 +349,11 @@ void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, siz
 void sl_admin_answer_allow(struct sl_admin_req *req, int status, const char *allow,
                            const char *body, size_t len)
 {
+    if (req->done != NULL) {
+        req->done(req->done_data, status, allow, body, len);
+        free(req);
+        return;
+    }
     struct conn *c = req->c;
     if (c != NULL) {
         c->req = NULL;
@@ -476,6 +484,17 @@ static int eq(const char *s, size_t n, const char *lit)
     return n == strlen(lit) && memcmp(s, lit, n) == 0;
 }
 
+struct sl_admin_req *sl_admin_req_detached(sl_admin_done_cb *done, void *data)
+{
+    struct sl_admin_req *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return NULL;
+    req->page = SL_ADMIN_API;
+    req->done = done;
+    req->done_data = data;
+    return req;
+}
+
 /* Hands a request under /limits to cbs.api, which answers it later (or
  * at once) with sl_admin_answer_allow(). */
 static void serve_api(struct conn *c, const struct request *r, int head_only)
@@ -489,6 +508,7 @@ static void serve_api(struct conn *c, const struct request *r, int head_only)
     req->c = c;
     req->page = SL_ADMIN_API;
     req->head_only = head_only;
+    req->done = NULL;
     c->req = req;
     c->state = C_WAIT;
     uv_read_stop((uv_stream_t *)&c->tcp);

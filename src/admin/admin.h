@@ -75,6 +75,14 @@ void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, siz
 void sl_admin_answer_allow(struct sl_admin_req *req, int status, const char *allow,
                            const char *body, size_t len);
 
+/* A request answered to a function instead of a client (a worker serving
+ * the master's question): <done>(data, status, allow, body, len) gets
+ * what sl_admin_answer_allow() was given (body NULL: a 500 without one).
+ * NULL when out of memory. */
+typedef void sl_admin_done_cb(void *data, int status, const char *allow, const char *body,
+                              size_t len);
+struct sl_admin_req *sl_admin_req_detached(sl_admin_done_cb *done, void *data);
+
 /* Renders <page> from the callbacks of <cbs> into *body (malloc'd, *len
  * bytes). Returns the HTTP status: 200, 503 (not ready) or 500 (no memory;
  * *body is then NULL). */

@@ -97,8 +97,9 @@ struct world {
 };
 
 /* <n> sluices in front of one upstream redis; <store> 1: sharing a quota
- * store, 0: url = local. <limits> is the [limit] text. */
-static struct world *world_new(int n, int store, const char *limits)
+ * store, 0: url = local. <limits> is the [limit] text; <workers> > 1 runs
+ * each sluice as a master of that many workers. */
+static struct world *world_new_w(int n, int store, const char *limits, int workers)
 {
     struct world *w = calloc(1, sizeof(*w));
     assert_non_null(w);
@@ -115,15 +116,24 @@ static struct world *world_new(int n, int store, const char *limits)
         else
             snprintf(st, sizeof(st), "url = local\n");
         snprintf(ini, sizeof(ini),
-                 "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n[store]\n%s"
+                 "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\nworkers = %d\n[store]\n%s"
                  "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
                  "identity = client_ip\n%s",
-                 w->admin[i], st, w->port[i], w->up.port, limits);
+                 w->admin[i], workers, st, w->port[i], w->up.port, limits);
         assert_int_equal(th_sluice_start(&w->sl[i], ini, w->port[i]), 0);
-        if (store)
-            assert_int_equal(th_metric_wait(w->admin[i], "sluice_store_up", 1, 5000), 0);
+        for (int k = 0; store && k < workers; k++) {
+            char sample[64] = "sluice_store_up";
+            if (workers > 1)
+                snprintf(sample, sizeof(sample), "sluice_store_up{worker=\"%d\"}", k);
+            assert_int_equal(th_metric_wait(w->admin[i], sample, 1, 5000), 0);
+        }
     }
     return w;
+}
+
+static struct world *world_new(int n, int store, const char *limits)
+{
+    return world_new_w(n, store, limits, 1);
 }
 
 static void world_free(struct world *w)
@@ -485,6 +495,48 @@ static void test_store_down_and_connections(void **state)
     world_free(w);
 }
 
+/* With workers the master asks every worker and adds their counts up,
+ * wherever the kernel sent the connections; errors pass through. */
+static void test_workers(void **state)
+{
+    (void)state;
+    struct world *w = world_new_w(1, 1, "[limit plan]\nlistener = r\nrate = 100/m\nburst = 100\n", 2);
+    assert_int_equal(th_metric_wait(w->admin[0], "sluice_workers_ready", 2, 5000), 0);
+    int passed = 0;
+    for (int i = 0; i < 12; i++) { /* a connection each: spread over the workers */
+        redisContext *c = client(w->port[0]);
+        passed += incr_ok(c, "plan");
+        redisFree(c);
+    }
+    assert_int_equal(passed, 12);
+    char *b = get(w->admin[0], "/limits/plan/identities/ip:127.0.0.1", 200);
+    assert_int_equal(num(b, "requests"), 12);
+    assert_int_equal(num(b, "remaining"), 88);
+    assert_true(has(b, "\"source\":\"store\""));
+    free(b);
+    b = get(w->admin[0], "/limits/plan/identities?top=5", 200);
+    assert_true(has(b, "{\"identity\":\"ip:127.0.0.1\",\"requests\":12,"));
+    free(b);
+    b = get(w->admin[0], "/limits", 200);
+    assert_int_equal(num(b, "allowed"), 12);
+    free(b);
+    free(get(w->admin[0], "/limits/nope/identities/x", 404));
+    int status;
+    char allow[64];
+    b = api(w->admin[0], "PUT", "/limits/plan/identities/x", &status, allow, sizeof(allow));
+    assert_int_equal(status, 405);
+    assert_string_equal(allow, "GET, HEAD");
+    free(b);
+    b = api(w->admin[0], "POST", "/limits/plan/identities/ip:127.0.0.1/reset", &status, NULL, 0);
+    assert_int_equal(status, 200);
+    assert_int_equal(num(b, "store_keys_deleted"), 1);
+    free(b);
+    b = get(w->admin[0], "/limits/plan/identities/ip:127.0.0.1", 200);
+    assert_int_equal(num(b, "remaining"), 100);
+    free(b);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_fleet_sliding_log),
         cmocka_unit_test(test_fleet_fixed_window),
         cmocka_unit_test(test_store_down_and_connections),
+        cmocka_unit_test(test_workers),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
