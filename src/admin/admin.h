@@ -1,6 +1,8 @@
-/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats.
+/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats, and
+ * the limits API under /limits (admin/limits_api.h, through cbs.api).
  *
- * A minimal HTTP/1.1 server on the process's loop: GET only, one request per
+ * A minimal HTTP/1.1 server on the process's loop: GET only (and what
+ * cbs.api takes under /limits), one request per
  * connection (Connection: close), request head capped at 8 KiB, 1 s to send
  * it, at most 64 connections (when full, the oldest one still sending its
  * head is closed for the new one). What it serves comes from callbacks, so admin/ knows nothing of the

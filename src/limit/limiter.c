@@ -199,7 +199,8 @@ struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         sl_lim_tokens_init(L, store != NULL, &conf->store);
         L->ovr_ttl_us = store != NULL && c->overrides ? c->overrides_ttl_us : 0;
-        L->trust_us = c->overrides_ttl_us;
+        /* overrides_ttl's default where a configuration was built by hand */
+        L->trust_us = c->overrides_ttl_us > 0 ? c->overrides_ttl_us : 5000000;
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
