@@ -157,7 +157,8 @@ void sl_lim_tables_fit(struct limit *L, uint64_t now_us)
     struct lim_state *s = L->s;
     if (s->buckets.cap == cap && s->entries.cap == cap && s->ovr.cap == cap && s->ids.cap == cap)
         return;
-    s->buckets.cap = s->entries.cap = s->ovr.cap = s->ids.cap = cap; /* overrides: they expire soon */
+    /* overrides: they expire soon */
+    s->buckets.cap = s->entries.cap = s->ovr.cap = s->ids.cap = cap;
     struct judging j = { L, now_us };
     trim(&s->buckets, judge_bucket, &j);
     trim(&s->entries, judge_entry, &j);

@@ -473,7 +473,8 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
             /* Refused until the cost is back; with a chunk, until the chunk
              * is, and then the chunk is asked for at once. */
             uint64_t more = L->chunk > q->cost[k] ? refill_us(&q->p[k], L->chunk - q->cost[k]) : 0;
-            hold(e, L, q->now_us, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more, q->cost[k]);
+            hold(e, L, q->now_us, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more,
+                 q->cost[k]);
         }
         if (now_numbers && r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
             (r[1] <= 0 || (L->chunk > 1 && (uint64_t)r[1] < L->chunk))) {
@@ -483,7 +484,8 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
              * in the store and counts towards the chunk. */
             uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
             uint64_t wait = L->chunk > 1 ? refill_us(&q->p[k], L->chunk - left) : 0;
-            hold(e, L, q->now_us, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1, q->cost[k]);
+            hold(e, L, q->now_us, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1,
+                 q->cost[k]);
         }
     }
     if (!refused || q->cb == NULL)
