@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "admin/admin.h"
+#include "admin/limits_api.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -651,12 +652,20 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     uv_unref((uv_handle_t *)&srv->turn_post);
 }
 
+/* The limits API, on the limiter in force now. */
+static void server_api(void *data, const struct sl_admin_call *call, struct sl_admin_req *req)
+{
+    struct sl_server *srv = data;
+    sl_limits_api(srv->limiter, call, req);
+}
+
 void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs)
 {
     memset(cbs, 0, sizeof(*cbs));
     cbs->metrics = sl_server_metrics;
     cbs->stats = sl_server_stats;
     cbs->ready = sl_server_ready;
+    cbs->api = server_api;
     cbs->data = srv;
 }
 
