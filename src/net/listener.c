@@ -448,6 +448,8 @@ static void on_upstream_resolved(struct sl_resolve *r, enum sl_resolve_event ev,
     case SL_RESOLVE_STALE:
         break;
     }
+    if (ev == SL_RESOLVE_CHANGED || ev == SL_RESOLVE_RECOVERED)
+        sl_session_pool_reconf(l); /* pooled: new connections go to the new address */
     sl_session_resolved(l);
 }
 
@@ -584,6 +586,7 @@ static void on_sweep(uv_timer_t *t)
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
         sl_upkeep_sweep(l, now);
+        sl_session_pool_sweep(l);
         if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
             fd_log(l, now); /* the refusals since the last line */
     }
@@ -780,6 +783,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         if (lc != NULL && same_socket(l->conf, lc)) {
             set_conf(l, lc);
             (void)tls_setup(l, lc); /* the loader built them: cannot fail here */
+            sl_session_pool_reconf(l); /* new pool settings, maybe a new address */
             continue;
         }
         sl_log_info("listener removed", "listener=%s", l->name);

@@ -1190,7 +1190,12 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     if (l->conf->upstream_pool > 0 && s->proto->link_open != NULL) {
         /* Pooled: no connection of its own; the listener's engine connects
-         * when the first request goes (a failure then answers it). */
+         * when the first request goes (a failure then answers it). A name
+         * whose answer is stale is looked up again all the same: a new
+         * address reaches the engine (sl_session_pool_reconf) and its new
+         * connections, never waited for (the engine may have live ones). */
+        if (sl_resolve_stale(&l->up, uv_now(loop), l->conf->resolve_ttl_us))
+            (void)sl_resolve_start(&l->up, loop);
         if (s->proto->link_open(s) < 0) {
             sl_session_close(s);
             return;
