@@ -598,7 +598,16 @@ static void resolve_names(struct loader *ld)
             continue;
         struct sl_listener_conf *l = sec->obj;
         resolve_addr(ld, &l->listen, "listen", sl_cf_key_line(sec, "listen"), 0);
-        resolve_addr(ld, &l->upstream, "upstream", sl_cf_key_line(sec, "upstream"), 0);
+        /* An upstream is looked up again at run time (net/listener.c): a
+         * name that does not resolve yet (Compose start order, a pod not
+         * scheduled yet) is a warning; its clients get the upstream-down
+         * answer until it does. */
+        int line = sl_cf_key_line(sec, "upstream");
+        int rc = resolve_addr(ld, &l->upstream, "upstream", line, 1);
+        if (rc != 0) {
+            l->upstream_unresolved_line = line > 0 ? line : 1;
+            l->upstream_unresolved_rc = rc;
+        }
     }
 }
 

@@ -59,6 +59,33 @@ static int warn_unresolved(const struct sl_conf *c, FILE *errf)
     return 1;
 }
 
+/* An upstream name did not resolve at load: not fatal either (the listener
+ * looks it up again), but every client is answered an error until it does. */
+static int warn_upstream(const struct sl_conf *c, const struct sl_listener_conf *l, FILE *errf)
+{
+    if (l->upstream_unresolved_line == 0)
+        return 0;
+    char host[sizeof(l->upstream.text)];
+    snprintf(host, sizeof(host), "%s", l->upstream.text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    const char *why = gai_strerror(l->upstream_unresolved_rc);
+    if (errf != NULL) {
+        fprintf(errf, "%s:%d: warning: upstream: cannot resolve '%s' now: %s (sluice starts; "
+                      "clients of listener %s get the upstream-unavailable error until the name "
+                      "resolves)\n",
+                c->file, l->upstream_unresolved_line, host, why, l->name);
+    } else {
+        char q[512], e[128];
+        sl_log_warn("upstream name does not resolve: clients get an error until it does",
+                    "listener=%s upstream=%s err=%s", l->name,
+                    sl_log_quote(host, strlen(host), q, sizeof(q)),
+                    sl_log_quote(why, strlen(why), e, sizeof(e)));
+    }
+    return 1;
+}
+
 int sl_conf_warn(const struct sl_conf *c, FILE *errf)
 {
     int n = warn_secret(c, "password_file", c->store.password_file,
@@ -66,5 +93,7 @@ int sl_conf_warn(const struct sl_conf *c, FILE *errf)
     n += warn_secret(c, "sentinel_password_file", c->store.sentinel_password_file,
                      c->store.sentinel_password_file_line, errf);
     n += warn_unresolved(c, errf);
+    for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
+        n += warn_upstream(c, l, errf);
     return n;
 }

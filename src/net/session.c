@@ -1152,6 +1152,10 @@ static void connect_now(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
     uv_loop_t *loop = l->handle.loop;
+    if (l->up.ss.ss_family == AF_UNSPEC) {
+        upstream_failed(s, UV_EAI_NONAME); /* a name that does not resolve (yet) */
+        return;
+    }
     uv_connect_t *req = malloc(sizeof(*req));
     uv_tcp_t *t = req ? sl_upconn_new(loop) : NULL;
     int rc = t ? 0 : UV_ENOMEM;
@@ -1194,7 +1198,8 @@ void sl_sess_connect_upstream(struct sl_session *s)
          * whose answer is stale is looked up again all the same: a new
          * address reaches the engine (sl_session_pool_reconf) and its new
          * connections, never waited for (the engine may have live ones). */
-        if (sl_resolve_stale(&l->up, uv_now(loop), l->conf->resolve_ttl_us))
+        if (sl_resolve_stale(&l->up, uv_now(loop), l->conf->resolve_ttl_us) ||
+            l->up.ss.ss_family == AF_UNSPEC)
             (void)sl_resolve_start(&l->up, loop);
         if (s->proto->link_open(s) < 0) {
             sl_session_close(s);
@@ -1204,9 +1209,13 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     }
     uint64_t ttl = l->conf->resolve_ttl_us;
-    if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
+    /* A name with no address yet (it did not resolve at load) is looked
+     * up for each new client, which waits for the answer: one lookup at a
+     * time, shared, and the client connects as soon as the name resolves. */
+    int none = l->up.ss.ss_family == AF_UNSPEC && l->up.name[0] != '\0';
+    if ((none || sl_resolve_stale(&l->up, uv_now(loop), ttl)) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);
-    if (ttl == 0 && l->up.req != NULL) {
+    if ((ttl == 0 || none) && l->up.req != NULL) {
         s->resolving = 1; /* connect_timeout still runs (sweep) */
         return;
     }

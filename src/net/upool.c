@@ -79,6 +79,8 @@ struct sl_upool_conn {
                                        takes no new owner, closes once nothing is owed */
     uint8_t               stale;    /* made for an upstream address a reload replaced: never
                                        back in the pool (a pin given back closes it) */
+    uint8_t               noaddr;   /* made while the upstream had no address (its name
+                                       not resolved yet): fails at the next loop turn */
 };
 
 struct sl_upool_key {
@@ -629,6 +631,10 @@ static void on_close(uv_handle_t *h)
 static void on_timer(uv_timer_t *t)
 {
     struct sl_upool_conn *c = t->data;
+    if (c->noaddr) {
+        conn_fail(c, UV_EAI_NONAME, "the upstream's name does not resolve (yet)");
+        return;
+    }
     conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
                                : c->state == C_HANDSHAKE ? "TLS handshake timed out"
                                                          : "setup replies timed out");
@@ -709,8 +715,16 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
     p->handles += 2;
     p->st.connects++;
     p->st.conns++;
-    uv_timer_start(&c->timer, on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
-    int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr, on_connect);
+    /* No address yet (a name that did not resolve): the connection fails
+     * at once, but as a connect does, so its owners hear failed() and get
+     * the usual error in place of each reply; the caller looks the name
+     * up again and a reconfigure brings the address. */
+    c->noaddr = p->conf.addr.ss_family != AF_INET && p->conf.addr.ss_family != AF_INET6;
+    uv_timer_start(&c->timer, on_timer,
+                   c->noaddr ? 0 : p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
+    int rc = c->noaddr ? 0
+                       : uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr,
+                                        on_connect);
     if (rc < 0) {
         /* fails nobody (no owner yet); the handles close */
         c->state = C_CLOSING;

@@ -1059,8 +1059,14 @@ static void test_names(void **state)
     expect_errors("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis://gone.test\n"
                   "[listener a]\nlisten = gone.test:7001\nupstream = gone.test:6379\n",
                   "t.ini:2: admin: cannot resolve 'gone.test': Name or service not known\n"
-                  "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n"
-                  "t.ini:7: upstream: cannot resolve 'gone.test': Name or service not known\n");
+                  "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n");
+    /* An upstream's name is looked up again at run time: not resolving
+     * yet is a warning too; its address stays empty. */
+    c = load_ok("[listener a]\nlisten = 127.0.0.1:7001\nupstream = gone.test:6379\n");
+    assert_int_equal(c->listeners->upstream_unresolved_line, 3);
+    assert_int_equal(c->listeners->upstream.ss.ss_family, AF_UNSPEC);
+    assert_string_equal(c->listeners->upstream.text, "gone.test:6379");
+    sl_conf_free(c);
     /* A redis:// store's name is looked up again at run time: not resolving
      * yet is no error (a warning, conf/warn.c); its address stays empty. */
     c = load_ok("[store]\nurl = redis://gone.test:7000\n"
