@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "conf/conf.h"
@@ -33,15 +34,14 @@ static int warn_secret(const struct sl_conf *c, const char *key, const char *pf,
     return 1;
 }
 
-/* The store's name did not resolve at load: not fatal (conf/resolve.h),
- * but what the operator reads first when every request gets on_failure. */
-static int warn_unresolved(const struct sl_conf *c, FILE *errf)
+/* A name of the store's url (<a>: its host, a cluster seed, a sentinel)
+ * did not resolve at load: not fatal (conf/resolve.h), but what the
+ * operator reads first when every request gets on_failure. */
+static int warn_name(const struct sl_conf *c, const struct sl_addr *a, FILE *errf)
 {
     const struct sl_store_conf *s = &c->store;
-    if (s->unresolved_line == 0)
-        return 0;
-    char host[sizeof(s->addr.text)];
-    snprintf(host, sizeof(host), "%s", s->addr.text);
+    char host[sizeof(a->text)];
+    snprintf(host, sizeof(host), "%s", a->text);
     char *colon = strrchr(host, ':');
     if (colon != NULL)
         *colon = '\0';
@@ -57,6 +57,20 @@ static int warn_unresolved(const struct sl_conf *c, FILE *errf)
                     sl_log_quote(why, strlen(why), e, sizeof(e)));
     }
     return 1;
+}
+
+static int warn_unresolved(const struct sl_conf *c, FILE *errf)
+{
+    const struct sl_store_conf *s = &c->store;
+    if (s->unresolved_line == 0)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < s->n_seeds; i++) {
+        const struct sl_addr *a = &s->seeds[i];
+        if (a->named && a->ss.ss_family != AF_INET && a->ss.ss_family != AF_INET6)
+            n += warn_name(c, a, errf);
+    }
+    return n;
 }
 
 /* An upstream name did not resolve at load: not fatal either (the listener

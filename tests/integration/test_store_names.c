@@ -2,7 +2,9 @@
  * (issue 23, 5): Compose starts sluice before its quota Redis, Kubernetes
  * drops a restarted Redis's DNS record for a while.
  *
- * - `-t` warns (exit 0) for such a store url, `-t --no-resolve` passes a
+ * - `-t` warns (exit 0) for such a store url (a redis:// host, a cluster
+ *   seed, a sentinel: store/cluster.c and store/sentinel.c look theirs up
+ *   again too: test_cluster, test_sentinel), `-t --no-resolve` passes a
  *   file whose every name is foreign, `--no-resolve` alone is refused;
  * - sluice starts with `url = redis://NAME.invalid` (RFC 6761: never
  *   resolves): on_failure = open lets requests through and /readyz says
@@ -89,6 +91,22 @@ static void test_check_and_no_resolve(void **state)
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, ":4: warning: url: cannot resolve 'quota-redis.invalid' now"));
     assert_non_null(strstr(out, "configuration OK"));
+    /* A cluster seed's and a sentinel's: the same. */
+    static const char cluster[] = "[sluice]\nadmin =\n"
+                                  "[store]\nurl = redis-cluster://seed-a.invalid:7000,127.0.0.1:7001\n"
+                                  "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
+    rc = run_check(cluster, "-t", NULL, out, sizeof(out));
+    if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'seed-a.invalid' now") == NULL)
+        print_error("sluice -t said (%d):\n%s", rc, out);
+    assert_int_equal(rc, 0);
+    static const char sentinel[] = "[sluice]\nadmin =\n"
+                                   "[store]\nurl = redis-sentinel://sent-a.invalid,sent-b.invalid/m\n"
+                                   "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
+    rc = run_check(sentinel, "-t", NULL, out, sizeof(out));
+    if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'sent-b.invalid' now") == NULL)
+        print_error("sluice -t said (%d):\n%s", rc, out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, ":4: warning: url: cannot resolve 'sent-a.invalid' now"));
 
     /* Every name foreign (a Compose file): -t fails (the admin address
      * must resolve: it is bound), -t --no-resolve passes. */

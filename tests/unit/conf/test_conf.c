@@ -1075,10 +1075,19 @@ static void test_names(void **state)
     assert_int_equal(c->store.addr.ss.ss_family, AF_UNSPEC);
     assert_string_equal(c->store.addr.text, "gone.test:7000");
     sl_conf_free(c);
-    /* Cluster seeds and sentinels are not looked up again: still errors. */
-    expect_errors("[store]\nurl = redis-cluster://gone.test:7000\n"
-                  "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n",
-                  "t.ini:2: url: cannot resolve 'gone.test': Name or service not known\n");
+    /* Cluster seeds and sentinels are looked up again when they are to be
+     * tried: the same warning, the others resolved as usual. */
+    c = load_ok("[store]\nurl = redis-cluster://gone.test:7000,store.test:7001\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n");
+    assert_int_equal(c->store.unresolved_line, 2);
+    assert_int_equal(c->store.seeds[0].ss.ss_family, AF_UNSPEC);
+    assert_string_equal(ip_of(&c->store.seeds[1], ip), "10.0.0.9");
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://gone.test:26379/mymaster\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n");
+    assert_int_equal(c->store.unresolved_line, 2);
+    assert_int_equal(c->store.seeds[0].ss.ss_family, AF_UNSPEC);
+    sl_conf_free(c);
     /* --no-resolve: no name is looked up, none is an error. */
     sl_conf_no_resolve = 1;
     c = load_ok("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis-cluster://gone.test:7000\n"
