@@ -168,7 +168,8 @@ static void send_cmd(struct th_conn *c, const char *a, const char *b)
 {
     char buf[256];
     if (b != NULL)
-        snprintf(buf, sizeof(buf), "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(a), a, strlen(b), b);
+        snprintf(buf, sizeof(buf), "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(a), a,
+                 strlen(b), b);
     else
         snprintf(buf, sizeof(buf), "*1\r\n$%zu\r\n%s\r\n", strlen(a), a);
     assert_int_equal(th_conn_send(c, buf), 0);

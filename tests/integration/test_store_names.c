@@ -93,14 +93,16 @@ static void test_check_and_no_resolve(void **state)
     assert_non_null(strstr(out, "configuration OK"));
     /* A cluster seed's and a sentinel's: the same. */
     static const char cluster[] = "[sluice]\nadmin =\n"
-                                  "[store]\nurl = redis-cluster://seed-a.invalid:7000,127.0.0.1:7001\n"
+                                  "[store]\nurl = redis-cluster://seed-a.invalid:7000,"
+                                  "127.0.0.1:7001\n"
                                   "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
     rc = run_check(cluster, "-t", NULL, out, sizeof(out));
     if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'seed-a.invalid' now") == NULL)
         print_error("sluice -t said (%d):\n%s", rc, out);
     assert_int_equal(rc, 0);
     static const char sentinel[] = "[sluice]\nadmin =\n"
-                                   "[store]\nurl = redis-sentinel://sent-a.invalid,sent-b.invalid/m\n"
+                                   "[store]\nurl = redis-sentinel://sent-a.invalid,"
+                                   "sent-b.invalid/m\n"
                                    "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
     rc = run_check(sentinel, "-t", NULL, out, sizeof(out));
     if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'sent-b.invalid' now") == NULL)
