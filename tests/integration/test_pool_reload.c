@@ -162,6 +162,25 @@ static int held_wait(int port, int want)
     return -1;
 }
 
+/* Stops <pid> (SIGSTOP) and waits until it is stopped: the signal is
+ * delivered asynchronously, and a Redis still running could answer the
+ * request the test means it to hold. */
+static void stop(pid_t pid)
+{
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (uint64_t end = th_now_ms() + TH_MS; th_now_ms() < end; usleep(1000)) {
+        char *st = th_slurp(path);
+        const char *rp = st != NULL ? strrchr(st, ')') : NULL; /* the name may hold spaces */
+        int stopped = rp != NULL && (rp[2] == 'T' || rp[2] == 't');
+        free(st);
+        if (stopped)
+            return;
+    }
+    fail_msg("process %d did not stop", (int)pid);
+}
+
 /* ---- clients -------------------------------------------------------------------- */
 
 static void send_cmd(struct th_conn *c, const char *a, const char *b)
@@ -268,7 +287,7 @@ static void test_grow(void **state)
     cmd_expect(&c[0], "PING", NULL, "+PONG\r\n");
     assert_int_equal(conns_wait(g.r1.port, 1), 0);
     reload(&g, g.r1.port, "upstream_pool = 3\n");
-    kill(g.r1.pid, SIGSTOP);
+    stop(g.r1.pid);
     spread(c, 3, g.r1.port, 0);
     kill(g.r1.pid, SIGCONT);
     answers(c, 3);
@@ -289,7 +308,7 @@ static void test_shrink(void **state)
     struct th_conn c[4];
     for (int i = 0; i < 4; i++)
         open_client(&c[i], g.port);
-    kill(g.r1.pid, SIGSTOP);
+    stop(g.r1.pid);
     spread(c, 4, g.r1.port, 0);
     reload(&g, g.r1.port, "upstream_pool = 1\n");
     kill(g.r1.pid, SIGCONT);
@@ -307,7 +326,7 @@ static void test_shrink(void **state)
     assert_int_equal(upstream_conns(g.r1.port), 1);
     /* Idle ones close at once. */
     reload(&g, g.r1.port, "upstream_pool = 3\n");
-    kill(g.r1.pid, SIGSTOP);
+    stop(g.r1.pid);
     spread(c, 3, g.r1.port, 0);
     kill(g.r1.pid, SIGCONT);
     answers(c, 3);
@@ -377,7 +396,7 @@ static void test_idle_timeout(void **state)
     struct th_conn c[2];
     for (int i = 0; i < 2; i++)
         open_client(&c[i], g.port);
-    kill(g.r1.pid, SIGSTOP);
+    stop(g.r1.pid);
     spread(c, 2, g.r1.port, 0);
     kill(g.r1.pid, SIGCONT);
     answers(c, 2);
@@ -410,7 +429,7 @@ static void test_address(void **state)
     cmd_expect(&idle, "GET", "k0", "$4\r\nold0\r\n");
     cmd_expect(&tx, "MULTI", NULL, "+OK\r\n");
     cmd_expect(&tx, "INCR", "t", "+QUEUED\r\n");
-    kill(g.r1.pid, SIGSTOP);
+    stop(g.r1.pid);
     send_cmd(&busy, "GET", "k1");
     assert_int_equal(held_wait(g.r1.port, 1), 0);
     reload(&g, g.r2.port, "upstream_pool = 2\n");
