@@ -1194,10 +1194,8 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     if (l->conf->upstream_pool > 0 && s->proto->link_open != NULL) {
         /* Pooled: no connection of its own; the listener's engine connects
-         * when the first request goes (a failure then answers it). A name
-         * whose answer is stale is looked up again all the same: a new
-         * address reaches the engine (sl_session_pool_reconf) and its new
-         * connections, never waited for (the engine may have live ones). */
+         * when the first request goes (a failure then answers it). A stale
+         * name is looked up, not waited for: sl_session_pool_reconf. */
         if (sl_resolve_stale(&l->up, uv_now(loop), l->conf->resolve_ttl_us) ||
             l->up.ss.ss_family == AF_UNSPEC)
             (void)sl_resolve_start(&l->up, loop);
@@ -1209,9 +1207,8 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     }
     uint64_t ttl = l->conf->resolve_ttl_us;
-    /* A name with no address yet (it did not resolve at load) is looked
-     * up for each new client, which waits for the answer: one lookup at a
-     * time, shared, and the client connects as soon as the name resolves. */
+    /* A name with no address yet (not resolved at load): each new client
+     * waits for a lookup (one at a time, shared) before it connects. */
     int none = l->up.ss.ss_family == AF_UNSPEC && l->up.name[0] != '\0';
     if ((none || sl_resolve_stale(&l->up, uv_now(loop), ttl)) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);
