@@ -8,7 +8,10 @@
 # worker process), and the requests Redis served per read of a socket
 # (INFO stats total_commands_processed / total_reads_processed: the batch
 # size the proxy achieves). Prints medians, spreads (min-max) and the median
-# of the per-round ratios. Ports 7490-7495 (POOL_H2H_BASE).
+# of the per-round ratios. Also how often the proxy and Redis slept per
+# request (voluntary context switches) and how long the proxy waited for a
+# CPU while runnable (schedstat): other work on the machine shows there.
+# Ports 7490-7495 (POOL_H2H_BASE).
 #
 #   tests/bench/pool_vs_twem.sh                      # 9 rounds, 400 clients, N = 4
 #   ROUNDS=5 C=50 N=2 tests/bench/pool_vs_twem.sh
@@ -86,12 +89,15 @@ NP=$(cat $W/nut.pid); RSP=$(cat $W/redis.$RS.pid); RTP=$(cat $W/redis.$RT.pid)
 TG=("sluice $((B+2)) $SP $RS $RSP" "twem $((B+3)) $NP $RT $RTP")
 [ -n "$BIN2" ] && TG+=("sluice2 $((B+6)) $SP2 $R2 $(cat $W/redis.$R2.pid)")
 
-# runtime in ns of <pid>, its threads and its child processes (schedstat)
+# runtime in ns of <pid>, its threads and its child processes (schedstat);
+# with <2> the time they were runnable but waited for a CPU instead
 cpu_ns() {
-    local t=0 v p f
+    local t=0 v w p f
     for p in "$1" $(pgrep -P "$1" 2>/dev/null); do
         for f in /proc/"$p"/task/*/schedstat; do
-            v=0; read -r v _ < "$f" 2>/dev/null; t=$((t + ${v:-0}))
+            v=0; w=0; read -r v w _ < "$f" 2>/dev/null
+            [ "${2:-}" = wait ] && v=$w
+            t=$((t + ${v:-0}))
         done
     done
     echo $t
@@ -116,24 +122,24 @@ rstats() {
 }
 # one run: name port proxy-pid redis-port redis-pid test
 run() {
-    local c0 c1 r0 r1 s0 s1 out w0 w1 v0 v1 up
-    w0=$(sleeps "$3"); v0=$(sleeps "$5")
+    local c0 c1 r0 r1 s0 s1 out w0 w1 v0 v1 up q0 q1
+    w0=$(sleeps "$3"); v0=$(sleeps "$5"); q0=$(cpu_ns "$3" wait)
     c0=$(cpu_ns "$3"); r0=$(cpu_ns "$5"); s0=$(rstats "$4")
     out=$($PB redis-benchmark -p "$2" -c "$C" -n "$NREQ" -t "$6" -P 1 --csv 2>/dev/null)
     c1=$(cpu_ns "$3"); r1=$(cpu_ns "$5"); s1=$(rstats "$4")
-    w1=$(sleeps "$3"); v1=$(sleeps "$5")
+    w1=$(sleeps "$3"); v1=$(sleeps "$5"); q1=$(cpu_ns "$3" wait)
     # the proxy's upstream connections (less this one; SHARED=1: every proxy's)
     up=$(redis-cli -p "$4" info clients | tr -d '\r' | awk -F: '$1 == "connected_clients" { print $2 - 1 }')
     # "test","rps","avg","min","p50","p95","p99","max"
     echo "$out" | awk -F, -v n="$1" -v t="$6" -v c0="$c0" -v c1="$c1" -v r0="$r0" -v r1="$r1" \
-        -v s0="$s0" -v s1="$s1" -v nreq="$NREQ" -v w="$((w1 - w0))" -v v="$((v1 - v0))" -v up="$up" 'NR == 2 {
+        -v s0="$s0" -v s1="$s1" -v nreq="$NREQ" -v w="$((w1 - w0))" -v v="$((v1 - v0))" -v up="$up" -v q="$((q1 - q0))" 'NR == 2 {
             gsub(/"/, ""); split(s0, a, " "); split(s1, b, " ")
-            printf "%s %s %d %s %s %.3f %.3f %.2f %.3f %.3f %d\n", n, t, $2, $5, $7,
+            printf "%s %s %d %s %s %.3f %.3f %.2f %.3f %.3f %d %.3f\n", n, t, $2, $5, $7,
                 (c1 - c0) / 1e3 / nreq, (r1 - r0) / 1e3 / nreq,
-                ((b[2] - a[2]) > 0 ? (b[1] - a[1]) / (b[2] - a[2]) : 0), w / nreq, v / nreq, up }'
+                ((b[2] - a[2]) > 0 ? (b[1] - a[1]) / (b[2] - a[2]) : 0), w / nreq, v / nreq, up, q / 1e3 / nreq }'
 }
 echo "# C=$C N=$N workers=$W_SL twemproxy server_connections=$TW SHARED=$SHARED PIN=${PIN:-none} NREQ=$NREQ ROUNDS=$ROUNDS" >&2
-echo "# name test req/s p50_ms p99_ms proxy_us/req redis_us/req req/redis_read proxy_sleeps/req redis_sleeps/req upstream_conns" >&2
+echo "# name test req/s p50_ms p99_ms proxy_us/req redis_us/req req/redis_read proxy_sleeps/req redis_sleeps/req upstream_conns proxy_runq_us/req" >&2
 # the order rotates each round (and reverses every other): whoever runs
 # first may find the scheduler's placement better or worse
 nt=${#TG[@]}
@@ -147,7 +153,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done | tee $W/out >&2
 python3 - "$W/out" "$C" "$N" "$W_SL" "$TW" <<'PY'
 import statistics as st, sys
-rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 11]
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 12]
 C, N, WS, TW = sys.argv[2:6]
 def col(name, t, i):
     return [float(x[i]) for x in rows if x[0] == name and x[1] == t]
@@ -160,7 +166,8 @@ for t in ("get", "set"):
     for i, what, fmt in ((2, "req/s", "%.0f"), (3, "p50 ms", "%.3f"), (4, "p99 ms", "%.3f"),
                          (5, "proxy us/req", "%.2f"), (6, "redis us/req", "%.2f"),
                          (7, "req/redis read", "%.1f"), (8, "proxy sleeps/r", "%.3f"),
-                         (9, "redis sleeps/r", "%.3f"), (10, "upstream conns", "%.0f")):
+                         (9, "redis sleeps/r", "%.3f"), (10, "upstream conns", "%.0f"),
+                         (11, "proxy runq us/r", "%.2f")):
         out = "  %-15s" % what
         for n in names:
             a = col(n, t, i)
