@@ -2,7 +2,7 @@
 # Head to head: a pooled sluice listener (workers = W, upstream_pool = N)
 # against twemproxy (server_connections TW), each in front of a Redis of its
 # own (SHARED=1: both in front of one Redis, as the make bench rows are), in
-# interleaved rounds of redis-benchmark -P 1 whose order alternates.
+# interleaved rounds of redis-benchmark -P 1 whose order rotates.
 # Per run: req/s, p50 and p99 (redis-benchmark --csv), the proxy's and its
 # Redis's CPU time per request (runtime from schedstat, every thread and
 # worker process), and the requests Redis served per read of a socket
@@ -11,28 +11,31 @@
 # of the per-round ratios. Also how often the proxy and Redis slept per
 # request (voluntary context switches) and how long the proxy waited for a
 # CPU while runnable (schedstat): other work on the machine shows there.
-# Ports 7490-7495 (POOL_H2H_BASE).
+# Ports 7490-7496 (POOL_H2H_BASE).
 #
 #   tests/bench/pool_vs_twem.sh                      # 9 rounds, 400 clients, N = 4
 #   ROUNDS=5 C=50 N=2 tests/bench/pool_vs_twem.sh
 #   PIN=1 tests/bench/pool_vs_twem.sh                # the pinned placement below
 #   PIN=b0,p1,r1 tests/bench/pool_vs_twem.sh         # bench on CPU 0, proxies and Redis on 1
+#   N=1 ...            # like for like: one upstream connection each
 #   SYSCALLS=1 ...     # afterwards one run per proxy under perf stat: system calls per request
 #   SLUICE_BIN2=/tmp/old/sluice ...   # a second sluice build beside (A/B), Redis of its own
 #
 # Pinning (PIN=bX,pY,rZ: taskset CPU lists for the load generator, the
-# proxies and the Redis servers; PIN=1 is b0,p1,r1): on a 2-core VM shared
-# with other work, unpinned throughput is bimodal (the scheduler puts the
-# proxy with the load generator or with Redis, and a run lands on either);
-# with every process placed, runs repeat (docs/benchmarks.md, "Pooled
-# against twemproxy").
+# proxies and the Redis servers; PIN=1 is b0,p0,r1): on a 2-core VM
+# unpinned throughput swings with where the scheduler puts the proxy. With
+# the load generator and the proxy on one CPU and Redis alone on the other,
+# runs repeated within about 10 % while the machine was otherwise quiet
+# (the proxy's CPU per request then decides); no placement holds while
+# other work loads the machine: read the CPU, batch and sleep columns then
+# (docs/benchmarks.md, "Pooled against twemproxy, head to head").
 set -u
 B=${POOL_H2H_BASE:-7490}
 BIN=${SLUICE_BIN:-build/sluice}
 ROUNDS=${ROUNDS:-9}; C=${C:-400}; N=${N:-4}; NREQ=${NREQ:-200000}
 W_SL=${WORKERS:-1}; TW=${TW:-1}; TESTS=${TESTS:-get set}
 SHARED=${SHARED:-0}; PIN=${PIN:-}; SYSCALLS=${SYSCALLS:-0}
-[ "$PIN" = 1 ] && PIN=b0,p1,r1
+[ "$PIN" = 1 ] && PIN=b0,p0,r1
 PB=""; PP=""; PR=""
 if [ -n "$PIN" ]; then
     for f in ${PIN//,/ }; do
