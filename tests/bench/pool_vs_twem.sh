@@ -10,7 +10,8 @@
 # size the proxy achieves). Prints medians, spreads (min-max) and the median
 # of the per-round ratios. Also how often the proxy and Redis slept per
 # request (voluntary context switches) and how long the proxy waited for a
-# CPU while runnable (schedstat): other work on the machine shows there.
+# CPU while runnable (schedstat): other work on the machine shows there;
+# and the load generator's own CPU per request (bash's time).
 # Ports 7490-7496 (POOL_H2H_BASE).
 #
 #   tests/bench/pool_vs_twem.sh                      # 9 rounds, 400 clients, N = 4
@@ -128,21 +129,26 @@ run() {
     local c0 c1 r0 r1 s0 s1 out w0 w1 v0 v1 up q0 q1
     w0=$(sleeps "$3"); v0=$(sleeps "$5"); q0=$(cpu_ns "$3" wait)
     c0=$(cpu_ns "$3"); r0=$(cpu_ns "$5"); s0=$(rstats "$4")
-    out=$($PB redis-benchmark -p "$2" -c "$C" -n "$NREQ" -t "$6" -P 1 --csv 2>/dev/null)
+    # the load generator's own CPU (user + system, ms) from bash's time
+    local TIMEFORMAT='%3U %3S' bt
+    bt=$( { time $PB redis-benchmark -p "$2" -c "$C" -n "$NREQ" -t "$6" -P 1 --csv \
+            >$W/bench.csv 2>/dev/null; } 2>&1 )
+    out=$(cat $W/bench.csv)
     c1=$(cpu_ns "$3"); r1=$(cpu_ns "$5"); s1=$(rstats "$4")
     w1=$(sleeps "$3"); v1=$(sleeps "$5"); q1=$(cpu_ns "$3" wait)
     # the proxy's upstream connections (less this one; SHARED=1: every proxy's)
     up=$(redis-cli -p "$4" info clients | tr -d '\r' | awk -F: '$1 == "connected_clients" { print $2 - 1 }')
     # "test","rps","avg","min","p50","p95","p99","max"
     echo "$out" | awk -F, -v n="$1" -v t="$6" -v c0="$c0" -v c1="$c1" -v r0="$r0" -v r1="$r1" \
-        -v s0="$s0" -v s1="$s1" -v nreq="$NREQ" -v w="$((w1 - w0))" -v v="$((v1 - v0))" -v up="$up" -v q="$((q1 - q0))" 'NR == 2 {
+        -v s0="$s0" -v s1="$s1" -v nreq="$NREQ" -v w="$((w1 - w0))" -v v="$((v1 - v0))" -v up="$up" -v q="$((q1 - q0))" -v bt="$bt" 'NR == 2 {
             gsub(/"/, ""); split(s0, a, " "); split(s1, b, " ")
-            printf "%s %s %d %s %s %.3f %.3f %.2f %.3f %.3f %d %.3f\n", n, t, $2, $5, $7,
+            split(bt, u, " ")
+            printf "%s %s %d %s %s %.3f %.3f %.2f %.3f %.3f %d %.3f %.3f\n", n, t, $2, $5, $7,
                 (c1 - c0) / 1e3 / nreq, (r1 - r0) / 1e3 / nreq,
-                ((b[2] - a[2]) > 0 ? (b[1] - a[1]) / (b[2] - a[2]) : 0), w / nreq, v / nreq, up, q / 1e3 / nreq }'
+                ((b[2] - a[2]) > 0 ? (b[1] - a[1]) / (b[2] - a[2]) : 0), w / nreq, v / nreq, up, q / 1e3 / nreq, (u[1] + u[2]) * 1e6 / nreq }'
 }
 echo "# C=$C N=$N workers=$W_SL twemproxy server_connections=$TW SHARED=$SHARED PIN=${PIN:-none} NREQ=$NREQ ROUNDS=$ROUNDS" >&2
-echo "# name test req/s p50_ms p99_ms proxy_us/req redis_us/req req/redis_read proxy_sleeps/req redis_sleeps/req upstream_conns proxy_runq_us/req" >&2
+echo "# name test req/s p50_ms p99_ms proxy_us/req redis_us/req req/redis_read proxy_sleeps/req redis_sleeps/req upstream_conns proxy_runq_us/req bench_us/req" >&2
 # the order rotates each round (and reverses every other): whoever runs
 # first may find the scheduler's placement better or worse
 nt=${#TG[@]}
@@ -156,7 +162,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done | tee $W/out >&2
 python3 - "$W/out" "$C" "$N" "$W_SL" "$TW" <<'PY'
 import statistics as st, sys
-rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 12]
+rows = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 13]
 C, N, WS, TW = sys.argv[2:6]
 def col(name, t, i):
     return [float(x[i]) for x in rows if x[0] == name and x[1] == t]
@@ -170,7 +176,7 @@ for t in ("get", "set"):
                          (5, "proxy us/req", "%.2f"), (6, "redis us/req", "%.2f"),
                          (7, "req/redis read", "%.1f"), (8, "proxy sleeps/r", "%.3f"),
                          (9, "redis sleeps/r", "%.3f"), (10, "upstream conns", "%.0f"),
-                         (11, "proxy runq us/r", "%.2f")):
+                         (11, "proxy runq us/r", "%.2f"), (12, "bench us/req", "%.2f")):
         out = "  %-15s" % what
         for n in names:
             a = col(n, t, i)
