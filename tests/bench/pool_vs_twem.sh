@@ -26,9 +26,9 @@
 # proxies and the Redis servers; PIN=1 is b0,p0,r1): on a 2-core VM
 # unpinned throughput swings with where the scheduler puts the proxy. With
 # the load generator and the proxy on one CPU and Redis alone on the other,
-# runs repeated within about 10 % while the machine was otherwise quiet
-# (the proxy's CPU per request then decides); no placement holds while
-# other work loads the machine: read the CPU, batch and sleep columns then
+# runs repeated within about 10 % in one series (the proxy's CPU per
+# request then decides), not in others; no placement holds while much other
+# work loads the machine: read the CPU, batch, sleep and run-queue columns
 # (docs/benchmarks.md, "Pooled against twemproxy, head to head").
 set -u
 B=${POOL_H2H_BASE:-7490}
