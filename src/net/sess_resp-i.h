@@ -30,6 +30,8 @@ struct sl_resp_sess {
     uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
     uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
     uint8_t             quit;       /* a QUIT was framed: nothing after it is */
+    uint8_t             silent;     /* the last request sent on has no reply (CLIENT REPLY
+                                       OFF, or the one SKIP covers): nothing owed says it ran */
     uint8_t             setup_left; /* set-up commands that may still go uncharged;
                                        0 once the connection's set-up is over */
     uint8_t             sub_hold;   /* the ring's head waits for confirmations that say

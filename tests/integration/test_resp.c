@@ -518,6 +518,34 @@ static void test_resp3_push_then_protocol_error(void **state)
     free(proxied);
 }
 
+/* Garbage behind requests whose replies Redis does not send (CLIENT REPLY
+ * OFF, or the one SKIP covers): what those requests made Redis push to the
+ * client itself (the message a PUBLISH delivers to its own subscription)
+ * still comes before the close, as it does from Redis, which runs them
+ * before it reads the garbage. No reply is owed, so sluice has no answer
+ * to wait for: it must learn from the upstream that they ran. */
+static void test_silent_then_protocol_error(void **state)
+{
+    (void)state;
+    static const char *const in[2] = {
+        "CLIENT REPLY OFF\r\nSUBSCRIBE pe:3\r\nPUBLISH pe:3 m\r\n*1\r\n$abc\r\n",
+        "SUBSCRIBE pe:4\r\nCLIENT REPLY SKIP\r\nPUBLISH pe:4 m\r\n*1\r\n$abc\r\n",
+    };
+    static const char *const want[2] = {
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:3\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:3\r\n$1\r\nm\r\n",
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:4\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:4\r\n"
+        "$1\r\nm\r\n-ERR Protocol error: invalid bulk length\r\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn c;
+        assert_int_equal(th_conn_open(&c, sport), 0);
+        hello3(&c);
+        assert_int_equal(th_conn_send(&c, in[k]), 0);
+        assert_int_equal(th_expect_close(c.fd, want[k], strlen(want[k]), TH_MS), 0);
+        th_conn_close(&c);
+    }
+}
+
 /* Every RESP3 reply type, pipelined, then garbage: the same bytes as from
  * Redis, so the attribute (which precedes its reply) and the push (which
  * answers nothing) were not counted as replies - or the error would have
@@ -912,6 +940,7 @@ int main(void)
         cmocka_unit_test_teardown(test_resp3_types, check_alive),
         cmocka_unit_test_teardown(test_resp3_tracking_push, check_alive),
         cmocka_unit_test_teardown(test_resp3_push_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_silent_then_protocol_error, check_alive),
         cmocka_unit_test_teardown(test_resp3_all_types, check_alive),
         cmocka_unit_test_teardown(test_monitor, check_alive),
         cmocka_unit_test_teardown(test_client_half_close, check_alive),
