@@ -322,6 +322,14 @@ int sl_rpool_wait(struct sl_session *s, const struct prec *c)
     return 1;
 }
 
+/* The protocol sluice's own answers speak: the pool key's, but while the
+ * key is not known (SL_PIN_ODD: a HELLO queued in MULTI, which switches
+ * when EXEC runs it) the one the client's requests asked for last. */
+static int local_resp3(const struct sl_resp_sess *r)
+{
+    return (r->pin.why & SL_PIN_ODD) ? r->rc.resp3 : r->key.resp == 3;
+}
+
 /* The local reply to a pooled session's request <c>, in <out>. */
 static size_t local_text(struct sl_session *s, const struct prec *c, char *out, size_t cap)
 {
@@ -339,7 +347,7 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
         break;
     case SL_RLOCAL_GETNAME:
         if (r->name == NULL)
-            n = snprintf(out, cap, r->key.resp == 3 ? "_\r\n" : "$-1\r\n");
+            n = snprintf(out, cap, local_resp3(r) ? "_\r\n" : "$-1\r\n");
         else
             n = snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(r->name), r->name);
         break;
@@ -358,7 +366,9 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
     case SL_RLOCAL_INFO:
     case SL_RLOCAL_LIST: {
         if (c->info.local == SL_RLOCAL_LIST && c->list_out != 0) {
-            n = snprintf(out, cap, c->list_out == 1 ? "$0\r\n\r\n" : "-ERR syntax error\r\n");
+            n = snprintf(out, cap, c->list_out == 2   ? "-ERR syntax error\r\n"
+                                   : local_resp3(r) ? "=4\r\ntxt:\r\n"
+                                                    : "$0\r\n\r\n");
             break;
         }
         char line[1024], peer[64] = "?", self[64] = "?";
@@ -376,10 +386,12 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
                          "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
                          (unsigned long long)s->id, peer, self, r->name ? r->name : "",
                          (int)r->key.db, c->info.local == SL_RLOCAL_INFO ? "info" : "list",
-                         r->key.user, (int)r->key.resp, r->lib[0] ? r->lib[0] : "",
+                         r->key.user, local_resp3(r) ? 3 : 2, r->lib[0] ? r->lib[0] : "",
                          r->lib[1] ? r->lib[1] : "");
+        /* under RESP3 Redis answers a verbatim string ("txt") */
         if (k > 0 && (size_t)k < sizeof(line))
-            n = snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
+            n = local_resp3(r) ? snprintf(out, cap, "=%d\r\ntxt:%s\r\n", k + 4, line)
+                               : snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
         break;
     }
     case SL_RLOCAL_KILL:

@@ -405,6 +405,43 @@ static void test_local_after_hello(void **state)
     same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
 }
 
+/* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
+ * pool key is not known then: the client keeps its connection); what
+ * sluice answers itself afterwards speaks the protocol the client asked
+ * for (the differential fuzzer's seed 11 round 56: GETNAME's nil). */
+static void test_local_hello_in_multi(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nMULTI\r\nHELLO 2\r\nEXEC\r\nCLIENT GETNAME\r\n"
+                  "MULTI\r\nHELLO 3\r\nEXEC\r\nCLIENT GETNAME\r\n",
+                  9, 1u | 8u | 128u);
+}
+
+/* Under RESP3, CLIENT INFO and CLIENT LIST are verbatim strings ("=<n>\r\n
+ * txt:<line>"), as from Redis. */
+static void test_local_info_resp3(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nCLIENT LIST ID 99999999\r\n", 2, 1u);
+    static const char *const ask[2] = { "CLIENT INFO\r\n", "CLIENT LIST\r\n" };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn p = { .fd = -1 };
+        assert_int_equal(th_conn_open(&p, pport), 0);
+        assert_int_equal(th_conn_send(&p, "HELLO 3\r\n"), 0);
+        free(th_conn_reply(&p, TH_MS));
+        assert_int_equal(th_conn_send(&p, ask[k]), 0);
+        char *r = th_conn_reply(&p, TH_MS);
+        assert_non_null(r);
+        char *body = strstr(r, "\r\n");
+        assert_non_null(body);
+        if (r[0] != '=' || strncmp(body + 2, "txt:id=", 7) != 0)
+            fail_msg("%s: '%s', want a verbatim string", ask[k], r);
+        assert_int_equal(strtol(r + 1, NULL, 10), (long)(strlen(body + 2) - 2));
+        free(r);
+        th_conn_close(&p);
+    }
+}
+
 /* Garbage behind requests whose replies Redis does not send, on the
  * client's own connection (CLIENT REPLY OFF, or the request SKIP covers):
  * the message its own PUBLISH delivers to its subscription still comes
@@ -604,6 +641,8 @@ int main(void)
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
+        cmocka_unit_test(test_local_hello_in_multi),
+        cmocka_unit_test(test_local_info_resp3),
         cmocka_unit_test(test_script_kill),
         cmocka_unit_test(test_silent_then_protocol_error),
         cmocka_unit_test(test_big_request),
