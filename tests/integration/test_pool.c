@@ -405,6 +405,29 @@ static void test_local_after_hello(void **state)
     same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
 }
 
+/* A PUBLISH in MULTI to the client's own subscription: Redis 7.0 writes the
+ * message inside EXEC's reply, which is none of its elements; the garbage's
+ * error comes after the whole of it (the differential fuzzer's seed 19
+ * round 4), and a client after it is served as usual. */
+static void test_push_inside_exec(void **state)
+{
+    (void)state;
+    static const char want[] = ">3\r\n$9\r\nsubscribe\r\n$4\r\npx:1\r\n:1\r\n+OK\r\n+QUEUED\r\n"
+                               "*1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npx:1\r\n$1\r\nm\r\n:1\r\n"
+                               "-ERR Protocol error: invalid bulk length\r\n";
+    struct th_conn c = { .fd = -1 };
+    assert_int_equal(th_conn_open(&c, pport), 0);
+    assert_int_equal(th_conn_send(&c, "HELLO 3\r\n"), 0);
+    free(th_conn_reply(&c, TH_MS));
+    assert_int_equal(th_conn_send(&c, "SUBSCRIBE px:1\r\nMULTI\r\nPUBLISH px:1 m\r\nEXEC\r\n"
+                                      "*1\r\n$04\r\nPING\r\n"), 0);
+    assert_int_equal(th_expect_close(c.fd, want, sizeof(want) - 1, TH_MS), 0);
+    th_conn_close(&c);
+    redisContext *d = conn(pport);
+    expect_str(d, "PONG", "PING");
+    redisFree(d);
+}
+
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
  * pool key is not known then: the client keeps its connection); what
  * sluice answers itself afterwards speaks the protocol the client asked
@@ -642,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
         cmocka_unit_test(test_local_hello_in_multi),
+        cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),
         cmocka_unit_test(test_script_kill),
         cmocka_unit_test(test_silent_then_protocol_error),

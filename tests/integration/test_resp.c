@@ -546,6 +546,28 @@ static void test_silent_then_protocol_error(void **state)
     }
 }
 
+/* A PUBLISH in MULTI to the client's own subscription: Redis 7.0 writes the
+ * message in the middle of EXEC's reply, which still counts one element
+ * per command; the garbage's error comes after the whole of it (the
+ * differential fuzzer's seed 19 round 4). */
+static void test_push_inside_exec_then_protocol_error(void **state)
+{
+    (void)state;
+    static const char want[] = ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:5\r\n:1\r\n+OK\r\n+QUEUED\r\n"
+                               "*1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:5\r\n$1\r\nm\r\n:1\r\n"
+                               "-ERR Protocol error: invalid bulk length\r\n";
+    int ports[2] = { redis_p.port, sport };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn c;
+        assert_int_equal(th_conn_open(&c, ports[k]), 0);
+        hello3(&c);
+        assert_int_equal(th_conn_send(&c, "SUBSCRIBE pe:5\r\nMULTI\r\nPUBLISH pe:5 m\r\nEXEC\r\n"
+                                          "*1\r\n$04\r\nPING\r\n"), 0);
+        assert_int_equal(th_expect_close(c.fd, want, sizeof(want) - 1, TH_MS), 0);
+        th_conn_close(&c);
+    }
+}
+
 /* Every RESP3 reply type, pipelined, then garbage: the same bytes as from
  * Redis, so the attribute (which precedes its reply) and the push (which
  * answers nothing) were not counted as replies - or the error would have
@@ -941,6 +963,7 @@ int main(void)
         cmocka_unit_test_teardown(test_resp3_tracking_push, check_alive),
         cmocka_unit_test_teardown(test_resp3_push_then_protocol_error, check_alive),
         cmocka_unit_test_teardown(test_silent_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_push_inside_exec_then_protocol_error, check_alive),
         cmocka_unit_test_teardown(test_resp3_all_types, check_alive),
         cmocka_unit_test_teardown(test_monitor, check_alive),
         cmocka_unit_test_teardown(test_client_half_close, check_alive),
