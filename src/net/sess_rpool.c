@@ -46,6 +46,7 @@ struct prec {
     char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
     char    *mname;    /* EXEC, DISCARD: the name a SETNAME queued in their */
     uint8_t  mnamed;   /* ... transaction gives if it runs (<mnamed>: one was queued) */
+    uint8_t  unanswered; /* a name (<hname>) Redis took with no reply: set in its turn */
 };
 
 static void prec_free(struct prec *p)
@@ -452,6 +453,28 @@ void sl_rpool_local(struct sl_session *s, const struct prec *c)
     sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | close);
 }
 
+/* Request <c> named the client (<c->hname>, "" for none) and Redis sends
+ * no reply to it (CLIENT REPLY OFF, or the one SKIP covers): the name is
+ * kept once every reply owed before it is in (a RESET pipelined before it
+ * clears the name when its answer comes, not after). Takes <c>. */
+static void name_unanswered(struct sl_session *s, struct prec *c)
+{
+    struct sl_resp_sess *r = rs(s);
+    if (r->owed_total == r->paid_total) {
+        set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
+        if (r->name != NULL)
+            c->hname = NULL;
+        prec_free(c);
+        return;
+    }
+    c->unanswered = 1;
+    c->seq = r->owed_total;
+    if (pq_push(&r->pool_ans, c) < 0) {
+        prec_free(c);
+        sl_session_close(s);
+    }
+}
+
 /* Request <c> went upstream (the replies owed were <before>, now
  * owed_total): the pins it starts, and its answer awaited when it ends
  * one or moves the key. Takes <c>. */
@@ -472,18 +495,37 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
         r->pin.why |= SL_PIN_ODD;
+        if (!r->rc.in_multi && c->hname != NULL && c->info.pass_arg == 0 &&
+            (c->hname[0] == '\0' || sl_rcmd_name_ok(c->hname, strlen(c->hname)))) {
+            /* HELLO ... SETNAME with no reply (CLIENT REPLY OFF / SKIP) and
+             * no password to refuse: Redis takes the name */
+            name_unanswered(s, c);
+            return;
+        }
         prec_free(c);
         return;
     }
     if (c->info.cls == SL_RCMD_LOCAL && c->info.local == SL_RLOCAL_SETNAME &&
-        r->owed_total != before && !c->stream &&
+        (r->owed_total != before || !r->rc.in_multi) && !c->stream &&
         (c->arglen == 0 || sl_rcmd_name_ok(c->arg, c->arglen))) {
         /* a name Redis will take: kept when it ran (EXEC's reply inside a
-         * transaction, else its own +OK) */
+         * transaction, else its own +OK; at once when Redis sends no reply,
+         * under CLIENT REPLY OFF or SKIP: it takes every name let through) */
         char *name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
         if (c->arglen > 0 && name == NULL) {
             prec_free(c);
             sl_session_close(s);
+            return;
+        }
+        if (r->owed_total == before) {
+            free(c->hname);
+            c->hname = name != NULL ? name : dup_arg("", 0);
+            if (c->hname == NULL) {
+                prec_free(c);
+                sl_session_close(s);
+                return;
+            }
+            name_unanswered(s, c);
             return;
         }
         if (r->rc.in_multi) {
@@ -530,6 +572,14 @@ void sl_rpool_answered(struct sl_session *s)
     struct prec *c;
     while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
         pq_pop(&r->pool_ans);
+        if (c->unanswered) {
+            /* its turn: the replies owed before it are in (name_unanswered) */
+            set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
+            if (r->name != NULL)
+                c->hname = NULL;
+            prec_free(c);
+            continue;
+        }
         int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
         if (ok && c->hname != NULL) {
             /* HELLO ... SETNAME (or CLIENT SETNAME while pinned) named the
