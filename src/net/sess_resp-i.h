@@ -32,6 +32,8 @@ struct sl_resp_sess {
     uint8_t             quit;       /* a QUIT was framed: nothing after it is */
     uint8_t             silent;     /* the last request sent on has no reply (CLIENT REPLY
                                        OFF, or the one SKIP covers): nothing owed says it ran */
+    uint64_t            catch_until;/* a protocol error's close waits for the upstream's
+                                       answer (catch_up()) until then, in µs (0: no bound) */
     uint8_t             setup_left; /* set-up commands that may still go uncharged;
                                        0 once the connection's set-up is over */
     uint8_t             sub_hold;   /* the ring's head waits for confirmations that say

@@ -393,6 +393,15 @@ static int catch_up(struct sl_session *s)
         sl_session_close(s);
         return -1;
     }
+    /* The answer may not come: a server without RESET (before 6.2) says
+     * nothing under OFF, a blocking request before it may never end. The
+     * client is not idle while a reply is owed, so idle_timeout bounds
+     * the wait here instead (resume()). */
+    uint64_t idle = s->l->conf->idle_timeout_us;
+    if (idle > 0) {
+        r->catch_until = sl_sess_waits_now() + idle;
+        sl_sess_park(s, r->catch_until);
+    }
     return 1;
 }
 
@@ -936,6 +945,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 
 static void resume(struct sl_session *s)
 {
+    if (rs(s)->catch_until != 0 && sl_sess_waits_now() >= rs(s)->catch_until) {
+        s->l->stats.idle_closed++;
+        sl_session_close(s); /* catch_up()'s answer never came */
+        return;
+    }
     if (s->link != NULL)
         sl_rpool_settle(s);
     apply(s);
