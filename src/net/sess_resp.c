@@ -138,6 +138,7 @@ static void auth_drop(struct sl_session *s)
     rs(s)->auth_next = NULL;
     free(rs(s)->auth_pick);
     rs(s)->auth_pick = NULL;
+    rs(s)->pick_on = 0; /* the reply in progress, if it was the judge, judges nothing now */
     rs(s)->auth_seq = 0;
     rs(s)->auth_in_multi = 0;
     rs(s)->auth_exec_framed = 0;
@@ -255,6 +256,10 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
                  (rs(s)->auth_pick = malloc(sizeof(*rs(s)->auth_pick))) != NULL)) {
                 rs(s)->auth_seq = rs(s)->owed_total + 1;
                 rs(s)->auth_exec_framed = 0;
+                /* the transaction ends here: a DISCARD, RESET or EXEC
+                 * after it (pipelined, or framed while EXEC's reply is
+                 * still passing) is none of its business */
+                rs(s)->auth_in_multi = 0;
             } else {
                 auth_drop(s);
             }

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -568,6 +570,61 @@ static void test_push_inside_exec_then_protocol_error(void **state)
     }
 }
 
+/* An AUTH or HELLO queued in MULTI is judged by its element of EXEC's reply.
+ * A DISCARD framed while that reply is still passing must not take the
+ * judge from under it: sluice crashed (a NULL pick) when the reply went on
+ * in a later read (the pooled differential fuzzer's seed 14 round 41, a
+ * 400 KB ECHO in the transaction). The client reads the start of a 32 MB
+ * reply, sends DISCARD, then reads on: more than all the socket buffers on
+ * the way hold, so the DISCARD is framed while the reply passes. */
+static void test_hello_in_multi_reply_in_parts(void **state)
+{
+    (void)state;
+    enum { BIG = 32 << 20 };
+    char *big = malloc(BIG);
+    assert_non_null(big);
+    memset(big, 'v', BIG);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)sport) };
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char head[128];
+    int hl = snprintf(head, sizeof(head), "MULTI\r\nHELLO 2\r\n*2\r\n$4\r\nECHO\r\n$%d\r\n", BIG);
+    assert_int_equal(th_write_all(fd, head, (size_t)hl), 0);
+    assert_int_equal(th_write_all(fd, big, BIG), 0);
+    TH_SEND(fd, "\r\nEXEC\r\n");
+    static const char start[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
+    TH_EXPECT(fd, start);
+    TH_SEND(fd, "DISCARD\r\n");
+    static const char tail[] = "\r\n-ERR DISCARD without MULTI\r\n";
+    char last[sizeof(tail)] = "";
+    size_t got = 0, kept = 0;
+    for (uint64_t end = th_now_ms() + 60000; th_now_ms() < end;) {
+        size_t k = th_read_n(fd, big, 65536, 1000);
+        if (k == 0)
+            break;
+        got += k;
+        /* the last bytes seen, to find the DISCARD's error at the end */
+        size_t take = k < sizeof(tail) - 1 ? k : sizeof(tail) - 1;
+        size_t keep = kept + take > sizeof(tail) - 1 ? sizeof(tail) - 1 - take : kept;
+        memmove(last, last + kept - keep, keep);
+        memcpy(last + keep, big + k - take, take);
+        kept = keep + take;
+        if (kept == sizeof(tail) - 1 && memcmp(last, tail, kept) == 0)
+            break;
+    }
+    free(big);
+    if (kept != sizeof(tail) - 1 || memcmp(last, tail, kept) != 0)
+        fail_msg("EXEC's reply and the DISCARD's error did not come whole (%zu bytes)", got);
+    assert_true(got > (size_t)BIG);
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
+    close(fd);
+}
+
 /* Every RESP3 reply type, pipelined, then garbage: the same bytes as from
  * Redis, so the attribute (which precedes its reply) and the push (which
  * answers nothing) were not counted as replies - or the error would have
@@ -964,6 +1021,7 @@ int main(void)
         cmocka_unit_test_teardown(test_resp3_push_then_protocol_error, check_alive),
         cmocka_unit_test_teardown(test_silent_then_protocol_error, check_alive),
         cmocka_unit_test_teardown(test_push_inside_exec_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_hello_in_multi_reply_in_parts, check_alive),
         cmocka_unit_test_teardown(test_resp3_all_types, check_alive),
         cmocka_unit_test_teardown(test_monitor, check_alive),
         cmocka_unit_test_teardown(test_client_half_close, check_alive),
