@@ -64,6 +64,10 @@ struct sl_resp_sess {
     uint8_t             pool_hold;  /* the ring's head waits for a pinned connection */
     uint64_t            pin_until;  /* ... queued past the cap until then (waits' clock) */
     char               *name;       /* CLIENT SETNAME, kept here */
+    uint8_t             multi_resp; /* the protocol a HELLO queued in the MULTI sent
+                                       asks for (0: none) */
+    uint8_t             resp_local; /* the protocol of sluice's own answers when a HELLO
+                                       the key could not follow ran (0: the key's) */
     char               *multi_name; /* ... set by a SETNAME queued in the MULTI sent */
     uint8_t             multi_named;/* ... such a SETNAME was queued (<multi_name> NULL:
                                        it clears the name) */

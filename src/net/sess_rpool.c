@@ -47,6 +47,8 @@ struct prec {
     char    *mname;    /* EXEC, DISCARD: the name a SETNAME queued in their */
     uint8_t  mnamed;   /* ... transaction gives if it runs (<mnamed>: one was queued) */
     uint8_t  unanswered; /* a name (<hname>) Redis took with no reply: set in its turn */
+    uint8_t  mresp;    /* EXEC, DISCARD: the protocol a HELLO queued in their transaction
+                          switches to if it runs (0: none) */
 };
 
 static void prec_free(struct prec *p)
@@ -323,12 +325,12 @@ int sl_rpool_wait(struct sl_session *s, const struct prec *c)
     return 1;
 }
 
-/* The protocol sluice's own answers speak: the pool key's, but while the
- * key is not known (SL_PIN_ODD: a HELLO queued in MULTI, which switches
- * when EXEC runs it) the one the client's requests asked for last. */
+/* The protocol sluice's own answers speak: the pool key's, unless a HELLO
+ * the key could not follow ran since (queued in MULTI, which EXEC ran; one
+ * sent under CLIENT REPLY OFF / SKIP): then the one it switched to. */
 static int local_resp3(const struct sl_resp_sess *r)
 {
-    return (r->pin.why & SL_PIN_ODD) ? r->rc.resp3 : r->key.resp == 3;
+    return r->resp_local != 0 ? r->resp_local == 3 : r->key.resp == 3;
 }
 
 /* The local reply to a pooled session's request <c>, in <out>. */
@@ -495,6 +497,14 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
         r->pin.why |= SL_PIN_ODD;
+        if ((c->info.set & SL_RKEY_RESP) && c->info.pass_arg == 0) {
+            /* a HELLO (with no password to refuse): the protocol it asks
+             * for is the client's once it runs */
+            if (r->rc.in_multi)
+                r->multi_resp = c->info.resp;
+            else
+                r->resp_local = c->info.resp;
+        }
         if (!r->rc.in_multi && c->hname != NULL && c->info.pass_arg == 0 &&
             (c->hname[0] == '\0' || sl_rcmd_name_ok(c->hname, strlen(c->hname)))) {
             /* HELLO ... SETNAME with no reply (CLIENT REPLY OFF / SKIP) and
@@ -550,8 +560,10 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
          * take it) */
         c->mname = r->multi_name;
         c->mnamed = r->multi_named;
+        c->mresp = r->multi_resp;
         r->multi_name = NULL;
         r->multi_named = 0;
+        r->multi_resp = 0;
     }
     if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
                                     c->info.ends == 0)) {
@@ -596,8 +608,12 @@ void sl_rpool_answered(struct sl_session *s)
                 set_name(s, c->mname);
                 c->mname = NULL;
             }
+            if (ok && r->reply_first == '*' && r->reply_second != '-' && c->mresp != 0)
+                r->resp_local = c->mresp; /* a HELLO queued in it ran */
         }
         sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
+        if (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_RESP | SL_RKEY_RESET)))
+            r->resp_local = 0; /* the key follows the protocol again */
         struct sl_pool_key old = r->key;
         if (sl_pool_key_apply(&r->key, &c->info, ok) ||
             (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_USER | SL_RKEY_RESET)))) {

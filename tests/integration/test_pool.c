@@ -456,6 +456,10 @@ static void test_local_hello_in_multi(void **state)
     same_as_redis("HELLO 3\r\nMULTI\r\nHELLO 2\r\nEXEC\r\nCLIENT GETNAME\r\n"
                   "MULTI\r\nHELLO 3\r\nEXEC\r\nCLIENT GETNAME\r\n",
                   9, 1u | 8u | 128u);
+    /* one DISCARD drops (the fuzzer's seed 32 round 58), and one whose
+     * reply CLIENT REPLY SKIP skips */
+    same_as_redis("HELLO 3\r\nMULTI\r\nHELLO 2\r\nDISCARD\r\nCLIENT GETNAME\r\n", 5, 1u);
+    same_as_redis("CLIENT REPLY SKIP\r\nHELLO 3\r\nCLIENT GETNAME\r\n", 1, 0);
 }
 
 /* Under RESP3, CLIENT INFO and CLIENT LIST are verbatim strings ("=<n>\r\n
