@@ -102,7 +102,7 @@ int  sl_rpool_wait(struct sl_session *s, const struct prec *c);
 int  sl_rpool_is_local(const struct sl_session *s, const struct prec *c);
 void sl_rpool_local(struct sl_session *s, const struct prec *c);
 /* <c>'s request went upstream (owed_total was <before>); takes <c>. */
-void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before);
+void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi);
 /* Reply number paid_total came. */
 void sl_rpool_answered(struct sl_session *s);
 /* The pinned connection can go back (sl_rpool_settle does it; never from

@@ -511,6 +511,7 @@ static void apply(struct sl_session *s)
             continue;
         }
         uint64_t owed_before = rs(s)->owed_total;
+        uint8_t in_multi = rs(s)->rc.in_multi; /* before this request (commit() moves it) */
         int forward = e.state == SL_PEND_ALLOW &&
                       !(e.kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) &&
                       !(e.kind == SL_PK_TAIL && rs(s)->head_state == 2);
@@ -532,7 +533,7 @@ static void apply(struct sl_session *s)
                 owed_slow(s, e.slow);
             }
             if (rec != NULL)
-                sl_rpool_sent(s, rec, owed_before);
+                sl_rpool_sent(s, rec, owed_before, in_multi);
             continue;
         }
         sl_rpool_done(rec); /* refused: it changes nothing */

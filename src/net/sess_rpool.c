@@ -478,15 +478,19 @@ static void name_unanswered(struct sl_session *s, struct prec *c)
 }
 
 /* Request <c> went upstream (the replies owed were <before>, now
- * owed_total): the pins it starts, and its answer awaited when it ends
+ * owed_total; <in_multi>: a MULTI was written before it and no EXEC or
+ * DISCARD since): the pins it starts, and its answer awaited when it ends
  * one or moves the key. Takes <c>. */
-void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
+void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi)
 {
     struct sl_resp_sess *r = rs(s);
-    if ((c->info.ends & SL_PIN_MULTI) && !(r->pin.why & SL_PIN_MULTI)) {
+    if ((c->info.ends & SL_PIN_MULTI) && !in_multi) {
         /* EXEC or DISCARD with no MULTI written before it: Redis refuses
          * it ("without MULTI") and keeps the keys watched, so its answer,
-         * an error, ends nothing (an EXECABORT does end the WATCH) */
+         * an error, ends nothing (an EXECABORT does end the WATCH). What
+         * was written tells, not the pins: an earlier transaction's MULTI
+         * pin stays until its EXEC's answer comes, which a pipelined EXEC
+         * does not wait for. */
         c->info.ends = 0;
         c->info.ends_any = 0;
     }

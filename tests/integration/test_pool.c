@@ -446,6 +446,39 @@ static void test_local_name_unanswered(void **state)
                   "CLIENT GETNAME\r\n", 3, 0);
 }
 
+/* EXEC without MULTI is refused and leaves the keys watched, also when it
+ * is pipelined behind an earlier transaction whose EXEC is not answered yet
+ * (the tracker still holds that MULTI's pin then; the pooled fuzzer's seed
+ * 37 round 31): once every answer is in the client keeps its connection,
+ * and the next transaction sees the WATCH and fails. */
+static void test_exec_without_multi_pipelined(void **state)
+{
+    (void)state;
+    static const char *const end[2] = { "EXEC", "DISCARD" };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn a = { .fd = -1 };
+        char send[128], err[64];
+        assert_int_equal(th_conn_open(&a, pport), 0);
+        snprintf(send, sizeof(send), "MULTI\r\nEXEC\r\nWATCH ewp:k\r\n%s\r\n", end[k]);
+        snprintf(err, sizeof(err), "-ERR %s without MULTI\r\n", end[k]);
+        const char *want[] = { "+OK\r\n", "*0\r\n", "+OK\r\n", err,
+                               "+OK\r\n", "+OK\r\n", "*-1\r\n" };
+        assert_int_equal(th_conn_send(&a, send), 0);
+        for (int i = 0; i < 7; i++) {
+            if (i == 4) /* every answer is in: the pin would have gone back */
+                assert_int_equal(th_conn_send(&a, "SET ewp:k v\r\n"), 0);
+            if (i == 5)
+                assert_int_equal(th_conn_send(&a, "MULTI\r\nEXEC\r\n"), 0);
+            char *r = th_conn_reply(&a, TH_MS);
+            if (r == NULL || strcmp(r, want[i]) != 0)
+                fail_msg("%s: reply %d: got '%s', want '%s'", end[k], i, r ? r : "(nothing)",
+                         want[i]);
+            free(r);
+        }
+        th_conn_close(&a);
+    }
+}
+
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
  * pool key is not known then: the client keeps its connection); what
  * sluice answers itself afterwards speaks the protocol the client asked
@@ -687,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
         cmocka_unit_test(test_local_hello_in_multi),
+        cmocka_unit_test(test_exec_without_multi_pipelined),
         cmocka_unit_test(test_local_name_unanswered),
         cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),
