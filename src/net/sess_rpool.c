@@ -46,7 +46,9 @@ struct prec {
     char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
     char    *mname;    /* EXEC, DISCARD: the name a SETNAME queued in their */
     uint8_t  mnamed;   /* ... transaction gives if it runs (<mnamed>: one was queued) */
-    uint8_t  unanswered; /* a name (<hname>) Redis took with no reply: set in its turn */
+    uint8_t  unanswered; /* a request Redis ran with no reply: its name (<hname>, when
+                            set) and protocol (<uresp>, 0: none) apply in its turn */
+    uint8_t  uresp;
     uint8_t  mresp;    /* EXEC, DISCARD: the protocol a HELLO queued in their transaction
                           switches to if it runs (0: none) */
 };
@@ -455,21 +457,35 @@ void sl_rpool_local(struct sl_session *s, const struct prec *c)
     sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | close);
 }
 
-/* Request <c> named the client (<c->hname>, "" for none) and Redis sends
- * no reply to it (CLIENT REPLY OFF, or the one SKIP covers): the name is
- * kept once every reply owed before it is in (a RESET pipelined before it
- * clears the name when its answer comes, not after). Takes <c>. */
-static void name_unanswered(struct sl_session *s, struct prec *c)
+/* What an unanswered request did (sl_rpool_sent): the name in <c->hname>
+ * ("" for none; NULL: unchanged) and the protocol <resp> (0: unchanged). */
+static void unanswered_apply(struct sl_session *s, struct prec *c, uint8_t resp)
 {
     struct sl_resp_sess *r = rs(s);
-    if (r->owed_total == r->paid_total) {
+    if (c->hname != NULL) {
         set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
         if (r->name != NULL)
             c->hname = NULL;
+    }
+    if (resp != 0)
+        r->resp_local = resp;
+}
+
+/* Request <c> named the client (<c->hname>, "" for none, NULL: it did
+ * not) or switched its protocol to <resp> (0: it did not), and Redis sends
+ * no reply to it (CLIENT REPLY OFF, or the one SKIP covers): that holds
+ * once every reply owed before it is in (a RESET or HELLO pipelined before
+ * it acts when its answer comes, not after). Takes <c>. */
+static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
+{
+    struct sl_resp_sess *r = rs(s);
+    if (r->owed_total == r->paid_total) {
+        unanswered_apply(s, c, resp);
         prec_free(c);
         return;
     }
     c->unanswered = 1;
+    c->uresp = resp;
     c->seq = r->owed_total;
     if (pq_push(&r->pool_ans, c) < 0) {
         prec_free(c);
@@ -501,22 +517,36 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
         r->pin.why |= SL_PIN_ODD;
-        if ((c->info.set & SL_RKEY_RESP) && c->info.pass_arg == 0) {
-            /* a HELLO (with no password to refuse): the protocol it asks
-             * for is the client's once it runs */
-            if (r->rc.in_multi)
-                r->multi_resp = c->info.resp;
-            else
-                r->resp_local = c->info.resp;
-        }
-        if (!r->rc.in_multi && c->hname != NULL && c->info.pass_arg == 0 &&
-            (c->hname[0] == '\0' || sl_rcmd_name_ok(c->hname, strlen(c->hname)))) {
-            /* HELLO ... SETNAME with no reply (CLIENT REPLY OFF / SKIP) and
-             * no password to refuse: Redis takes the name */
-            name_unanswered(s, c);
+        if (!r->rc.in_multi && (c->info.set & SL_RKEY_RESET)) {
+            /* a RESET with no reply (the request a SKIP covers): Redis
+             * forgets the name and goes back to RESP2 all the same */
+            free(c->hname);
+            if ((c->hname = dup_arg("", 0)) == NULL) {
+                prec_free(c);
+                sl_session_close(s);
+                return;
+            }
+            unanswered(s, c, 2);
             return;
         }
-        prec_free(c);
+        if (c->info.pass_arg != 0) {
+            prec_free(c); /* its password may be refused unseen: not followed */
+            return;
+        }
+        /* a HELLO: the protocol it asks for is the client's once it runs
+         * (EXEC's, or at once), and so is a name it sets */
+        uint8_t resp = (c->info.set & SL_RKEY_RESP) ? c->info.resp : 0;
+        if (r->rc.in_multi) {
+            if (resp != 0)
+                r->multi_resp = resp;
+            prec_free(c);
+            return;
+        }
+        if (c->hname != NULL && c->hname[0] != '\0' && !sl_rcmd_name_ok(c->hname, strlen(c->hname))) {
+            prec_free(c); /* a name Redis refuses: the HELLO fails whole */
+            return;
+        }
+        unanswered(s, c, resp);
         return;
     }
     if (c->info.cls == SL_RCMD_LOCAL && c->info.local == SL_RLOCAL_SETNAME &&
@@ -539,7 +569,7 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in
                 sl_session_close(s);
                 return;
             }
-            name_unanswered(s, c);
+            unanswered(s, c, 0);
             return;
         }
         if (r->rc.in_multi) {
@@ -589,10 +619,8 @@ void sl_rpool_answered(struct sl_session *s)
     while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
         pq_pop(&r->pool_ans);
         if (c->unanswered) {
-            /* its turn: the replies owed before it are in (name_unanswered) */
-            set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
-            if (r->name != NULL)
-                c->hname = NULL;
+            /* its turn: the replies owed before it are in (unanswered()) */
+            unanswered_apply(s, c, c->uresp);
             prec_free(c);
             continue;
         }

@@ -444,6 +444,10 @@ static void test_local_name_unanswered(void **state)
      * after the SETNAME was written */
     same_as_redis("RESET\r\nCLIENT REPLY OFF\r\nCLIENT SETNAME dave\r\nCLIENT REPLY ON\r\n"
                   "CLIENT GETNAME\r\n", 3, 0);
+    /* a RESET whose +RESET is skipped still forgets the name and the
+     * protocol (the fuzzer's seed 43 round 26) */
+    same_as_redis("HELLO 3\r\nCLIENT SETNAME erin\r\nCLIENT REPLY SKIP\r\nRESET\r\n"
+                  "CLIENT GETNAME\r\n", 3, 1u);
 }
 
 /* EXEC without MULTI is refused and leaves the keys watched, also when it
