@@ -30,6 +30,10 @@ struct sl_resp_sess {
     uint8_t             head_state; /* request in progress decided at its head: 1 sent, 2 dropped */
     uint32_t            head_replies; /* ... replies it will owe once complete (1 sent) */
     uint8_t             quit;       /* a QUIT was framed: nothing after it is */
+    uint8_t             silent;     /* the last request sent on has no reply (CLIENT REPLY
+                                       OFF, or the one SKIP covers): nothing owed says it ran */
+    uint64_t            catch_until;/* a protocol error's close waits for the upstream's
+                                       answer (catch_up()) until then, in µs (0: no bound) */
     uint8_t             setup_left; /* set-up commands that may still go uncharged;
                                        0 once the connection's set-up is over */
     uint8_t             sub_hold;   /* the ring's head waits for confirmations that say
@@ -60,6 +64,10 @@ struct sl_resp_sess {
     uint8_t             pool_hold;  /* the ring's head waits for a pinned connection */
     uint64_t            pin_until;  /* ... queued past the cap until then (waits' clock) */
     char               *name;       /* CLIENT SETNAME, kept here */
+    uint8_t             multi_resp; /* the protocol a HELLO queued in the MULTI sent
+                                       asks for (0: none) */
+    uint8_t             resp_local; /* the protocol of sluice's own answers when a HELLO
+                                       the key could not follow ran (0: the key's) */
     char               *multi_name; /* ... set by a SETNAME queued in the MULTI sent */
     uint8_t             multi_named;/* ... such a SETNAME was queued (<multi_name> NULL:
                                        it clears the name) */
@@ -94,7 +102,7 @@ int  sl_rpool_wait(struct sl_session *s, const struct prec *c);
 int  sl_rpool_is_local(const struct sl_session *s, const struct prec *c);
 void sl_rpool_local(struct sl_session *s, const struct prec *c);
 /* <c>'s request went upstream (owed_total was <before>); takes <c>. */
-void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before);
+void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi);
 /* Reply number paid_total came. */
 void sl_rpool_answered(struct sl_session *s);
 /* The pinned connection can go back (sl_rpool_settle does it; never from

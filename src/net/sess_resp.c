@@ -39,6 +39,7 @@ static void process(struct sl_session *s);
 /* <n> upstream replies are owed: numbered, so an AUTH's can be told apart. */
 static void owe(struct sl_session *s, uint32_t n)
 {
+    rs(s)->silent = 0;
     rs(s)->owed_total += n;
     sl_sess_owe(s, n);
 }
@@ -137,6 +138,7 @@ static void auth_drop(struct sl_session *s)
     rs(s)->auth_next = NULL;
     free(rs(s)->auth_pick);
     rs(s)->auth_pick = NULL;
+    rs(s)->pick_on = 0; /* the reply in progress, if it was the judge, judges nothing now */
     rs(s)->auth_seq = 0;
     rs(s)->auth_in_multi = 0;
     rs(s)->auth_exec_framed = 0;
@@ -254,6 +256,10 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
                  (rs(s)->auth_pick = malloc(sizeof(*rs(s)->auth_pick))) != NULL)) {
                 rs(s)->auth_seq = rs(s)->owed_total + 1;
                 rs(s)->auth_exec_framed = 0;
+                /* the transaction ends here: a DISCARD, RESET or EXEC
+                 * after it (pipelined, or framed while EXEC's reply is
+                 * still passing) is none of its business */
+                rs(s)->auth_in_multi = 0;
             } else {
                 auth_drop(s);
             }
@@ -271,6 +277,8 @@ static void allowed(struct sl_session *s, int kind, uint32_t replies)
     sl_rconn_allowed(&rs(s)->rc, kind, replies);
     if (replies > 0)
         owe(s, replies);
+    else
+        rs(s)->silent = 1;
     if (kind == SL_PK_QUIT && replies > 0) {
         /* Redis writes QUIT's +OK and closes at once (inside MULTI too). A
          * client that pools connections looks for that close before it
@@ -364,17 +372,59 @@ static void observe(struct sl_session *s, const struct sl_resp_req *r, int kind)
     rs(s)->auth_seq = 0; /* set when it is sent */
 }
 
+/* The requests sent on last have no reply to wait for (CLIENT REPLY OFF,
+ * or the one SKIP covers), yet Redis runs them before it reads what
+ * follows, and what they make it push to the client itself (the message a
+ * PUBLISH delivers to the client's own subscription, an invalidation)
+ * comes before it stops. Before sluice ends the session it asks the
+ * upstream for an answer that comes whatever the connection's state: a
+ * RESET (answered +RESET in any mode, inside MULTI and subscribed too; a
+ * PING first uses up a SKIP still to come). Its answer, dropped, says the
+ * upstream ran all that came before. Not on a shared pooled connection (a
+ * RESET there would be every client's; a client whose replies are off
+ * holds its own), nor under MONITOR (its feed never ends). Returns 1 when
+ * the answer is owed. */
+static int catch_up(struct sl_session *s)
+{
+    static const char reset[] = "*1\r\n$5\r\nRESET\r\n";
+    static const char ping_reset[] = "*1\r\n$4\r\nPING\r\n*1\r\n$5\r\nRESET\r\n";
+    struct sl_resp_sess *r = rs(s);
+    if (!r->silent || r->rc.monitor || r->rc.mon_sent || (s->link != NULL && !sl_sess_link_pinned(s)))
+        return 0;
+    int skip = r->rc.reply_mode == SL_REPLY_SKIP;
+    owe(s, 1); /* before the bytes: a pooled session's owed replies go with them */
+    if (sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, skip ? ping_reset : reset,
+                     skip ? sizeof(ping_reset) - 1 : sizeof(reset) - 1) < 0) {
+        sl_session_close(s);
+        return -1;
+    }
+    /* The answer may not come: a server without RESET (before 6.2) says
+     * nothing under OFF, a blocking request before it may never end. The
+     * client is not idle while a reply is owed, so idle_timeout bounds
+     * the wait here instead (resume()). */
+    uint64_t idle = s->l->conf->idle_timeout_us;
+    if (idle > 0) {
+        r->catch_until = sl_sess_waits_now() + idle;
+        sl_sess_park(s, r->catch_until);
+    }
+    return 1;
+}
+
 static void protocol_error(struct sl_session *s, const char *msg)
 {
     s->l->stats.protocol_errors++;
     sl_log_debug_rl("protocol_error", "protocol error", "listener=%s err=\"%s\"", s->l->name, msg);
     sl_sess_pause(s, 0, SL_PAUSE_DONE, 1);
+    int caught = catch_up(s);
+    if (caught < 0)
+        return;
+    uint8_t flags = SL_SEG_CLOSE | (caught ? SL_SEG_SWALLOW : 0);
     if (rs(s)->rc.reply_mode != SL_REPLY_ON) {
         /* Under CLIENT REPLY OFF, or SKIP with the skip still to come,
          * Redis says nothing either. It then keeps the connection open but
          * reads no more of it; sluice closes it. */
         static char none[] = "";
-        sl_sess_local(s, none, 0, SL_SEG_CLOSE);
+        sl_sess_local(s, none, 0, flags);
         return;
     }
     size_t n = strlen(msg);
@@ -386,7 +436,7 @@ static void protocol_error(struct sl_session *s, const char *msg)
     memcpy(text, "-ERR ", 5);
     memcpy(text + 5, msg, n);
     memcpy(text + 5 + n, "\r\n", 2);
-    sl_sess_local(s, text, (uint32_t)(n + 7), SL_SEG_OWNED | SL_SEG_CLOSE);
+    sl_sess_local(s, text, (uint32_t)(n + 7), SL_SEG_OWNED | flags);
 }
 
 /* Applies, in order, every entry at the head of the ring whose verdict is
@@ -461,6 +511,7 @@ static void apply(struct sl_session *s)
             continue;
         }
         uint64_t owed_before = rs(s)->owed_total;
+        uint8_t in_multi = rs(s)->rc.in_multi; /* before this request (commit() moves it) */
         int forward = e.state == SL_PEND_ALLOW &&
                       !(e.kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) &&
                       !(e.kind == SL_PK_TAIL && rs(s)->head_state == 2);
@@ -482,7 +533,7 @@ static void apply(struct sl_session *s)
                 owed_slow(s, e.slow);
             }
             if (rec != NULL)
-                sl_rpool_sent(s, rec, owed_before);
+                sl_rpool_sent(s, rec, owed_before, in_multi);
             continue;
         }
         sl_rpool_done(rec); /* refused: it changes nothing */
@@ -799,8 +850,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         off += plain_replies(s, b, off);
         if (off == b->end)
             break;
-        /* At a boundary, the next reply may be one to drop (EXECABORT). */
-        if (!rs(s)->swallow && s->seg_n > 0 && sl_reply_idle(&rs(s)->scan)) {
+        /* At a boundary, the next reply may be one to drop (EXECABORT, a
+         * RESET's, catch_up()): never an array or a push, which may be a
+         * pub/sub message or an invalidation that comes before it. */
+        if (!rs(s)->swallow && s->seg_n > 0 && sl_reply_idle(&rs(s)->scan) &&
+            b->data[off] != '*' && b->data[off] != '>') {
             struct sl_reply_seg *g = &s->segs[s->seg_head];
             if ((g->flags & SL_SEG_SWALLOW) && g->n == 1) {
                 sl_sess_to_client(s, b, b->start, off);
@@ -897,6 +951,11 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
 
 static void resume(struct sl_session *s)
 {
+    if (rs(s)->catch_until != 0 && sl_sess_waits_now() >= rs(s)->catch_until) {
+        s->l->stats.idle_closed++;
+        sl_session_close(s); /* catch_up()'s answer never came */
+        return;
+    }
     if (s->link != NULL)
         sl_rpool_settle(s);
     apply(s);

@@ -46,6 +46,11 @@ struct prec {
     char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
     char    *mname;    /* EXEC, DISCARD: the name a SETNAME queued in their */
     uint8_t  mnamed;   /* ... transaction gives if it runs (<mnamed>: one was queued) */
+    uint8_t  unanswered; /* a request Redis ran with no reply: its name (<hname>, when
+                            set) and protocol (<uresp>, 0: none) apply in its turn */
+    uint8_t  uresp;
+    uint8_t  mresp;    /* EXEC, DISCARD: the protocol a HELLO queued in their transaction
+                          switches to if it runs (0: none) */
 };
 
 static void prec_free(struct prec *p)
@@ -322,6 +327,14 @@ int sl_rpool_wait(struct sl_session *s, const struct prec *c)
     return 1;
 }
 
+/* The protocol sluice's own answers speak: the pool key's, unless a HELLO
+ * the key could not follow ran since (queued in MULTI, which EXEC ran; one
+ * sent under CLIENT REPLY OFF / SKIP): then the one it switched to. */
+static int local_resp3(const struct sl_resp_sess *r)
+{
+    return r->resp_local != 0 ? r->resp_local == 3 : r->key.resp == 3;
+}
+
 /* The local reply to a pooled session's request <c>, in <out>. */
 static size_t local_text(struct sl_session *s, const struct prec *c, char *out, size_t cap)
 {
@@ -339,7 +352,7 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
         break;
     case SL_RLOCAL_GETNAME:
         if (r->name == NULL)
-            n = snprintf(out, cap, r->key.resp == 3 ? "_\r\n" : "$-1\r\n");
+            n = snprintf(out, cap, local_resp3(r) ? "_\r\n" : "$-1\r\n");
         else
             n = snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(r->name), r->name);
         break;
@@ -358,7 +371,9 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
     case SL_RLOCAL_INFO:
     case SL_RLOCAL_LIST: {
         if (c->info.local == SL_RLOCAL_LIST && c->list_out != 0) {
-            n = snprintf(out, cap, c->list_out == 1 ? "$0\r\n\r\n" : "-ERR syntax error\r\n");
+            n = snprintf(out, cap, c->list_out == 2   ? "-ERR syntax error\r\n"
+                                   : local_resp3(r) ? "=4\r\ntxt:\r\n"
+                                                    : "$0\r\n\r\n");
             break;
         }
         char line[1024], peer[64] = "?", self[64] = "?";
@@ -376,10 +391,12 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
                          "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
                          (unsigned long long)s->id, peer, self, r->name ? r->name : "",
                          (int)r->key.db, c->info.local == SL_RLOCAL_INFO ? "info" : "list",
-                         r->key.user, (int)r->key.resp, r->lib[0] ? r->lib[0] : "",
+                         r->key.user, local_resp3(r) ? 3 : 2, r->lib[0] ? r->lib[0] : "",
                          r->lib[1] ? r->lib[1] : "");
+        /* under RESP3 Redis answers a verbatim string ("txt") */
         if (k > 0 && (size_t)k < sizeof(line))
-            n = snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
+            n = local_resp3(r) ? snprintf(out, cap, "=%d\r\ntxt:%s\r\n", k + 4, line)
+                               : snprintf(out, cap, "$%d\r\n%s\r\n", k, line);
         break;
     }
     case SL_RLOCAL_KILL:
@@ -440,16 +457,56 @@ void sl_rpool_local(struct sl_session *s, const struct prec *c)
     sl_sess_local(s, text, (uint32_t)n, SL_SEG_OWNED | close);
 }
 
-/* Request <c> went upstream (the replies owed were <before>, now
- * owed_total): the pins it starts, and its answer awaited when it ends
- * one or moves the key. Takes <c>. */
-void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
+/* What an unanswered request did (sl_rpool_sent): the name in <c->hname>
+ * ("" for none; NULL: unchanged) and the protocol <resp> (0: unchanged). */
+static void unanswered_apply(struct sl_session *s, struct prec *c, uint8_t resp)
 {
     struct sl_resp_sess *r = rs(s);
-    if ((c->info.ends & SL_PIN_MULTI) && !(r->pin.why & SL_PIN_MULTI)) {
+    if (c->hname != NULL) {
+        set_name(s, c->hname[0] != '\0' ? c->hname : NULL);
+        if (r->name != NULL)
+            c->hname = NULL;
+    }
+    if (resp != 0)
+        r->resp_local = resp;
+}
+
+/* Request <c> named the client (<c->hname>, "" for none, NULL: it did
+ * not) or switched its protocol to <resp> (0: it did not), and Redis sends
+ * no reply to it (CLIENT REPLY OFF, or the one SKIP covers): that holds
+ * once every reply owed before it is in (a RESET or HELLO pipelined before
+ * it acts when its answer comes, not after). Takes <c>. */
+static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
+{
+    struct sl_resp_sess *r = rs(s);
+    if (r->owed_total == r->paid_total) {
+        unanswered_apply(s, c, resp);
+        prec_free(c);
+        return;
+    }
+    c->unanswered = 1;
+    c->uresp = resp;
+    c->seq = r->owed_total;
+    if (pq_push(&r->pool_ans, c) < 0) {
+        prec_free(c);
+        sl_session_close(s);
+    }
+}
+
+/* Request <c> went upstream (the replies owed were <before>, now
+ * owed_total; <in_multi>: a MULTI was written before it and no EXEC or
+ * DISCARD since): the pins it starts, and its answer awaited when it ends
+ * one or moves the key. Takes <c>. */
+void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi)
+{
+    struct sl_resp_sess *r = rs(s);
+    if ((c->info.ends & SL_PIN_MULTI) && !in_multi) {
         /* EXEC or DISCARD with no MULTI written before it: Redis refuses
          * it ("without MULTI") and keeps the keys watched, so its answer,
-         * an error, ends nothing (an EXECABORT does end the WATCH) */
+         * an error, ends nothing (an EXECABORT does end the WATCH). What
+         * was written tells, not the pins: an earlier transaction's MULTI
+         * pin stays until its EXEC's answer comes, which a pipelined EXEC
+         * does not wait for. */
         c->info.ends = 0;
         c->info.ends_any = 0;
     }
@@ -460,18 +517,59 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
         r->pin.why |= SL_PIN_ODD;
-        prec_free(c);
+        if (!r->rc.in_multi && (c->info.set & SL_RKEY_RESET)) {
+            /* a RESET with no reply (the request a SKIP covers): Redis
+             * forgets the name and goes back to RESP2 all the same */
+            free(c->hname);
+            if ((c->hname = dup_arg("", 0)) == NULL) {
+                prec_free(c);
+                sl_session_close(s);
+                return;
+            }
+            unanswered(s, c, 2);
+            return;
+        }
+        if (c->info.pass_arg != 0) {
+            prec_free(c); /* its password may be refused unseen: not followed */
+            return;
+        }
+        /* a HELLO: the protocol it asks for is the client's once it runs
+         * (EXEC's, or at once), and so is a name it sets */
+        uint8_t resp = (c->info.set & SL_RKEY_RESP) ? c->info.resp : 0;
+        if (r->rc.in_multi) {
+            if (resp != 0)
+                r->multi_resp = resp;
+            prec_free(c);
+            return;
+        }
+        if (c->hname != NULL && c->hname[0] != '\0' && !sl_rcmd_name_ok(c->hname, strlen(c->hname))) {
+            prec_free(c); /* a name Redis refuses: the HELLO fails whole */
+            return;
+        }
+        unanswered(s, c, resp);
         return;
     }
     if (c->info.cls == SL_RCMD_LOCAL && c->info.local == SL_RLOCAL_SETNAME &&
-        r->owed_total != before && !c->stream &&
+        (r->owed_total != before || !r->rc.in_multi) && !c->stream &&
         (c->arglen == 0 || sl_rcmd_name_ok(c->arg, c->arglen))) {
         /* a name Redis will take: kept when it ran (EXEC's reply inside a
-         * transaction, else its own +OK) */
+         * transaction, else its own +OK; at once when Redis sends no reply,
+         * under CLIENT REPLY OFF or SKIP: it takes every name let through) */
         char *name = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
         if (c->arglen > 0 && name == NULL) {
             prec_free(c);
             sl_session_close(s);
+            return;
+        }
+        if (r->owed_total == before) {
+            free(c->hname);
+            c->hname = name != NULL ? name : dup_arg("", 0);
+            if (c->hname == NULL) {
+                prec_free(c);
+                sl_session_close(s);
+                return;
+            }
+            unanswered(s, c, 0);
             return;
         }
         if (r->rc.in_multi) {
@@ -496,8 +594,10 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before)
          * take it) */
         c->mname = r->multi_name;
         c->mnamed = r->multi_named;
+        c->mresp = r->multi_resp;
         r->multi_name = NULL;
         r->multi_named = 0;
+        r->multi_resp = 0;
     }
     if (r->owed_total == before || (c->info.cls != SL_RCMD_KEY && c->info.pin == 0 &&
                                     c->info.ends == 0)) {
@@ -518,6 +618,12 @@ void sl_rpool_answered(struct sl_session *s)
     struct prec *c;
     while ((c = pq_head(&r->pool_ans)) != NULL && c->seq <= r->paid_total) {
         pq_pop(&r->pool_ans);
+        if (c->unanswered) {
+            /* its turn: the replies owed before it are in (unanswered()) */
+            unanswered_apply(s, c, c->uresp);
+            prec_free(c);
+            continue;
+        }
         int ok = r->reply_first != '-' && r->reply_first != '!' && c->seq == r->paid_total;
         if (ok && c->hname != NULL) {
             /* HELLO ... SETNAME (or CLIENT SETNAME while pinned) named the
@@ -534,8 +640,12 @@ void sl_rpool_answered(struct sl_session *s)
                 set_name(s, c->mname);
                 c->mname = NULL;
             }
+            if (ok && r->reply_first == '*' && r->reply_second != '-' && c->mresp != 0)
+                r->resp_local = c->mresp; /* a HELLO queued in it ran */
         }
         sl_rcmd_pin_done(&r->pin, &c->info, c->added, ok);
+        if (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_RESP | SL_RKEY_RESET)))
+            r->resp_local = 0; /* the key follows the protocol again */
         struct sl_pool_key old = r->key;
         if (sl_pool_key_apply(&r->key, &c->info, ok) ||
             (ok && c->info.cls == SL_RCMD_KEY && (c->info.set & (SL_RKEY_USER | SL_RKEY_RESET)))) {

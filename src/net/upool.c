@@ -67,6 +67,7 @@ struct sl_upool_conn {
     struct sl_tlsio       io;       /* TLS: the engine and its write (io.tls NULL: plain) */
     struct sl_obuf        plain;    /* TLS: bytes taken from <out> to leave, being encrypted */
     uint64_t              used_ms;  /* last submit or read (the idle clock) */
+    uint64_t              flight_ms;/* when the batch in flight was committed (a stall's start) */
     uint8_t               state;
     uint8_t               dirty;
     uint8_t               writing;
@@ -127,6 +128,7 @@ struct sl_upool {
 
 static void conn_fail(struct sl_upool_conn *c, int err, const char *why);
 static void conn_flush(struct sl_upool_conn *c);
+static uint64_t now_ms(const struct sl_upool *p);
 static void mark_dirty(struct sl_upool_conn *c);
 static void pool_maybe_free(struct sl_upool *p);
 static void serve_waiters(struct sl_upool *p);
@@ -364,8 +366,10 @@ static size_t conn_may(struct sl_upool_conn *c)
         c->held = 1; /* start_done() marks it dirty again */
         return 0;
     }
-    if (c->state == C_READY)
+    if (c->state == C_READY) {
         c->unwritten = 0; /* all of it leaves now (or with the write queued) */
+        c->flight_ms = now_ms(c->pool);
+    }
     return n;
 }
 
@@ -1174,11 +1178,28 @@ static int slow_busy(const struct sl_upool_conn *c)
     return c->slow_left > 0;
 }
 
+/* A stall (SL_UPOOL_STALL_MS): the batch in flight is still unanswered
+ * long after it left. Redis answers a batch in well under a millisecond
+ * unless something holds it: a write under CLIENT PAUSE WRITE (Redis then
+ * holds the rest of that connection too, while it serves the others'
+ * reads), a slow command. Another owner's request written behind it would
+ * wait as long, where on its own connection it would be served. <now> is
+ * read once per pick, only when a batch is in flight. */
+static int stalled(const struct sl_upool_conn *c, uint64_t *now)
+{
+    if (c->rt.owed <= c->unwritten)
+        return 0; /* nothing written is unanswered */
+    if (*now == 0)
+        *now = now_ms(c->pool);
+    return *now >= c->flight_ms + SL_UPOOL_STALL_MS;
+}
+
 static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
 {
     struct sl_upool_conn *best = NULL, *slow = NULL;
+    uint64_t now = 0;
     for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next) {
-        if (slow_busy(c)) {
+        if (slow_busy(c) || stalled(c, &now)) {
             if (slow == NULL || c->slow_seq > slow->slow_seq)
                 slow = c;
             continue;

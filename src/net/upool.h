@@ -19,7 +19,8 @@
  * covering the TCP connect and the setup replies. An owner with requests in
  * flight stays on the connection they are on (its replies come back in its
  * order); an owner with none goes to the connection with the fewest in flight,
- * never behind another owner's unanswered script (SL_UPOOL_SLOW) while another
+ * never behind another owner's unanswered script (SL_UPOOL_SLOW), nor behind
+ * a batch in flight unanswered for SL_UPOOL_STALL_MS (a stall), while another
  * connection can take it.
  * Between owners: a READY connection made after one that is still starting
  * (connect, setup) with owners' requests on it holds its bytes until that
@@ -210,6 +211,13 @@ int sl_upool_submit(struct sl_upool_key *k, struct sl_upool_owner *o, const char
                             busy-reply-threshold): until their replies are in, no
                             other owner's request joins their shared connection while
                             another one (or a new one, under per_key) can take it */
+
+/* A shared connection whose batch in flight is not fully answered this long
+ * after it was written is stalled (a write held by CLIENT PAUSE, a slow
+ * command): until its answers come, no other owner's request joins it
+ * while another connection (or a new one, under per_key) can take it, as
+ * for SL_UPOOL_SLOW. What was queued behind it before is not moved. */
+#define SL_UPOOL_STALL_MS 100
 
 /* sl_upool_submit with <flags> (SL_UPOOL_*; ignored on a pinned connection). */
 int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, const char *p,

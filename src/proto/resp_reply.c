@@ -288,21 +288,29 @@ long sl_reply_scan(struct sl_reply_scan *s, const char *buf, size_t len, unsigne
                 continue;
             default: {
                 unsigned pairs = s->type == '%' || s->type == '|';
+                /* A push inside an aggregate is none of its items, as an
+                 * attribute is none: Redis writes one in the middle of
+                 * EXEC's reply (the message a PUBLISH in the transaction
+                 * delivers to the client's own subscription), whose count
+                 * holds only the commands' replies. (Inside a push, as
+                 * Redis never writes, it stays an item.) */
+                int none = s->type == '|' || (s->type == '>' && s->depth > 0 && !s->top_push);
                 uint32_t items;
 
                 if (s->num > (UINT32_MAX >> pairs))
                     goto fail;
                 items = (uint32_t)s->num << pairs;
                 if (items == 0) {
-                    if (s->type != '|')
+                    if (!none)
                         goto item_done; /* `*0`, `%0`...: a complete item */
-                    /* `|0`: a prefix of nothing; the item is still to come. */
+                    /* `|0`: a prefix of nothing; the item is still to come
+                     * (a nested `>0`: nothing at all). */
                     if (s->depth == 0)
                         s->attr = 1;
                     s->state = S_TYPE;
                     continue;
                 }
-                if (push_level(s, items, s->type == '|') < 0)
+                if (push_level(s, items, none) < 0)
                     goto fail;
                 s->state = S_TYPE;
                 continue;
@@ -431,7 +439,7 @@ void sl_reply_pick_feed(struct sl_reply_pick *p, const char *buf, size_t len)
             buf = lf + 1;
             p->stage = PK_ELEMS;
         } else {
-            if (sl_reply_idle(&p->sub) && p->seen == p->k) {
+            if (sl_reply_idle(&p->sub) && p->seen == p->k && *buf != '>') {
                 p->found = (uint8_t)*buf;
                 p->stage = PK_DONE;
                 break;
@@ -443,8 +451,8 @@ void sl_reply_pick_feed(struct sl_reply_pick *p, const char *buf, size_t len)
                 break;
             }
             buf += n;
-            if (f & SL_REPLY_DONE)
-                p->seen++;
+            if ((f & SL_REPLY_DONE) && !(f & SL_REPLY_PUSH))
+                p->seen++; /* a push among the elements is none of them */
         }
     }
     if (p->stage == PK_DONE)

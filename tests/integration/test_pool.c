@@ -405,6 +405,160 @@ static void test_local_after_hello(void **state)
     same_as_redis("HELLO 3\r\nCLIENT GETNAME\r\nHELLO 2\r\nCLIENT GETNAME\r\n", 4, 5);
 }
 
+/* A PUBLISH in MULTI to the client's own subscription: Redis 7.0 writes the
+ * message inside EXEC's reply, which is none of its elements; the garbage's
+ * error comes after the whole of it (the differential fuzzer's seed 19
+ * round 4), and a client after it is served as usual. */
+static void test_push_inside_exec(void **state)
+{
+    (void)state;
+    static const char want[] = ">3\r\n$9\r\nsubscribe\r\n$4\r\npx:1\r\n:1\r\n+OK\r\n+QUEUED\r\n"
+                               "*1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npx:1\r\n$1\r\nm\r\n:1\r\n"
+                               "-ERR Protocol error: invalid bulk length\r\n";
+    struct th_conn c = { .fd = -1 };
+    assert_int_equal(th_conn_open(&c, pport), 0);
+    assert_int_equal(th_conn_send(&c, "HELLO 3\r\n"), 0);
+    free(th_conn_reply(&c, TH_MS));
+    assert_int_equal(th_conn_send(&c, "SUBSCRIBE px:1\r\nMULTI\r\nPUBLISH px:1 m\r\nEXEC\r\n"
+                                      "*1\r\n$04\r\nPING\r\n"), 0);
+    assert_int_equal(th_expect_close(c.fd, want, sizeof(want) - 1, TH_MS), 0);
+    th_conn_close(&c);
+    redisContext *d = conn(pport);
+    expect_str(d, "PONG", "PING");
+    redisFree(d);
+}
+
+/* A SETNAME (or HELLO ... SETNAME) under CLIENT REPLY OFF, or the one SKIP
+ * covers, names the client though no reply says so: Redis takes every name
+ * sluice lets through (the differential fuzzer's seed 30 round 30 and seed
+ * 28 round 33). */
+static void test_local_name_unanswered(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT REPLY OFF\r\nCLIENT SETNAME alice\r\nCLIENT REPLY ON\r\n"
+                  "CLIENT GETNAME\r\nCLIENT REPLY SKIP\r\nCLIENT SETNAME bob\r\n"
+                  "CLIENT GETNAME\r\nCLIENT REPLY SKIP\r\nHELLO 2 SETNAME carol\r\n"
+                  "CLIENT GETNAME\r\n",
+                  4, 0);
+    /* pipelined behind a RESET, whose answer (which clears the name) comes
+     * after the SETNAME was written */
+    same_as_redis("RESET\r\nCLIENT REPLY OFF\r\nCLIENT SETNAME dave\r\nCLIENT REPLY ON\r\n"
+                  "CLIENT GETNAME\r\n", 3, 0);
+    /* a RESET whose +RESET is skipped still forgets the name and the
+     * protocol (the fuzzer's seed 43 round 26) */
+    same_as_redis("HELLO 3\r\nCLIENT SETNAME erin\r\nCLIENT REPLY SKIP\r\nRESET\r\n"
+                  "CLIENT GETNAME\r\n", 3, 1u);
+}
+
+/* EXEC without MULTI is refused and leaves the keys watched, also when it
+ * is pipelined behind an earlier transaction whose EXEC is not answered yet
+ * (the tracker still holds that MULTI's pin then; the pooled fuzzer's seed
+ * 37 round 31): once every answer is in the client keeps its connection,
+ * and the next transaction sees the WATCH and fails. */
+static void test_exec_without_multi_pipelined(void **state)
+{
+    (void)state;
+    static const char *const end[2] = { "EXEC", "DISCARD" };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn a = { .fd = -1 };
+        char send[128], err[64];
+        assert_int_equal(th_conn_open(&a, pport), 0);
+        snprintf(send, sizeof(send), "MULTI\r\nEXEC\r\nWATCH ewp:k\r\n%s\r\n", end[k]);
+        snprintf(err, sizeof(err), "-ERR %s without MULTI\r\n", end[k]);
+        const char *want[] = { "+OK\r\n", "*0\r\n", "+OK\r\n", err,
+                               "+OK\r\n", "+OK\r\n", "*-1\r\n" };
+        assert_int_equal(th_conn_send(&a, send), 0);
+        for (int i = 0; i < 7; i++) {
+            if (i == 4) /* every answer is in: the pin would have gone back */
+                assert_int_equal(th_conn_send(&a, "SET ewp:k v\r\n"), 0);
+            if (i == 5)
+                assert_int_equal(th_conn_send(&a, "MULTI\r\nEXEC\r\n"), 0);
+            char *r = th_conn_reply(&a, TH_MS);
+            if (r == NULL || strcmp(r, want[i]) != 0)
+                fail_msg("%s: reply %d: got '%s', want '%s'", end[k], i, r ? r : "(nothing)",
+                         want[i]);
+            free(r);
+        }
+        th_conn_close(&a);
+    }
+}
+
+/* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
+ * pool key is not known then: the client keeps its connection); what
+ * sluice answers itself afterwards speaks the protocol the client asked
+ * for (the differential fuzzer's seed 11 round 56: GETNAME's nil). */
+static void test_local_hello_in_multi(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nMULTI\r\nHELLO 2\r\nEXEC\r\nCLIENT GETNAME\r\n"
+                  "MULTI\r\nHELLO 3\r\nEXEC\r\nCLIENT GETNAME\r\n",
+                  9, 1u | 8u | 128u);
+    /* one DISCARD drops (the fuzzer's seed 32 round 58), and one whose
+     * reply CLIENT REPLY SKIP skips */
+    same_as_redis("HELLO 3\r\nMULTI\r\nHELLO 2\r\nDISCARD\r\nCLIENT GETNAME\r\n", 5, 1u);
+    same_as_redis("CLIENT REPLY SKIP\r\nHELLO 3\r\nCLIENT GETNAME\r\n", 1, 0);
+}
+
+/* Under RESP3, CLIENT INFO and CLIENT LIST are verbatim strings ("=<n>\r\n
+ * txt:<line>"), as from Redis. */
+static void test_local_info_resp3(void **state)
+{
+    (void)state;
+    same_as_redis("HELLO 3\r\nCLIENT LIST ID 99999999\r\n", 2, 1u);
+    static const char *const ask[2] = { "CLIENT INFO\r\n", "CLIENT LIST\r\n" };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn p = { .fd = -1 };
+        assert_int_equal(th_conn_open(&p, pport), 0);
+        assert_int_equal(th_conn_send(&p, "HELLO 3\r\n"), 0);
+        free(th_conn_reply(&p, TH_MS));
+        assert_int_equal(th_conn_send(&p, ask[k]), 0);
+        char *r = th_conn_reply(&p, TH_MS);
+        assert_non_null(r);
+        char *body = strstr(r, "\r\n");
+        assert_non_null(body);
+        if (r[0] != '=' || strncmp(body + 2, "txt:id=", 7) != 0)
+            fail_msg("%s: '%s', want a verbatim string", ask[k], r);
+        assert_int_equal(strtol(r + 1, NULL, 10), (long)(strlen(body + 2) - 2));
+        free(r);
+        th_conn_close(&p);
+    }
+}
+
+/* Garbage behind requests whose replies Redis does not send, on the
+ * client's own connection (CLIENT REPLY OFF, or the request SKIP covers):
+ * the message its own PUBLISH delivers to its subscription still comes
+ * before the close, as from Redis (the differential fuzzer's seed 9 round
+ * 236); the connection then goes back clean for the next client. */
+static void test_silent_then_protocol_error(void **state)
+{
+    (void)state;
+    static const char *const in[2] = {
+        "CLIENT REPLY OFF\r\nSUBSCRIBE pe:3\r\nPUBLISH pe:3 m\r\n*1\r\n$abc\r\n",
+        "SUBSCRIBE pe:4\r\nCLIENT REPLY SKIP\r\nPUBLISH pe:4 m\r\n*1\r\n$abc\r\n",
+    };
+    static const char *const want[2] = {
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:3\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:3\r\n$1\r\nm\r\n",
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:4\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:4\r\n"
+        "$1\r\nm\r\n-ERR Protocol error: invalid bulk length\r\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn c = { .fd = -1 };
+        assert_int_equal(th_conn_open(&c, pport), 0);
+        assert_int_equal(th_conn_send(&c, "HELLO 3\r\n"), 0);
+        char *r = th_conn_reply(&c, TH_MS);
+        assert_non_null(r);
+        assert_int_equal(r[0], '%');
+        free(r);
+        assert_int_equal(th_conn_send(&c, in[k]), 0);
+        assert_int_equal(th_expect_close(c.fd, want[k], strlen(want[k]), TH_MS), 0);
+        th_conn_close(&c);
+        redisContext *d = conn(pport);
+        expect_str(d, "PONG", "PING");
+        expect_str(d, "OK", "SET pe:k v");
+        redisFree(d);
+    }
+}
+
 /* SCRIPT KILL reaches a server busy in another client's script although
  * the only shared connection waits for that script: it goes on a
  * connection of the killer's own. */
@@ -569,7 +723,13 @@ int main(void)
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
+        cmocka_unit_test(test_local_hello_in_multi),
+        cmocka_unit_test(test_exec_without_multi_pipelined),
+        cmocka_unit_test(test_local_name_unanswered),
+        cmocka_unit_test(test_push_inside_exec),
+        cmocka_unit_test(test_local_info_resp3),
         cmocka_unit_test(test_script_kill),
+        cmocka_unit_test(test_silent_then_protocol_error),
         cmocka_unit_test(test_big_request),
         cmocka_unit_test(test_resp3),
         cmocka_unit_test(test_upstream_killed),

@@ -36,6 +36,7 @@
 #include <hiredis/hiredis.h>
 
 #include "integration/harness.h"
+#include "net/upool.h" /* SL_UPOOL_STALL_MS */
 
 static struct th_proc redis_p, sl_p;
 static int port_pool2, port_pool4;
@@ -107,6 +108,9 @@ static int kill_scripts(void **state)
         if (r)
             freeReplyObject(r);
         r = redisCommand(d, "SCRIPT KILL");
+        if (r)
+            freeReplyObject(r);
+        r = redisCommand(d, "CLIENT UNPAUSE");
         if (r)
             freeReplyObject(r);
         redisFree(d);
@@ -299,11 +303,55 @@ static void test_fcall_same_turn(void **state)
     busy_same_turn(port_pool4, 1);
 }
 
+/* CLIENT PAUSE ... WRITE: Redis holds a write, and everything after it on
+ * its connection, until the pause ends, and serves other connections'
+ * reads meanwhile. A shared connection whose batch in flight has been
+ * unanswered for long (SL_UPOOL_STALL_MS) takes no other client's request:
+ * a read that comes then goes to another connection (a new one under
+ * upstream_pool) and is answered at once, as directly. The paused client's
+ * own pipelined GET waits behind its SET, as directly; before, it was held
+ * on that connection and every new client's request joined it there. The
+ * wait is for the stall to be old enough: elapsed time is the condition
+ * itself (a loaded machine only makes it longer). */
+static void test_paused_write(void **state)
+{
+    (void)state;
+    redisContext *d = direct();
+    assert_non_null(d);
+    redisReply *r = redisCommand(d, "CLIENT PAUSE 30000 WRITE");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    int b = th_connect(port_pool2);
+    assert_true(b >= 0);
+    TH_SEND(b, "SET pw:k v\r\n");
+    assert_int_equal(th_redis_wait_info(redis_p.port, "blocked_clients", 1, TH_MS), 0);
+    TH_SEND(b, "GET pw:k\r\n"); /* held behind the paused SET */
+    for (uint64_t t0 = th_now_ms(); th_now_ms() - t0 < 3 * SL_UPOOL_STALL_MS;)
+        usleep(10000);
+    uint64_t t1 = th_now_ms();
+    int c = th_connect(port_pool2);
+    assert_true(c >= 0);
+    TH_SEND(c, "GET pw:other\r\nPING\r\n");
+    int ok = th_expect(c, "$-1\r\n+PONG\r\n", 11, 10000) == 0;
+    uint64_t took = th_now_ms() - t1;
+    r = redisCommand(d, "CLIENT UNPAUSE");
+    if (r)
+        freeReplyObject(r);
+    redisFree(d);
+    if (!ok || took >= 10000)
+        fail_msg("a read beside a paused write waited %llu ms", (unsigned long long)took);
+    TH_EXPECT(b, "+OK\r\n$1\r\nv\r\n");
+    close(b);
+    close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_eval_same_turn, kill_scripts),
         cmocka_unit_test_teardown(test_fcall_same_turn, kill_scripts),
+        cmocka_unit_test_teardown(test_paused_write, kill_scripts),
     };
     const char *only = getenv("BUSY_ONLY");
     if (only)

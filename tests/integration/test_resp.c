@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -518,6 +520,111 @@ static void test_resp3_push_then_protocol_error(void **state)
     free(proxied);
 }
 
+/* Garbage behind requests whose replies Redis does not send (CLIENT REPLY
+ * OFF, or the one SKIP covers): what those requests made Redis push to the
+ * client itself (the message a PUBLISH delivers to its own subscription)
+ * still comes before the close, as it does from Redis, which runs them
+ * before it reads the garbage. No reply is owed, so sluice has no answer
+ * to wait for: it must learn from the upstream that they ran. */
+static void test_silent_then_protocol_error(void **state)
+{
+    (void)state;
+    static const char *const in[2] = {
+        "CLIENT REPLY OFF\r\nSUBSCRIBE pe:3\r\nPUBLISH pe:3 m\r\n*1\r\n$abc\r\n",
+        "SUBSCRIBE pe:4\r\nCLIENT REPLY SKIP\r\nPUBLISH pe:4 m\r\n*1\r\n$abc\r\n",
+    };
+    static const char *const want[2] = {
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:3\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:3\r\n$1\r\nm\r\n",
+        ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:4\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:4\r\n"
+        "$1\r\nm\r\n-ERR Protocol error: invalid bulk length\r\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn c;
+        assert_int_equal(th_conn_open(&c, sport), 0);
+        hello3(&c);
+        assert_int_equal(th_conn_send(&c, in[k]), 0);
+        assert_int_equal(th_expect_close(c.fd, want[k], strlen(want[k]), TH_MS), 0);
+        th_conn_close(&c);
+    }
+}
+
+/* A PUBLISH in MULTI to the client's own subscription: Redis 7.0 writes the
+ * message in the middle of EXEC's reply, which still counts one element
+ * per command; the garbage's error comes after the whole of it (the
+ * differential fuzzer's seed 19 round 4). */
+static void test_push_inside_exec_then_protocol_error(void **state)
+{
+    (void)state;
+    static const char want[] = ">3\r\n$9\r\nsubscribe\r\n$4\r\npe:5\r\n:1\r\n+OK\r\n+QUEUED\r\n"
+                               "*1\r\n>3\r\n$7\r\nmessage\r\n$4\r\npe:5\r\n$1\r\nm\r\n:1\r\n"
+                               "-ERR Protocol error: invalid bulk length\r\n";
+    int ports[2] = { redis_p.port, sport };
+    for (int k = 0; k < 2; k++) {
+        struct th_conn c;
+        assert_int_equal(th_conn_open(&c, ports[k]), 0);
+        hello3(&c);
+        assert_int_equal(th_conn_send(&c, "SUBSCRIBE pe:5\r\nMULTI\r\nPUBLISH pe:5 m\r\nEXEC\r\n"
+                                          "*1\r\n$04\r\nPING\r\n"), 0);
+        assert_int_equal(th_expect_close(c.fd, want, sizeof(want) - 1, TH_MS), 0);
+        th_conn_close(&c);
+    }
+}
+
+/* An AUTH or HELLO queued in MULTI is judged by its element of EXEC's reply.
+ * A DISCARD framed while that reply is still passing must not take the
+ * judge from under it: sluice crashed (a NULL pick) when the reply went on
+ * in a later read (the pooled differential fuzzer's seed 14 round 41, a
+ * 400 KB ECHO in the transaction). The client reads the start of a 32 MB
+ * reply, sends DISCARD, then reads on: more than all the socket buffers on
+ * the way hold, so the DISCARD is framed while the reply passes. */
+static void test_hello_in_multi_reply_in_parts(void **state)
+{
+    (void)state;
+    enum { BIG = 32 << 20 };
+    char *big = malloc(BIG);
+    assert_non_null(big);
+    memset(big, 'v', BIG);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)sport) };
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char head[128];
+    int hl = snprintf(head, sizeof(head), "MULTI\r\nHELLO 2\r\n*2\r\n$4\r\nECHO\r\n$%d\r\n", BIG);
+    assert_int_equal(th_write_all(fd, head, (size_t)hl), 0);
+    assert_int_equal(th_write_all(fd, big, BIG), 0);
+    TH_SEND(fd, "\r\nEXEC\r\n");
+    static const char start[] = "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n";
+    TH_EXPECT(fd, start);
+    TH_SEND(fd, "DISCARD\r\n");
+    static const char tail[] = "\r\n-ERR DISCARD without MULTI\r\n";
+    char last[sizeof(tail)] = "";
+    size_t got = 0, kept = 0;
+    for (uint64_t end = th_now_ms() + 60000; th_now_ms() < end;) {
+        size_t k = th_read_n(fd, big, 65536, 1000);
+        if (k == 0)
+            break;
+        got += k;
+        /* the last bytes seen, to find the DISCARD's error at the end */
+        size_t take = k < sizeof(tail) - 1 ? k : sizeof(tail) - 1;
+        size_t keep = kept + take > sizeof(tail) - 1 ? sizeof(tail) - 1 - take : kept;
+        memmove(last, last + kept - keep, keep);
+        memcpy(last + keep, big + k - take, take);
+        kept = keep + take;
+        if (kept == sizeof(tail) - 1 && memcmp(last, tail, kept) == 0)
+            break;
+    }
+    free(big);
+    if (kept != sizeof(tail) - 1 || memcmp(last, tail, kept) != 0)
+        fail_msg("EXEC's reply and the DISCARD's error did not come whole (%zu bytes)", got);
+    assert_true(got > (size_t)BIG);
+    TH_SEND(fd, "PING\r\n");
+    TH_EXPECT(fd, "+PONG\r\n");
+    close(fd);
+}
+
 /* Every RESP3 reply type, pipelined, then garbage: the same bytes as from
  * Redis, so the attribute (which precedes its reply) and the push (which
  * answers nothing) were not counted as replies - or the error would have
@@ -912,6 +1019,9 @@ int main(void)
         cmocka_unit_test_teardown(test_resp3_types, check_alive),
         cmocka_unit_test_teardown(test_resp3_tracking_push, check_alive),
         cmocka_unit_test_teardown(test_resp3_push_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_silent_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_push_inside_exec_then_protocol_error, check_alive),
+        cmocka_unit_test_teardown(test_hello_in_multi_reply_in_parts, check_alive),
         cmocka_unit_test_teardown(test_resp3_all_types, check_alive),
         cmocka_unit_test_teardown(test_monitor, check_alive),
         cmocka_unit_test_teardown(test_client_half_close, check_alive),

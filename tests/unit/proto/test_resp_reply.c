@@ -395,10 +395,9 @@ static void test_push_top(void **state)
     sb_reply(&b, ">0\r\n", SL_REPLY_PUSH);
     /* an attribute before a push: the reply is still a push */
     sb_reply(&b, "|1\r\n+a\r\n+b\r\n>1\r\n+x\r\n", SL_REPLY_PUSH);
-    /* a push inside an attribute is not the top-level item */
-    sb_reply(&b, "|1\r\n+a\r\n>1\r\n+b\r\n:7\r\n", 0);
-    /* a push inside an array is just an aggregate */
-    sb_reply(&b, "*2\r\n>1\r\n+x\r\n:1\r\n", 0);
+    /* a push inside an attribute is not the top-level item (nor an item
+     * of the attribute: test_push_inside) */
+    sb_reply(&b, "|1\r\n+a\r\n>1\r\n+b\r\n:7\r\n+v\r\n", 0);
     sb_reply(&b, "+OK\r\n", 0); /* the flag does not stick */
     check(&b, 0);
     sb_free(&b);
@@ -420,6 +419,29 @@ static void test_push_interleaved(void **state)
     }
     check(&b, 0);
     sb_free(&b);
+}
+
+/* A push inside an aggregate is none of its items: Redis 7.0 writes the
+ * message a PUBLISH in MULTI delivers to the client's own subscription in
+ * the middle of EXEC's reply (and an invalidation likewise), whose count
+ * holds only the commands' replies. */
+static int pick(const char *reply, uint32_t k);
+
+static void test_push_inside(void **state)
+{
+    struct sb b = {0};
+
+    (void)state;
+    sb_reply(&b, "*1\r\n>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n:1\r\n", 0);
+    sb_reply(&b, "+PONG\r\n", 0);
+    sb_reply(&b, "*2\r\n+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n>0\r\n:1\r\n", 0);
+    sb_reply(&b, "*2\r\n*1\r\n>1\r\n+x\r\n:1\r\n:2\r\n", 0); /* deeper */
+    sb_reply(&b, ">2\r\n>1\r\n+x\r\n+y\r\n", SL_REPLY_PUSH); /* in a push: an item */
+    check(&b, 0);
+    sb_free(&b);
+    /* EXEC's element k is the k-th command's reply, pushes apart */
+    assert_int_equal(pick("*2\r\n>1\r\n+x\r\n-E\r\n:1\r\n", 0), '-');
+    assert_int_equal(pick("*2\r\n+OK\r\n>1\r\n+x\r\n:1\r\n", 1), ':');
 }
 
 /* ---- depth ------------------------------------------------------------- */
@@ -1009,6 +1031,7 @@ int main(void)
         cmocka_unit_test(test_attr_nested),
         cmocka_unit_test(test_push_top),
         cmocka_unit_test(test_push_interleaved),
+        cmocka_unit_test(test_push_inside),
         cmocka_unit_test(test_depth_20),
         cmocka_unit_test(test_depth_max),
         cmocka_unit_test(test_depth_over),
