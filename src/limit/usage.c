@@ -1,0 +1,253 @@
+/* sluice — the usage table: counts per identity and window until they are
+ * delivered (limit/usage.h). A chained hash on (identity, window start),
+ * grown by doubling; entries leave once delivered and empty. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "limit/usage.h"
+
+const char *const sl_usage_field_names[SL_USAGE_FIELDS] = {
+    "requests", "rejected", "delayed", "bytes_in", "bytes_out", "connection_seconds",
+};
+
+struct sl_usage {
+    struct sl_usage_entry **b;   /* buckets */
+    size_t   nb;                 /* a power of two */
+    size_t   n;                  /* entries */
+    size_t   max;
+    uint64_t window_s;
+    uint64_t seq;                /* the last delivery number given */
+    uint64_t delivered, failed;
+    uint64_t dropped[SL_USAGE_FIELDS];
+    uint64_t warned_us;          /* when drops were last logged (the caller's clock) */
+    uint64_t unwarned;           /* drops since then */
+};
+
+#define MIN_BUCKETS 64
+
+struct sl_usage *sl_usage_new(uint64_t window_s, size_t max_entries)
+{
+    struct sl_usage *u = calloc(1, sizeof(*u));
+    if (u == NULL || (u->b = calloc(MIN_BUCKETS, sizeof(*u->b))) == NULL) {
+        free(u);
+        return NULL;
+    }
+    u->nb = MIN_BUCKETS;
+    sl_usage_set(u, window_s, max_entries);
+    return u;
+}
+
+void sl_usage_set(struct sl_usage *u, uint64_t window_s, size_t max_entries)
+{
+    u->window_s = window_s > 0 ? window_s : 1;
+    u->max = max_entries > 0 ? max_entries : 1;
+}
+
+void sl_usage_free(struct sl_usage *u)
+{
+    if (u == NULL)
+        return;
+    for (size_t i = 0; i < u->nb; i++) {
+        struct sl_usage_entry *e = u->b[i];
+        while (e != NULL) {
+            struct sl_usage_entry *next = e->next;
+            free(e);
+            e = next;
+        }
+    }
+    free(u->b);
+    free(u);
+}
+
+uint64_t sl_usage_window_of(const struct sl_usage *u, uint64_t now_us)
+{
+    uint64_t s = now_us / 1000000u;
+    return s - s % u->window_s;
+}
+
+static uint32_t hash_of(const char *id, size_t len, uint64_t window)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)id[i]) * 1099511628211ULL;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ ((window >> (8 * i)) & 0xff)) * 1099511628211ULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* Doubles the buckets when entries outnumber them; keeps the old ones
+ * when out of memory (longer chains, still right). */
+static void grow(struct sl_usage *u)
+{
+    if (u->n < u->nb)
+        return;
+    size_t nb = u->nb * 2;
+    struct sl_usage_entry **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < u->nb; i++) {
+        struct sl_usage_entry *e = u->b[i];
+        while (e != NULL) {
+            struct sl_usage_entry *next = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+            e = next;
+        }
+    }
+    free(u->b);
+    u->b = b;
+    u->nb = nb;
+}
+
+/* Counts <n> of field <f> dropped; a warning at most once a second of
+ * <now_us> with the drops since the last one. */
+static void dropped(struct sl_usage *u, enum sl_usage_field f, uint64_t n, uint64_t now_us)
+{
+    u->dropped[f] += n;
+    u->unwarned++;
+    if (u->warned_us != 0 && now_us - u->warned_us < 1000000u && now_us >= u->warned_us)
+        return;
+    sl_log_warn("usage: counts dropped, the table is full (max_pending)",
+                "entries=%zu drops=%" PRIu64 " requests_dropped_total=%" PRIu64, u->n, u->unwarned,
+                u->dropped[SL_USAGE_REQUESTS]);
+    u->warned_us = now_us;
+    u->unwarned = 0;
+}
+
+/* The entry of (<id>, <window>), made if need be; NULL when full. */
+static struct sl_usage_entry *entry_of(struct sl_usage *u, const char *id, uint64_t window)
+{
+    size_t len = strlen(id);
+    uint32_t h = hash_of(id, len, window);
+    for (struct sl_usage_entry *e = u->b[h & (u->nb - 1)]; e != NULL; e = e->next)
+        if (e->hash == h && e->window == window && strcmp(e->id, id) == 0)
+            return e;
+    if (u->n >= u->max)
+        return NULL;
+    struct sl_usage_entry *e = calloc(1, sizeof(*e) + len + 1);
+    if (e == NULL)
+        return NULL;
+    memcpy(e->id, id, len + 1);
+    e->window = window;
+    e->hash = h;
+    e->next = u->b[h & (u->nb - 1)];
+    u->b[h & (u->nb - 1)] = e;
+    u->n++;
+    grow(u);
+    return e;
+}
+
+int sl_usage_add(struct sl_usage *u, const char *id, enum sl_usage_field f, uint64_t n,
+                 uint64_t now_us)
+{
+    if (n == 0)
+        return 0;
+    struct sl_usage_entry *e = entry_of(u, id, sl_usage_window_of(u, now_us));
+    if (e == NULL) {
+        dropped(u, f, n, now_us);
+        return -1;
+    }
+    e->live[f] += n;
+    return 0;
+}
+
+int sl_usage_add_span(struct sl_usage *u, const char *id, uint64_t from_us, uint64_t to_us)
+{
+    int rc = 0;
+    uint64_t w_us = u->window_s * 1000000u;
+    /* one piece per window: from up to the next window start or <to> */
+    while (from_us < to_us) {
+        uint64_t end = (from_us / w_us + 1) * w_us;
+        if (end > to_us)
+            end = to_us;
+        if (sl_usage_add(u, id, SL_USAGE_CONN_US, end - from_us, from_us) < 0)
+            rc = -1;
+        from_us = end;
+    }
+    return rc;
+}
+
+static int empty(const uint64_t *v)
+{
+    for (int f = 0; f < SL_USAGE_FIELDS; f++)
+        if (v[f] != 0)
+            return 0;
+    return 1;
+}
+
+static void unlink_entry(struct sl_usage *u, struct sl_usage_entry *e)
+{
+    struct sl_usage_entry **p = &u->b[e->hash & (u->nb - 1)];
+    while (*p != e)
+        p = &(*p)->next;
+    *p = e->next;
+    u->n--;
+    free(e);
+}
+
+size_t sl_usage_take(struct sl_usage *u, sl_usage_deliver *fn, void *data)
+{
+    /* Marked first (busy = 2), then handed: a deliverer that is done at
+     * once may free its entry, so the chains are not walked while calling. */
+    size_t handed = 0;
+    for (size_t i = 0; i < u->nb; i++) {
+        for (struct sl_usage_entry *e = u->b[i]; e != NULL; e = e->next) {
+            if (e->busy)
+                continue;
+            if (e->seq == 0) {
+                if (empty(e->live))
+                    continue;
+                memcpy(e->out, e->live, sizeof(e->out));
+                memset(e->live, 0, sizeof(e->live));
+                e->seq = ++u->seq;
+            }
+            e->busy = 2;
+            handed++;
+        }
+    }
+    if (handed == 0)
+        return 0;
+    struct sl_usage_entry **v = malloc(handed * sizeof(*v));
+    size_t k = 0;
+    for (size_t i = 0; i < u->nb; i++)
+        for (struct sl_usage_entry *e = u->b[i]; e != NULL; e = e->next)
+            if (e->busy == 2) {
+                e->busy = v != NULL;
+                if (v != NULL)
+                    v[k++] = e;
+            }
+    /* Out of memory: nothing handed this time; the next take offers the
+     * same deliveries again, with the same numbers. */
+    for (size_t i = 0; i < k; i++)
+        fn(data, v[i]);
+    free(v);
+    return k;
+}
+
+void sl_usage_done(struct sl_usage *u, struct sl_usage_entry *e, int ok)
+{
+    e->busy = 0;
+    if (!ok) {
+        u->failed++;
+        return;
+    }
+    u->delivered++;
+    memset(e->out, 0, sizeof(e->out));
+    e->seq = 0;
+    if (empty(e->live))
+        unlink_entry(u, e);
+}
+
+void sl_usage_stats(const struct sl_usage *u, struct sl_usage_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->entries = u->n;
+    for (size_t i = 0; i < u->nb; i++)
+        for (const struct sl_usage_entry *e = u->b[i]; e != NULL; e = e->next)
+            out->waiting += e->seq != 0 && !e->busy;
+    out->delivered = u->delivered;
+    out->failed = u->failed;
+    memcpy(out->dropped, u->dropped, sizeof(out->dropped));
+}
