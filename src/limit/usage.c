@@ -240,6 +240,23 @@ void sl_usage_done(struct sl_usage *u, struct sl_usage_entry *e, int ok)
         unlink_entry(u, e);
 }
 
+void sl_usage_drain(struct sl_usage *u, uint64_t lost[SL_USAGE_FIELDS])
+{
+    memset(lost, 0, SL_USAGE_FIELDS * sizeof(lost[0]));
+    for (size_t i = 0; i < u->nb; i++) {
+        struct sl_usage_entry *e = u->b[i];
+        while (e != NULL) {
+            struct sl_usage_entry *next = e->next;
+            for (int f = 0; f < SL_USAGE_FIELDS; f++)
+                lost[f] += e->live[f] + (e->seq != 0 ? e->out[f] : 0);
+            free(e);
+            e = next;
+        }
+        u->b[i] = NULL;
+    }
+    u->n = 0;
+}
+
 void sl_usage_stats(const struct sl_usage *u, struct sl_usage_stats *out)
 {
     memset(out, 0, sizeof(*out));

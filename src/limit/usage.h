@@ -100,6 +100,11 @@ size_t sl_usage_take(struct sl_usage *u, sl_usage_deliver *fn, void *data);
  * applied already), 0 when it is to be tried again. <e> may be freed. */
 void sl_usage_done(struct sl_usage *u, struct sl_usage_entry *e, int ok);
 
+/* Empties the table (it is being closed): adds what each entry held, its
+ * delivery out and its counts since, into <lost>, and frees them. No
+ * entry may be busy. */
+void sl_usage_drain(struct sl_usage *u, uint64_t lost[SL_USAGE_FIELDS]);
+
 /* Counts so far. */
 void sl_usage_stats(const struct sl_usage *u, struct sl_usage_stats *out);
 

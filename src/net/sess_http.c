@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/tq.h"
 #include "identity/identity.h"
+#include "net/usage_export.h"
 #include "net/alog.h"
 #include "net/listener.h"
 #include "net/session.h"
@@ -271,6 +272,8 @@ static void on_request(struct sl_session *s)
         return;
     }
     s->l->stats.requests++;
+    if (sl_uexp_cur != NULL)
+        sl_usage_sess_request(s, &(struct sl_req){ .http = hd });
     struct sl_ident_state *id = sl_sess_ident(s);
     char why[160];
     if (sl_identity_http_check(lc, id, hd, why, sizeof why) != 0) {
