@@ -107,7 +107,8 @@ static void dropped(struct sl_usage *u, enum sl_usage_field f, uint64_t n, uint6
 {
     u->dropped[f] += n;
     u->unwarned++;
-    if (u->warned_us != 0 && now_us - u->warned_us < 1000000u && now_us >= u->warned_us)
+    /* (a wall clock stepped back by more than a second logs at once) */
+    if (u->warned_us != 0 && now_us < u->warned_us + 1000000u && now_us + 1000000u > u->warned_us)
         return;
     sl_log_warn("usage: counts dropped, the table is full (max_pending)",
                 "entries=%zu drops=%" PRIu64 " requests_dropped_total=%" PRIu64, u->n, u->unwarned,
@@ -139,18 +140,26 @@ static struct sl_usage_entry *entry_of(struct sl_usage *u, const char *id, uint6
     return e;
 }
 
-int sl_usage_add(struct sl_usage *u, const char *id, enum sl_usage_field f, uint64_t n,
-                 uint64_t now_us)
+/* Adds <n> to field <f> of <id> in the window of <at_us>; drops are
+ * logged on the clock of <now_us>. */
+static int add_at(struct sl_usage *u, const char *id, enum sl_usage_field f, uint64_t n,
+                  uint64_t at_us, uint64_t now_us)
 {
     if (n == 0)
         return 0;
-    struct sl_usage_entry *e = entry_of(u, id, sl_usage_window_of(u, now_us));
+    struct sl_usage_entry *e = entry_of(u, id, sl_usage_window_of(u, at_us));
     if (e == NULL) {
         dropped(u, f, n, now_us);
         return -1;
     }
     e->live[f] += n;
     return 0;
+}
+
+int sl_usage_add(struct sl_usage *u, const char *id, enum sl_usage_field f, uint64_t n,
+                 uint64_t now_us)
+{
+    return add_at(u, id, f, n, now_us, now_us);
 }
 
 int sl_usage_add_span(struct sl_usage *u, const char *id, uint64_t from_us, uint64_t to_us)
@@ -162,7 +171,7 @@ int sl_usage_add_span(struct sl_usage *u, const char *id, uint64_t from_us, uint
         uint64_t end = (from_us / w_us + 1) * w_us;
         if (end > to_us)
             end = to_us;
-        if (sl_usage_add(u, id, SL_USAGE_CONN_US, end - from_us, from_us) < 0)
+        if (add_at(u, id, SL_USAGE_CONN_US, end - from_us, from_us, to_us) < 0)
             rc = -1;
         from_us = end;
     }
