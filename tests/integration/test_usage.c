@@ -460,6 +460,25 @@ static void test_file_export(void **state)
     world_free(w);
 }
 
+/* A reload keeps what was counted; the exit delivers it (the interval is
+ * an hour: nothing goes before). */
+static void test_reload_then_exit(void **state)
+{
+    (void)state;
+    struct world *w = world_new(1, "export = store\ninterval = 1h\n");
+    struct sent a = { 0 }, b = { 0 };
+    traffic(w->port[0], "127.0.0.1", 4, 0, 0, &a);
+    assert_int_equal(kill(w->sl[0].pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(w->sl[0].log, "msg=reloaded ", 1, 10000), 0);
+    traffic(w->port[0], "127.0.0.1", 3, 0, 0, &a);
+    traffic(w->port[0], "127.0.0.2", 2, 4, 3, &b);
+    assert_int_equal(store_sum(w->store.port, "ip:127.0.0.1", "requests"), 0);
+    assert_int_equal(th_stop(&w->sl[0]), 0);
+    assert_store_is(w->store.port, "ip:127.0.0.1", &a);
+    assert_store_is(w->store.port, "ip:127.0.0.2", &b);
+    world_free(w);
+}
+
 /* -t refuses export = store without a store, and a window that does not
  * divide a day. */
 static void test_conf_rules(void **state)
@@ -499,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_store_down_then_up),
         cmocka_unit_test(test_lost_replies),
         cmocka_unit_test(test_file_export),
+        cmocka_unit_test(test_reload_then_exit),
         cmocka_unit_test(test_conf_rules),
     };
     if (only != NULL)
