@@ -141,20 +141,25 @@ struct world {
 /* Sluice <i> of <w>: a resp listener in front of the upstream, identity =
  * client_ip, a store-backed limit of 3 GETs an hour for ip:127.0.0.2, and
  * [usage] with <usage> (export, interval ...). */
-static void start_sluice(struct world *w, int i, const char *usage)
+static void start_sluice_with(struct world *w, int i, const char *usage, const char *global)
 {
     char ini[2048];
     w->port[i] = th_free_port();
     w->admin[i] = th_free_port();
     snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n%s"
              "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\n"
              "[usage]\n%s"
              "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidentity = client_ip\n"
              "[limit g]\nlistener = r\ncommands = GET\nrate = 3/h\nburst = 3\n"
              "match_identity = ip:127.0.0.2\n",
-             w->admin[i], w->store.port, usage, w->port[i], w->up.port);
+             w->admin[i], global, w->store.port, usage, w->port[i], w->up.port);
     assert_int_equal(th_sluice_start(&w->sl[i], ini, w->port[i]), 0);
+}
+
+static void start_sluice(struct world *w, int i, const char *usage)
+{
+    start_sluice_with(w, i, usage, "");
     assert_int_equal(th_metric_wait(w->admin[i], "sluice_store_up", 1, 5000), 0);
 }
 
@@ -479,6 +484,23 @@ static void test_reload_then_exit(void **state)
     world_free(w);
 }
 
+/* workers = 2: each worker counts and delivers on its own; the store
+ * holds their sum. */
+static void test_workers_sum(void **state)
+{
+    (void)state;
+    struct world *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    assert_int_equal(th_redis_start(&w->up, NULL), 0);
+    assert_int_equal(th_redis_start(&w->store, NULL), 0);
+    start_sluice_with(w, 0, "export = store\ninterval = 100ms\n", "workers = 2\n");
+    struct sent a = { 0 };
+    for (int i = 0; i < 12; i++) /* connections land on either worker */
+        traffic(w->port[0], "127.0.0.1", 3, 0, 0, &a);
+    assert_store_is(w->store.port, "ip:127.0.0.1", &a);
+    world_free(w);
+}
+
 /* -t refuses export = store without a store, and a window that does not
  * divide a day. */
 static void test_conf_rules(void **state)
@@ -514,6 +536,7 @@ int main(void)
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_store_exact),
         cmocka_unit_test(test_two_instances_sum),
+        cmocka_unit_test(test_workers_sum),
         cmocka_unit_test(test_script_once),
         cmocka_unit_test(test_store_down_then_up),
         cmocka_unit_test(test_lost_replies),
