@@ -501,6 +501,106 @@ static void test_workers_sum(void **state)
     world_free(w);
 }
 
+/* An http listener: requests and their refusals (429) counted for the
+ * identity, bytes read from the client exactly, the upstream's bytes. */
+static void test_http(void **state)
+{
+    (void)state;
+    struct th_proc up, store, sl;
+    assert_int_equal(th_pyup_start(&up), 0);
+    assert_int_equal(th_redis_start(&store, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\n"
+             "[usage]\nexport = store\ninterval = 100ms\n"
+             "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "identity = client_ip\n"
+             "[limit hg]\nlistener = h\nrate = 4/h\nburst = 4\n",
+             admin, store.port, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    const char req[] = "GET /fixed?size=100 HTTP/1.1\r\nHost: x\r\n\r\n";
+    int fd = conn_from("127.0.0.4", port);
+    char buf[4096] = { 0 };
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(th_write_all(fd, req, strlen(req)), 0);
+        /* a response: its head, then Content-Length bytes */
+        size_t n = 0;
+        char *end = NULL;
+        while ((end = strstr(buf, "\r\n\r\n")) == NULL || n == 0) {
+            size_t got = th_read_n(fd, buf + n, 1, 5000);
+            assert_int_equal(got, 1);
+            n += got;
+            buf[n] = '\0';
+        }
+        long cl = atol(strcasestr(buf, "content-length:") + 15);
+        size_t body = (size_t)(end + 4 - buf);
+        assert_int_equal(th_read_n(fd, buf + n, (size_t)cl - (n - body), 5000), (size_t)cl - (n - body));
+        if (strncmp(buf, "HTTP/1.1 200", 12) == 0)
+            ok++;
+        else if (strncmp(buf, "HTTP/1.1 429", 12) == 0)
+            refused++;
+        memset(buf, 0, sizeof(buf));
+    }
+    close(fd);
+    assert_int_equal(ok, 4);
+    assert_int_equal(refused, 2);
+    assert_int_equal(store_wait(store.port, "ip:127.0.0.4", "requests", 6, 10000), 0);
+    assert_int_equal(store_wait(store.port, "ip:127.0.0.4", "bytes_in", 6.0 * (double)strlen(req), 10000), 0);
+    assert_int_equal(store_sum(store.port, "ip:127.0.0.4", "rejected"), 2);
+    assert_true(store_sum(store.port, "ip:127.0.0.4", "bytes_out") >= 400);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_stop(&store);
+}
+
+/* A Redis Cluster as the store: each identity's keys (its windows and
+ * what was applied) sit on the master of its hash tag's slot, whose sum is
+ * exact; identities spread over the masters. */
+static void test_cluster(void **state)
+{
+    (void)state;
+    struct th_cluster cl;
+    struct th_proc up, sl;
+    assert_int_equal(th_cluster_start(&cl), 0);
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    char url[512], ini[1536];
+    th_cluster_url(&cl, url, sizeof(url));
+    int port = th_free_port(), admin = th_free_port();
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = %s\ntimeout = 250ms\n"
+             "[usage]\nexport = store\ninterval = 100ms\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidentity = client_ip\n",
+             admin, url, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    assert_int_equal(th_metric_wait(admin, "sluice_store_up", 1, 10000), 0);
+    const char *ips[] = { "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.5", "127.0.0.6" };
+    struct sent s[5];
+    memset(s, 0, sizeof(s));
+    int masters_seen[TH_CLUSTER_NODES] = { 0 }, distinct = 0;
+    for (int i = 0; i < 5; i++)
+        traffic(port, ips[i], 2 + i, 0, 0, &s[i]);
+    for (int i = 0; i < 5; i++) {
+        char id[32], cmd[64];
+        snprintf(id, sizeof(id), "ip:%s", ips[i]);
+        snprintf(cmd, sizeof(cmd), "CLUSTER KEYSLOT {%s}", id);
+        char *r = th_redis_cmd(cl.node[0].port, cmd);
+        assert_non_null(r);
+        int m = th_cluster_master_of(&cl, (unsigned)atoi(r + 1));
+        free(r);
+        assert_true(m >= 0);
+        distinct += masters_seen[m]++ == 0;
+        assert_store_is(cl.node[m].port, id, &s[i]);
+    }
+    assert_true(distinct >= 2);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_cluster_stop(&cl);
+}
+
 /* -t refuses export = store without a store, and a window that does not
  * divide a day. */
 static void test_conf_rules(void **state)
@@ -541,6 +641,8 @@ int main(void)
         cmocka_unit_test(test_store_down_then_up),
         cmocka_unit_test(test_lost_replies),
         cmocka_unit_test(test_file_export),
+        cmocka_unit_test(test_http),
+        cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
         cmocka_unit_test(test_conf_rules),
     };
