@@ -501,6 +501,26 @@ static void test_workers_sum(void **state)
     world_free(w);
 }
 
+/* export = FILE at exit: the last counts are written before the process
+ * ends (the interval is an hour). */
+static void test_file_exit(void **state)
+{
+    (void)state;
+    char path[128], usage[256];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-usage-exit-%d.jsonl", (int)getpid());
+    unlink(path);
+    th_track_file(path);
+    snprintf(usage, sizeof(usage), "export = %s\ninterval = 1h\n", path);
+    struct world *w = world_new(1, usage);
+    struct sent a = { 0 };
+    traffic(w->port[0], "127.0.0.1", 5, 0, 0, &a);
+    assert_true(file_sum(path, "ip:127.0.0.1", "requests") <= 0);
+    assert_int_equal(th_stop(&w->sl[0]), 0);
+    assert_int_equal(file_sum(path, "ip:127.0.0.1", "requests"), a.requests);
+    assert_int_equal(file_sum(path, "ip:127.0.0.1", "bytes_in"), a.bytes_in);
+    world_free(w);
+}
+
 /* An http listener: requests and their refusals (429) counted for the
  * identity, bytes read from the client exactly, the upstream's bytes. */
 static void test_http(void **state)
@@ -641,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_store_down_then_up),
         cmocka_unit_test(test_lost_replies),
         cmocka_unit_test(test_file_export),
+        cmocka_unit_test(test_file_exit),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
