@@ -209,7 +209,10 @@ static void deliver_file(void *data, struct sl_usage_entry *e)
 
 static void session_time(struct sl_session *s, void *arg)
 {
-    count_time(s, *(const uint64_t *)arg);
+    /* A PROXY header still coming will say who the client is: its time
+     * so far goes to that identity, counted later. */
+    if (s->pp == NULL)
+        count_time(s, *(const uint64_t *)arg);
 }
 
 /* Every interval: the connections' time so far, then every identity-window
