@@ -330,6 +330,9 @@ int sl_usage_export_apply(struct sl_server *srv)
         x->wall_off_us = (int64_t)wall_us() - (int64_t)sl_turn_now_us();
         char host[64] = "sluice";
         gethostname(host, sizeof(host) - 1);
+        /* Its own name, not the store client's: a table made anew (export
+         * off, then on) numbers its deliveries from 1 again, and must not
+         * meet the record of the old one's. */
         snprintf(x->instance, sizeof(x->instance), "%s:%d:%08x", host, (int)getpid(),
                  (unsigned)(uv_hrtime() & 0xffffffffu));
     }
@@ -365,8 +368,6 @@ int sl_usage_export_apply(struct sl_server *srv)
     x->off = 0;
     x->ttl_ms = c->ttl_us / 1000u;
     snprintf(x->prefix, sizeof(x->prefix), "%s", srv->conf->store.key_prefix);
-    if (srv->store != NULL)
-        snprintf(x->instance, sizeof(x->instance), "%s", sl_store_instance_id(srv->store));
     sl_usage_set(x->t, c->window_us / 1000000u, (size_t)c->max_pending);
     uint64_t ms = c->interval_us / 1000u;
     if (fresh || ms != x->interval_ms || !uv_is_active((uv_handle_t *)x->timer))
