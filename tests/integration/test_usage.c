@@ -465,6 +465,45 @@ static void test_file_export(void **state)
     world_free(w);
 }
 
+/* Rewrites sluice <i>'s file with [usage] <usage> and reloads it. */
+static void reload_usage(struct world *w, int i, const char *usage, int nth)
+{
+    char *text = th_slurp(w->sl[i].conf);
+    assert_non_null(text);
+    char *u = strstr(text, "[usage]\n"), *next = strstr(text, "[listener r]");
+    assert_true(u != NULL && next != NULL);
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.new", w->sl[i].conf);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fwrite(text, 1, (size_t)(u - text) + 8, f);
+    fputs(usage, f);
+    fputs(next, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, w->sl[i].conf), 0);
+    free(text);
+    assert_int_equal(kill(w->sl[i].pid, SIGHUP), 0);
+    assert_int_equal(th_log_wait(w->sl[i].log, "msg=reloaded ", nth, 10000), 0);
+}
+
+/* Export turned off and on again by reloads: what was counted while on is
+ * in the store exactly, and the new table's deliveries (numbered from 1
+ * again) are not taken for the old one's. */
+static void test_reload_off_on(void **state)
+{
+    (void)state;
+    struct world *w = world_new(1, "export = store\ninterval = 100ms\n");
+    struct sent a = { 0 }, off = { 0 };
+    traffic(w->port[0], "127.0.0.1", 5, 0, 0, &a);
+    assert_store_is(w->store.port, "ip:127.0.0.1", &a);
+    reload_usage(w, 0, "export = off\n", 1);
+    traffic(w->port[0], "127.0.0.1", 3, 0, 0, &off); /* not counted */
+    reload_usage(w, 0, "export = store\ninterval = 100ms\n", 2);
+    traffic(w->port[0], "127.0.0.1", 2, 0, 0, &a);
+    assert_store_is(w->store.port, "ip:127.0.0.1", &a);
+    world_free(w);
+}
+
 /* A reload keeps what was counted; the exit delivers it (the interval is
  * an hour: nothing goes before). */
 static void test_reload_then_exit(void **state)
@@ -665,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
+        cmocka_unit_test(test_reload_off_on),
         cmocka_unit_test(test_conf_rules),
     };
     if (only != NULL)
