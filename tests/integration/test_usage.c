@@ -615,6 +615,93 @@ static void test_http(void **state)
     th_stop(&store);
 }
 
+/* HTTP with identity = header:X-Key: each key its own (hashed) identity;
+ * a request naming two keys is refused and counted for no one. */
+static void test_http_header_identity(void **state)
+{
+    (void)state;
+    struct th_proc up, store, sl;
+    assert_int_equal(th_pyup_start(&up), 0);
+    assert_int_equal(th_redis_start(&store, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 250ms\n"
+             "[usage]\nexport = store\ninterval = 100ms\n"
+             "[listener h]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "identity = header:X-Key client_ip\n",
+             admin, store.port, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    const char *keys[] = { "k1", "k1", "k2", "k1" };
+    int fd = conn_from("127.0.0.4", port);
+    char req[256], buf[4096];
+    for (int i = 0; i < 4; i++) {
+        int n = snprintf(req, sizeof(req), "GET /fixed?size=10 HTTP/1.1\r\nHost: x\r\nX-Key: %s\r\n\r\n",
+                         keys[i]);
+        assert_int_equal(th_write_all(fd, req, (size_t)n), 0);
+        assert_true(th_read_n(fd, buf, 17, 5000) == 17); /* "HTTP/1.1 200 OK\r\n" */
+        assert_memory_equal(buf, "HTTP/1.1 200", 12);
+        /* the rest of the head and the 10 bytes */
+        size_t got = 17;
+        while (got < sizeof(buf) - 1 && th_read_n(fd, buf + got, 1, 5000) == 1) {
+            got++;
+            buf[got] = '\0';
+            char *e = strstr(buf, "\r\n\r\n");
+            if (e != NULL && (size_t)(buf + got - (e + 4)) == 10)
+                break;
+        }
+        memset(buf, 0, sizeof(buf));
+    }
+    const char two[] = "GET /fixed?size=10 HTTP/1.1\r\nHost: x\r\nX-Key: k1\r\nX-Key: k2\r\n\r\n";
+    assert_int_equal(th_write_all(fd, two, strlen(two)), 0);
+    assert_true(th_read_n(fd, buf, 12, 5000) == 12);
+    assert_memory_equal(buf, "HTTP/1.1 400", 12);
+    close(fd);
+    /* two hashed identities, 3 and 1 requests (summed over their windows);
+     * nothing for the address */
+    uint64_t end = th_now_ms() + 10000;
+    char names[8][64];
+    double sums[8];
+    int ids = 0;
+    double total = 0;
+    do {
+        redisContext *c = redisConnect("127.0.0.1", store.port);
+        assert_non_null(c);
+        redisReply *k = redisCommand(c, "KEYS sluice:usage:{header#*}:*");
+        total = 0;
+        ids = 0;
+        for (size_t i = 0; i < k->elements && i < 8; i++) {
+            const char *key = k->element[i]->str;
+            size_t idlen = (size_t)(strrchr(key, ':') - key);
+            int j = 0;
+            while (j < ids && !(strlen(names[j]) == idlen && strncmp(names[j], key, idlen) == 0))
+                j++;
+            if (j == ids) {
+                snprintf(names[ids], sizeof(names[ids]), "%.*s", (int)idlen, key);
+                sums[ids++] = 0;
+            }
+            redisReply *v = redisCommand(c, "HGET %s requests", key);
+            double d = v->type == REDIS_REPLY_STRING ? strtod(v->str, NULL) : 0;
+            sums[j] += d;
+            total += d;
+            freeReplyObject(v);
+        }
+        freeReplyObject(k);
+        redisFree(c);
+        if (total == 4)
+            break;
+        usleep(20000);
+    } while (th_now_ms() < end);
+    assert_int_equal(total, 4);
+    assert_int_equal(ids, 2);
+    assert_true((sums[0] == 3 && sums[1] == 1) || (sums[0] == 1 && sums[1] == 3));
+    assert_int_equal(store_sum(store.port, "ip:127.0.0.4", "requests"), 0);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_stop(&store);
+}
+
 /* A Redis Cluster as the store: each identity's keys (its windows and
  * what was applied) sit on the master of its hash tag's slot, whose sum is
  * exact; identities spread over the masters. */
@@ -702,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_file_export),
         cmocka_unit_test(test_file_exit),
         cmocka_unit_test(test_http),
+        cmocka_unit_test(test_http_header_identity),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
         cmocka_unit_test(test_reload_off_on),
