@@ -21,6 +21,9 @@ struct sl_usage {
     uint64_t seq;                /* the last delivery number given */
     uint64_t delivered, failed;
     uint64_t dropped[SL_USAGE_FIELDS];
+    struct sl_usage_entry *last; /* the entry found last: the same identity comes in runs
+                                    (a connection's requests, its reads), so it is
+                                    compared first, before any hashing */
     uint64_t warned_us;          /* when drops were last logged (the caller's clock) */
     uint64_t unwarned;           /* drops since then */
 };
@@ -120,11 +123,13 @@ static void dropped(struct sl_usage *u, enum sl_usage_field f, uint64_t n, uint6
 /* The entry of (<id>, <window>), made if need be; NULL when full. */
 static struct sl_usage_entry *entry_of(struct sl_usage *u, const char *id, uint64_t window)
 {
+    if (u->last != NULL && u->last->window == window && strcmp(u->last->id, id) == 0)
+        return u->last;
     size_t len = strlen(id);
     uint32_t h = hash_of(id, len, window);
     for (struct sl_usage_entry *e = u->b[h & (u->nb - 1)]; e != NULL; e = e->next)
         if (e->hash == h && e->window == window && strcmp(e->id, id) == 0)
-            return e;
+            return u->last = e;
     if (u->n >= u->max)
         return NULL;
     struct sl_usage_entry *e = calloc(1, sizeof(*e) + len + 1);
@@ -137,7 +142,7 @@ static struct sl_usage_entry *entry_of(struct sl_usage *u, const char *id, uint6
     u->b[h & (u->nb - 1)] = e;
     u->n++;
     grow(u);
-    return e;
+    return u->last = e;
 }
 
 /* Adds <n> to field <f> of <id> in the window of <at_us>; drops are
@@ -193,6 +198,8 @@ static void unlink_entry(struct sl_usage *u, struct sl_usage_entry *e)
         p = &(*p)->next;
     *p = e->next;
     u->n--;
+    if (u->last == e)
+        u->last = NULL;
     free(e);
 }
 
@@ -264,6 +271,7 @@ void sl_usage_drain(struct sl_usage *u, uint64_t lost[SL_USAGE_FIELDS])
         u->b[i] = NULL;
     }
     u->n = 0;
+    u->last = NULL;
 }
 
 void sl_usage_stats(const struct sl_usage *u, struct sl_usage_stats *out)

@@ -228,6 +228,35 @@ static void test_many(void **state)
     sl_usage_free(u);
 }
 
+/* The entry found last is compared first: once it is delivered and
+ * freed, the same identity gets a new entry (never the freed one). */
+static void test_last_entry_freed(void **state)
+{
+    (void)state;
+    struct sl_usage *u = sl_usage_new(60, 100);
+    sl_usage_add(u, "user:a", SL_USAGE_REQUESTS, 1, at(1));
+    sl_usage_add(u, "user:a", SL_USAGE_REQUESTS, 1, at(2));
+    struct seen s = { .ok = 1, .u = u };
+    assert_int_equal(sl_usage_take(u, deliver, &s), 1);
+    sl_usage_add(u, "user:a", SL_USAGE_REQUESTS, 5, at(3));
+    sl_usage_add(u, "user:b", SL_USAGE_REQUESTS, 1, at(3));
+    sl_usage_add(u, "user:a", SL_USAGE_REQUESTS, 1, at(4));
+    struct seen t = { .ok = 1, .u = u };
+    assert_int_equal(sl_usage_take(u, deliver, &t), 2);
+    int a = find(&t, "user:a", at(0) / S);
+    assert_true(a >= 0);
+    assert_int_equal(t.out[a][SL_USAGE_REQUESTS], 6);
+    uint64_t lost[SL_USAGE_FIELDS];
+    sl_usage_add(u, "user:c", SL_USAGE_BYTES_IN, 9, at(5));
+    sl_usage_drain(u, lost);
+    assert_int_equal(lost[SL_USAGE_BYTES_IN], 9);
+    sl_usage_add(u, "user:c", SL_USAGE_BYTES_IN, 1, at(5)); /* after a drain: a new entry */
+    struct sl_usage_stats st;
+    sl_usage_stats(u, &st);
+    assert_int_equal(st.entries, 1);
+    sl_usage_free(u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_span_split),
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_many),
+        cmocka_unit_test(test_last_entry_freed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
