@@ -2,6 +2,7 @@
  * delivered (limit/usage.h). A chained hash on (identity, window start),
  * grown by doubling; entries leave once delivered and empty. */
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ struct sl_usage {
     uint64_t seq;                /* the last delivery number given */
     uint64_t delivered, failed;
     uint64_t dropped[SL_USAGE_FIELDS];
+    size_t   cursor;             /* sl_usage_take_some(): the bucket it goes on from */
     struct sl_usage_entry *last; /* the entry found last: the same identity comes in runs
                                     (a connection's requests, its reads), so it is
                                     compared first, before any hashing */
@@ -102,6 +104,7 @@ static void grow(struct sl_usage *u)
     free(u->b);
     u->b = b;
     u->nb = nb;
+    u->cursor = 0; /* a walk in progress starts over (busy entries are not handed twice) */
 }
 
 /* Counts <n> of field <f> dropped; a warning at most once a second of
@@ -203,43 +206,51 @@ static void unlink_entry(struct sl_usage *u, struct sl_usage_entry *e)
     free(e);
 }
 
-size_t sl_usage_take(struct sl_usage *u, sl_usage_deliver *fn, void *data)
+/* Makes <e>'s delivery ready: a failed one again as it was, else its
+ * counts since the last take under a new number. 0 when it has nothing to
+ * deliver or is out already. */
+static int ready(struct sl_usage *u, struct sl_usage_entry *e)
 {
-    /* Marked first (busy = 2), then handed: a deliverer that is done at
-     * once may free its entry, so the chains are not walked while calling. */
-    size_t handed = 0;
-    for (size_t i = 0; i < u->nb; i++) {
-        for (struct sl_usage_entry *e = u->b[i]; e != NULL; e = e->next) {
-            if (e->busy)
-                continue;
-            if (e->seq == 0) {
-                if (empty(e->live))
-                    continue;
-                memcpy(e->out, e->live, sizeof(e->out));
-                memset(e->live, 0, sizeof(e->live));
-                e->seq = ++u->seq;
+    if (e->busy)
+        return 0;
+    if (e->seq == 0) {
+        if (empty(e->live))
+            return 0;
+        memcpy(e->out, e->live, sizeof(e->out));
+        memset(e->live, 0, sizeof(e->live));
+        e->seq = ++u->seq;
+    }
+    e->busy = 1;
+    return 1;
+}
+
+size_t sl_usage_take_some(struct sl_usage *u, sl_usage_deliver *fn, void *data, size_t max,
+                          int *more)
+{
+    size_t handed = 0, i = u->cursor;
+    /* Whole chains: a deliverer done at once frees only its own entry, so
+     * the next one, read before the call, stays valid. */
+    for (; i < u->nb && handed < max; i++) {
+        struct sl_usage_entry *e = u->b[i];
+        while (e != NULL) {
+            struct sl_usage_entry *next = e->next;
+            if (ready(u, e)) {
+                handed++;
+                fn(data, e);
             }
-            e->busy = 2;
-            handed++;
+            e = next;
         }
     }
-    if (handed == 0)
-        return 0;
-    struct sl_usage_entry **v = malloc(handed * sizeof(*v));
-    size_t k = 0;
-    for (size_t i = 0; i < u->nb; i++)
-        for (struct sl_usage_entry *e = u->b[i]; e != NULL; e = e->next)
-            if (e->busy == 2) {
-                e->busy = v != NULL;
-                if (v != NULL)
-                    v[k++] = e;
-            }
-    /* Out of memory: nothing handed this time; the next take offers the
-     * same deliveries again, with the same numbers. */
-    for (size_t i = 0; i < k; i++)
-        fn(data, v[i]);
-    free(v);
-    return k;
+    *more = i < u->nb;
+    u->cursor = *more ? i : 0;
+    return handed;
+}
+
+size_t sl_usage_take(struct sl_usage *u, sl_usage_deliver *fn, void *data)
+{
+    int more = 0;
+    u->cursor = 0;
+    return sl_usage_take_some(u, fn, data, SIZE_MAX, &more);
 }
 
 void sl_usage_done(struct sl_usage *u, struct sl_usage_entry *e, int ok)

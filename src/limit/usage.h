@@ -60,13 +60,22 @@ int sl_usage_add(struct sl_usage *u, const char *id, enum sl_usage_field f, uint
 int sl_usage_add_span(struct sl_usage *u, const char *id, uint64_t from_us, uint64_t to_us);
 
 /* Delivers one entry: called by sl_usage_take() with the entry's <out> and
- * <seq> set; the deliverer calls sl_usage_done() on it, at once or later. */
+ * <seq> set; the deliverer calls sl_usage_done() on it, at once or later.
+ * It must not add to the table, nor end the delivery of another entry. */
 typedef void sl_usage_deliver(void *data, struct sl_usage_entry *e);
 
 /* Hands every entry that has something to deliver and is not busy to
  * <fn>: a failed delivery again (same out, same seq), else its counts
  * since the last take (a new seq). Returns how many were handed. */
 size_t sl_usage_take(struct sl_usage *u, sl_usage_deliver *fn, void *data);
+
+/* sl_usage_take() a part at a time, so that a loop turn hands a bounded
+ * number: about <max> entries (it stops at the end of the hash chain where
+ * <max> is reached: chains are short), from where the last call stopped; *<more> is nonzero when the walk has not
+ * reached the end yet (call again, in a later turn). Entries made meanwhile
+ * behind the walk wait for the next one. */
+size_t sl_usage_take_some(struct sl_usage *u, sl_usage_deliver *fn, void *data, size_t max,
+                          int *more);
 
 /* The delivery of <e> ended: <ok> nonzero when it was applied (or found
  * applied already), 0 when it is to be tried again. <e> may be freed. */

@@ -23,7 +23,8 @@
 struct sl_uexp {
     struct sl_server *srv;
     struct sl_usage  *t;
-    uv_timer_t       *timer;       /* closed on its own (its memory outlives us) */
+    uv_timer_t       *timer;       /* every interval; closed on its own (its memory outlives us) */
+    uv_timer_t       *more;        /* the rest of a delivery round, in the next loop turn */
     int               kind;        /* enum sl_usage_export */
     struct sl_lsink  *sink;        /* export = FILE */
     char             *path;
@@ -215,34 +216,66 @@ static void session_time(struct sl_session *s, void *arg)
         count_time(s, *(const uint64_t *)arg);
 }
 
-/* Every interval: the connections' time so far, then every identity-window
- * with something to deliver. */
-static void flush(struct sl_uexp *x)
+/* Identity-windows delivered in one loop turn at most (about): a round of
+ * a hundred thousand goes over a few hundred turns, with the traffic's I/O
+ * between them, instead of holding the loop for all of it. */
+#define BATCH 512
+
+static sl_usage_deliver *deliverer(const struct sl_uexp *x)
+{
+    return x->kind == SL_USAGE_FILE ? deliver_file : deliver_store;
+}
+
+static void on_more(uv_timer_t *t)
+{
+    struct sl_uexp *x = t->data;
+    int more = 0;
+    if (x->off)
+        return;
+    sl_usage_take_some(x->t, deliverer(x), x, BATCH, &more);
+    if (more)
+        uv_timer_start(x->more, on_more, 0, 0);
+}
+
+/* The connections' time so far, for every open connection. */
+static void count_sessions(struct sl_uexp *x)
 {
     x->wall_off_us = (int64_t)wall_us() - (int64_t)sl_turn_now_us();
     uint64_t now = now_us(x);
     for (struct sl_listener *l = x->srv->listeners; l != NULL; l = l->next)
         sl_listener_each_session(l, session_time, &now);
-    sl_usage_take(x->t, x->kind == SL_USAGE_FILE ? deliver_file : deliver_store, x);
 }
 
+/* Every interval: the connections' time, then a round over every
+ * identity-window with something to deliver, BATCH a turn. A round still
+ * going when the next interval comes goes on (what is behind it waits). */
 static void on_timer(uv_timer_t *t)
 {
     struct sl_uexp *x = t->data;
-    flush(x);
+    count_sessions(x);
+    if (!uv_is_active((uv_handle_t *)x->more))
+        on_more(x->more);
+}
+
+/* At the end: everything at once (no traffic is left to interleave). */
+static void flush(struct sl_uexp *x)
+{
+    count_sessions(x);
+    uv_timer_stop(x->more);
+    sl_usage_take(x->t, deliverer(x), x);
 }
 
 static void maybe_final(struct sl_uexp *x)
 {
-    if (x->off && x->in_flight == 0) {
-        sl_usage_export_close();
+    if (x->in_flight != 0)
         return;
-    }
-    if (x->final_done != NULL && x->in_flight == 0) {
-        void (*done)(struct sl_server *) = x->final_done;
-        x->final_done = NULL;
-        done(x->srv);
-    }
+    void (*done)(struct sl_server *) = x->final_done;
+    struct sl_server *srv = x->srv;
+    x->final_done = NULL;
+    if (x->off)
+        sl_usage_export_close(); /* turned off while calls were in flight */
+    if (done != NULL)
+        done(srv);
 }
 
 int sl_usage_export_final(struct sl_server *srv, void (*done)(struct sl_server *))
@@ -250,7 +283,7 @@ int sl_usage_export_final(struct sl_server *srv, void (*done)(struct sl_server *
     struct sl_uexp *x = sl_uexp_cur;
     if (x == NULL || x->srv != srv)
         return 0;
-    if (x->final_done == NULL && x->in_flight == 0)
+    if (x->final_done == NULL && x->in_flight == 0 && !x->off)
         flush(x);
     if (x->in_flight == 0)
         return 0;
@@ -293,6 +326,7 @@ void sl_usage_export_close(void)
         return;
     sl_uexp_cur = NULL;
     uv_close((uv_handle_t *)x->timer, free_timer);
+    uv_close((uv_handle_t *)x->more, free_timer);
     drop_rest(x);
     sl_usage_free(x->t);
     if (x->sink != NULL)
@@ -311,15 +345,19 @@ int sl_usage_export_apply(struct sl_server *srv)
         } else if (x != NULL) {
             x->off = 1; /* closed when the calls in flight have answered */
             uv_timer_stop(x->timer);
+            uv_timer_stop(x->more);
         }
         return 0;
     }
     int fresh = x == NULL;
     if (fresh) {
         if ((x = calloc(1, sizeof(*x))) == NULL || (x->timer = malloc(sizeof(*x->timer))) == NULL ||
+            (x->more = malloc(sizeof(*x->more))) == NULL ||
             (x->t = sl_usage_new(c->window_us / 1000000u, (size_t)c->max_pending)) == NULL) {
-            if (x != NULL)
+            if (x != NULL) {
                 free(x->timer);
+                free(x->more);
+            }
             free(x);
             sl_log_error("usage: out of memory", "%s", "");
             return -1;
@@ -327,6 +365,8 @@ int sl_usage_export_apply(struct sl_server *srv)
         x->srv = srv;
         uv_timer_init(srv->loop, x->timer);
         x->timer->data = x;
+        uv_timer_init(srv->loop, x->more);
+        x->more->data = x;
         x->wall_off_us = (int64_t)wall_us() - (int64_t)sl_turn_now_us();
         char host[64] = "sluice";
         gethostname(host, sizeof(host) - 1);
@@ -349,6 +389,7 @@ int sl_usage_export_apply(struct sl_server *srv)
             if (fresh) {
                 sl_usage_free(x->t);
                 uv_close((uv_handle_t *)x->timer, free_timer);
+                uv_close((uv_handle_t *)x->more, free_timer);
                 free(x);
             }
             return -1;

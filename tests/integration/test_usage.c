@@ -702,6 +702,66 @@ static void test_http_header_identity(void **state)
     th_stop(&store);
 }
 
+/* Many identities in one interval (identity = key_prefix: one per key's
+ * prefix): delivered over several loop turns, every one exactly. */
+static void test_many_identities(void **state)
+{
+    (void)state;
+    struct th_proc up, store, sl;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    assert_int_equal(th_redis_start(&store, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 1s\n"
+             "[usage]\nexport = store\ninterval = 200ms\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "identity = key_prefix\n",
+             admin, store.port, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    enum { N = 3000 };
+    int fd = conn_from("127.0.0.1", port);
+    char cmd[128];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(cmd, sizeof(cmd), "SET t%d:k v\r\n", i);
+        assert_int_equal(th_write_all(fd, cmd, (size_t)n), 0);
+    }
+    char *replies = malloc(5 * N);
+    assert_non_null(replies);
+    assert_int_equal(th_read_n(fd, replies, 5 * N, 20000), 5 * N);
+    free(replies);
+    close(fd);
+    /* every identity's one request, in as many hashes */
+    uint64_t end = th_now_ms() + 20000;
+    long keys = 0;
+    while (th_now_ms() < end) {
+        redisContext *c = redisConnect("127.0.0.1", store.port);
+        assert_non_null(c);
+        redisReply *k = redisCommand(c, "EVAL %s 0 %s", "return #redis.call('KEYS', ARGV[1])",
+                                     "sluice:usage:{prefix:t*}:*");
+        assert_int_equal(k->type, REDIS_REPLY_INTEGER);
+        keys = k->integer;
+        freeReplyObject(k);
+        redisFree(c);
+        if (keys >= N)
+            break;
+        usleep(50000);
+    }
+    assert_true(keys >= N);
+    int probe[] = { 0, 1, 777, 2999 };
+    for (int i = 0; i < 4; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "prefix:t%d", probe[i]);
+        assert_int_equal(store_wait(store.port, id, "requests", 1, 10000), 0);
+    }
+    assert_int_equal(th_metric_wait(admin, "sluice_usage_entries", 0, 10000), 0);
+    assert_true(th_metric(admin, "sluice_usage_flushed_total") >= N);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_stop(&store);
+}
+
 /* A Redis Cluster as the store: each identity's keys (its windows and
  * what was applied) sit on the master of its hash tag's slot, whose sum is
  * exact; identities spread over the masters. */
@@ -790,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_file_exit),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_http_header_identity),
+        cmocka_unit_test(test_many_identities),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
         cmocka_unit_test(test_reload_off_on),

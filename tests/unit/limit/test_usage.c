@@ -257,6 +257,43 @@ static void test_last_entry_freed(void **state)
     sl_usage_free(u);
 }
 
+/* A round a part at a time: each call hands about <max>, the round ends
+ * with every entry handed once; entries done at once are freed safely. */
+static int handed_n;
+static void count_done(void *data, struct sl_usage_entry *e)
+{
+    handed_n++;
+    sl_usage_done(data, e, 1);
+}
+
+static void test_take_some(void **state)
+{
+    (void)state;
+    struct sl_usage *u = sl_usage_new(60, 100000);
+    char id[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(id, sizeof(id), "ip:10.0.%d.%d", i / 256, i % 256);
+        sl_usage_add(u, id, SL_USAGE_REQUESTS, 1, at(1));
+    }
+    int more = 1, calls = 0;
+    handed_n = 0;
+    while (more) {
+        int before = handed_n;
+        sl_usage_take_some(u, count_done, u, 100, &more);
+        assert_true(handed_n - before <= 100 + 8); /* whole chains: a few more */
+        calls++;
+        /* counts arriving mid-round, behind or ahead of the walk */
+        if (calls == 5)
+            sl_usage_add(u, "ip:10.0.0.0", SL_USAGE_REQUESTS, 1, at(2));
+    }
+    assert_true(calls >= 30);
+    assert_true(handed_n == 3000 || handed_n == 3001);
+    struct sl_usage_stats st;
+    sl_usage_stats(u, &st);
+    assert_int_equal(st.entries, (uint64_t)(3001 - handed_n));
+    sl_usage_free(u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_windows),
         cmocka_unit_test(test_many),
         cmocka_unit_test(test_last_entry_freed),
+        cmocka_unit_test(test_take_some),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
