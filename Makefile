@@ -181,6 +181,12 @@ fuzz-hostile: deps deps-http
 
 # ---- run, bench, install ------------------------------------------------
 
+# The fixed-capacity HTTP upstream of the adaptive concurrency benchmark
+# (tests/bench/capsrv.c, docs/adaptive.md): libuv only.
+$(BUILD)/bench/capsrv: tests/bench/capsrv.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE $(shell pkg-config --cflags libuv) -o $@ $< $(shell pkg-config --libs libuv)
+
 run: deps $(BUILD)/sluice
 	@tests/run-dev.sh $(BUILD)/sluice conf/sluice.ini
 

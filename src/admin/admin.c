@@ -19,7 +19,11 @@
  * which can destroy the response before the client reads it (a 9 KiB head
  * answered with 431, a GET with a body). Each connection owns a TCP handle and
  * one timer (head, write or linger deadline) and is freed in the last close
- * callback; the server is freed when its listener and every connection are. */
+ * callback; the server is freed when its listener and every connection are.
+ *
+ * With admin_token_file, handle() checks the bearer token before it looks
+ * the path up (authorized()), so every page is covered and an unknown path
+ * answers 401 to a client without the token, never 404. */
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include <strings.h>
 
 #include "admin/admin.h"
+#include "admin/auth.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -77,6 +82,8 @@ struct sl_admin {
     struct conn        *conns;
     uint64_t            head_timeout_ms;
     int                 port;         /* bound port */
+    char               *token;        /* admin_token_file's token, or NULL: no check */
+    size_t              token_len;
     char                addr[80];     /* as configured, for logs */
 };
 
@@ -85,6 +92,8 @@ struct sl_admin_req {
     struct conn       *c;         /* NULL once the connection has gone */
     enum sl_admin_page page;
     int                head_only;
+    sl_admin_done_cb  *done;      /* a detached request: the answer goes here */
+    void              *done_data;
 };
 
 /* ---- lifetime ----------------------------------------------------------- */
@@ -156,8 +165,10 @@ static const char *reason(int status)
     switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -257,6 +268,7 @@ static const char *const page_ctype[] = {
     [SL_ADMIN_METRICS] = "text/plain; version=0.0.4; charset=utf-8",
     [SL_ADMIN_STATS]   = "application/json",
     [SL_ADMIN_READY]   = "text/plain",
+    [SL_ADMIN_API]     = "application/json",
 };
 
 static int render_metrics(const struct sl_admin_cbs *cbs, FILE *f)
@@ -319,6 +331,7 @@ static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
         req->c = c;
         req->page = page;
         req->head_only = head_only;
+        req->done = NULL;
         c->req = req;
         c->state = C_WAIT;
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -338,16 +351,32 @@ static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
 
 void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, size_t len)
 {
+    sl_admin_answer_allow(req, status, NULL, body, len);
+}
+
+void sl_admin_answer_allow(struct sl_admin_req *req, int status, const char *allow,
+                           const char *body, size_t len)
+{
+    if (req->done != NULL) {
+        req->done(req->done_data, status, allow, body, len);
+        free(req);
+        return;
+    }
     struct conn *c = req->c;
     if (c != NULL) {
         c->req = NULL;
-        if (status == 500)
+        char extra[96] = "";
+        /* a constant of the caller's: methods, never client bytes */
+        if (allow != NULL && strlen(allow) < sizeof(extra) - 10)
+            snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+        if (status == 500 && body == NULL)
             respond_text(c, 500, "internal server error\n", req->head_only);
         else
-            respond(c, status, page_ctype[req->page], NULL, body, len, req->head_only);
+            respond(c, status, page_ctype[req->page], extra, body, len, req->head_only);
     }
     free(req);
 }
+
 
 /* ---- the request -------------------------------------------------------- */
 
@@ -375,6 +404,11 @@ struct request {
     size_t      mlen;
     const char *path;   /* without the query string */
     size_t      plen;
+    const char *auth;   /* the Authorization field's value, trimmed, or NULL */
+    size_t      alen;
+    int         n_auth; /* Authorization fields seen */
+    const char *query;  /* after '?', up to any '#' ("" when none) */
+    size_t      qlen;
 };
 
 /* Parses the complete head in head[0, <end>), NUL-terminating it there
@@ -430,6 +464,15 @@ static int parse_head(char *head, size_t end, struct request *r)
     }
     r->path = path;
     r->plen = strcspn(path, "?# ");
+    r->auth = NULL;
+    r->alen = 0;
+    r->n_auth = 0;
+    r->query = "";
+    r->qlen = 0;
+    if (path[r->plen] == '?') {
+        r->query = path + r->plen + 1;
+        r->qlen = strcspn(r->query, "# ");
+    }
 
     /* header-field lines: token ":" value, no CTLs, no obsolete folding */
     for (;;) {
@@ -441,6 +484,16 @@ static int parse_head(char *head, size_t end, struct request *r)
             i++;
         if (i == 0 || i >= n || s[i] != ':')
             return 400;
+        if (i == 13 && strncasecmp(s, "Authorization", 13) == 0) {
+            size_t v = i + 1, e = n;
+            while (v < e && (s[v] == ' ' || s[v] == '\t'))
+                v++;
+            while (e > v && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+                e--;
+            r->auth = s + v;
+            r->alen = e - v;
+            r->n_auth++;
+        }
         for (i++; i < n; i++) {
             unsigned char ch = (unsigned char)s[i];
             if ((ch < ' ' && ch != '\t') || ch == 0x7f)
@@ -453,6 +506,63 @@ static int parse_head(char *head, size_t end, struct request *r)
 static int eq(const char *s, size_t n, const char *lit)
 {
     return n == strlen(lit) && memcmp(s, lit, n) == 0;
+}
+
+/* With a token set, every request but the probes' must carry it: answers
+ * 401 and returns 0 when this one does not. Checked before the path is
+ * looked at, so it covers every page, and an unknown path tells a client
+ * without the token nothing (401, not 404). */
+static int authorized(struct conn *c, const struct request *r, int probe, int head_only)
+{
+    struct sl_admin *a = c->a;
+    if (a->token == NULL || probe)
+        return 1;
+    /* RFC 9110 11.6.2: one Authorization field; two are refused as wrong. */
+    enum sl_admin_auth v = r->n_auth > 1 ? SL_AUTH_INVALID
+                                         : sl_admin_auth_check(a->token, a->token_len, r->auth, r->alen);
+    if (v == SL_AUTH_OK)
+        return 1;
+    static const char body[] = "unauthorized\n";
+    respond(c, 401, "text/plain",
+            v == SL_AUTH_MISSING ? "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
+                                 : "WWW-Authenticate: Bearer realm=\"sluice\", error=\"invalid_token\"\r\n",
+            body, sizeof(body) - 1, head_only);
+    sl_log_debug_rl("admin_unauthorized", "admin request refused: no valid token", "why=%s",
+                    v == SL_AUTH_MISSING ? "missing" : "invalid");
+    return 0;
+}
+
+struct sl_admin_req *sl_admin_req_detached(sl_admin_done_cb *done, void *data)
+{
+    struct sl_admin_req *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return NULL;
+    req->page = SL_ADMIN_API;
+    req->done = done;
+    req->done_data = data;
+    return req;
+}
+
+/* Hands a request under /limits to cbs.api, which answers it later (or
+ * at once) with sl_admin_answer_allow(). */
+static void serve_api(struct conn *c, const struct request *r, int head_only)
+{
+    struct sl_admin *a = c->a;
+    struct sl_admin_req *req = malloc(sizeof(*req));
+    if (req == NULL) {
+        respond_text(c, 500, "internal server error\n", head_only);
+        return;
+    }
+    req->c = c;
+    req->page = SL_ADMIN_API;
+    req->head_only = head_only;
+    req->done = NULL;
+    c->req = req;
+    c->state = C_WAIT;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_start(&c->timer, on_timer, WRITE_TIMEOUT_MS, 0);
+    const struct sl_admin_call call = { r->method, r->mlen, r->path, r->plen, r->query, r->qlen };
+    a->cbs.api(a->cbs.data, &call, req);
 }
 
 static void handle(struct conn *c, size_t end)
@@ -471,6 +581,15 @@ static void handle(struct conn *c, size_t end)
         : eq(r.path, r.plen, "/readyz") ? P_READYZ
         : eq(r.path, r.plen, "/stats") ? P_STATS
                                         : P_NONE;
+    if (!authorized(c, &r, p == P_HEALTHZ || p == P_READYZ, head_only))
+        return;
+    /* /limits and below: the limits API (its own methods: POST too),
+     * behind the token as every page but the probes */
+    if (c->a->cbs.api != NULL && r.plen >= 7 && memcmp(r.path, "/limits", 7) == 0 &&
+        (r.plen == 7 || r.path[7] == '/')) {
+        serve_api(c, &r, head_only);
+        return;
+    }
     if (p == P_NONE)
         respond_text(c, 404, "not found\n", head_only);
     else if (!get)
@@ -645,11 +764,26 @@ struct sl_admin *sl_admin_start(uv_loop_t *loop, const struct sl_addr *addr,
     return a;
 }
 
+int sl_admin_set_token(struct sl_admin *a, const char *token)
+{
+    char *copy = NULL;
+    if (token != NULL && token[0] != '\0' && (copy = strdup(token)) == NULL)
+        return -1;
+    if (a->token != NULL) {
+        explicit_bzero(a->token, a->token_len);
+        free(a->token);
+    }
+    a->token = copy;
+    a->token_len = copy != NULL ? strlen(copy) : 0;
+    return 0;
+}
+
 void sl_admin_close(struct sl_admin *a)
 {
     if (a == NULL || a->closing)
         return;
     a->closing = 1;
+    (void)sl_admin_set_token(a, NULL);
     uv_close((uv_handle_t *)&a->listener, on_listener_close);
     for (struct conn *c = a->conns; c != NULL; c = c->next)
         conn_close(c);

@@ -114,6 +114,12 @@ struct sl_listener_conf {
     uint64_t       pool_idle_timeout_us; /* upstream_pool_idle_timeout: a shared upstream
                                           connection idle this long closes; default 60s;
                                           0 = never */
+    int            upstream_unresolved_line; /* the upstream's host name did not resolve at
+                                          load (the line of upstream, for the warning), else
+                                          0; upstream.ss is then empty and the listener looks
+                                          the name up again (clients get the upstream-down
+                                          answer meanwhile) */
+    int            upstream_unresolved_rc; /* that lookup's EAI_* code */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip; also the peers a
@@ -255,6 +261,11 @@ struct sl_conf {
     char                 *file;        /* path it was loaded from */
     int                   has_admin;   /* admin = non-empty */
     struct sl_addr        admin;       /* default 127.0.0.1:9121 */
+    int                   admin_line;  /* where admin was set (warnings); 0: the default */
+    char                 *admin_token_file; /* absolute (resolved at load), or NULL: no token */
+    char                 *admin_token; /* read from admin_token_file at load (visible ASCII,
+                                          no trailing newline); never printed */
+    int                   admin_token_file_line; /* where it was set (warnings) */
     enum sl_log_level     log_level;   /* default info */
     char                 *log_file;    /* absolute (resolved at load), or NULL = stderr */
     enum sl_log_format    log_format;  /* default logfmt */

@@ -263,6 +263,11 @@ void sl_conf_free(struct sl_conf *c)
         free(c->store.sentinel_password);
     }
     free(c->store.sentinel_password_file);
+    if (c->admin_token != NULL) {
+        explicit_bzero(c->admin_token, strlen(c->admin_token));
+        free(c->admin_token);
+    }
+    free(c->admin_token_file);
     free(c->store.sentinel_user);
     free(c->log_file);
     free(c->usage.file);

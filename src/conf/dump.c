@@ -227,6 +227,8 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
     char b[64];
     fprintf(out, "; effective configuration of %s\n\n[sluice]\n", c->file);
     kv(out, "admin", c->has_admin ? c->admin.text : "");
+    if (c->admin_token_file != NULL) /* the file, never the token */
+        kv(out, "admin_token_file", c->admin_token_file);
     kv(out, "log_level", sl_log_level_name(c->log_level));
     if (c->log_file != NULL)
         kv(out, "log_file", c->log_file);

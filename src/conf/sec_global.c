@@ -14,7 +14,7 @@
 #include "conf/units.h"
 
 static kw_setter set_admin, set_log_level, set_log_file, set_workers, set_url, set_password_file, set_lease;
-static kw_setter set_onoff_opt, set_sentinel_password_file, refuse_password;
+static kw_setter set_onoff_opt, set_sentinel_password_file, refuse_password, set_admin_token_file;
 
 /* An on | off key whose absence means something of its own (an int at
  * <off>: -1 not written, 0 off, 1 on). */
@@ -23,6 +23,8 @@ static kw_setter set_onoff_opt, set_sentinel_password_file, refuse_password;
 
 static const struct keyword sluice_kw[] = {
     FUNC("admin", set_admin, 0),
+    FUNC("admin_token_file", set_admin_token_file, 0),
+    FUNC("admin_token", refuse_password, 0),
     FUNC("log_level", set_log_level, 0),
     FUNC("log_file", set_log_file, 0),
     ENUM("log_format", struct sl_conf, log_format, sl_log_format_names),
@@ -103,6 +105,7 @@ static void set_admin(struct loader *ld, struct section *sec, const struct keywo
         return;
     }
     c->has_admin = 1;
+    c->admin_line = ld->line;
 }
 
 static void set_log_level(struct loader *ld, struct section *sec, const struct keyword *kw,
@@ -425,6 +428,28 @@ static void set_sentinel_password_file(struct loader *ld, struct section *sec,
     struct sl_store_conf *st = sec->obj;
     read_secret(ld, kw, value, &st->sentinel_password_file, &st->sentinel_password,
                 &st->sentinel_password_file_line);
+}
+
+/* admin_token_file = PATH: the bearer token every admin request but
+ * /healthz and /readyz must carry (admin/admin.h). It travels in a header
+ * line, so it is visible ASCII: a space or a control byte inside would make
+ * a token no client can send. */
+static void set_admin_token_file(struct loader *ld, struct section *sec, const struct keyword *kw,
+                                 const char *value)
+{
+    struct sl_conf *c = sec->obj;
+    /* empty: no token, as `password_file =` is no password (the -t warning
+     * still says so when admin listens beyond loopback) */
+    read_secret(ld, kw, value, &c->admin_token_file, &c->admin_token, &c->admin_token_file_line);
+    if (c->admin_token == NULL)
+        return;
+    for (const unsigned char *p = (const unsigned char *)c->admin_token; *p != 0; p++) {
+        if (*p < 0x21 || *p > 0x7e) {
+            sl_cf_err(ld, ld->line, "%s: '%s' holds a space, a control or a non-ASCII byte "
+                                    "(a bearer token is visible ASCII)", kw->name, c->admin_token_file);
+            return;
+        }
+    }
 }
 
 /* sentinel_password = ...: a secret is not written in the file (-T prints

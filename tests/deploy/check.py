@@ -17,9 +17,13 @@
                               127.0.0.1 (the names resolve only in a cluster);
                               deploy/docker/sluice.ini, conf/sluice.ini and
                               conf/examples/*.ini pass -t --no-resolve.
-  check.py metrics FILE       every sluice_* metric the Grafana dashboard and
-                              the alert rules name is a family in FILE (a
-                              /metrics answer), histogram suffixes included.
+  check.py metrics FILE       every sluice_* and process_* metric the Grafana
+                              dashboard and the alert rules name is a family
+                              in FILE (a /metrics answer), histogram suffixes
+                              included; every dashboard query names one, and
+                              groups only by labels its metrics carry in FILE
+                              (or instance, job). Families FILE exports that
+                              the dashboard shows nowhere are listed.
 Prints what it checked; exit 1 with a line per problem otherwise."""
 import json
 import os
@@ -304,15 +308,29 @@ def check_quota_memory(docs):
 
 
 def names_in(text):
-    return set(re.findall(r"\bsluice_[a-z0-9_]+", text))
+    return set(re.findall(r"\b(?:sluice|process)_[a-z0-9_]+", text))
 
 
-def check_metrics(path):
-    fams = {}
+def scrape(path):
+    """A /metrics answer: {family: type}, and {sample name: label names}."""
+    fams, labels = {}, {}
     for line in open(path):
         m = re.match(r"# TYPE (\S+) (\S+)", line)
         if m:
             fams[m.group(1)] = m.group(2)
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ", line)
+        if m:
+            got = labels.setdefault(m.group(1), set())
+            got |= set(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', m.group(2) or ""))
+    return fams, labels
+
+
+def check_metrics(path):
+    """Every metric name in the dashboard and the rules is exported; every
+    dashboard query names one; every label it groups by is one the named
+    metrics carry (or one Prometheus adds)."""
+    fams, labels = scrape(path)
     known = set(fams)
     for f, t in fams.items():
         if t == "histogram":
@@ -326,7 +344,35 @@ def check_metrics(path):
             bad("%s names %s, which /metrics does not export" % (p, u))
         if not used:
             bad(p + " names no metric")
-    print("metrics: %d names used, %d families exported" % (n, len(fams)))
+    dash = json.load(open("deploy/observability/grafana-dashboard.json"))
+    exprs = [(pn.get("title"), t["expr"]) for pn in dash["panels"] for t in pn.get("targets", [])]
+    grouped = 0
+    for title, e in exprs:
+        used = names_in(e) & known
+        if not used:
+            bad("dashboard panel %r: %s names no metric sluice exports" % (title, e))
+            continue
+        have = {"instance", "job"}
+        sampled = False
+        for u in used:
+            if u in labels:
+                sampled = True
+                have |= labels[u]
+        if not sampled:  # a family without samples in this scrape: nothing to compare
+            continue
+        for by in re.findall(r"\bby\s*\(([^)]*)\)", e):
+            for lb in (x.strip() for x in by.split(",") if x.strip()):
+                grouped += 1
+                if lb not in have:
+                    bad("dashboard panel %r: groups by %r, which %s do not carry" %
+                        (title, lb, ", ".join(sorted(used))))
+    on_dash = names_in(json.dumps(dash))
+    missing = sorted(f for f in fams if (f.startswith("sluice_") or f.startswith("process_"))
+                     and not ({f, f + "_bucket", f + "_sum", f + "_count"} & on_dash))
+    print("metrics: %d names used, %d families exported, %d queries, %d grouping labels checked"
+          % (n, len(fams), len(exprs), grouped))
+    if missing:
+        print("metrics: exported, not on the dashboard: " + ", ".join(missing))
 
 
 def main():

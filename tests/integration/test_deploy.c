@@ -7,8 +7,10 @@
  * - the alert rules pass `promtool check rules` and the cases of
  *   tests/deploy/alerts_test.yaml (skipped where promtool is not installed);
  * - every metric the Grafana dashboard and the alert rules name is one a real
- *   sluice exports: workers = 2 (the master's series), a Redis store, a resp
- *   and an http listener and a limit, so every family is there;
+ *   sluice exports, and the dashboard groups by labels they carry: workers = 2
+ *   (the master's series), a Redis store, a pooled resp listener, an http one
+ *   with upstream_keepalive, a tcp one with proxy_protocol and a limit, so
+ *   every family is there with samples;
  * - the compose walk-through: its sluice.ini, run twice on loopback with the
  *   service names replaced, shares one limit: the sixth write through either
  *   instance is refused;
@@ -64,13 +66,20 @@ static void test_dashboard_and_alerts_name_exported_metrics(void **state)
     assert_int_equal(th_redis_start(&store, NULL), 0);
     int admin = th_free_port(), resp = th_free_port(), http = th_free_port();
     char ini[1024];
+    /* A pooled resp listener, an http one keeping upstream connections and
+     * one taking PROXY headers: every listener family has samples, so the
+     * labels the dashboard groups by are checked against real ones. */
     snprintf(ini, sizeof(ini),
              "[sluice]\nadmin = 127.0.0.1:%d\nworkers = 2\n"
              "[store]\nurl = redis://127.0.0.1:%d\n"
              "[listener cache]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = resp\n"
+             "upstream_pool = 2\n"
              "[listener api]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = http\n"
+             "upstream_keepalive = 4\n"
+             "[listener edge]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = tcp\n"
+             "proxy_protocol = v2\ntrusted_proxies = 127.0.0.1\n"
              "[limit l]\nlistener = *\nrate = 10/s\naction = delay\n",
-             admin, store.port, resp, store.port, http, th_free_port());
+             admin, store.port, resp, store.port, http, th_free_port(), th_free_port(), store.port);
     assert_int_equal(th_sluice_start(&sl, ini, resp), 0);
     /* Both workers answer before every family is there. */
     char *body = NULL;

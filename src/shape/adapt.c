@@ -1,0 +1,280 @@
+/* sluice — the adaptive concurrency controller (see adapt.h and
+ * docs/adaptive.md for the reasoning behind each rule). */
+#include <math.h>
+#include <string.h>
+
+#include "shape/adapt.h"
+
+#define MS 1000000ull
+
+void sl_adapt_params_default(struct sl_adapt_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->min_limit = 1;
+    p->max_limit = 1000;
+    p->initial_limit = 20;
+    p->smoothing = 0.2;
+    p->gradient_floor = 0.5;
+    p->tolerance = 1.1;
+    p->backoff = 0.9;
+    p->window_ns = 100 * MS;
+    p->window_samples = 10;
+    p->probe_ns = 5000 * MS;
+    p->probe_jitter = 0.2;
+    p->probe_depth = 0.25;
+    p->probe_samples = 64;
+    p->probe_max_ns = 1000 * MS;
+    p->confirm = 0.1;
+    p->queue_cap = 1024;
+    p->queue_target_ns = 0;
+    p->queue_target_min_ns = 1 * MS;
+    p->queue_interval_ns = 100 * MS;
+    p->seed = 0x5eed;
+}
+
+static double clampd(double v, double lo, double hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* xorshift64*: the probe jitter only needs to differ between instances. */
+static double uniform(struct sl_adapt *a)
+{
+    a->rng ^= a->rng >> 12;
+    a->rng ^= a->rng << 25;
+    a->rng ^= a->rng >> 27;
+    return (double)((a->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+static void new_probe_period(struct sl_adapt *a)
+{
+    double j = a->p.probe_jitter * (2.0 * uniform(a) - 1.0);
+    a->probe_after_ns = (uint64_t)((double)a->p.probe_ns * (1.0 + j));
+}
+
+int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t now_ns)
+{
+    memset(a, 0, sizeof(*a));
+    if (p->min_limit < 1 || p->max_limit < p->min_limit || !(p->smoothing > 0 && p->smoothing <= 1) ||
+        !(p->gradient_floor > 0 && p->gradient_floor <= 1) || !(p->tolerance >= 1) ||
+ !(p->backoff > 0 && p->backoff < 1) ||
+        !(p->probe_depth > 0 && p->probe_depth <= 1) || !(p->probe_jitter >= 0 && p->probe_jitter <= 0.5) ||
+        !(p->confirm >= 0) || p->window_samples < 1 || p->probe_samples < 1 || p->queue_interval_ns == 0)
+        return -1;
+    a->p = *p;
+    a->limit = clampd((double)p->initial_limit, (double)p->min_limit, (double)p->max_limit);
+    a->rng = p->seed ? p->seed : 0x9e3779b97f4a7c15ull;
+    a->win_start_ns = now_ns;
+    a->confirmed_ns = now_ns;
+    new_probe_period(a);
+    return 0;
+}
+
+double sl_adapt_estimate(const struct sl_adapt *a)
+{
+    return a->limit;
+}
+
+uint32_t sl_adapt_limit(const struct sl_adapt *a)
+{
+    double l = a->probing ? a->limit * a->p.probe_depth : a->limit;
+    uint32_t c = (uint32_t)l;
+    return c < a->p.min_limit ? a->p.min_limit : c;
+}
+
+/* Headroom: how far the estimate may grow past what the latency says, the
+ * queue it lets the upstream keep. L / (1 + sqrt(L)): about sqrt(L) - 1 for
+ * a large limit (Gradient2's sqrt: small against the limit, enough to probe
+ * upward quickly), at most half of a small one (at a limit of 2 a queue of
+ * 1.4 would be a 70% latency rise for nothing). Its share of the limit
+ * falls as the limit grows, and that is what makes two instances converge:
+ * the larger one gains less per window, relative to itself, than the
+ * smaller, while the latency they share cuts both by the same factor. A
+ * headroom proportional to the limit would keep any ratio between them. */
+static double headroom(const struct sl_adapt *a)
+{
+    return a->limit / (1.0 + sqrt(a->limit));
+}
+
+static void window_reset(struct sl_adapt *a, uint64_t now_ns)
+{
+    a->win_start_ns = now_ns;
+    a->win_sum_ns = 0;
+    a->win_n = 0;
+    a->win_overload = 0;
+    a->win_max_inflight = a->inflight;
+}
+
+/* A probe starts counting once in flight has fallen to its cap: replies to
+ * requests sent before then carry the queue the probe wants to be rid of. */
+static void probe_check(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->probing && !a->probe_clean && a->inflight <= sl_adapt_limit(a)) {
+        a->probe_clean = 1;
+        a->probe_clean_ns = now_ns;
+    }
+}
+
+static void probe_start(struct sl_adapt *a, uint64_t now_ns)
+{
+    a->probing = 1;
+    a->probe_clean = 0;
+    a->probe_start_ns = now_ns;
+    a->probe_sum_ns = 0;
+    a->probe_n = 0;
+    a->n_probes++;
+    probe_check(a, now_ns);
+}
+
+static void probe_end(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->probe_n > 0) {
+        double m = a->probe_sum_ns / a->probe_n;
+        /* The probe's mean is noisy (a few dozen replies), and two
+         * instances whose baselines differ by a few percent settle at very
+         * different limits: it moves the baseline halfway, unless it is
+         * far below it (the first baseline, taken under load, or an
+         * upstream that got much faster), which no noise explains.
+         * A probe above the baseline counts only when the dip did not make
+         * latency fall: then there was no queue to drain and the latency
+         * is the upstream's service time. When the dip did make it fall,
+         * part of a queue was drained but perhaps not all (another instance
+         * keeps its own share in it): the measurement is an upper bound,
+         * and taking it would let the instances' queues become everyone's
+         * baseline, one probe at a time. */
+        double old = a->baseline_ns;
+        if (a->baseline_ns == 0 || m < 0.7 * a->baseline_ns)
+            a->baseline_ns = m;
+        else if (m < a->baseline_ns || m >= a->sampled_ns * (1.0 - a->p.confirm))
+            a->baseline_ns += 0.5 * (m - a->baseline_ns);
+        a->confirmed_ns = now_ns;
+        new_probe_period(a);
+        /* A probe that moved the baseline much (the first one, taken under
+         * load; an upstream that changed) is not the last word: the limit
+         * will move, and a probe from there sees better. Look again after
+         * a few windows, not a whole period. */
+        if (fabs(a->baseline_ns - old) > old * a->p.confirm)
+            a->probe_after_ns = 10 * a->p.window_ns;
+    } else {
+        new_probe_period(a);
+    }
+    a->probing = 0;
+    a->at_min = 0;
+    window_reset(a, now_ns);
+}
+
+/* The end of a window: one step of the gradient. */
+static void window_close(struct sl_adapt *a, uint64_t now_ns)
+{
+    double l = a->limit;
+    if (a->win_overload > 0) {
+        /* Overload signals say the upstream refused or gave up: back off
+         * once per window, whatever the latency of the others said. */
+        l *= a->p.backoff;
+    } else {
+        double mean = a->win_sum_ns / a->win_n;
+        a->sampled_ns = mean;
+        if (a->baseline_ns == 0 && (double)a->win_max_inflight * 2.0 >= l) {
+            /* The first window was busy: its mean may hold a queue. Take it
+             * for now and measure at once. */
+            a->baseline_ns = mean;
+            a->confirmed_ns = now_ns - a->probe_after_ns;
+        } else if (a->baseline_ns == 0 || mean < a->baseline_ns) {
+            /* A window faster than the baseline: the upstream is faster than
+             * we thought. The baseline only falls this way (smoothed: a
+             * lucky window is not a new upstream); it rises only by a
+             * probe, else a standing queue would become the norm. */
+            if (a->baseline_ns == 0)
+                a->baseline_ns = mean;
+            else
+                a->baseline_ns += a->p.smoothing * (mean - a->baseline_ns);
+            a->confirmed_ns = now_ns;
+        } else if (mean <= a->baseline_ns * (1.0 + a->p.confirm)) {
+            a->confirmed_ns = now_ns;
+        }
+        double g = clampd(a->baseline_ns * a->p.tolerance / mean, a->p.gradient_floor, 1.0);
+        double target = l * g;
+        /* Grow only when the limit is being used: an idle worker's limit
+         * would otherwise climb to max_limit on no evidence. */
+        if ((double)a->win_max_inflight * 2.0 >= l)
+            target += headroom(a);
+        l = (1.0 - a->p.smoothing) * l + a->p.smoothing * target;
+    }
+    a->limit = clampd(l, (double)a->p.min_limit, (double)a->p.max_limit);
+    if ((uint32_t)a->limit <= a->p.min_limit)
+        a->at_min++;
+    else
+        a->at_min = 0;
+    window_reset(a, now_ns);
+    /* Re-measure the baseline when no window has confirmed it for a while
+     * (the upstream may have become slower for good), or when the limit
+     * has sat at its minimum for 5 windows (the baseline may be too low). */
+    if (a->baseline_ns > 0 &&
+        (now_ns - a->confirmed_ns >= a->probe_after_ns || a->at_min >= 5))
+        probe_start(a, now_ns);
+}
+
+static void window_maybe_close(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (now_ns - a->win_start_ns < a->p.window_ns)
+        return;
+    if (a->win_overload == 0 && a->win_n < a->p.window_samples)
+        return;
+    window_close(a, now_ns);
+}
+
+void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns)
+{
+    a->n_samples++;
+    if (a->probing) {
+        probe_check(a, now_ns);
+        if (a->probe_clean && latency_ns <= now_ns && now_ns - latency_ns >= a->probe_clean_ns) {
+            a->probe_sum_ns += (double)latency_ns;
+            a->probe_n++;
+        }
+        if (a->probe_n >= a->p.probe_samples || now_ns - a->probe_start_ns >= a->p.probe_max_ns)
+            probe_end(a, now_ns);
+        return;
+    }
+    a->win_sum_ns += (double)latency_ns;
+    a->win_n++;
+    window_maybe_close(a, now_ns);
+}
+
+void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
+{
+    a->n_overload++;
+    if (a->probing) {
+        /* The upstream is overloaded while we measure its no-load latency:
+         * the measurement is void; back off now instead. */
+        a->probing = 0;
+        a->limit = clampd(a->limit * a->p.backoff, (double)a->p.min_limit, (double)a->p.max_limit);
+        new_probe_period(a);
+        a->confirmed_ns = now_ns;
+        window_reset(a, now_ns);
+        return;
+    }
+    a->win_overload++;
+    window_maybe_close(a, now_ns);
+}
+
+int sl_adapt_try_acquire(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->q.n > 0 || a->inflight >= sl_adapt_limit(a))
+        return 0;
+    a->inflight++;
+    if (a->inflight > a->win_max_inflight)
+        a->win_max_inflight = a->inflight;
+    a->n_admitted++;
+    (void)now_ns;
+    return 1;
+}
+
+void sl_adapt_release(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->inflight > 0)
+        a->inflight--;
+    probe_check(a, now_ns);
+    if (a->probing && now_ns - a->probe_start_ns >= a->p.probe_max_ns)
+        probe_end(a, now_ns);
+}

@@ -1,0 +1,93 @@
+/* sluice — adaptive concurrency: how many requests may be in flight to an
+ * upstream, learned from the latency the upstream shows (docs/adaptive.md).
+ *
+ *   arrival ──> try_acquire ──yes──> upstream ──reply──> sample + release
+ *                   │ no                          └─timeout/BUSY/5xx──> overload + release
+ *                   v
+ *               enqueue ──full──> refused (or a lower tier is evicted)
+ *                   │
+ *   release ──> next: the highest tier first; FIFO, LIFO once the queue stands
+ *   timer   ──> expired: a standing queue sheds its lowest tier past the target;
+ *               nothing waits past the interval
+ *
+ * The controller is a gradient controller (Gradient2's smoothing and floor,
+ * headroom of about sqrt(limit)) with a no-load baseline that live traffic
+ * keeps: unloaded windows confirm it; when none has for a while, a probe
+ * lowers the cap to a quarter (queueing the rest, refusing none) until a
+ * few requests sent after the dip have come back; their mean is the new
+ * baseline when the dip showed no queue of others in it.
+ *
+ * Pure: no clock, no loop, no allocation; every call takes the time
+ * (nanoseconds, monotonic). One controller per upstream per worker. */
+#ifndef SL_SHAPE_ADAPT_H
+#define SL_SHAPE_ADAPT_H
+
+#include "shape/adapt-t.h"
+
+/* Fills <p> with the defaults (docs/adaptive.md lists them). */
+void sl_adapt_params_default(struct sl_adapt_params *p);
+
+/* Sets up <a> with <p> (copied) at <now_ns>. Returns 0, or -1 when <p> is
+ * out of range (then <a> is unusable). */
+int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t now_ns);
+
+/* A request admitted at <now_ns> - <latency_ns> got its reply: a latency
+ * sample. Replies that mean overload go to sl_adapt_overload instead. */
+void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns);
+
+/* A request ended in an overload signal (timeout, -BUSY / -LOADING, 5xx):
+ * the window backs off; it is not a latency sample. */
+void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns);
+
+/* The in-flight cap in force now (lower during a probe). */
+uint32_t sl_adapt_limit(const struct sl_adapt *a);
+
+/* The estimate itself (for metrics: fractional). */
+double sl_adapt_estimate(const struct sl_adapt *a);
+
+/* May a new request go upstream now? 1: yes, and it counts as in flight
+ * until sl_adapt_release; 0: no (queue it). Never jumps waiters. */
+int sl_adapt_try_acquire(struct sl_adapt *a, uint64_t now_ns);
+
+/* An admitted request is over (after its sample or overload, or dropped). */
+void sl_adapt_release(struct sl_adapt *a, uint64_t now_ns);
+
+/* ---- the admission queue (adaptq.c) ---- */
+
+/* Queues <w> in <tier> at <now_ns>. Returns 0 (queued) or -1 (refused: the
+ * queue is full of tiers at least as high; counted). When a lower tier had
+ * to make room, *<evicted> is the waiter pushed out (refuse it; counted),
+ * else NULL. */
+int sl_adapt_enqueue(struct sl_adapt *a, struct sl_adapt_waiter *w, unsigned tier,
+                     uint64_t now_ns, struct sl_adapt_waiter **evicted);
+
+/* The next waiter to send upstream now (out of the queue, counted in
+ * flight), or NULL when none waits or the cap is reached. Call it after a
+ * release or a sample until it returns NULL. */
+struct sl_adapt_waiter *sl_adapt_next(struct sl_adapt *a, uint64_t now_ns);
+
+/* One waiter that must be refused now (out of the queue, counted by
+ * reason in *<reason> when not NULL), or NULL. Call until NULL. */
+struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
+                                         enum sl_adapt_reason *reason);
+
+/* When sl_adapt_expired may next have something (UINT64_MAX: never). */
+uint64_t sl_adapt_due(const struct sl_adapt *a);
+
+/* Takes <w> out without a decision (its client went away); no-op when it
+ * is not queued. */
+void sl_adapt_cancel(struct sl_adapt *a, struct sl_adapt_waiter *w);
+
+/* 1 when the queue has not been empty for an interval (standing). */
+int sl_adapt_standing(const struct sl_adapt *a, uint64_t now_ns);
+
+/* The wait a standing queue allows its lowest tier (nanoseconds). */
+uint64_t sl_adapt_target(const struct sl_adapt *a);
+
+/* Waiters now. */
+static inline uint32_t sl_adapt_queued(const struct sl_adapt *a)
+{
+    return a->q.n;
+}
+
+#endif

@@ -1,0 +1,827 @@
+/* sluice unit tests — adaptive concurrency (src/shape/adapt.c, adaptq.c).
+ *
+ * The mechanics first (the cap, the queue's tiers, orders and bounds,
+ * overload signals, the baseline's probe), then the controller against a
+ * simulated upstream: N servers, a fixed service time, a FIFO in front of
+ * them (M/D/N), clients arriving at random (Poisson, fixed seed) at a
+ * multiple of the capacity C = N / service time. Time is simulated, so the
+ * figures are exact and repeat on any machine, however loaded:
+ *
+ *   3x C offered:     goodput >= 0.9 C; admitted p99 <= 2x unloaded p99
+ *   0.5x C offered:   nothing refused over a simulated minute
+ *   two controllers,  each offered 1.5x C on one upstream: the same bounds,
+ *                     limits within 20% of each other, steady (low variance)
+ *   VIP tier (10%):   under 3x C, >= 0.99 of VIP requests succeed
+ *
+ * ADAPT_VERBOSE=1 prints each simulation's figures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shape/adapt.h"
+
+#define MS 1000000ull
+#define US 1000ull
+
+static int verbose;
+
+/* ---- mechanics -------------------------------------------------------- */
+
+static void init_default(struct sl_adapt *a, uint64_t now)
+{
+    struct sl_adapt_params p;
+    sl_adapt_params_default(&p);
+    assert_int_equal(sl_adapt_init(a, &p, now), 0);
+}
+
+static void test_params(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    struct sl_adapt_params p;
+    sl_adapt_params_default(&p);
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    assert_int_equal(sl_adapt_limit(&a), 20);
+    p.min_limit = 0;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), -1);
+    sl_adapt_params_default(&p);
+    p.max_limit = 3;
+    p.min_limit = 4;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), -1);
+    sl_adapt_params_default(&p);
+    p.smoothing = 0;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), -1);
+    sl_adapt_params_default(&p);
+    p.backoff = 1.0;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), -1);
+    sl_adapt_params_default(&p);
+    p.initial_limit = 5000; /* clamped to max */
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    assert_int_equal(sl_adapt_limit(&a), 1000);
+}
+
+static void test_cap_and_queue_jump(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    init_default(&a, 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(sl_adapt_try_acquire(&a, 0), 1);
+    assert_int_equal(sl_adapt_try_acquire(&a, 0), 0);
+    struct sl_adapt_waiter w = { 0 }, *ev;
+    assert_int_equal(sl_adapt_enqueue(&a, &w, 0, 0, &ev), 0);
+    assert_null(ev);
+    assert_null(sl_adapt_next(&a, 0)); /* the cap is reached */
+    sl_adapt_release(&a, 1);
+    /* a place is free, but a waiter is first: no jumping */
+    assert_int_equal(sl_adapt_try_acquire(&a, 1), 0);
+    assert_ptr_equal(sl_adapt_next(&a, 1), &w);
+    assert_int_equal(a.inflight, 20);
+    assert_int_equal(w.queued, 0);
+    assert_int_equal(sl_adapt_queued(&a), 0);
+}
+
+/* Tiers: the highest is served first; FIFO until the queue stands, then
+ * LIFO; a full queue pushes out the oldest of a lower tier, or refuses. */
+static void test_queue_tiers_and_orders(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    struct sl_adapt_params p;
+    sl_adapt_params_default(&p);
+    p.initial_limit = 1;
+    p.queue_cap = 4;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    assert_int_equal(sl_adapt_try_acquire(&a, 0), 1);
+    struct sl_adapt_waiter w[8], *ev;
+    memset(w, 0, sizeof(w));
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, 10, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, 20, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 1, 30, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[3], 0, 40, &ev), 0);
+    /* full: a tier-0 newcomer is refused, nothing evicted */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[4], 0, 50, &ev), -1);
+    assert_null(ev);
+    assert_int_equal(a.n_shed[SL_ADAPT_SHED_FULL], 1);
+    /* a tier-2 newcomer pushes out the oldest of tier 0 */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[5], 2, 60, &ev), 0);
+    assert_ptr_equal(ev, &w[0]);
+    assert_int_equal(w[0].queued, 0);
+    assert_int_equal(a.n_shed[SL_ADAPT_SHED_EVICTED], 1);
+    /* an out-of-range tier is the top one */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[6], 99, 70, &ev), 0);
+    assert_ptr_equal(ev, &w[1]);
+    assert_int_equal(w[6].tier, SL_ADAPT_TIERS - 1);
+    /* now: tier0 {3}, tier1 {2}, tier2 {5}, tier3 {6}: highest first */
+    uint64_t t = 1000;
+    sl_adapt_release(&a, t);
+    assert_ptr_equal(sl_adapt_next(&a, t), &w[6]);
+    sl_adapt_release(&a, t);
+    assert_ptr_equal(sl_adapt_next(&a, t), &w[5]);
+    sl_adapt_release(&a, t);
+    assert_ptr_equal(sl_adapt_next(&a, t), &w[2]);
+    sl_adapt_release(&a, t);
+    assert_ptr_equal(sl_adapt_next(&a, t), &w[3]);
+    assert_int_equal(sl_adapt_queued(&a), 0);
+
+    /* FIFO while not standing, LIFO once the queue has not emptied for an
+     * interval (the refusals above are more than an interval ago) */
+    uint64_t t0 = 200 * MS;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(sl_adapt_enqueue(&a, &w[i], 0, t0 + (uint64_t)i, &ev), 0);
+    sl_adapt_release(&a, t0 + 5);
+    assert_false(sl_adapt_standing(&a, t0 + 5));
+    assert_ptr_equal(sl_adapt_next(&a, t0 + 5), &w[0]);
+    uint64_t late = t0 + p.queue_interval_ns;
+    assert_true(sl_adapt_standing(&a, late));
+    sl_adapt_release(&a, late);
+    assert_ptr_equal(sl_adapt_next(&a, late), &w[3]);
+    /* cancel takes a waiter out; cancelling twice is harmless */
+    sl_adapt_cancel(&a, &w[1]);
+    sl_adapt_cancel(&a, &w[1]);
+    assert_int_equal(sl_adapt_queued(&a), 1);
+    sl_adapt_release(&a, late);
+    assert_ptr_equal(sl_adapt_next(&a, late), &w[2]);
+    assert_int_equal(sl_adapt_queued(&a), 0);
+    assert_false(sl_adapt_standing(&a, late));
+    assert_int_equal(sl_adapt_due(&a), UINT64_MAX);
+}
+
+/* Bounds: nothing waits past the interval; a standing queue sheds its
+ * lowest tier past the target, and a higher tier only at the interval. */
+static void test_queue_expiry(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    struct sl_adapt_params p;
+    sl_adapt_params_default(&p);
+    p.initial_limit = 1;
+    p.queue_target_ns = 2 * MS;
+    p.queue_interval_ns = 50 * MS;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    assert_int_equal(sl_adapt_try_acquire(&a, 0), 1);
+    struct sl_adapt_waiter w[4], *ev;
+    memset(w, 0, sizeof(w));
+    enum sl_adapt_reason why;
+
+    /* a lone waiter: a burst, not a standing queue: it may wait the interval */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, 0, &ev), 0);
+    assert_int_equal(sl_adapt_due(&a), 50 * MS);
+    assert_null(sl_adapt_expired(&a, 10 * MS, &why));
+    /* keep the queue busy: at 50 ms it stands */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 1, 45 * MS, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, 49 * MS, &ev), 0);
+    assert_null(sl_adapt_expired(&a, 50 * MS - 1, &why));
+    assert_false(sl_adapt_standing(&a, 50 * MS - 1));
+    assert_true(sl_adapt_standing(&a, 50 * MS));
+    assert_ptr_equal(sl_adapt_expired(&a, 50 * MS, &why), &w[0]);
+    assert_int_equal(why, SL_ADAPT_SHED_STANDING);
+    /* the lowest tier's next oldest goes past the target */
+    assert_int_equal(sl_adapt_due(&a), 51 * MS + 1);
+    assert_null(sl_adapt_expired(&a, 51 * MS, &why));
+    assert_ptr_equal(sl_adapt_expired(&a, 51 * MS + 1, &why), &w[2]);
+    /* w[1] is tier 1 and the only one left: now the lowest tier present */
+    assert_ptr_equal(sl_adapt_expired(&a, 51 * MS + 2, &why), &w[1]);
+    assert_int_equal(a.n_shed[SL_ADAPT_SHED_STANDING], 3);
+
+    /* a higher tier above a lower one in a standing queue: shed at the
+     * interval, not at the target */
+    uint64_t t = 200 * MS;
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, t, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 3, t, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, t + 49 * MS + 500 * US, &ev), 0);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS, &why), &w[0]);
+    assert_int_equal(why, SL_ADAPT_SHED_STANDING);
+    assert_null(sl_adapt_expired(&a, t + 50 * MS, &why)); /* w[2] is young, w[1] not past 50 ms */
+    assert_int_equal(sl_adapt_due(&a), t + 50 * MS + 1);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[1]);
+    assert_int_equal(why, SL_ADAPT_SHED_MAXWAIT);
+    assert_true(w[2].queued);
+    /* the queue stays standing for an interval after its last refusal,
+     * even through a moment empty: a waiter past the target goes at once */
+    sl_adapt_cancel(&a, &w[2]);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, t + 60 * MS, &ev), 0);
+    assert_true(sl_adapt_standing(&a, t + 60 * MS));
+    assert_int_equal(sl_adapt_due(&a), t + 62 * MS + 1);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 62 * MS + 1, &why), &w[2]);
+    /* ... and not after an interval without one */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, t + 200 * MS, &ev), 0);
+    assert_false(sl_adapt_standing(&a, t + 200 * MS));
+    assert_int_equal(sl_adapt_due(&a), t + 250 * MS);
+
+    /* no queue at all */
+    p.queue_cap = 0;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[3], 3, 0, &ev), -1);
+}
+
+/* Overload signals back off once per window and are not latency samples. */
+static void test_overload_backs_off(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    init_default(&a, 0);
+    uint64_t t = 0;
+    /* a few unloaded windows: baseline 1 ms */
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 20; i++) {
+            t += 6 * MS;
+            sl_adapt_sample(&a, 1 * MS, t);
+        }
+    assert_true(fabs(a.baseline_ns - 1e6) < 1);
+    double before = sl_adapt_estimate(&a);
+    /* a window with timeouts: 0.9x, whatever else it saw */
+    for (int i = 0; i < 20; i++) {
+        t += 6 * MS;
+        if (i % 4 == 0)
+            sl_adapt_overload(&a, t);
+        else
+            sl_adapt_sample(&a, 1 * MS, t);
+    }
+    assert_true(sl_adapt_estimate(&a) < before);
+    assert_true(fabs(sl_adapt_estimate(&a) - before * 0.9) < 1e-9);
+    assert_true(fabs(a.baseline_ns - 1e6) < 1);
+    assert_int_equal(a.n_overload, 5);
+    /* a long run of them takes the limit to its floor, never below */
+    for (int i = 0; i < 200; i++) {
+        t += 101 * MS;
+        sl_adapt_overload(&a, t);
+    }
+    assert_int_equal(sl_adapt_limit(&a), 1);
+}
+
+/* The upstream becomes slower for good: the baseline is re-measured by a
+ * probe at half the limit (never a tiny cap), and the limit recovers. */
+static void test_probe_follows_slower_upstream(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    struct sl_adapt_params p;
+    sl_adapt_params_default(&p);
+    p.initial_limit = 40;
+    assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
+    /* A closed loop against an upstream with 32 servers: latency is the
+     * service time while in flight <= 32, and grows as a queue above. */
+    uint64_t svc = 1 * MS, t = 0;
+    uint32_t min_cap_seen = UINT32_MAX;
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1)
+            svc = 3 * MS; /* three times slower, for good */
+        uint64_t end = phase == 0 ? 20000 * MS : 60000 * MS;
+        while (t < end) {
+            while (sl_adapt_try_acquire(&a, t))
+                ;
+            uint32_t n = a.inflight;
+            uint64_t lat = n <= 32 ? svc : svc * n / 32;
+            t += lat / n;
+            sl_adapt_sample(&a, lat, t);
+            sl_adapt_release(&a, t);
+            if (phase == 0 && a.probing && sl_adapt_limit(&a) < min_cap_seen)
+                min_cap_seen = sl_adapt_limit(&a);
+        }
+        if (phase == 0)
+            assert_true(fabs(a.baseline_ns - 1e6) < 2e4);
+    }
+    if (verbose)
+        printf("probe: baseline %.0f us, limit %.1f, probes %llu, lowest probe cap %u\n",
+               a.baseline_ns / 1e3, a.limit, (unsigned long long)a.n_probes, min_cap_seen);
+    /* within 10%: once the limit is back above the 32 servers, a probe that
+     * drains the queue is read as a queue, not as the service time, and
+     * the baseline stops short; the limit still keeps every server busy */
+    assert_true(fabs(a.baseline_ns - 3e6) < 3e5);
+    assert_true(a.n_probes >= 1);
+    /* a probe lowers the cap to a quarter; it never pins it near the minimum */
+    assert_true(min_cap_seen >= 8);
+    /* back above the upstream's 32 servers, plus a little headroom */
+    assert_true(a.limit >= 32 && a.limit <= 48);
+}
+
+/* ---- the simulated upstream ------------------------------------------- */
+
+#define NSRV_MAX 64
+#define NREQ     16384
+#define NCTL     2
+#define HIST_US  200000 /* latency histogram: 1 us buckets up to 200 ms */
+
+struct req {
+    struct sl_adapt_waiter w; /* first: a waiter is its request */
+    uint64_t arrive, sent;
+    int      ctl, vip, next_free;
+};
+
+struct event { uint64_t at; int req; };
+
+struct tally {
+    uint64_t offered, ok, shed;
+};
+
+struct sim {
+    /* the upstream */
+    int      nsrv;
+    uint64_t svc_ns, rtt_ns;
+    int      svc_exp;            /* service times exponential, not +-10% */
+    uint64_t srv_free[NSRV_MAX]; /* min-heap of when each server is free */
+    /* clients */
+    int      nctl;
+    double   rate[NCTL];         /* arrivals per second, per controller */
+    double   vip_frac;
+    uint64_t next_arrival[NCTL];
+    uint64_t rng;
+    /* the proxy side */
+    struct sl_adapt ctl[NCTL];
+    struct req reqs[NREQ];
+    int      free_req;
+    struct event heap[NREQ];     /* completions, min-heap on at */
+    int      nheap;
+    /* figures, after warm-up */
+    uint64_t warm_ns, end_ns;
+    struct tally t[NCTL][2];     /* [controller][vip] */
+    uint32_t *hist;              /* admitted latency (arrival to reply), us */
+    uint32_t *uhist;             /* upstream latency (sent to reply), us */
+    uint64_t hist_n;
+    uint64_t done_after_warm;
+    uint64_t next_track;
+    double   lim_sum[NCTL], lim_sq[NCTL];
+    uint64_t lim_n;
+    double   lim_min[NCTL], lim_max[NCTL];
+};
+
+static double urand(struct sim *s)
+{
+    s->rng ^= s->rng << 13;
+    s->rng ^= s->rng >> 7;
+    s->rng ^= s->rng << 17;
+    return ((double)(s->rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static uint64_t exp_gap(struct sim *s, double rate)
+{
+    return (uint64_t)(-log(urand(s)) / rate * 1e9);
+}
+
+static void srv_down(uint64_t *h, int n, int i)
+{
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && h[c + 1] < h[c])
+            c++;
+        if (h[i] <= h[c])
+            break;
+        uint64_t x = h[i];
+        h[i] = h[c];
+        h[c] = x;
+        i = c;
+    }
+}
+
+static void ev_push(struct sim *s, uint64_t at, int r)
+{
+    int i = s->nheap++;
+    while (i > 0 && s->heap[(i - 1) / 2].at > at) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i].at = at;
+    s->heap[i].req = r;
+}
+
+static struct event ev_pop(struct sim *s)
+{
+    struct event top = s->heap[0], last = s->heap[--s->nheap];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= s->nheap)
+            break;
+        if (c + 1 < s->nheap && s->heap[c + 1].at < s->heap[c].at)
+            c++;
+        if (last.at <= s->heap[c].at)
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (s->nheap > 0)
+        s->heap[i] = last;
+    return top;
+}
+
+static int req_new(struct sim *s)
+{
+    int r = s->free_req;
+    assert_true(r >= 0);
+    s->free_req = s->reqs[r].next_free;
+    memset(&s->reqs[r], 0, sizeof(s->reqs[r]));
+    return r;
+}
+
+static void req_free(struct sim *s, int r)
+{
+    s->reqs[r].next_free = s->free_req;
+    s->free_req = r;
+}
+
+/* Sends request <r> upstream at <now>: the earliest free server takes it
+ * (requests reach the upstream in time order, so this is its FIFO). */
+static void send_up(struct sim *s, int r, uint64_t now)
+{
+    struct req *q = &s->reqs[r];
+    q->sent = now;
+    uint64_t at_up = now + s->rtt_ns / 2;
+    uint64_t start = s->srv_free[0] > at_up ? s->srv_free[0] : at_up;
+    /* +-10%: with an exact service time the servers stay in lockstep and
+     * a request's wait depends on the phase it lands in, which no real
+     * upstream does. Exponential: the hard case, as noisy as a mean gets */
+    double f = s->svc_exp ? -log(urand(s)) : 0.9 + 0.2 * urand(s);
+    uint64_t svc = (uint64_t)((double)s->svc_ns * f);
+    s->srv_free[0] = start + svc;
+    srv_down(s->srv_free, s->nsrv, 0);
+    ev_push(s, start + svc + s->rtt_ns / 2, r);
+}
+
+static void shed(struct sim *s, int r, uint64_t now)
+{
+    struct req *q = &s->reqs[r];
+    if (q->arrive >= s->warm_ns && now < s->end_ns)
+        s->t[q->ctl][q->vip].shed++;
+    req_free(s, r);
+}
+
+static void drain(struct sim *s, int c, uint64_t now)
+{
+    struct sl_adapt_waiter *w;
+    enum sl_adapt_reason why;
+    while ((w = sl_adapt_expired(&s->ctl[c], now, &why)) != NULL)
+        shed(s, (int)((struct req *)w - s->reqs), now);
+    while ((w = sl_adapt_next(&s->ctl[c], now)) != NULL)
+        send_up(s, (int)((struct req *)w - s->reqs), now);
+}
+
+static void arrive(struct sim *s, int c, uint64_t now)
+{
+    int r = req_new(s);
+    struct req *q = &s->reqs[r];
+    q->arrive = now;
+    q->ctl = c;
+    q->vip = urand(s) < s->vip_frac;
+    if (now >= s->warm_ns && now < s->end_ns)
+        s->t[c][q->vip].offered++;
+    struct sl_adapt *a = &s->ctl[c];
+    if (sl_adapt_try_acquire(a, now)) {
+        send_up(s, r, now);
+        return;
+    }
+    struct sl_adapt_waiter *ev;
+    if (sl_adapt_enqueue(a, &q->w, q->vip ? 1 : 0, now, &ev) < 0)
+        shed(s, r, now);
+    if (ev)
+        shed(s, (int)((struct req *)ev - s->reqs), now);
+}
+
+static void complete(struct sim *s, int r, uint64_t now)
+{
+    struct req *q = &s->reqs[r];
+    struct sl_adapt *a = &s->ctl[q->ctl];
+    sl_adapt_sample(a, now - q->sent, now);
+    sl_adapt_release(a, now);
+    if (q->arrive >= s->warm_ns && now < s->end_ns) {
+        s->t[q->ctl][q->vip].ok++;
+        uint64_t us = (now - q->arrive) / US;
+        s->hist[us < HIST_US ? us : HIST_US - 1]++;
+        us = (now - q->sent) / US;
+        s->uhist[us < HIST_US ? us : HIST_US - 1]++;
+        s->hist_n++;
+    }
+    if (now >= s->warm_ns && now < s->end_ns)
+        s->done_after_warm++;
+    int c = q->ctl;
+    req_free(s, r);
+    drain(s, c, now);
+}
+
+static void track(struct sim *s, uint64_t now)
+{
+    while (now >= s->next_track) {
+        if (s->next_track >= s->warm_ns && s->next_track < s->end_ns) {
+            for (int c = 0; c < s->nctl; c++) {
+                double l = sl_adapt_estimate(&s->ctl[c]);
+                s->lim_sum[c] += l;
+                s->lim_sq[c] += l * l;
+                if (s->lim_n == 0 || l < s->lim_min[c])
+                    s->lim_min[c] = l;
+                if (s->lim_n == 0 || l > s->lim_max[c])
+                    s->lim_max[c] = l;
+            }
+            s->lim_n++;
+        }
+        s->next_track += 10 * MS;
+    }
+}
+
+struct sim_conf {
+    int      nsrv, nctl;
+    uint64_t svc_ns, rtt_ns;
+    int      svc_exp;
+    double   load;        /* offered, per controller, as a multiple of C */
+    double   vip_frac;
+    uint64_t warm_ns, end_ns;
+    uint64_t seed;
+};
+
+struct sim_out {
+    double goodput;       /* completions per second / C */
+    double p99_us, p50_us;
+    double vip_success, other_success;
+    uint64_t shed, vip_shed;
+    double lim_mean[NCTL], lim_cv[NCTL], lim_min[NCTL], lim_max[NCTL];
+};
+
+static double pct_of(const struct sim *s, const uint32_t *hist, double q)
+{
+    uint64_t want = (uint64_t)ceil(q * (double)s->hist_n), acc = 0;
+    for (int i = 0; i < HIST_US; i++) {
+        acc += hist[i];
+        if (acc >= want && want > 0)
+            return i + 1; /* the bucket's upper edge */
+    }
+    return HIST_US;
+}
+
+static double pct(const struct sim *s, double q)
+{
+    return pct_of(s, s->hist, q);
+}
+
+static void run_sim(const struct sim_conf *cf, struct sim_out *out)
+{
+    struct sim *s = calloc(1, sizeof(*s));
+    assert_non_null(s);
+    s->hist = calloc(HIST_US, sizeof(*s->hist));
+    s->uhist = calloc(HIST_US, sizeof(*s->uhist));
+    assert_non_null(s->hist);
+    assert_non_null(s->uhist);
+    s->nsrv = cf->nsrv;
+    s->svc_ns = cf->svc_ns;
+    s->rtt_ns = cf->rtt_ns;
+    s->svc_exp = cf->svc_exp;
+    s->nctl = cf->nctl;
+    s->vip_frac = cf->vip_frac;
+    s->rng = cf->seed;
+    s->warm_ns = cf->warm_ns;
+    s->end_ns = cf->end_ns;
+    double cap = (double)cf->nsrv / ((double)cf->svc_ns / 1e9);
+    for (int i = 0; i < NREQ; i++)
+        s->reqs[i].next_free = i + 1 < NREQ ? i + 1 : -1;
+    s->free_req = 0;
+    for (int c = 0; c < s->nctl; c++) {
+        struct sl_adapt_params p;
+        sl_adapt_params_default(&p);
+        p.seed = cf->seed * 31 + (uint64_t)c + 1;
+        assert_int_equal(sl_adapt_init(&s->ctl[c], &p, 0), 0);
+        s->rate[c] = cf->load * cap;
+        s->next_arrival[c] = exp_gap(s, s->rate[c]);
+    }
+    for (;;) {
+        uint64_t now = UINT64_MAX;
+        int kind = -1, who = 0;
+        for (int c = 0; c < s->nctl; c++)
+            if (s->next_arrival[c] < now) {
+                now = s->next_arrival[c];
+                kind = 0;
+                who = c;
+            }
+        if (s->nheap > 0 && s->heap[0].at < now) {
+            now = s->heap[0].at;
+            kind = 1;
+        }
+        for (int c = 0; c < s->nctl; c++) {
+            uint64_t d = sl_adapt_due(&s->ctl[c]);
+            if (d < now) {
+                now = d;
+                kind = 2;
+                who = c;
+            }
+        }
+        if (now >= s->end_ns)
+            break;
+        track(s, now);
+        if (kind == 0) {
+            s->next_arrival[who] = now + exp_gap(s, s->rate[who]);
+            drain(s, who, now); /* expiries due first */
+            arrive(s, who, now);
+        } else if (kind == 1) {
+            struct event e = ev_pop(s);
+            complete(s, e.req, now);
+        } else {
+            drain(s, who, now);
+        }
+    }
+    double secs = (double)(s->end_ns - s->warm_ns) / 1e9;
+    memset(out, 0, sizeof(*out));
+    out->goodput = (double)s->done_after_warm / secs / cap;
+    out->p99_us = pct(s, 0.99);
+    out->p50_us = pct(s, 0.50);
+    uint64_t vo = 0, vk = 0, oo = 0, ok = 0;
+    for (int c = 0; c < s->nctl; c++) {
+        vo += s->t[c][1].offered;
+        vk += s->t[c][1].ok;
+        oo += s->t[c][0].offered;
+        ok += s->t[c][0].ok;
+        out->shed += s->t[c][0].shed + s->t[c][1].shed;
+        out->vip_shed += s->t[c][1].shed;
+        double m = s->lim_sum[c] / (double)s->lim_n;
+        out->lim_mean[c] = m;
+        out->lim_cv[c] = sqrt(fmax(0, s->lim_sq[c] / (double)s->lim_n - m * m)) / m;
+        out->lim_min[c] = s->lim_min[c];
+        out->lim_max[c] = s->lim_max[c];
+    }
+    /* requests still in flight or queued at the end count neither way */
+    out->vip_success = vo ? (double)vk / (double)vo : 1;
+    out->other_success = oo ? (double)ok / (double)oo : 1;
+    if (verbose) {
+        printf("sim N=%d svc=%.2fms%s load=%.2fx%d vip=%.2f: goodput %.3f C, p50 %.0f us, p99 %.0f us,"
+               " shed %llu (vip %llu), success vip %.4f other %.4f\n",
+               cf->nsrv, (double)cf->svc_ns / 1e6, cf->svc_exp ? " exp" : "", cf->load, cf->nctl, cf->vip_frac, out->goodput,
+               out->p50_us, out->p99_us, (unsigned long long)out->shed,
+               (unsigned long long)out->vip_shed, out->vip_success, out->other_success);
+        for (int c = 0; c < s->nctl; c++)
+            printf("  ctl %d: limit mean %.2f cv %.3f [%.2f, %.2f], baseline %.0f us, probes %llu,"
+                   " shed full %llu evicted %llu standing %llu maxwait %llu\n",
+                   c, out->lim_mean[c], out->lim_cv[c], out->lim_min[c], out->lim_max[c],
+                   s->ctl[c].baseline_ns / 1e3, (unsigned long long)s->ctl[c].n_probes,
+                   (unsigned long long)s->ctl[c].n_shed[SL_ADAPT_SHED_FULL],
+                   (unsigned long long)s->ctl[c].n_shed[SL_ADAPT_SHED_EVICTED],
+                   (unsigned long long)s->ctl[c].n_shed[SL_ADAPT_SHED_STANDING],
+                   (unsigned long long)s->ctl[c].n_shed[SL_ADAPT_SHED_MAXWAIT]);
+        printf("  p90 %.0f p99.9 %.0f us; upstream alone: p50 %.0f p99 %.0f us\n", pct(s, 0.9),
+               pct(s, 0.999), pct_of(s, s->uhist, 0.5), pct_of(s, s->uhist, 0.99));
+    }
+    free(s->hist);
+    free(s->uhist);
+    free(s);
+}
+
+/* 16 servers, 1 ms each (C = 16,000/s), 50 us round trip. */
+static const struct sim_conf base_conf = {
+    .nsrv = 16, .nctl = 1, .svc_ns = 1 * MS, .rtt_ns = 50 * US,
+    .load = 0.2, .vip_frac = 0, .warm_ns = 5000 * MS, .end_ns = 25000 * MS, .seed = 42,
+};
+
+static double unloaded_p99(void)
+{
+    struct sim_conf cf = base_conf;
+    cf.load = 0.2;
+    struct sim_out o;
+    run_sim(&cf, &o);
+    assert_int_equal(o.shed, 0);
+    return o.p99_us;
+}
+
+static void test_sim_overload(void **state)
+{
+    (void)state;
+    double p99_0 = unloaded_p99();
+    struct sim_conf cf = base_conf;
+    cf.load = 3.0;
+    struct sim_out o;
+    run_sim(&cf, &o);
+    if (verbose)
+        printf("  unloaded p99 %.0f us\n", p99_0);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * p99_0);
+    assert_true(o.shed > 0);
+}
+
+static void test_sim_half_load_never_sheds(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.load = 0.5;
+    cf.warm_ns = 0;
+    cf.end_ns = 60000 * MS; /* a minute */
+    struct sim_out o;
+    run_sim(&cf, &o);
+    assert_int_equal(o.shed, 0);
+    assert_true(o.goodput >= 0.49);
+}
+
+static void test_sim_two_instances(void **state)
+{
+    (void)state;
+    double p99_0 = unloaded_p99();
+    struct sim_conf cf = base_conf;
+    cf.nctl = 2;
+    cf.load = 1.5; /* each: 3x C together */
+    cf.warm_ns = 15000 * MS;
+    cf.end_ns = 45000 * MS;
+    struct sim_out o;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * p99_0);
+    double a = o.lim_mean[0], b = o.lim_mean[1];
+    assert_true(fabs(a - b) <= 0.2 * fmax(a, b));
+    /* steady: after warm-up the limits move little */
+    assert_true(o.lim_cv[0] < 0.15);
+    assert_true(o.lim_cv[1] < 0.15);
+}
+
+static void test_sim_vip(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.load = 3.0;
+    cf.vip_frac = 0.1;
+    struct sim_out o;
+    run_sim(&cf, &o);
+    assert_true(o.vip_success >= 0.99);
+    assert_true(o.other_success < 0.5); /* the others took the shedding */
+    assert_true(o.goodput >= 0.9);
+}
+
+/* A single-threaded upstream (a Redis slowed by a Lua script): N = 1. */
+static void test_sim_single_server(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.nsrv = 1;
+    cf.load = 0.2;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0);
+    cf.load = 3.0;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+}
+
+/* Service times as spread as they come (exponential: the mean of 64
+ * replies is known to +-12%). The single-instance targets hold. */
+static void test_sim_exponential_service(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.svc_exp = 1;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0); /* 0.2 C: the unloaded reference */
+    cf.load = 3.0;
+    cf.vip_frac = 0.1;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+    assert_true(o.vip_success >= 0.99);
+    cf.load = 0.5;
+    cf.vip_frac = 0;
+    cf.warm_ns = 0;
+    cf.end_ns = 60000 * MS;
+    run_sim(&cf, &o);
+    assert_int_equal(o.shed, 0);
+}
+
+/* Two instances with exponential service: goodput and latency hold; their
+ * limits need not agree (each probe's noise moves a baseline by a few
+ * percent, and a gradient controller's limit is very sensitive to its
+ * baseline: docs/adaptive.md, "Two instances"). */
+static void test_sim_two_instances_exponential(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.svc_exp = 1;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0);
+    cf.nctl = 2;
+    cf.load = 1.5;
+    cf.warm_ns = 15000 * MS;
+    cf.end_ns = 45000 * MS;
+    run_sim(&cf, &o);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+}
+
+int main(void)
+{
+    const char *v = getenv("ADAPT_VERBOSE");
+    verbose = v && *v && *v != '0';
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_params),
+        cmocka_unit_test(test_cap_and_queue_jump),
+        cmocka_unit_test(test_queue_tiers_and_orders),
+        cmocka_unit_test(test_queue_expiry),
+        cmocka_unit_test(test_overload_backs_off),
+        cmocka_unit_test(test_probe_follows_slower_upstream),
+        cmocka_unit_test(test_sim_overload),
+        cmocka_unit_test(test_sim_half_load_never_sheds),
+        cmocka_unit_test(test_sim_two_instances),
+        cmocka_unit_test(test_sim_vip),
+        cmocka_unit_test(test_sim_single_server),
+        cmocka_unit_test(test_sim_exponential_service),
+        cmocka_unit_test(test_sim_two_instances_exponential),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
