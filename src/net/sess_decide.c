@@ -108,9 +108,11 @@ static void meter_changed(struct sl_meter *m)
     }
 }
 
-/* <n> bytes were read from side <up>. */
+/* <n> bytes were read from side <up> (and counted for [usage]). */
 void sl_sess_meter_read(struct sl_session *s, int up, size_t n)
 {
+    if (sl_uexp_cur != NULL)
+        sl_usage_sess_add(s, NULL, up ? SL_USAGE_BYTES_OUT : SL_USAGE_BYTES_IN, n);
     struct sl_meter *m = s->meter[up];
     if (m == NULL)
         return;

@@ -789,8 +789,7 @@ void sl_session_close(struct sl_session *s)
     sl_tq_remove(&s->hq);
     sl_tq_remove(&s->wq);
     s->l->stats.conns_active--;
-    if (s->usage_at != 0 && sl_uexp_cur != NULL)
-        sl_usage_sess_close(s);
+    sl_usage_close(s); /* [usage]: its time */
     /* Verdicts still on their way must not land: the entries go away with
      * the session. Everything else stays valid until the last close
      * callback, because this may run in the middle of a loop over it. */
@@ -974,8 +973,6 @@ static void client_got(struct sl_session *s, ssize_t nread)
     struct sl_buf *b = s->cin;
     b->end += (uint32_t)nread;
     s->l->stats.bytes_in += (uint64_t)nread;
-    if (sl_uexp_cur != NULL)
-        sl_usage_sess_add(s, NULL, SL_USAGE_BYTES_IN, (uint64_t)nread);
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_meter_read(s, 0, (size_t)nread);
     if (s->state >= SL_SESS_CLOSED)
@@ -1004,8 +1001,6 @@ static void upstream_got(struct sl_session *s, ssize_t nread)
     struct sl_buf *b = s->uin;
     b->end += (uint32_t)nread;
     s->l->stats.bytes_out += (uint64_t)nread;
-    if (sl_uexp_cur != NULL)
-        sl_usage_sess_add(s, NULL, SL_USAGE_BYTES_OUT, (uint64_t)nread);
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_meter_read(s, 1, (size_t)nread);
     if (s->state >= SL_SESS_CLOSED) {
@@ -1040,8 +1035,6 @@ int sl_sess_link_got(struct sl_session *s, struct sl_buf *b, uint32_t from, uint
     }
     uint32_t n = to - from;
     s->l->stats.bytes_out += n;
-    if (sl_uexp_cur != NULL)
-        sl_usage_sess_add(s, NULL, SL_USAGE_BYTES_OUT, n);
     sl_tq_touch(&s->l->active, &s->tq, sl_sess_now_ms(s));
     sl_sess_meter_read(s, 1, n);
     if (s->state >= SL_SESS_CLOSED)
@@ -1270,8 +1263,7 @@ void sl_session_accept(struct sl_listener *l)
         return;
     }
     l->stats.conns_accepted++;
-    if (sl_uexp_cur != NULL)
-        sl_usage_sess_open(s);
+    sl_usage_open(s);
     if (l->stats.conns_active > l->conf->max_connections) {
         /* Accepted and then refused, as Redis does: the client learns why
          * (over TLS it would take a handshake first: closed at once). */

@@ -107,6 +107,12 @@ static void count_time(struct sl_session *s, uint64_t now)
     s->usage_at = now;
 }
 
+void sl_usage_close(struct sl_session *s)
+{
+    if (s->usage_at != 0 && sl_uexp_cur != NULL)
+        sl_usage_sess_close(s);
+}
+
 void sl_usage_sess_close(struct sl_session *s)
 {
     count_time(s, now_us(sl_uexp_cur));

@@ -68,4 +68,13 @@ void sl_usage_sess_add(struct sl_session *s, const char *id, enum sl_usage_field
 void sl_usage_sess_open(struct sl_session *s);
 void sl_usage_sess_close(struct sl_session *s);
 
+/* The same, for the session core: nothing while export is off. */
+static inline void sl_usage_open(struct sl_session *s)
+{
+    if (sl_uexp_cur != NULL)
+        sl_usage_sess_open(s);
+}
+
+void sl_usage_close(struct sl_session *s);
+
 #endif
