@@ -33,6 +33,7 @@ struct sl_uexp {
     char              prefix[72];  /* [store] key_prefix */
     char              instance[128]; /* names this process's deliveries */
     int64_t           wall_off_us; /* wall clock minus the turn clock */
+    uint64_t          since_us;    /* made then (wall clock): no time before it is counted */
     size_t            in_flight;   /* store calls not answered yet */
     uint64_t          duplicates;  /* deliveries the store had applied already */
     uint8_t           off;         /* export turned off with calls in flight: counts
@@ -101,9 +102,11 @@ void sl_usage_sess_open(struct sl_session *s)
 static void count_time(struct sl_session *s, uint64_t now)
 {
     char id[SL_ID_MAX + 1];
-    if (sl_uexp_cur->off || s->usage_at == 0 || now <= s->usage_at || !identity_of(s, NULL, id))
+    /* (a mark left by an exporter closed since is not this one's) */
+    uint64_t from = s->usage_at > sl_uexp_cur->since_us ? s->usage_at : sl_uexp_cur->since_us;
+    if (sl_uexp_cur->off || s->usage_at == 0 || now <= from || !identity_of(s, NULL, id))
         return;
-    sl_usage_add_span(sl_uexp_cur->t, id, s->usage_at, now);
+    sl_usage_add_span(sl_uexp_cur->t, id, from, now);
     s->usage_at = now;
 }
 
@@ -158,7 +161,8 @@ static void deliver_store(void *data, struct sl_usage_entry *e)
 {
     struct sl_uexp *x = data;
     struct sl_store *st = x->srv->store;
-    char w[16], k1[80 + SL_ID_MAX], k2[88 + SL_ID_MAX], seq[24], ttl[24];
+    /* <prefix> (at most 64 bytes) usage_applied:{<identity>}:<12 digits> */
+    char w[16], k1[128 + SL_ID_MAX], k2[128 + SL_ID_MAX], seq[24], ttl[24];
     char vals[SL_USAGE_FIELDS][32];
     stamp(e->window, w);
     int n1 = snprintf(k1, sizeof(k1), "%susage:{%s}:%s", x->prefix, e->id, w);
@@ -190,7 +194,7 @@ static void deliver_store(void *data, struct sl_usage_entry *e)
 static void deliver_file(void *data, struct sl_usage_entry *e)
 {
     struct sl_uexp *x = data;
-    char line[512 + SL_ID_MAX], w[16], cs[32];
+    char line[1024 + SL_ID_MAX], w[16], cs[32];
     time_t t = (time_t)e->window;
     struct tm tm;
     gmtime_r(&t, &tm);
@@ -217,8 +221,11 @@ static void deliver_file(void *data, struct sl_usage_entry *e)
 static void session_time(struct sl_session *s, void *arg)
 {
     /* A PROXY header still coming will say who the client is: its time
-     * so far goes to that identity, counted later. */
-    if (s->pp == NULL)
+     * so far goes to that identity, counted later. A connection older
+     * than export = on is counted from the first interval that sees it. */
+    if (s->usage_at == 0)
+        s->usage_at = *(const uint64_t *)arg;
+    else if (s->pp == NULL)
         count_time(s, *(const uint64_t *)arg);
 }
 
@@ -374,6 +381,7 @@ int sl_usage_export_apply(struct sl_server *srv)
         uv_timer_init(srv->loop, x->more);
         x->more->data = x;
         x->wall_off_us = (int64_t)wall_us() - (int64_t)sl_turn_now_us();
+        x->since_us = now_us(x);
         char host[64] = "sluice";
         gethostname(host, sizeof(host) - 1);
         /* Its own name, not the store client's: a table made anew (export

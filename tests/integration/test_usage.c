@@ -504,6 +504,35 @@ static void test_reload_off_on(void **state)
     world_free(w);
 }
 
+/* A connection open before export is turned on (by a reload) counts its
+ * time from then, never from before. */
+static void test_reload_on_open_connection(void **state)
+{
+    (void)state;
+    struct world *w = world_new(1, "export = off\n");
+    int fd = conn_from("127.0.0.5", w->port[0]);
+    assert_int_equal(th_write_all(fd, set_cmd, strlen(set_cmd)), 0);
+    char buf[8];
+    assert_int_equal(th_read_n(fd, buf, 5, 5000), 5);
+    usleep(1500000); /* time before export is on: must not be counted (not a sync) */
+    uint64_t t_on = th_now_ms();
+    reload_usage(w, 0, "export = store\ninterval = 100ms\n", 1);
+    /* intervals see it open */
+    uint64_t end = th_now_ms() + 10000;
+    while (store_sum(w->store.port, "ip:127.0.0.5", "connection_seconds") <= 0.05 && th_now_ms() < end)
+        usleep(20000);
+    close(fd);
+    uint64_t t_close = th_now_ms();
+    /* whether or not its close is counted yet, no more than since "on" */
+    assert_int_equal(th_metric_wait(w->admin[0], "sluice_usage_entries", 0, 10000), 0);
+    double secs = store_sum(w->store.port, "ip:127.0.0.5", "connection_seconds");
+    assert_true(secs > 0.05);
+    assert_true(secs <= (double)(t_close - t_on) / 1000.0 + 0.2);
+    /* the request it made before is not there either */
+    assert_int_equal(store_sum(w->store.port, "ip:127.0.0.5", "requests"), 0);
+    world_free(w);
+}
+
 /* A reload keeps what was counted; the exit delivers it (the interval is
  * an hour: nothing goes before). */
 static void test_reload_then_exit(void **state)
@@ -854,6 +883,7 @@ int main(void)
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
         cmocka_unit_test(test_reload_off_on),
+        cmocka_unit_test(test_reload_on_open_connection),
         cmocka_unit_test(test_conf_rules),
     };
     if (only != NULL)
