@@ -590,6 +590,41 @@ static void test_file_exit(void **state)
     world_free(w);
 }
 
+/* action = delay: requests made to wait are counted as delayed (and as
+ * requests), for the identity they were keyed by. */
+static void test_delayed(void **state)
+{
+    (void)state;
+    struct th_proc up, store, sl;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    assert_int_equal(th_redis_start(&store, NULL), 0);
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 1s\n"
+             "[store]\nurl = redis://127.0.0.1:%d\ntimeout = 1s\n"
+             "[usage]\nexport = store\ninterval = 100ms\n"
+             "[listener r]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nidentity = client_ip\n"
+             /* in process: one a second, the next ones wait (1 s, 2 s) */
+             "[limit d]\nlistener = r\nrate = 1/s\nburst = 1\naction = delay\nmax_delay = 10s\n"
+             "scope = connection\n",
+             admin, store.port, port, up.port);
+    assert_int_equal(th_sluice_start(&sl, ini, port), 0);
+    int fd = conn_from("127.0.0.6", port);
+    for (int i = 0; i < 3; i++) /* pipelined: decided together */
+        assert_int_equal(th_write_all(fd, set_cmd, strlen(set_cmd)), 0);
+    char buf[16];
+    assert_int_equal(th_read_n(fd, buf, 15, 10000), 15);
+    assert_memory_equal(buf, "+OK\r\n+OK\r\n+OK\r\n", 15);
+    close(fd);
+    assert_int_equal(store_wait(store.port, "ip:127.0.0.6", "requests", 3, 10000), 0);
+    assert_int_equal(store_wait(store.port, "ip:127.0.0.6", "delayed", 2, 10000), 0);
+    assert_int_equal(store_sum(store.port, "ip:127.0.0.6", "rejected"), 0);
+    assert_int_equal(th_stop(&sl), 0);
+    th_stop(&up);
+    th_stop(&store);
+}
+
 /* An http listener: requests and their refusals (429) counted for the
  * identity, bytes read from the client exactly, the upstream's bytes. */
 static void test_http(void **state)
@@ -880,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_lost_replies),
         cmocka_unit_test(test_file_export),
         cmocka_unit_test(test_file_exit),
+        cmocka_unit_test(test_delayed),
         cmocka_unit_test(test_http),
         cmocka_unit_test(test_http_header_identity),
         cmocka_unit_test(test_many_identities),
