@@ -30,5 +30,9 @@ echo '  ,'
 echo '  [SL_SCRIPT_CONNECTIONS] ='
 cstr < "$dir/connections.lua"
 echo '  ,'
+echo '  [SL_SCRIPT_USAGE] ='
+cstr < "$dir/usage.lua"
+echo '  ,'
 echo '};'
-echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections", "inspect" };'
+echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections", "inspect",'
+echo '                                                                "usage" };'

@@ -622,6 +622,7 @@ void sl_cf_finish(struct loader *ld)
             check_limit(ld, ld->secs[i]);
     check_cycles(ld);
     sl_cf_check_tls(ld);
+    sl_cf_check_usage(ld);
     /* In-process limits would be counted by each worker alone. */
     struct sl_conf *c = ld->conf;
     for (size_t i = 0; i < ld->n_secs; i++) {

@@ -9,6 +9,7 @@
  *   sec_global.c    [sluice] and [store]: their keys, setters and defaults
  *   sec_listener.c  [listener NAME]: its keys, setters and defaults
  *   sec_limit.c     [limit NAME]: its keys, setters and defaults
+ *   sec_usage.c     [usage]: its keys, setters, defaults and checks
  *   check.c         after the last line: derived defaults, names resolved, rules
  *                   that span keys or sections
  *
@@ -53,7 +54,7 @@ enum line_kind {
     LINE_BAD,      /* reported by the reader; inih sees a blank line */
 };
 
-enum sect_kind { SEC_SLUICE, SEC_STORE, SEC_LISTENER, SEC_LIMIT };
+enum sect_kind { SEC_SLUICE, SEC_STORE, SEC_LISTENER, SEC_LIMIT, SEC_USAGE };
 
 enum sect_state {
     ST_NONE,       /* before the first header: keys are errors */
@@ -143,6 +144,7 @@ struct loader {
     int              last_kw;     /* row in cur->kw of the last good key line; -1 = none */
     struct section  *sluice;      /* the [sluice] section, once seen */
     struct section  *store;       /* the [store] section, once seen */
+    struct section  *usage;       /* the [usage] section, once seen */
     struct sl_listener_conf **ltail; /* where the next listener is linked */
     struct sl_limit_conf    **mtail; /* where the next limit is linked */
     struct lerr     *errs;        /* errors found so far */
@@ -269,6 +271,13 @@ extern const struct kw_table sl_cf_sluice_keys;   /* [sluice] */
 extern const struct kw_table sl_cf_store_keys;    /* [store] */
 extern const struct kw_table sl_cf_listener_keys; /* [listener NAME] */
 extern const struct kw_table sl_cf_limit_keys;    /* [limit NAME] */
+extern const struct kw_table sl_cf_usage_keys;    /* [usage] (sec_usage.c) */
+
+/* The [usage] defaults in <c> (sec_usage.c). */
+void sl_cf_usage_defaults(struct sl_conf *c);
+
+/* The [usage] rules that span sections, after the last line (sec_usage.c). */
+void sl_cf_check_usage(struct loader *ld);
 
 /* A new configuration for the file <file>, every [sluice] and [store]
  * default in place; NULL when out of memory. Free with sl_conf_free(). */

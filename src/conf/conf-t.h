@@ -244,6 +244,19 @@ struct sl_store_conf {
     int                sentinel_password_file_line; /* where it was set (warnings) */
 };
 
+/* [usage] export = : where usage that can be billed goes (docs/usage.md). */
+enum sl_usage_export { SL_USAGE_OFF = 0, SL_USAGE_STORE, SL_USAGE_FILE };
+
+struct sl_usage_conf {
+    int                export_kind;    /* enum sl_usage_export; default off */
+    char              *file;           /* export = FILE: absolute (resolved at load), else NULL */
+    uint64_t           interval_us;    /* how often counts are delivered; default 10s */
+    uint64_t           window_us;      /* the time one hash sums; default 1m: whole minutes
+                                          dividing a day */
+    uint64_t           ttl_us;         /* usage_ttl: the keys live this long; default 35d */
+    uint64_t           max_pending;    /* identity-windows held at once; default 100000 */
+};
+
 struct sl_conf {
     char                 *file;        /* path it was loaded from */
     int                   has_admin;   /* admin = non-empty */
@@ -263,6 +276,7 @@ struct sl_conf {
     int                   workers;     /* processes serving traffic; default 1 */
     int                   workers_auto; /* workers = auto (one per online CPU) */
     struct sl_store_conf  store;
+    struct sl_usage_conf  usage;       /* [usage] */
     struct sl_listener_conf *listeners; /* in file order */
     int                   n_listeners;
     struct sl_limit_conf *limits;      /* in file order */

@@ -270,6 +270,7 @@ void sl_conf_free(struct sl_conf *c)
     free(c->admin_token_file);
     free(c->store.sentinel_user);
     free(c->log_file);
+    free(c->usage.file);
     free(c->store.url);
     free(c->store.user);
     free(c->store.seeds);

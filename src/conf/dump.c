@@ -274,6 +274,16 @@ void sl_conf_dump(const struct sl_conf *c, FILE *out)
             kv(out, "sentinel_password_file", st->sentinel_password_file);
     }
 
+    if (c->usage.export_kind != SL_USAGE_OFF) {
+        const struct sl_usage_conf *u = &c->usage;
+        fprintf(out, "\n[usage]\n");
+        kv(out, "export", u->export_kind == SL_USAGE_STORE ? "store" : u->file);
+        kv_duration(out, "interval", u->interval_us);
+        kv_duration(out, "window", u->window_us);
+        kv_duration(out, "usage_ttl", u->ttl_us);
+        kv_u64(out, "max_pending", u->max_pending);
+    }
+
     for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
         dump_listener(out, l);
     for (const struct sl_limit_conf *m = c->limits; m != NULL; m = m->next)

@@ -26,7 +26,7 @@ static int has_blank(const char *s)
 
 /* ---- sections ------------------------------------------------------------- */
 
-static const char *const kind_names[] = { "sluice", "store", "listener", "limit" };
+static const char *const kind_names[] = { "sluice", "store", "listener", "limit", "usage" };
 
 /* "[listener cache]" or "[store]", for messages. */
 const char *sl_cf_title(const struct section *sec, char *buf, size_t cap)
@@ -65,6 +65,7 @@ static struct section *new_section(struct loader *ld, enum sect_kind kind, void 
         [SEC_STORE]    = &sl_cf_store_keys,
         [SEC_LISTENER] = &sl_cf_listener_keys,
         [SEC_LIMIT]    = &sl_cf_limit_keys,
+        [SEC_USAGE]    = &sl_cf_usage_keys,
     };
     struct section *sec = calloc(1, sizeof(*sec));
     if (sec == NULL)
@@ -132,12 +133,12 @@ static void open_section(struct loader *ld, const char *content, size_t clen)
         if (strcmp(kind, kind_names[i]) == 0)
             k = i;
     if (k < 0) {
-        sl_cf_err(ld, line, "unknown section [%s] (expected [sluice], [store], [listener NAME] or "
-                            "[limit NAME])", buf);
+        sl_cf_err(ld, line, "unknown section [%s] (expected [sluice], [store], [usage], [listener NAME] "
+                            "or [limit NAME])", buf);
         return;
     }
-    if (k == SEC_SLUICE || k == SEC_STORE) {
-        struct section **once = k == SEC_SLUICE ? &ld->sluice : &ld->store;
+    if (k == SEC_SLUICE || k == SEC_STORE || k == SEC_USAGE) {
+        struct section **once = k == SEC_SLUICE ? &ld->sluice : k == SEC_STORE ? &ld->store : &ld->usage;
         if (words > 1) {
             sl_cf_err(ld, line, "[%s] takes no name", kind);
             return;
@@ -146,7 +147,8 @@ static void open_section(struct loader *ld, const char *content, size_t clen)
             sl_cf_err(ld, line, "duplicate section [%s] (first on line %d)", kind, (*once)->line);
             return;
         }
-        void *obj = k == SEC_SLUICE ? (void *)ld->conf : (void *)&ld->conf->store;
+        void *obj = k == SEC_SLUICE ? (void *)ld->conf
+                    : k == SEC_STORE ? (void *)&ld->conf->store : (void *)&ld->conf->usage;
         if ((*once = new_section(ld, (enum sect_kind)k, obj, line)) == NULL)
             return;
         ld->cur = *once;

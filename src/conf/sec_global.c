@@ -88,6 +88,7 @@ struct sl_conf *sl_cf_conf_new(const char *file)
     c->store.tls_verify = 1;
     c->store.tls_opt = -1;
     c->store.sentinel_tls_opt = -1;
+    sl_cf_usage_defaults(c);
     return c;
 }
 

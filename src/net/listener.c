@@ -33,6 +33,7 @@
 #include "net/upkeep.h"
 #include "net/upool-t.h"
 #include "net/turn.h"
+#include "net/usage_export.h"
 #include "shape/wait.h"
 #include "store/store.h"
 
@@ -718,6 +719,8 @@ int sl_server_start(struct sl_server *srv)
             return SL_ECONF;
         }
     }
+    if (sl_usage_export_apply(srv) < 0)
+        return SL_ECONF;
     uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
     fd_check(srv);
     return 0;
@@ -832,6 +835,9 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     sl_conf_free(srv->conf);
     srv->conf = conf;
     sl_log_level = conf->log_level;
+    /* [usage]: the table lives on (what it holds is the process's, not the
+     * configuration's); a file that cannot be opened keeps the old one. */
+    (void)sl_usage_export_apply(srv);
     fd_check(srv);
     return 0;
 }
@@ -849,6 +855,15 @@ static void for_each_session(struct sl_listener *l, void (*fn)(struct sl_session
     }
 }
 
+void sl_listener_each_session(struct sl_listener *l, void (*fn)(struct sl_session *, void *),
+                              void *arg)
+{
+    struct sl_tq *qs[5] = { &l->gated, &l->connecting, &l->active, &l->lingering, &l->handshaking };
+    for (int i = 0; i < 5; i++)
+        for (struct sl_tq_node *n = qs[i]->head; n != NULL; n = n->next)
+            fn(sl_session_of(n), arg);
+}
+
 static void on_grace(uv_timer_t *t)
 {
     struct sl_server *srv = t->data;
@@ -863,6 +878,10 @@ static void maybe_stopped(struct sl_server *srv)
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
         if (l->sessions > 0 || l->open)
             return;
+    /* Usage counted up to the last session's close goes out first: the
+     * store's answers (each within its timeout) come back here. */
+    if (sl_usage_export_final(srv, maybe_stopped))
+        return;
     srv->stopped = 1;
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next)
         sl_session_pool_close(l); /* its handles must close for the loop to end */
@@ -874,6 +893,7 @@ static void maybe_stopped(struct sl_server *srv)
         sl_store_close(srv->store);
         srv->store = NULL;
     }
+    sl_usage_export_close();
     sl_limiter_release(srv->limiter);
     srv->limiter = NULL;
     sl_places_free(srv->places); /* every connection, and so every place, is gone */

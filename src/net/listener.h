@@ -25,6 +25,11 @@ void sl_server_drain(struct sl_server *srv);
 /* Closes every handle at once (second SIGTERM, or the grace ran out). */
 void sl_server_stop(struct sl_server *srv);
 
+/* Calls <fn>(session, <arg>) for every open session of <l>. */
+struct sl_session;
+void sl_listener_each_session(struct sl_listener *l, void (*fn)(struct sl_session *, void *),
+                              void *arg);
+
 /* The admin endpoint's callbacks that report on <srv>. */
 struct sl_admin_cbs;
 void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs);

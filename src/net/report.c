@@ -9,6 +9,7 @@
 #include "core/lsink.h"
 #include "core/buf.h"
 #include "limit/limiter.h"
+#include "net/usage_export.h"
 #include "net/listener.h"
 #include "net/report.h"
 #include "net/session.h"
@@ -240,6 +241,8 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
     sl_metrics_u64(m, "sluice_buffer_chunks", NULL, sl_buf_in_use());
     if (srv->limiter)
         sl_limiter_metrics(srv->limiter, m);
+    if (srv->conf->usage.export_kind != SL_USAGE_OFF)
+        sl_usage_export_metrics(m);
 
     sl_metrics_family(m, "sluice_store_up", "gauge",
                       "1 when the quota store is connected and its scripts loaded (local store: 1).");

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
+#include "net/usage_export.h"
 #include "net/alog.h"
 #include "net/dlog.h"
 #include "net/listener.h"
@@ -107,9 +108,11 @@ static void meter_changed(struct sl_meter *m)
     }
 }
 
-/* <n> bytes were read from side <up>. */
+/* <n> bytes were read from side <up> (and counted for [usage]). */
 void sl_sess_meter_read(struct sl_session *s, int up, size_t n)
 {
+    if (sl_uexp_cur != NULL)
+        sl_usage_sess_add(s, NULL, up ? SL_USAGE_BYTES_OUT : SL_USAGE_BYTES_IN, n);
     struct sl_meter *m = s->meter[up];
     if (m == NULL)
         return;
@@ -307,7 +310,7 @@ static void decision_line(struct sl_pend *e, const struct sl_verdict *v)
 /* A verdict for request <r> is to come later: keep what its line needs. */
 static void note_keep(struct sl_session *s, struct sl_pend *e, const struct sl_req *r)
 {
-    if (s->l->srv->conf->decision_log == SL_DLOG_OFF)
+    if (s->l->srv->conf->decision_log == SL_DLOG_OFF && sl_uexp_cur == NULL)
         return;
     struct note *n = malloc(sizeof(*n));
     if (n == NULL)
@@ -318,9 +321,32 @@ static void note_keep(struct sl_session *s, struct sl_pend *e, const struct sl_r
 
 /* ---- verdicts, in request order ------------------------------------------- */
 
+/* [usage]: a rejection or a delay counted for the request's identity (the
+ * one its limits were keyed by: the note kept while the verdict was out,
+ * or the request being decided now). */
+static void usage_verdict(struct sl_pend *e, const struct sl_verdict *v)
+{
+    int f = v->kind == SL_VERDICT_REJECT ? SL_USAGE_REJECTED
+            : v->delay_us > 0            ? SL_USAGE_DELAYED
+                                         : -1;
+    if (f < 0)
+        return;
+    char id[SL_ID_MAX + 1];
+    const struct note *n = (const struct note *)e->note;
+    if (n != NULL && n->identity[0] != '\0')
+        snprintf(id, sizeof(id), "%s", n->identity);
+    else if (deciding != NULL && sl_sess_ident(e->s) != NULL)
+        sl_identity_of_req(e->s->l->conf, e->s->ident, deciding, id);
+    else
+        id[0] = '\0'; /* the connection's */
+    sl_usage_sess_add(e->s, id, (enum sl_usage_field)f, 1);
+}
+
 /* Records verdict <v> in entry <e>. */
 void sl_sess_verdict(struct sl_pend *e, const struct sl_verdict *v)
 {
+    if (sl_uexp_cur != NULL)
+        usage_verdict(e, v);
     if (e->s->l->srv->conf->decision_log != SL_DLOG_OFF)
         decision_line(e, v);
     if (e->s->alog != NULL)

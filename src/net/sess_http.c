@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/tq.h"
 #include "identity/identity.h"
+#include "net/usage_export.h"
 #include "net/alog.h"
 #include "net/listener.h"
 #include "net/session.h"
@@ -276,6 +277,13 @@ static void on_request(struct sl_session *s)
     if (sl_identity_http_check(lc, id, hd, why, sizeof why) != 0) {
         error_answer(s, 400, why); /* two identity fields: refused, not guessed */
         return;
+    }
+    /* [usage]: counted once its identity is sure (a request naming two is
+     * charged to no one), which its bytes are charged to from now on, as
+     * byte limits do */
+    if (sl_uexp_cur != NULL && id != NULL) {
+        sl_identity_of_req(lc, id, &(struct sl_req){ .http = hd }, id->last);
+        sl_usage_sess_add(s, id->last, SL_USAGE_REQUESTS, 1);
     }
     if (hd->method == SL_HTTP_M_CONNECT && !lc->upgrades.connect) {
         /* A tunnel to anywhere is not a request sluice can count: 405, as

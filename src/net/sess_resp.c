@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/tq.h"
 #include "identity/identity.h"
+#include "net/usage_export.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -621,6 +622,8 @@ static void process(struct sl_session *s)
              * identity, while nothing waits before it (what the checks
              * below would conclude, one by one, for it). */
             s->l->stats.requests++;
+            if (sl_uexp_cur != NULL)
+                sl_usage_sess_request(s, &(struct sl_req){ .resp = r });
             to += span;
             if (fast == 2) {
                 /* one reply each, nothing else changes: counted, and owed
@@ -653,8 +656,11 @@ static void process(struct sl_session *s)
             from = to = b->start;
             continue;
         }
-        if (r->argc > 0)
+        if (r->argc > 0) {
             s->l->stats.requests++;
+            if (sl_uexp_cur != NULL)
+                sl_usage_sess_request(s, &(struct sl_req){ .resp = r });
+        }
         int kind = sl_rconn_kind(r);
         observe(s, r, kind);
         /* Redis runs nothing after a QUIT (even inside MULTI) and closes:

@@ -129,6 +129,8 @@ struct sl_session {
     struct sl_sess_link *link;      /* pooled listener (upstream_pool): the way to the
                                        shared upstream connections instead of <upstream>
                                        (net/sess_pool.c); NULL: 1:1 */
+    uint64_t            usage_at;   /* [usage]: wall-clock us its time was counted up to;
+                                       0: not counted (net/usage_export.h) */
     struct sl_alog_sess *alog;      /* http, access_log: requests waiting for their line
                                        (net/alog.c); NULL when the listener does not log */
 };

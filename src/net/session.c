@@ -53,6 +53,7 @@
 #include "identity/identity.h"
 #include "limit/limiter.h"
 #include "limit/places.h"
+#include "net/usage_export.h"
 #include "net/listener.h"
 #include "net/session.h"
 #include "net/session-i.h"
@@ -788,6 +789,7 @@ void sl_session_close(struct sl_session *s)
     sl_tq_remove(&s->hq);
     sl_tq_remove(&s->wq);
     s->l->stats.conns_active--;
+    sl_usage_close(s); /* [usage]: its time */
     /* Verdicts still on their way must not land: the entries go away with
      * the session. Everything else stays valid until the last close
      * callback, because this may run in the middle of a loop over it. */
@@ -1261,6 +1263,7 @@ void sl_session_accept(struct sl_listener *l)
         return;
     }
     l->stats.conns_accepted++;
+    sl_usage_open(s);
     if (l->stats.conns_active > l->conf->max_connections) {
         /* Accepted and then refused, as Redis does: the client learns why
          * (over TLS it would take a handshake first: closed at once). */

@@ -37,6 +37,7 @@ enum sl_script {
     SL_SCRIPT_CONNECTIONS,/* lua/connections.lua: connection places and the login queue */
     SL_SCRIPT_INSPECT,    /* lua/inspect.lua (+ the algorithms, read-only): one bucket read
                              or reset, for the limits API */
+    SL_SCRIPT_USAGE,      /* lua/usage.lua: one identity-window's usage added once */
     SL_SCRIPT_COUNT
 };
 

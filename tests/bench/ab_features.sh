@@ -6,8 +6,9 @@
 #   tests/bench/ab_features.sh [ROUNDS]        # default 7
 #
 # Variants (each its own sluice process, same binary, same upstreams):
-#   base    a limit that matches every request and never binds,
-#           decision_log = off (what "on" is measured against)
+#   base    a limit that matches every request and never binds (decided in
+#           process: scope = connection), decision_log = off (what "on" is
+#           measured against)
 #   dlog    the same with decision_log = all (a line per decision, at most
 #           decision_log_rate a second, the rest counted)
 #   usage   the same with [usage] export = store (a local quota Redis), when
@@ -59,9 +60,13 @@ slconf() { # variant resp_port http_port
     {
         printf '[sluice]\nadmin =\nworkers = %s\n' "$W"
         printf 'decision_log = %s\n' "$([ "$1" = dlog ] && echo all || echo off)"
-        printf '[store]\nurl = local\n'
+        # the usage variant adds to the quota Redis through [store]; the
+        # limit below is decided in process in every variant (scope =
+        # connection), so the store carries only the usage deliveries
         if [ "$1" = usage ]; then
-            printf '[usage]\nexport = store\nstore = redis://127.0.0.1:%s\n' "$STORE"
+            printf '[store]\nurl = redis://127.0.0.1:%s\n[usage]\nexport = store\n' "$STORE"
+        else
+            printf '[store]\nurl = local\n'
         fi
         printf '[listener r]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nmax_connections = 20000\n' "$2" "$REDIS"
         printf '[listener h]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = http\n' "$3" "$UP"
@@ -71,7 +76,7 @@ slconf() { # variant resp_port http_port
         fi
         # matches every request, never binds: the cost of enforcement is in
         # every variant, so the difference is the feature's alone
-        printf '[limit all]\nlistener = *\nmetric = requests\nrate = 1000000000/s\nscope = identity\n'
+        printf '[limit all]\nlistener = *\nmetric = requests\nrate = 1000000000/s\nscope = connection\n'
     } > "$DIR/$1.ini"
 }
 # the usage variant only where the binary knows [usage]

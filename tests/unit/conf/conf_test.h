@@ -103,6 +103,12 @@ static inline void conf_equal(const struct sl_conf *a, const struct sl_conf *b)
     assert_int_equal(a->shutdown_grace_us, b->shutdown_grace_us);
     assert_int_equal(a->workers, b->workers);
     assert_int_equal(a->workers_auto, b->workers_auto);
+    assert_int_equal(a->usage.export_kind, b->usage.export_kind);
+    str_equal(a->usage.file, b->usage.file);
+    assert_int_equal(a->usage.interval_us, b->usage.interval_us);
+    assert_int_equal(a->usage.window_us, b->usage.window_us);
+    assert_int_equal(a->usage.ttl_us, b->usage.ttl_us);
+    assert_int_equal(a->usage.max_pending, b->usage.max_pending);
     str_equal(a->store.url, b->store.url);
     assert_int_equal(a->store.kind, b->store.kind);
     str_equal(a->store.user, b->store.user);

@@ -421,16 +421,16 @@ static void test_unknown_section(void **state)
     (void)state;
     expect_errors("[foo]\nx = 1\n[listener]\ny = 2\n[sluice main]\n[limit a b]\n[]\n"
                   "[listener a/b]\n[Listener x]\n",
-                  "t.ini:1: unknown section [foo] (expected [sluice], [store], [listener NAME] "
+                  "t.ini:1: unknown section [foo] (expected [sluice], [store], [usage], [listener NAME] "
                   "or [limit NAME])\n"
                   "t.ini:3: [listener] needs a name: [listener NAME]\n"
                   "t.ini:5: [sluice] takes no name\n"
                   "t.ini:6: [limit a ...]: a section name is one word\n"
-                  "t.ini:7: unknown section [] (expected [sluice], [store], [listener NAME] "
+                  "t.ini:7: unknown section [] (expected [sluice], [store], [usage], [listener NAME] "
                   "or [limit NAME])\n"
                   "t.ini:8: invalid name 'a/b': use letters, digits, '_', '-' and '.'\n"
                   "t.ini:9: unknown section [Listener x] (expected [sluice], [store], "
-                  "[listener NAME] or [limit NAME])\n");
+                  "[usage], [listener NAME] or [limit NAME])\n");
     expect_errors("[store] junk\nurl = local\n", "t.ini:1: unexpected text after ']'\n");
     /* A comment after the header is fine. */
     sl_conf_free(load_ok("[store]   ; where state lives\nurl = local\n[sluice] # x\n"));
@@ -815,7 +815,7 @@ static void test_syntax_error(void **state)
     expect_errors("[nope]\nx = 1\n[listener a]\nlisten = 1.2.3.4:1\nupstream = 1.2.3.4:2\n"
                   "idle_timeout = soon\nfoo\nmax_request = 1m\n[limit l]\nlistener = zz\n"
                   "rate = 1/s\n",
-                  "t.ini:1: unknown section [nope] (expected [sluice], [store], [listener NAME] "
+                  "t.ini:1: unknown section [nope] (expected [sluice], [store], [usage], [listener NAME] "
                   "or [limit NAME])\n"
                   "t.ini:6: idle_timeout: expected a duration like 250ms, 2s, 5m, got 'soon'\n"
                   "t.ini:7: syntax error\n"
