@@ -135,8 +135,9 @@ static int ref_len(const uint8_t *p, size_t n, size_t *i, uint64_t *val, int *nu
 }
 
 /* Parses one item (with any attributes before it) at <*i>, <depth> levels
- * deep. Sets <*push> when the item proper is a push. */
-static int ref_item(const uint8_t *p, size_t n, size_t *i, unsigned depth, int *push)
+ * deep, inside a top-level push when <in_push>. Sets <*push> when the item
+ * proper is a push. */
+static int ref_item(const uint8_t *p, size_t n, size_t *i, unsigned depth, int in_push, int *push)
 {
     for (;;) {
         uint8_t t;
@@ -193,8 +194,14 @@ static int ref_item(const uint8_t *p, size_t n, size_t *i, unsigned depth, int *
             if (items > 0 && depth == SL_REPLY_MAX_DEPTH)
                 return REF_ERR;
             for (uint64_t k = 0; k < items; k++) {
-                if ((rc = ref_item(p, n, i, depth + 1, &inner)) != REF_OK)
+                if ((rc = ref_item(p, n, i, depth + 1, in_push || (depth == 0 && t == '>'),
+                                   &inner)) != REF_OK)
                     return rc;
+                /* a push nested in anything but a top-level push is none of
+                 * its aggregate's items (Redis writes one inside EXEC's
+                 * reply): the item is still to come */
+                if (inner && !(in_push || (depth == 0 && t == '>')))
+                    k--;
             }
             if (t == '|')
                 continue; /* a prefix: the item itself follows */
@@ -212,7 +219,7 @@ static void ref_run(const uint8_t *p, size_t n, struct run *r)
 
     while (i < n) {
         int push = 0;
-        int rc = ref_item(p, n, &i, 0, &push);
+        int rc = ref_item(p, n, &i, 0, 0, &push);
 
         if (rc == REF_ERR)
             r->err = 1;
