@@ -82,6 +82,8 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(UNIT_HDR) $(TEST_CERTS) tests/certs.h $(
 $(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h tests/certs.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+# test_adaptive starts the benchmark upstream next to the sluice binary.
+$(BUILD)/tests/integration/test_adaptive: $(BUILD)/bench/capsrv
 $(BUILD)/tests/lua/%: tests/lua/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
