@@ -189,6 +189,11 @@ $(BUILD)/bench/capsrv: tests/bench/capsrv.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE $(shell pkg-config --cflags libuv) -o $@ $< $(shell pkg-config --libs libuv)
 
+# ... and its open-loop load generator (tests/bench/aload.c).
+$(BUILD)/bench/aload: tests/bench/aload.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE $(shell pkg-config --cflags libuv) -o $@ $< $(shell pkg-config --libs libuv)
+
 run: deps $(BUILD)/sluice
 	@tests/run-dev.sh $(BUILD)/sluice conf/sluice.ini
 
