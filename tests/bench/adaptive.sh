@@ -44,7 +44,7 @@ wait_port "$CAP"; wait_port "$RED"
 sluice() {
     local name=$1 proto=$2 up=$3 mode=$4 p a id
     p=$(port); a=$(port)
-    id="header:X-Who"; [ "$proto" = resp ] && id="client_name, client_ip"
+    id="header:X-Who"; [ "$proto" = resp ] && id="client_name client_ip"
     cat > "$T/$name.ini" <<EOF
 [sluice]
 admin = 127.0.0.1:$a
