@@ -812,6 +812,10 @@ static int send_again(struct sl_session *s)
     h->fwd_connect = h->fwd_upgrade = 0;
     h->fwd_offered = 0;
     h->fwd_unclosed = e->unclosed;
+    if (e->placed) { /* sent again uncounted: its place goes back */
+        e->placed = 0;
+        sl_sadapt_end(s, 0, SL_SADAPT_DROP);
+    }
     h->qh = (h->qh + 1) % HQ_MAX;
     h->qn--;
     h->again_done = h->again_due = 1;
