@@ -36,11 +36,17 @@ const char *sl_sadapt_why(unsigned reason)
 /* ---- the controller and its timer ------------------------------------------- */
 
 static void on_timer(uv_timer_t *t);
+static void shed(struct sl_actl *c, struct sl_adapt_waiter *w, unsigned reason);
 
-/* The timer goes off at the queue's next deadline (none: stopped). */
+/* Refuses the waiters due at <now>, then sets the timer for the queue's
+ * next deadline (none: stopped). */
 static void arm(struct sl_actl *c, uint64_t now)
 {
-    uint64_t due = sl_adapt_due(&c->a);
+    enum sl_adapt_reason why;
+    struct sl_adapt_waiter *w;
+    while ((w = sl_adapt_expired(&c->a, now, &why)) != NULL)
+        shed(c, w, why);
+    uint64_t due = sl_adapt_due_after(&c->a, now);
     if (due == UINT64_MAX) {
         uv_timer_stop(&c->timer);
         return;
@@ -91,12 +97,7 @@ static void pump(struct sl_actl *c, uint64_t now)
 static void on_timer(uv_timer_t *t)
 {
     struct sl_actl *c = t->data;
-    uint64_t now = sl_sadapt_now();
-    enum sl_adapt_reason why;
-    struct sl_adapt_waiter *w;
-    while ((w = sl_adapt_expired(&c->a, now, &why)) != NULL)
-        shed(c, w, why);
-    pump(c, now);
+    pump(c, sl_sadapt_now());
 }
 
 /* A place goes back (after its sample, overload or drop). */
