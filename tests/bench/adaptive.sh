@@ -13,13 +13,14 @@
 # A/B interleaved, medians). Figures on a shared machine vary: run it on a
 # quiet one for numbers to quote.
 #
-#   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3)
+#   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3 ONLY="http resp p16")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${DUR:-10}
 WARM=${WARM:-3}
 LONG=${LONG:-60}
 ROUNDS=${ROUNDS:-3}
+ONLY=${ONLY:-http resp p16}  # which parts: http, resp, p16
 make -s build/sluice build/bench/capsrv build/bench/aload >/dev/null
 
 T=$(mktemp -d)
@@ -113,8 +114,9 @@ run_proto() { # PROTO UPSTREAM C ARGS...
 }
 
 echo "# adaptive concurrency benchmark, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-run_proto http "$CAP" 800
-run_proto resp "$RED" 200 -s 5
+case " $ONLY " in *" http "*) run_proto http "$CAP" 800 ;; esac
+case " $ONLY " in *" resp "*) run_proto resp "$RED" 200 -s 5 ;; esac
+case " $ONLY " in *" p16 "*) ;; *) exit 0 ;; esac
 
 echo
 echo "RESP -P 16 throughput (redis-benchmark -c 50 -n 200000 -t get,set -P 16), requests/s, A/B interleaved"

@@ -29,6 +29,7 @@ struct conn {
     uv_tcp_t   h;
     uv_connect_t cr;
     int        vip, busy, up, setup; /* setup: CLIENT SETNAME's reply is due */
+    int        dead;                 /* failed: closing, never used again */
     uint64_t   due_ns;               /* the request in flight was due then */
     char       buf[16384];
     size_t     len;
@@ -110,8 +111,17 @@ static void on_closed(uv_handle_t *h)
 
 static void conn_fail(struct conn *c)
 {
+    if (c->dead)
+        return;
+    c->dead = 1;
     if (c->busy)
         record(c->vip, c->due_ns, 2);
+    else /* out of the idle list: it is freed once closed */
+        for (struct conn **pp = &idle[c->vip]; *pp != NULL; pp = &(*pp)->next_idle)
+            if (*pp == c) {
+                *pp = c->next_idle;
+                break;
+            }
     nconn--;
     if (!uv_is_closing((uv_handle_t *)&c->h))
         uv_close((uv_handle_t *)&c->h, on_closed);
@@ -178,7 +188,7 @@ static void send_text(struct conn *c, const char *p, size_t n)
     uv_write_t *w = malloc(sizeof(*w) + n);
     memcpy((char *)(w + 1), p, n);
     uv_buf_t b = uv_buf_init((char *)(w + 1), (unsigned)n);
-    if (uv_write(w, (uv_stream_t *)&c->h, &b, 1, on_write) < 0) {
+    if (c->dead || uv_write(w, (uv_stream_t *)&c->h, &b, 1, on_write) < 0) {
         free(w);
         conn_fail(c);
     }
