@@ -17,6 +17,13 @@ for a in token_bucket gcra sliding_window sliding_log fixed_window; do
 done
 cstr < "$dir/decide.lua"
 echo '  ,'
+echo '  [SL_SCRIPT_INSPECT] ='
+cstr < "$dir/readonly.lua"
+for a in token_bucket gcra sliding_window sliding_log fixed_window; do
+    lib "$dir/$a.lua" | cstr
+done
+cstr < "$dir/inspect.lua"
+echo '  ,'
 echo '  [SL_SCRIPT_HEARTBEAT] ='
 cstr < "$dir/heartbeat.lua"
 echo '  ,'
@@ -24,4 +31,4 @@ echo '  [SL_SCRIPT_CONNECTIONS] ='
 cstr < "$dir/connections.lua"
 echo '  ,'
 echo '};'
-echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections" };'
+echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections", "inspect" };'

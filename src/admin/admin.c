@@ -92,6 +92,8 @@ struct sl_admin_req {
     struct conn       *c;         /* NULL once the connection has gone */
     enum sl_admin_page page;
     int                head_only;
+    sl_admin_done_cb  *done;      /* a detached request: the answer goes here */
+    void              *done_data;
 };
 
 /* ---- lifetime ----------------------------------------------------------- */
@@ -166,6 +168,7 @@ static const char *reason(int status)
     case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -265,6 +268,7 @@ static const char *const page_ctype[] = {
     [SL_ADMIN_METRICS] = "text/plain; version=0.0.4; charset=utf-8",
     [SL_ADMIN_STATS]   = "application/json",
     [SL_ADMIN_READY]   = "text/plain",
+    [SL_ADMIN_API]     = "application/json",
 };
 
 static int render_metrics(const struct sl_admin_cbs *cbs, FILE *f)
@@ -327,6 +331,7 @@ static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
         req->c = c;
         req->page = page;
         req->head_only = head_only;
+        req->done = NULL;
         c->req = req;
         c->state = C_WAIT;
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -346,16 +351,32 @@ static void serve_page(struct conn *c, enum sl_admin_page page, int head_only)
 
 void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, size_t len)
 {
+    sl_admin_answer_allow(req, status, NULL, body, len);
+}
+
+void sl_admin_answer_allow(struct sl_admin_req *req, int status, const char *allow,
+                           const char *body, size_t len)
+{
+    if (req->done != NULL) {
+        req->done(req->done_data, status, allow, body, len);
+        free(req);
+        return;
+    }
     struct conn *c = req->c;
     if (c != NULL) {
         c->req = NULL;
-        if (status == 500)
+        char extra[96] = "";
+        /* a constant of the caller's: methods, never client bytes */
+        if (allow != NULL && strlen(allow) < sizeof(extra) - 10)
+            snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+        if (status == 500 && body == NULL)
             respond_text(c, 500, "internal server error\n", req->head_only);
         else
-            respond(c, status, page_ctype[req->page], NULL, body, len, req->head_only);
+            respond(c, status, page_ctype[req->page], extra, body, len, req->head_only);
     }
     free(req);
 }
+
 
 /* ---- the request -------------------------------------------------------- */
 
@@ -386,6 +407,8 @@ struct request {
     const char *auth;   /* the Authorization field's value, trimmed, or NULL */
     size_t      alen;
     int         n_auth; /* Authorization fields seen */
+    const char *query;  /* after '?', up to any '#' ("" when none) */
+    size_t      qlen;
 };
 
 /* Parses the complete head in head[0, <end>), NUL-terminating it there
@@ -444,6 +467,12 @@ static int parse_head(char *head, size_t end, struct request *r)
     r->auth = NULL;
     r->alen = 0;
     r->n_auth = 0;
+    r->query = "";
+    r->qlen = 0;
+    if (path[r->plen] == '?') {
+        r->query = path + r->plen + 1;
+        r->qlen = strcspn(r->query, "# ");
+    }
 
     /* header-field lines: token ":" value, no CTLs, no obsolete folding */
     for (;;) {
@@ -503,6 +532,39 @@ static int authorized(struct conn *c, const struct request *r, int probe, int he
     return 0;
 }
 
+struct sl_admin_req *sl_admin_req_detached(sl_admin_done_cb *done, void *data)
+{
+    struct sl_admin_req *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return NULL;
+    req->page = SL_ADMIN_API;
+    req->done = done;
+    req->done_data = data;
+    return req;
+}
+
+/* Hands a request under /limits to cbs.api, which answers it later (or
+ * at once) with sl_admin_answer_allow(). */
+static void serve_api(struct conn *c, const struct request *r, int head_only)
+{
+    struct sl_admin *a = c->a;
+    struct sl_admin_req *req = malloc(sizeof(*req));
+    if (req == NULL) {
+        respond_text(c, 500, "internal server error\n", head_only);
+        return;
+    }
+    req->c = c;
+    req->page = SL_ADMIN_API;
+    req->head_only = head_only;
+    req->done = NULL;
+    c->req = req;
+    c->state = C_WAIT;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_start(&c->timer, on_timer, WRITE_TIMEOUT_MS, 0);
+    const struct sl_admin_call call = { r->method, r->mlen, r->path, r->plen, r->query, r->qlen };
+    a->cbs.api(a->cbs.data, &call, req);
+}
+
 static void handle(struct conn *c, size_t end)
 {
     struct request r;
@@ -521,6 +583,13 @@ static void handle(struct conn *c, size_t end)
                                         : P_NONE;
     if (!authorized(c, &r, p == P_HEALTHZ || p == P_READYZ, head_only))
         return;
+    /* /limits and below: the limits API (its own methods: POST too),
+     * behind the token as every page but the probes */
+    if (c->a->cbs.api != NULL && r.plen >= 7 && memcmp(r.path, "/limits", 7) == 0 &&
+        (r.plen == 7 || r.path[7] == '/')) {
+        serve_api(c, &r, head_only);
+        return;
+    }
     if (p == P_NONE)
         respond_text(c, 404, "not found\n", head_only);
     else if (!get)

@@ -1,6 +1,8 @@
-/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats.
+/* sluice — the admin HTTP endpoint: /metrics /healthz /readyz /stats, and
+ * the limits API under /limits (admin/limits_api.h, through cbs.api).
  *
- * A minimal HTTP/1.1 server on the process's loop: GET only, one request per
+ * A minimal HTTP/1.1 server on the process's loop: GET only (and what
+ * cbs.api takes under /limits), one request per
  * connection (Connection: close), request head capped at 8 KiB, 1 s to send
  * it, at most 64 connections (when full, the oldest one still sending its
  * head is closed for the new one). What it serves comes from callbacks, so admin/ knows nothing of the
@@ -29,7 +31,8 @@ typedef void sl_admin_stats_cb(void *data, FILE *out);
 typedef int sl_admin_ready_cb(void *data, const char **why);
 
 /* The pages whose content comes from the callbacks. */
-enum sl_admin_page { SL_ADMIN_METRICS, SL_ADMIN_STATS, SL_ADMIN_READY };
+enum sl_admin_page { SL_ADMIN_METRICS, SL_ADMIN_STATS, SL_ADMIN_READY,
+                     SL_ADMIN_API /* a JSON answer of cbs.api */ };
 
 /* An answer owed to an admin client (see defer below); opaque. */
 struct sl_admin_req;
@@ -39,18 +42,49 @@ struct sl_admin_req;
  * to gather their figures. */
 typedef void sl_admin_defer_cb(void *data, enum sl_admin_page page, struct sl_admin_req *req);
 
+/* A request for /limits or a path below it, as it came (the bytes are
+ * valid during the call only; the path is not percent-decoded). */
+struct sl_admin_call {
+    const char *method;
+    size_t      mlen;
+    const char *path;    /* without the query */
+    size_t      plen;
+    const char *query;   /* after '?' ("" when none) */
+    size_t      qlen;
+};
+
+/* Takes over a request under /limits (any method): answered exactly once,
+ * at once or later, with sl_admin_answer_allow(). */
+typedef void sl_admin_api_cb(void *data, const struct sl_admin_call *call,
+                             struct sl_admin_req *req);
+
 struct sl_admin_cbs {
     sl_admin_metrics_cb *metrics;
     sl_admin_stats_cb   *stats;
     sl_admin_ready_cb   *ready;
     void                *data;
     sl_admin_defer_cb   *defer;   /* NULL: answer at once from the callbacks */
+    sl_admin_api_cb     *api;     /* NULL: /limits is not found */
 };
 
 /* Answers <req> (200 or 503) with <len> bytes of <body> (copied) and frees
  * it. Every deferred request must be answered exactly once; when its client
  * has gone meanwhile the answer is dropped. */
 void sl_admin_answer(struct sl_admin_req *req, int status, const char *body, size_t len);
+
+/* sl_admin_answer() with any status, an Allow header when <allow> is not
+ * NULL (a 405's methods), and, for cbs.api's requests, application/json.
+ * A 500 without a body says "internal server error". */
+void sl_admin_answer_allow(struct sl_admin_req *req, int status, const char *allow,
+                           const char *body, size_t len);
+
+/* A request answered to a function instead of a client (a worker serving
+ * the master's question): <done>(data, status, allow, body, len) gets
+ * what sl_admin_answer_allow() was given (body NULL: a 500 without one).
+ * NULL when out of memory. */
+typedef void sl_admin_done_cb(void *data, int status, const char *allow, const char *body,
+                              size_t len);
+struct sl_admin_req *sl_admin_req_detached(sl_admin_done_cb *done, void *data);
 
 /* Renders <page> from the callbacks of <cbs> into *body (malloc'd, *len
  * bytes). Returns the HTTP status: 200, 503 (not ready) or 500 (no memory;

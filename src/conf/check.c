@@ -620,13 +620,13 @@ static void resolve_names(struct loader *ld)
     if (c->store.kind != SL_STORE_LOCAL && ld->store != NULL) {
         int line = sl_cf_key_line(ld->store, "url");
         /* A redis:// store is looked up again before each connect
-         * (store/store.c): a name that does not resolve yet is a warning,
-         * on_failure applies until it does. Cluster seeds and sentinels are
-         * not looked up again: theirs must resolve now. */
-        int soft = c->store.kind == SL_STORE_REDIS;
+         * (store/store.c), a cluster seed or a sentinel when it is to be
+         * tried (store/cluster.c, store/sentinel.c): a name that does not
+         * resolve yet is a warning, on_failure applies while the store
+         * cannot be reached. */
         for (int i = 0; i < c->store.n_seeds; i++) {
-            int rc = resolve_addr(ld, &c->store.seeds[i], "url", line, soft);
-            if (rc != 0) {
+            int rc = resolve_addr(ld, &c->store.seeds[i], "url", line, 1);
+            if (rc != 0 && c->store.unresolved_line == 0) {
                 c->store.unresolved_line = line > 0 ? line : 1;
                 c->store.unresolved_rc = rc;
             }
@@ -640,7 +640,16 @@ static void resolve_names(struct loader *ld)
             continue;
         struct sl_listener_conf *l = sec->obj;
         resolve_addr(ld, &l->listen, "listen", sl_cf_key_line(sec, "listen"), 0);
-        resolve_addr(ld, &l->upstream, "upstream", sl_cf_key_line(sec, "upstream"), 0);
+        /* An upstream is looked up again at run time (net/listener.c): a
+         * name that does not resolve yet (Compose start order, a pod not
+         * scheduled yet) is a warning; its clients get the upstream-down
+         * answer until it does. */
+        int line = sl_cf_key_line(sec, "upstream");
+        int rc = resolve_addr(ld, &l->upstream, "upstream", line, 1);
+        if (rc != 0) {
+            l->upstream_unresolved_line = line > 0 ? line : 1;
+            l->upstream_unresolved_rc = rc;
+        }
     }
 }
 

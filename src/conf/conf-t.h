@@ -123,6 +123,12 @@ struct sl_listener_conf {
     uint64_t       pool_idle_timeout_us; /* upstream_pool_idle_timeout: a shared upstream
                                           connection idle this long closes; default 60s;
                                           0 = never */
+    int            upstream_unresolved_line; /* the upstream's host name did not resolve at
+                                          load (the line of upstream, for the warning), else
+                                          0; upstream.ss is then empty and the listener looks
+                                          the name up again (clients get the upstream-down
+                                          answer meanwhile) */
+    int            upstream_unresolved_rc; /* that lookup's EAI_* code */
     /* protocol = http only (an error on other listeners) */
     struct sl_cidr *trusted_proxies;   /* trusted_proxies = CIDR ...; NULL: X-Forwarded-For
                                           is not read for client_ip; also the peers a

@@ -4,10 +4,11 @@
  * ("redis.default.svc:6379"); the loader (check.c) resolves each name once,
  * with getaddrinfo(3): loading happens before the loop runs, or at a reload
  * between two loop turns, and `sluice -t` must say when a name does not
- * resolve. The store's redis:// name is the exception: one that does not
- * resolve yet (Compose start order, a restarted quota Redis) is a warning,
- * and the store looks it up again (store/store.c). An upstream's name is looked up again at run time without
- * blocking (core/resolve.h, net/listener.c). */
+ * resolve. Names looked up again at run time are the exception: a store's
+ * redis:// name or an upstream's that does not resolve yet (Compose start
+ * order, a restarted Redis) is a warning, and the store (store/store.c) or
+ * the listener (net/listener.c, without blocking: core/resolve.h) looks it
+ * up again; `listen` and `admin` are bound at load and must resolve. */
 #ifndef SL_CONF_RESOLVE_H
 #define SL_CONF_RESOLVE_H
 

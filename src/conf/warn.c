@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "conf/conf.h"
@@ -35,15 +36,14 @@ static int warn_secret(const struct sl_conf *c, const char *key, const char *pf,
     return 1;
 }
 
-/* The store's name did not resolve at load: not fatal (conf/resolve.h),
- * but what the operator reads first when every request gets on_failure. */
-static int warn_unresolved(const struct sl_conf *c, FILE *errf)
+/* A name of the store's url (<a>: its host, a cluster seed, a sentinel)
+ * did not resolve at load: not fatal (conf/resolve.h), but what the
+ * operator reads first when every request gets on_failure. */
+static int warn_name(const struct sl_conf *c, const struct sl_addr *a, FILE *errf)
 {
     const struct sl_store_conf *s = &c->store;
-    if (s->unresolved_line == 0)
-        return 0;
-    char host[sizeof(s->addr.text)];
-    snprintf(host, sizeof(host), "%s", s->addr.text);
+    char host[sizeof(a->text)];
+    snprintf(host, sizeof(host), "%s", a->text);
     char *colon = strrchr(host, ':');
     if (colon != NULL)
         *colon = '\0';
@@ -96,6 +96,47 @@ static int warn_admin_open(const struct sl_conf *c, FILE *errf)
     return 1;
 }
 
+static int warn_unresolved(const struct sl_conf *c, FILE *errf)
+{
+    const struct sl_store_conf *s = &c->store;
+    if (s->unresolved_line == 0)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < s->n_seeds; i++) {
+        const struct sl_addr *a = &s->seeds[i];
+        if (a->named && a->ss.ss_family != AF_INET && a->ss.ss_family != AF_INET6)
+            n += warn_name(c, a, errf);
+    }
+    return n;
+}
+
+/* An upstream name did not resolve at load: not fatal either (the listener
+ * looks it up again), but every client is answered an error until it does. */
+static int warn_upstream(const struct sl_conf *c, const struct sl_listener_conf *l, FILE *errf)
+{
+    if (l->upstream_unresolved_line == 0)
+        return 0;
+    char host[sizeof(l->upstream.text)];
+    snprintf(host, sizeof(host), "%s", l->upstream.text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    const char *why = gai_strerror(l->upstream_unresolved_rc);
+    if (errf != NULL) {
+        fprintf(errf, "%s:%d: warning: upstream: cannot resolve '%s' now: %s (sluice starts; "
+                      "clients of listener %s get the upstream-unavailable error until the name "
+                      "resolves)\n",
+                c->file, l->upstream_unresolved_line, host, why, l->name);
+    } else {
+        char q[512], e[128];
+        sl_log_warn("upstream name does not resolve: clients get an error until it does",
+                    "listener=%s upstream=%s err=%s", l->name,
+                    sl_log_quote(host, strlen(host), q, sizeof(q)),
+                    sl_log_quote(why, strlen(why), e, sizeof(e)));
+    }
+    return 1;
+}
+
 int sl_conf_warn(const struct sl_conf *c, FILE *errf)
 {
     int n = warn_secret(c, "password_file", c->store.password_file,
@@ -105,5 +146,7 @@ int sl_conf_warn(const struct sl_conf *c, FILE *errf)
     n += warn_unresolved(c, errf);
     n += warn_secret(c, "admin_token_file", c->admin_token_file, c->admin_token_file_line, errf);
     n += warn_admin_open(c, errf);
+    for (const struct sl_listener_conf *l = c->listeners; l != NULL; l = l->next)
+        n += warn_upstream(c, l, errf);
     return n;
 }

@@ -155,12 +155,19 @@ void sl_lim_tables_fit(struct limit *L, uint64_t now_us)
 {
     size_t cap = L->cap == 0 ? SIZE_MAX : L->cap;
     struct lim_state *s = L->s;
-    if (s->buckets.cap == cap && s->entries.cap == cap && s->ovr.cap == cap)
+    if (s->buckets.cap == cap && s->entries.cap == cap && s->ovr.cap == cap && s->ids.cap == cap)
         return;
-    s->buckets.cap = s->entries.cap = s->ovr.cap = cap; /* overrides: they expire soon */
+    /* overrides: they expire soon */
+    s->buckets.cap = s->entries.cap = s->ovr.cap = s->ids.cap = cap;
     struct judging j = { L, now_us };
     trim(&s->buckets, judge_bucket, &j);
     trim(&s->entries, judge_entry, &j);
+    struct sl_idt_node *n; /* counts: the least recently used go */
+    while (s->ids.n > cap && (n = sl_idt_expired(&s->ids, UINT64_MAX, 0)) != NULL) {
+        sl_idt_remove(&s->ids, n);
+        s->ids.evicted++;
+        free(n);
+    }
 }
 
 void sl_lim_bucket_drop(struct limit *L, struct bucket *b)

@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "limit/buckets.h"
 #include "limit/carry.h"
+#include "limit/idcount.h"
 #include "limit/idtable.h"
 #include "limit/limiter-i.h"
 #include "limit/overrides.h"
@@ -25,7 +26,7 @@ static struct lim_state *state_new(size_t cap)
         return NULL;
     s->refs = 1;
     if (sl_idt_init(&s->buckets, cap) < 0 || sl_idt_init(&s->entries, cap) < 0 ||
-        sl_idt_init(&s->ovr, cap) < 0) {
+        sl_idt_init(&s->ovr, cap) < 0 || sl_idt_init(&s->ids, cap) < 0) {
         sl_lim_state_release(s);
         return NULL;
     }
@@ -39,6 +40,7 @@ void sl_lim_state_release(struct lim_state *s)
     sl_lim_table_free(&s->buckets);
     sl_lim_table_free(&s->entries);
     sl_lim_overrides_free(s);
+    sl_lim_idc_free(&s->ids);
     free(s);
 }
 
@@ -81,6 +83,7 @@ int sl_lim_carry(struct limit *L, const struct sl_limiter *prev, size_t cap)
         s->buckets.evicted = o->buckets.evicted;
         s->entries.evicted = o->entries.evicted;
         s->ovr.evicted = o->ovr.evicted;
+        s->ids.evicted = o->ids.evicted;
     }
     return 0;
 }

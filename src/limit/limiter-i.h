@@ -85,6 +85,7 @@ struct bucket {
     uint64_t             lease;      /* tokens taken from the store, not spent yet */
     uint64_t             deny_until; /* the store said no to <deny_cost> until then (us) */
     uint64_t             deny_cost;
+    uint64_t             deny_trust; /* ... believed until then (us): then asked again */
     uint64_t             lean_until; /* a lease was refused: ask for small ones until then */
     uint64_t             seen_left;  /* tokens the store said were left after our last take */
     uint64_t             told_left;  /* tokens left in the store's last answer (+ lease held) ... */
@@ -112,6 +113,7 @@ struct lim_state {
     struct sl_idt  entries;      /* what the store said per identity (leases, refusals,
                                     what was left), by last use, bounded */
     struct sl_idt  ovr;          /* overrides read per identity (overrides.c), bounded */
+    struct sl_idt  ids;          /* what each identity did (idcount.c), bounded */
     uint64_t       ovr_applied;  /* decisions made with an override */
     uint64_t       ovr_malformed;/* values ignored as malformed */
     /* counters (exported) */
@@ -160,6 +162,9 @@ struct limit {
     uint64_t       chunk;        /* at the limit, wait for this many tokens (see chunk_of) */
     uint8_t        remember;     /* keeps an entry per identity (see remembers) */
     uint64_t       ovr_ttl_us;   /* overrides = store: an answer is used this long; 0: off */
+    uint64_t       trust_us;     /* a refusal remembered from the store is trusted this long
+                                    (overrides_ttl, set or not): then one request asks again,
+                                    so a reset made elsewhere is seen (tokens.c) */
     struct sl_log_rate shadow_log; /* shadow rejections logged at most once a second (verdict.c) */
 };
 

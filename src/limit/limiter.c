@@ -31,6 +31,7 @@
 #include "limit/carry.h"
 #include "limit/idtable.h"
 #include "limit/inproc.h"
+#include "limit/idcount.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
 #include "limit/match.h"
@@ -199,6 +200,8 @@ struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl
             L->ttl_ms = UINT64_MAX / 4; /* counts are dropped when they reach zero */
         sl_lim_tokens_init(L, store != NULL, &conf->store);
         L->ovr_ttl_us = store != NULL && c->overrides ? c->overrides_ttl_us : 0;
+        /* overrides_ttl's default where a configuration was built by hand */
+        L->trust_us = c->overrides_ttl_us > 0 ? c->overrides_ttl_us : 5000000;
         if (L->name == NULL || (c->listener && strcmp(c->listener, "*") && L->listener == NULL) ||
             (c->n_costs && L->costs == NULL) || (c->n_match_identity && L->match == NULL))
             goto fail;
@@ -545,6 +548,7 @@ static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_ve
 
     if (nremote == 0) {
         sl_lim_decide_local(lim, q, 0, 1, v);
+        sl_lim_count_verdict(lim, q, v);
         return 0;
     }
     q->cb = a->cb;
@@ -555,6 +559,7 @@ static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_ve
         struct sl_limiter_req *heap = sl_pool_take(&req_pool);
         if (heap == NULL) {
             sl_lim_store_failed(lim, q, v);
+            sl_lim_count_verdict(lim, q, v);
             return 0;
         }
         *heap = *q;
@@ -563,7 +568,10 @@ static int run(struct sl_limiter *lim, const struct ask *a, int nc, struct sl_ve
         *req = heap;
         return 1;
     }
-    return decide(lim, q, 0, v, req);
+    if (decide(lim, q, 0, v, req) == 1)
+        return 1;
+    sl_lim_count_verdict(lim, q, v);
+    return 0;
 }
 
 void sl_lim_resume(struct sl_limiter_req *q)
@@ -580,7 +588,7 @@ void sl_lim_resume(struct sl_limiter_req *q)
     if (q->cb != NULL && decide(lim, q, 1, &v, &again) == 1)
         return;
     if (q->cb != NULL)
-        q->cb(q->data, &v);
+        sl_lim_deliver(q, &v);
     sl_lim_req_free(q);
 }
 

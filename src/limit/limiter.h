@@ -75,6 +75,13 @@ struct sl_meter_plan {
 
 typedef void sl_limiter_cb(void *data, const struct sl_verdict *v);
 
+/* What each identity did under a limit, as this process counted it (the
+ * limits API): requests that met it, the ones it rejected, the ones it
+ * made wait, bytes it let through (bytes_in / bytes_out limits) and
+ * connections it admitted (connection limits). */
+enum sl_lim_count { SL_LIM_REQUESTS, SL_LIM_REJECTED, SL_LIM_DELAYED, SL_LIM_BYTES_IN,
+                    SL_LIM_BYTES_OUT, SL_LIM_CONNECTIONS, SL_LIM_COUNTS };
+
 struct sl_clock;
 struct sl_places;
 
@@ -176,6 +183,68 @@ void sl_limiter_stats_json(const struct sl_limiter *lim, FILE *out);
  * request limit has that name. (match.c) */
 uint64_t sl_limiter_cost(const struct sl_limiter *lim, const char *limit, const char *cmd,
                          size_t n, int http);
+
+/* ---- the limits API (inspect.c): one identity looked up or reset ---- */
+
+/* The index of the limit named <name> in <lim>, or -1. */
+int sl_limiter_find(const struct sl_limiter *lim, const char *name);
+
+/* Writes GET /limits: {"limits":[...]} with every limit's numbers and
+ * counters. */
+void sl_limiter_list_json(const struct sl_limiter *lim, FILE *out);
+
+/* Writes {"limit","by","identities":[...]}: the <n> identities of limit
+ * <idx> with the most <by> (enum sl_lim_count) this process counted, most
+ * first. */
+void sl_limiter_top_json(const struct sl_limiter *lim, int idx, int by, size_t n, FILE *out);
+
+/* One identity under one limit, as GET /limits/NAME/identities/ID tells. */
+struct sl_lim_look {
+    int         status;        /* 0, or SL_ESTORE: the store did not answer (<err>) */
+    const char *err;           /* a static text, or the store's (valid during the call) */
+    const char *limit;         /* its name */
+    const char *identity;      /* as asked */
+    const char *key;           /* the bucket's key: the identity, "*" (scope = global) */
+    uint8_t     fleet;         /* remaining, retry and reset are the store's (the fleet's) */
+    uint8_t     known;         /* state is held for it (else: a full bucket) */
+    uint8_t     per_conn;      /* scope = connection: one bucket per connection, none here */
+    uint8_t     conn;          /* metric = connections: <max>, places held */
+    uint8_t     bytes;         /* a bytes metric (rates are sizes) */
+    uint8_t     algo;          /* enum sl_algo */
+    uint64_t    amount, period_us, burst, max; /* the numbers in force (an override's) */
+    uint8_t     has_override;  /* overrides = store: one applies to it */
+    uint64_t    remaining;     /* whole tokens (places) left now */
+    int64_t     retry_us;      /* 0: a request of cost 1 passes now; -1: never / unknown */
+    uint64_t    reset_us;      /* until the bucket is full (windows: empty) */
+    uint64_t    counts[SL_LIM_COUNTS]; /* this process's */
+};
+typedef void sl_lim_look_cb(void *data, const struct sl_lim_look *r);
+
+/* Looks up <identity> under limit <idx>: <cb> is called exactly once,
+ * before this returns (in process) or when the store answers (store-backed:
+ * a read-only script, after the identity's override when the limit has
+ * them); a store that is down or past its timeout gives SL_ESTORE. Nothing
+ * is taken. */
+void sl_limiter_look(struct sl_limiter *lim, int idx, const char *identity, sl_lim_look_cb *cb,
+                     void *data);
+
+/* Refills <identity>'s bucket under limit <idx>: in process, and in the
+ * store (its keys deleted: for the whole fleet); the refusals this process
+ * remembered for it are forgotten (other instances ask the store again
+ * within overrides_ttl). <cb>(data, status, deleted, err) is called exactly
+ * once: status 0 (deleted: store keys deleted, 0 in process), SL_ESTORE,
+ * or SL_ECONF for a limit that has no bucket per identity to reset
+ * (connections, scope = connection). */
+typedef void sl_lim_reset_cb(void *data, int status, int64_t deleted, const char *err);
+void sl_limiter_reset(struct sl_limiter *lim, int idx, const char *identity, sl_lim_reset_cb *cb,
+                      void *data);
+
+/* How long an instance may still refuse a reset identity from a refusal it
+ * remembered (the limit's overrides_ttl), in us. */
+uint64_t sl_limiter_forget_us(const struct sl_limiter *lim, int idx);
+
+/* Nonzero when limit <idx> keeps its buckets in the store (the fleet's). */
+int sl_limiter_store_backed(const struct sl_limiter *lim, int idx);
 
 /* Formats the RESP rejection line for <v> into <out> (NUL-terminated);
  * returns its length. */

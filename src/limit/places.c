@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "identity/identity.h"
 #include "limit/buckets.h"
+#include "limit/idcount.h"
 #include "limit/limiter-i.h"
 #include "limit/limiter.h"
 #include "limit/match.h"
@@ -192,6 +193,10 @@ static void place_verdict_done(struct sl_place *pl, struct sl_verdict *v, uint64
         pl->waited = 1;
     for (int k = 0; k < pl->n; k++) {
         struct limit *L = &pl->lim->limits[pl->idx[k]];
+        if (v->kind == SL_VERDICT_ALLOW)
+            sl_lim_idc_add(L, pl->identity, SL_LIM_CONNECTIONS, 1, now_us / 1000);
+        else if (strcmp(v->limit, L->name) == 0 && L->action == SL_ACTION_REJECT)
+            sl_lim_idc_add(L, pl->identity, SL_LIM_REJECTED, 1, now_us / 1000);
         if (L->action == SL_ACTION_SHADOW)
             continue;
         if (v->kind == SL_VERDICT_ALLOW) {

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "limit/inproc.h"
+#include "limit/idcount.h"
 #include "limit/limiter-i.h"
 #include "limit/remote.h"
 #include "limit/tokens.h"
@@ -136,8 +137,7 @@ static void on_store(void *data, int status, const int64_t *vals, int n, const c
             }
         }
     }
-    if (q->cb)
-        q->cb(q->data, &v);
+    sl_lim_deliver(q, &v);
     sl_lim_lease_done(lim, q);
     sl_lim_req_free(q);
 }

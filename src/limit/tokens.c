@@ -12,6 +12,7 @@
 
 #include "limit/buckets.h"
 #include "limit/inproc.h"
+#include "limit/idcount.h"
 #include "limit/limiter-i.h"
 #include "limit/remote.h"
 #include "limit/tokens.h"
@@ -230,7 +231,10 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
             covered = 0;
     }
     for (int k = 0; k < q->n; k++) {
-        if (e[k] == NULL || e[k]->deny_until <= q->now_us || q->cost[k] < e[k]->deny_cost ||
+        /* A refusal trusted past overrides_ttl is asked again (below), so
+         * a reset made on another instance is seen within that time. */
+        if (e[k] == NULL || e[k]->deny_until <= q->now_us || e[k]->deny_trust <= q->now_us ||
+            q->cost[k] < e[k]->deny_cost ||
             e[k]->lease >= q->cost[k])
             continue;
         struct limit *L = &lim->limits[q->idx[k]];
@@ -315,7 +319,8 @@ int sl_lim_lease_try(struct sl_limiter *lim, struct sl_limiter_req *q, struct sl
              * limit has no chunk; with one, a probe, so that a flood does
              * not send the store a call per request. */
             if (size == 0 && L->chunk <= q->cost[k] &&
-                (e[k]->deny_until == 0 || e[k]->deny_until > q->now_us))
+                (e[k]->deny_until == 0 ||
+                 (e[k]->deny_until > q->now_us && e[k]->deny_trust > q->now_us)))
                 continue;
             if (size == 0)
                 e[k]->deny_until = 0; /* the probe */
@@ -342,7 +347,7 @@ static void lease_redo(struct sl_limiter_req *w)
     memset(&v, 0, sizeof(v));
     if (w->cb != NULL && !sl_store_up(lim->store)) {
         sl_lim_store_failed(lim, w, &v);
-        w->cb(w->data, &v);
+        sl_lim_deliver(w, &v);
     } else if (w->cb != NULL) {
         struct bucket *on = NULL;
         int r = sl_lim_lease_try(lim, w, &v, &on);
@@ -356,7 +361,7 @@ static void lease_redo(struct sl_limiter_req *w)
             sl_lim_lease_done(lim, w);
             sl_lim_store_failed(lim, w, &v);
         }
-        w->cb(w->data, &v);
+        sl_lim_deliver(w, &v);
     }
     sl_lim_req_free(w);
 }
@@ -386,9 +391,11 @@ void sl_lim_lease_done(struct sl_limiter *lim, struct sl_limiter_req *q)
 
 /* Costs of <cost> or more for entry <e> are refused here until <until>;
  * with a chunk bigger than the cost, the ask after that is for the chunk. */
-static void hold(struct bucket *e, const struct limit *L, uint64_t until, uint64_t cost)
+static void hold(struct bucket *e, const struct limit *L, uint64_t now, uint64_t until,
+                 uint64_t cost)
 {
     e->deny_until = until;
+    e->deny_trust = now + L->trust_us;
     e->deny_cost = cost;
     if (L->chunk > cost)
         e->seen_left = L->chunk;
@@ -406,7 +413,7 @@ static void remember_refusal(const struct limit *L, struct bucket *e,
 {
     uint64_t cost = q->cost[k], now = q->now_us > 0 ? q->now_us : 1;
     if (r[0] == 0 && r[2] > 0) {
-        hold(e, L, now + (uint64_t)r[2], cost);
+        hold(e, L, now, now + (uint64_t)r[2], cost);
     } else if (r[0] != 0 && vals[0] != 0 && cost > 0 && (r[1] < 0 || (uint64_t)r[1] < cost)) {
         uint64_t until = now;
         const struct sl_algo_params *p = &q->p[k];
@@ -415,7 +422,7 @@ static void remember_refusal(const struct limit *L, struct bucket *e,
             if ((uint64_t)r[3] > less)
                 until = now + (uint64_t)r[3] - less;
         }
-        hold(e, L, until, cost);
+        hold(e, L, now, until, cost);
     }
 }
 
@@ -466,7 +473,8 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
             /* Refused until the cost is back; with a chunk, until the chunk
              * is, and then the chunk is asked for at once. */
             uint64_t more = L->chunk > q->cost[k] ? refill_us(&q->p[k], L->chunk - q->cost[k]) : 0;
-            hold(e, L, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more, q->cost[k]);
+            hold(e, L, q->now_us, (more > 0 ? at_us : q->now_us) + (uint64_t)r[2] + more,
+                 q->cost[k]);
         }
         if (now_numbers && r[0] != 0 && vals[0] != 0 && e->lean_until > q->now_us &&
             (r[1] <= 0 || (L->chunk > 1 && (uint64_t)r[1] < L->chunk))) {
@@ -476,7 +484,8 @@ int sl_lim_lease_answer(struct sl_limiter *lim, struct sl_limiter_req *q, const 
              * in the store and counts towards the chunk. */
             uint64_t left = r[1] > 0 ? (uint64_t)r[1] : 0;
             uint64_t wait = L->chunk > 1 ? refill_us(&q->p[k], L->chunk - left) : 0;
-            hold(e, L, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1, q->cost[k]);
+            hold(e, L, q->now_us, wait > 0 ? at_us + wait : q->now_us > 0 ? q->now_us : 1,
+                 q->cost[k]);
         }
     }
     if (!refused || q->cb == NULL)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "admin/admin.h"
+#include "admin/limits_api.h"
 #include "conf/conf.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -419,7 +420,16 @@ static void set_conf(struct sl_listener *l, const struct sl_listener_conf *lc)
         if (colon != NULL)
             *colon = '\0';
     }
-    sl_resolve_set(&l->up, host, lc->upstream.port, &lc->upstream.ss, uv_now(l->srv->loop));
+    /* A name that did not resolve at this load but did before keeps its
+     * last good address, as a failed lookup at run time does; one never
+     * resolved has none: it is looked up again (every second by the
+     * sweep, and for each new client) and clients get the upstream-down answer
+     * meanwhile. */
+    struct sockaddr_storage ss = lc->upstream.ss;
+    if (lc->upstream.named && ss.ss_family == AF_UNSPEC && l->up.ss.ss_family != AF_UNSPEC &&
+        l->up.port == lc->upstream.port && strcmp(l->up.name, host) == 0)
+        ss = l->up.ss;
+    sl_resolve_set(&l->up, host, lc->upstream.port, &ss, uv_now(l->srv->loop));
 }
 
 /* A lookup of <r>, the upstream name of a listener, ended. Said once per
@@ -439,9 +449,14 @@ static void on_upstream_resolved(struct sl_resolve *r, enum sl_resolve_event ev,
                     l->conf->upstream.text, addr);
         break;
     case SL_RESOLVE_FAILING:
-        sl_log_warn("upstream name not resolved: keeping the last address",
-                    "listener=%s upstream=%s addr=%s err=\"%s\"", l->name, l->conf->upstream.text,
-                    addr, uv_strerror(err));
+        if (r->ss.ss_family == AF_UNSPEC)
+            sl_log_warn("upstream name not resolved: retrying, clients get an error meanwhile",
+                        "listener=%s upstream=%s err=\"%s\"", l->name, l->conf->upstream.text,
+                        uv_strerror(err));
+        else
+            sl_log_warn("upstream name not resolved: keeping the last address",
+                        "listener=%s upstream=%s addr=%s err=\"%s\"", l->name,
+                        l->conf->upstream.text, addr, uv_strerror(err));
         /* fall through */
     case SL_RESOLVE_STILL:
         l->stats.resolve_failures++;
@@ -450,6 +465,8 @@ static void on_upstream_resolved(struct sl_resolve *r, enum sl_resolve_event ev,
     case SL_RESOLVE_STALE:
         break;
     }
+    if (ev == SL_RESOLVE_CHANGED || ev == SL_RESOLVE_RECOVERED)
+        sl_session_pool_reconf(l); /* pooled: new connections go to the new address */
     sl_session_resolved(l);
 }
 
@@ -587,6 +604,11 @@ static void on_sweep(uv_timer_t *t)
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         sl_session_sweep(l, now);
         sl_upkeep_sweep(l, now);
+        sl_session_pool_sweep(l);
+        /* An upstream name without an address yet (it did not resolve at
+         * load): looked up again every second, clients or not. */
+        if (l->up.name[0] != '\0' && l->up.ss.ss_family == AF_UNSPEC && !l->retired)
+            (void)sl_resolve_start(&l->up, srv->loop);
         if (l->fd_unlogged > 0 && now - l->fd_logged_ms >= 1000)
             fd_log(l, now); /* the refusals since the last line */
     }
@@ -654,12 +676,20 @@ void sl_server_init(struct sl_server *srv, uv_loop_t *loop, struct sl_conf *conf
     uv_unref((uv_handle_t *)&srv->turn_post);
 }
 
+/* The limits API, on the limiter in force now. */
+static void server_api(void *data, const struct sl_admin_call *call, struct sl_admin_req *req)
+{
+    struct sl_server *srv = data;
+    sl_limits_api(srv->limiter, call, req);
+}
+
 void sl_server_admin_cbs(struct sl_server *srv, struct sl_admin_cbs *cbs)
 {
     memset(cbs, 0, sizeof(*cbs));
     cbs->metrics = sl_server_metrics;
     cbs->stats = sl_server_stats;
     cbs->ready = sl_server_ready;
+    cbs->api = server_api;
     cbs->data = srv;
 }
 
@@ -785,6 +815,7 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
         if (lc != NULL && same_socket(l->conf, lc)) {
             set_conf(l, lc);
             (void)tls_setup(l, lc); /* the loader built them: cannot fail here */
+            sl_session_pool_reconf(l); /* new pool settings, maybe a new address */
             continue;
         }
         sl_log_info("listener removed", "listener=%s", l->name);

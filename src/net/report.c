@@ -130,8 +130,10 @@ static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
                        struct sl_upool_stats *out)
 {
     struct sl_listener_stats ls;
-    if (l->conf->protocol != SL_PROTO_RESP || l->conf->upstream_pool == 0 ||
-        !name_totals(srv, l, &ls))
+    /* a listener a reload switched to 1:1 still shows its engine while the
+     * pooled clients it had are served */
+    int pooled = l->conf->upstream_pool > 0 || l->upool != NULL;
+    if (l->conf->protocol != SL_PROTO_RESP || !pooled || !name_totals(srv, l, &ls))
         return 0;
     memset(out, 0, sizeof(*out));
     for (const struct sl_listener *o = l; o != NULL; o = o->next) {

@@ -87,34 +87,66 @@ static void on_wake(void *arg)
         sl_upool_flush_all(l->upool); /* no list: at once */
 }
 
+/* The engine's settings from the listener's (its configuration now: at
+ * the first pooled session, and again at each reload). */
+static void conf_of(struct sl_listener *l, struct sl_upool_conf *pc)
+{
+    const struct sl_listener_conf *lc = l->conf;
+    memset(pc, 0, sizeof(*pc));
+    memcpy(&pc->addr, &l->up.ss, sizeof(pc->addr));
+    /* 0 after a reload to `off`: the engine keeps its N for the pooled
+     * clients it still serves (sl_upool_reconfigure) */
+    pc->per_key = lc->upstream_pool;
+    pc->max_pinned = lc->pool_pinned > UINT32_MAX ? UINT32_MAX : (uint32_t)lc->pool_pinned;
+    /* the wait is bounded by time (pool_pin_wait); the queue only by memory */
+    pc->pin_wait_max = UINT32_MAX;
+    pc->connect_timeout_ms = lc->connect_timeout_us / 1000 ? lc->connect_timeout_us / 1000 : 1;
+    pc->own_flush = 0; /* flushed at the end of the turn (net/turn.h), after the sessions */
+    pc->wake = on_wake;
+    pc->wake_arg = l;
+    /* TLS as a 1:1 session speaks it (session.c on_connect): the listener's
+     * context and name, read at each connect, so a reload's new ones reach
+     * new pooled connections too; resumptions counted in the same figure */
+    pc->tls = &l->up_tls;
+    pc->tls_name = l->up_sni;
+    pc->tls_resumed = &l->stats.upstream_tls_resumed;
+    pc->label = l->name;
+    pc->idle_timeout_ms = lc->pool_idle_timeout_us == 0 ? 0
+                          : lc->pool_idle_timeout_us / 1000 ? lc->pool_idle_timeout_us / 1000 : 1;
+}
+
 /* The listener's engine in this worker, made on first use. */
 static struct sl_upool *pool_of(struct sl_listener *l)
 {
     if (l->upool != NULL)
         return l->upool;
-    const struct sl_listener_conf *lc = l->conf;
     struct sl_upool_conf pc;
-    memset(&pc, 0, sizeof(pc));
-    memcpy(&pc.addr, &l->up.ss, sizeof(pc.addr));
-    pc.per_key = lc->upstream_pool;
-    pc.max_pinned = lc->pool_pinned > UINT32_MAX ? UINT32_MAX : (uint32_t)lc->pool_pinned;
-    /* the wait is bounded by time (pool_pin_wait); the queue only by memory */
-    pc.pin_wait_max = UINT32_MAX;
-    pc.connect_timeout_ms = lc->connect_timeout_us / 1000 ? lc->connect_timeout_us / 1000 : 1;
-    pc.own_flush = 0; /* flushed at the end of the turn (net/turn.h), after the sessions */
-    pc.wake = on_wake;
-    pc.wake_arg = l;
-    /* TLS as a 1:1 session speaks it (session.c on_connect): the listener's
-     * context and name, read at each connect, so a reload's new ones reach
-     * new pooled connections too; resumptions counted in the same figure */
-    pc.tls = &l->up_tls;
-    pc.tls_name = l->up_sni;
-    pc.tls_resumed = &l->stats.upstream_tls_resumed;
-    pc.label = l->name;
-    pc.idle_timeout_ms = lc->pool_idle_timeout_us == 0 ? 0
-                         : lc->pool_idle_timeout_us / 1000 ? lc->pool_idle_timeout_us / 1000 : 1;
+    conf_of(l, &pc);
     l->upool = sl_upool_new(l->handle.loop, &pc, &link_cbs);
     return l->upool;
+}
+
+void sl_session_pool_reconf(struct sl_listener *l)
+{
+    if (l->upool == NULL)
+        return;
+    struct sl_upool_conf pc;
+    conf_of(l, &pc);
+    sl_upool_reconfigure(l->upool, &pc);
+}
+
+void sl_session_pool_sweep(struct sl_listener *l)
+{
+    /* A listener a reload switched to 1:1 (`upstream_pool = off`): its
+     * engine served the pooled clients it had; once none is left, its
+     * connections close and the engine goes (its counters carried over). */
+    if (l->upool == NULL || l->conf->upstream_pool > 0 || !sl_upool_unused(l->upool))
+        return;
+    struct sl_upool_stats st;
+    sl_upool_stats(l->upool, &st);
+    l->pool_failures_gone += st.failures;
+    l->pool_dropped_gone += st.dropped_replies;
+    sl_session_pool_close(l);
 }
 
 int sl_sess_link_open(struct sl_session *s, const void *id, size_t idlen, const char *setup,

@@ -1154,6 +1154,10 @@ static void connect_now(struct sl_session *s)
 {
     struct sl_listener *l = s->l;
     uv_loop_t *loop = l->handle.loop;
+    if (l->up.ss.ss_family == AF_UNSPEC) {
+        upstream_failed(s, UV_EAI_NONAME); /* a name that does not resolve (yet) */
+        return;
+    }
     uv_connect_t *req = malloc(sizeof(*req));
     uv_tcp_t *t = req ? sl_upconn_new(loop) : NULL;
     int rc = t ? 0 : UV_ENOMEM;
@@ -1192,7 +1196,11 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     if (l->conf->upstream_pool > 0 && s->proto->link_open != NULL) {
         /* Pooled: no connection of its own; the listener's engine connects
-         * when the first request goes (a failure then answers it). */
+         * when the first request goes (a failure then answers it). A stale
+         * name is looked up, not waited for: sl_session_pool_reconf. */
+        if (sl_resolve_stale(&l->up, uv_now(loop), l->conf->resolve_ttl_us) ||
+            l->up.ss.ss_family == AF_UNSPEC)
+            (void)sl_resolve_start(&l->up, loop);
         if (s->proto->link_open(s) < 0) {
             sl_session_close(s);
             return;
@@ -1201,9 +1209,12 @@ void sl_sess_connect_upstream(struct sl_session *s)
         return;
     }
     uint64_t ttl = l->conf->resolve_ttl_us;
-    if (sl_resolve_stale(&l->up, uv_now(loop), ttl) && sl_resolve_start(&l->up, loop) < 0)
+    /* A name with no address yet (not resolved at load): each new client
+     * waits for a lookup (one at a time, shared) before it connects. */
+    int none = l->up.ss.ss_family == AF_UNSPEC && l->up.name[0] != '\0';
+    if ((none || sl_resolve_stale(&l->up, uv_now(loop), ttl)) && sl_resolve_start(&l->up, loop) < 0)
         sl_log_debug("upstream lookup not started", "listener=%s", l->name);
-    if (ttl == 0 && l->up.req != NULL) {
+    if ((ttl == 0 || none) && l->up.req != NULL) {
         s->resolving = 1; /* connect_timeout still runs (sweep) */
         return;
     }

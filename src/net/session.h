@@ -44,6 +44,13 @@ void sl_session_turn_end(void);
  * (the listener goes, or the server stops); sessions still linked to
  * them fail with the engine. */
 void sl_session_pool_close(struct sl_listener *l);
+/* A reload gave <l> its new configuration (or its upstream name resolved
+ * to another address): its engine, if it has one, takes the new settings
+ * (net/upool.h, RELOAD). */
+void sl_session_pool_reconf(struct sl_listener *l);
+/* Once a second: the engine of a listener switched to `upstream_pool =
+ * off` goes once no pooled client is left. */
+void sl_session_pool_sweep(struct sl_listener *l);
 struct sl_upool_stats;
 /* Its engine's numbers (zeros when it has none). */
 void sl_session_pool_stats(const struct sl_listener *l, struct sl_upool_stats *st);

@@ -31,6 +31,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/resolve.h"
 #include "net/turn.h"
 #include "net/upool.h"
 #include "net/upool_route.h"
@@ -74,6 +75,12 @@ struct sl_upool_conn {
     uint8_t               handles;  /* open handles (tcp, timer) */
     uint8_t               starting; /* new, not READY yet (in pool->starting) */
     uint8_t               held;     /* READY, its bytes held behind an older one starting */
+    uint8_t               retired;  /* shared, set aside by a reload (in pool->retiring):
+                                       takes no new owner, closes once nothing is owed */
+    uint8_t               stale;    /* made for an upstream address a reload replaced: never
+                                       back in the pool (a pin given back closes it) */
+    uint8_t               noaddr;   /* made while the upstream had no address (its name
+                                       not resolved yet): fails at the next loop turn */
 };
 
 struct sl_upool_key {
@@ -82,6 +89,7 @@ struct sl_upool_key {
     struct sl_upool_conn *conns;    /* shared connections */
     uint32_t              nconns;
     uint32_t              npinned;  /* pinned connections made for it */
+    uint32_t              nretired; /* its shared connections set aside by a reload */
     uint32_t              refs;     /* the callers' */
     uint32_t              nsetup;   /* replies the setup owes */
     char                 *setup;    /* RESP commands */
@@ -97,6 +105,7 @@ struct sl_upool {
     struct sl_upool_key  *keys;
     struct sl_upool_conn *pinned;   /* pinned connections */
     struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
+    struct sl_upool_conn *retiring; /* shared ones a reload set aside (sl_upool_reconfigure) */
     struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
     struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
@@ -110,6 +119,7 @@ struct sl_upool {
     uv_prepare_t          prep;     /* own_flush: before the loop blocks */
     uv_check_t            check;    /* own_flush: after the I/O callbacks */
     uv_timer_t            idle;     /* idle_timeout_ms: the sweep of shared connections */
+    uv_timer_t            retire;   /* while <retiring>: closes those with nothing owed */
     char                 *cbuf;     /* TLS reads' ciphertext (TLS_READ bytes; every read
                                        is decrypted before the loop reads another) */
     struct sl_upool_stats st;
@@ -196,12 +206,17 @@ static void start_done(struct sl_upool_conn *c)
             h->held = 0;
             mark_dirty(h);
         }
+    for (struct sl_upool_conn *h = p->retiring; h != NULL; h = h->next)
+        if (h->held) {
+            h->held = 0;
+            mark_dirty(h);
+        }
 }
 
 static void key_maybe_free(struct sl_upool_key *k)
 {
     /* a closing pool frees its keys itself, at the end */
-    if (k->refs > 0 || k->nconns > 0 || k->npinned > 0 || k->pool->closing)
+    if (k->refs > 0 || k->nconns > 0 || k->npinned > 0 || k->nretired > 0 || k->pool->closing)
         return;
     struct sl_upool_key **pp = &k->pool->keys;
     while (*pp != k)
@@ -262,7 +277,7 @@ static int rt_entry_done(void *ctx, int kind)
         /* back from a clean unpin: rejoins the pool, or closes when the
          * key has enough shared connections */
         struct sl_upool_key *k = c->key;
-        if (k->nconns >= c->pool->conf.per_key || c->pool->closing) {
+        if (k->nconns >= c->pool->conf.per_key || c->pool->closing || c->stale) {
             conn_fail(c, SL_ECLOSED, "not needed");
             return 1;
         }
@@ -616,6 +631,10 @@ static void on_close(uv_handle_t *h)
 static void on_timer(uv_timer_t *t)
 {
     struct sl_upool_conn *c = t->data;
+    if (c->noaddr) {
+        conn_fail(c, UV_EAI_NONAME, "the upstream's name does not resolve (yet)");
+        return;
+    }
     conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
                                : c->state == C_HANDSHAKE ? "TLS handshake timed out"
                                                          : "setup replies timed out");
@@ -696,8 +715,16 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
     p->handles += 2;
     p->st.connects++;
     p->st.conns++;
-    uv_timer_start(&c->timer, on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
-    int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr, on_connect);
+    /* No address yet (a name that did not resolve): the connection fails
+     * at once, but as a connect does, so its owners hear failed() and get
+     * the usual error in place of each reply; the caller looks the name
+     * up again and a reconfigure brings the address. */
+    c->noaddr = p->conf.addr.ss_family != AF_INET && p->conf.addr.ss_family != AF_INET6;
+    uv_timer_start(&c->timer, on_timer,
+                   c->noaddr ? 0 : p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
+    int rc = c->noaddr ? 0
+                       : uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr,
+                                        on_connect);
     if (rc < 0) {
         /* fails nobody (no owner yet); the handles close */
         c->state = C_CLOSING;
@@ -741,6 +768,11 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
         list_del(&p->cleaning, c);
         c->cleaning = 0;
         k->npinned--;
+    } else if (c->retired) {
+        list_del(&p->retiring, c);
+        c->retired = 0;
+        k->nretired--;
+        p->st.pooled--;
     } else if (c->listed) {
         list_del(&k->conns, c);
         k->nconns--;
@@ -847,12 +879,15 @@ struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
         uv_unref((uv_handle_t *)&p->check);
         p->handles += 2;
     }
-    if (conf->idle_timeout_ms > 0) {
-        uv_timer_init(loop, &p->idle);
-        p->idle.data = p;
-        uv_unref((uv_handle_t *)&p->idle); /* the connections keep the loop alive */
-        p->handles++;
-    }
+    /* Both timers always exist: a reload may set an idle timeout, or set
+     * connections aside (sl_upool_reconfigure); the connections keep the
+     * loop alive, never the timers. */
+    uv_timer_init(loop, &p->idle);
+    uv_timer_init(loop, &p->retire);
+    p->idle.data = p->retire.data = p;
+    uv_unref((uv_handle_t *)&p->idle);
+    uv_unref((uv_handle_t *)&p->retire);
+    p->handles += 2;
     return p;
 }
 
@@ -938,6 +973,8 @@ void sl_upool_close(struct sl_upool *p)
         conn_fail(p->pinned, SL_ECLOSED, "the pool is closing");
     while (p->cleaning != NULL)
         conn_fail(p->cleaning, SL_ECLOSED, "the pool is closing");
+    while (p->retiring != NULL)
+        conn_fail(p->retiring, SL_ECLOSED, "the pool is closing");
     for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
         while (k->conns != NULL)
             conn_fail(k->conns, SL_ECLOSED, "the pool is closing");
@@ -946,9 +983,127 @@ void sl_upool_close(struct sl_upool *p)
         uv_close((uv_handle_t *)&p->prep, on_pool_handle_close);
         uv_close((uv_handle_t *)&p->check, on_pool_handle_close);
     }
-    if (p->conf.idle_timeout_ms > 0)
-        uv_close((uv_handle_t *)&p->idle, on_pool_handle_close);
+    uv_close((uv_handle_t *)&p->idle, on_pool_handle_close);
+    uv_close((uv_handle_t *)&p->retire, on_pool_handle_close);
     pool_maybe_free(p);
+}
+
+/* ---- a reload ----------------------------------------------------------------- */
+
+/* A connection set aside has nothing owed, queued or being written. */
+static int retired_done(const struct sl_upool_conn *c)
+{
+    return c->rt.n == 0 && c->out.len == 0 && c->plain.len == 0 && !c->writing &&
+           !c->io.writing && !c->dirty && !c->held;
+}
+
+/* The sweep of the connections set aside: those done close. One at a time,
+ * from the head again after each (closing one may free its key). */
+static void retire_sweep(struct sl_upool *p)
+{
+    for (;;) {
+        struct sl_upool_conn *v = p->retiring;
+        while (v != NULL && !retired_done(v))
+            v = v->next;
+        if (v == NULL)
+            break;
+        conn_fail(v, SL_ECLOSED, "set aside by a reload");
+    }
+    if (p->retiring == NULL)
+        uv_timer_stop(&p->retire);
+}
+
+static void on_retire(uv_timer_t *t)
+{
+    retire_sweep(t->data);
+}
+
+/* Shared connection <c> of its key takes no new owner: the owners with
+ * replies owed on it stay (their order) and it closes once they are in.
+ * The retire sweep looks every RETIRE_MS: a reload is rare, and nothing
+ * on the path of a request has to look. */
+#define RETIRE_MS 50
+
+static void retire(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    struct sl_upool_key *k = c->key;
+    list_del(&k->conns, c);
+    k->nconns--;
+    k->nretired++;
+    c->retired = 1;
+    list_add(&p->retiring, c);
+    if (!uv_is_active((uv_handle_t *)&p->retire))
+        uv_timer_start(&p->retire, on_retire, RETIRE_MS, RETIRE_MS);
+}
+
+/* The shared connection of <k> to set aside first: one with nothing owed,
+ * else the one with the fewest replies owed (it is done soonest). */
+static struct sl_upool_conn *surplus(struct sl_upool_key *k)
+{
+    struct sl_upool_conn *best = NULL;
+    for (struct sl_upool_conn *c = k->conns; c != NULL; c = c->next)
+        if (best == NULL || c->rt.owed < best->rt.owed)
+            best = c;
+    return best;
+}
+
+static int same_upstream(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != AF_INET && a->ss_family != AF_INET6)
+        return a->ss_family == b->ss_family; /* none yet (a name not resolved) on both sides */
+    return sl_resolve_same_addr(a, b);
+}
+
+void sl_upool_reconfigure(struct sl_upool *p, const struct sl_upool_conf *conf)
+{
+    if (p->closing)
+        return;
+    int moved = !same_upstream(&p->conf.addr, &conf->addr);
+    uint64_t idle_was = p->conf.idle_timeout_ms;
+    uint32_t per_key = conf->per_key > 0 ? conf->per_key : p->conf.per_key;
+    uint8_t own_flush = p->conf.own_flush; /* the flush handles were made for it */
+    p->conf = *conf;
+    p->conf.own_flush = own_flush;
+    p->conf.per_key = per_key;
+    if (moved) {
+        char addr[64];
+        sl_log_info("pooled upstream address changed: new connections go there, the old ones "
+                    "close once their replies are in",
+                    "listener=%s addr=%s", p->conf.label ? p->conf.label : "",
+                    sl_resolve_fmt(&p->conf.addr, addr, sizeof(addr)));
+        /* Pinned connections finish what their client started there (a
+         * transaction, a subscription), then close instead of rejoining. */
+        for (struct sl_upool_conn *c = p->pinned; c != NULL; c = c->next)
+            c->stale = 1;
+        for (struct sl_upool_conn *c = p->cleaning; c != NULL; c = c->next)
+            c->stale = 1;
+    }
+    for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next) {
+        while (k->conns != NULL && (moved || k->nconns > per_key)) {
+            struct sl_upool_conn *c = surplus(k);
+            c->stale |= (uint8_t)moved;
+            retire(c);
+        }
+    }
+    if (p->conf.idle_timeout_ms != idle_was) {
+        uv_timer_stop(&p->idle);
+        if (p->st.pooled > 0)
+            idle_arm(p);
+    }
+    serve_waiters(p); /* the pin cap may have grown */
+    if (p->retiring != NULL)
+        retire_sweep(p); /* those with nothing owed close now */
+}
+
+int sl_upool_unused(const struct sl_upool *p)
+{
+    if (p->nwait > 0 || p->npinned > 0)
+        return 0;
+    for (const struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
+        if (k->refs > 0)
+            return 0;
+    return 1;
 }
 
 struct sl_upool_key *sl_upool_key_get(struct sl_upool *p, const void *id, size_t idlen,
@@ -1230,7 +1385,7 @@ void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
     /* Not ready yet: the owner's bytes still wait behind the setup, and
      * letting them go now could run them on a connection whose setup then
      * fails; nothing of it is worth keeping. */
-    if (!clean || p->closing || c->state != C_READY) {
+    if (!clean || p->closing || c->state != C_READY || c->stale) {
         /* the owner hears nothing more (conn_fail tells only owners still
          * attached): it gave the connection up */
         sl_upool_route_forget(&c->rt, o);

@@ -97,6 +97,20 @@
  * pool has shared connections (so one closes after between 1 and 1.25
  * times the timeout idle); nothing is armed per connection or per turn.
  *
+ * RELOAD: sl_upool_reconfigure() applies new settings to a running pool,
+ * as a reload of nginx or HAProxy does: they reach new connections and new
+ * requests, never a request already submitted. A smaller per_key sets
+ * the surplus shared connections of each key aside (the least busy first):
+ * they take no new owner, the owners with replies owed there keep their
+ * order on them, and they close once nothing is owed, queued or being
+ * written (looked at every 50 ms while there are any). A larger one opens
+ * more as the load asks. Another upstream address sets every shared
+ * connection aside the same way, so new owners go to the new address at
+ * once; pinned connections stay with their owners until the pin is given
+ * back, and then close instead of rejoining the pool. max_pinned, the
+ * timeouts and the rest apply from the next pin, connect or sweep; a
+ * larger max_pinned grants waiting pins at once.
+ *
  * NOT YET: requests split over several submissions (a request is
  * submitted whole: one bigger than the caller's chunk must be buffered or
  * pinned, or another owner's bytes could land inside it). A new shared
@@ -159,6 +173,16 @@ struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
 /* Closes every connection (owners in flight fail with SL_ECLOSED, waiting
  * pins too) and frees the pool once the handles are closed (run the loop). */
 void sl_upool_close(struct sl_upool *p);
+
+/* Applies <conf> to the running pool <p> (see RELOAD): per_key 0 keeps
+ * the current one (the caller stopped making new owners, e.g. a listener
+ * switched to 1:1, and the pool serves the ones it has as it was); own_flush
+ * cannot change (kept). */
+void sl_upool_reconfigure(struct sl_upool *p, const struct sl_upool_conf *conf);
+
+/* 1 when no owner holds a key of <p> or waits for a pin (the caller may
+ * close it: only connections nobody uses are left). */
+int sl_upool_unused(const struct sl_upool *p);
 
 /* The key named <id> (<idlen> bytes), made with setup commands <setup>
  * (<setuplen> bytes of RESP, <nsetup> replies owed) when it is new; the

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "admin/limits_merge.h"
 #include "admin/process.h"
 #include "conf/conf.h"
 #include "core/err.h"
@@ -83,10 +84,30 @@ struct frame_write {
     unsigned char data[];
 };
 
+/* An answer owed to the master, in the order the questions came: a limits
+ * API question may be answered later (the store), and the master reads the
+ * answers of one pipe in order. */
+struct owed {
+    struct owed *next;
+    char         type;
+    int          done;
+    int          status;
+    char        *body;
+    size_t       len;
+};
+
+#define API_MAX 16384 /* a limits API question: method, path, query (the admin head is 8 KiB) */
+
 static struct {
     uv_pipe_t          pipe;
     struct sl_server  *srv;
     int                open;
+    struct owed       *owed, **owed_tail;
+    /* a limits API question being read: 'L', u32 length, then the bytes */
+    unsigned char      hdr[5];
+    size_t             hdr_got;
+    char              *q;
+    size_t             q_len, q_got;
 } chan;
 
 static void on_frame_written(uv_write_t *req, int status)
@@ -112,6 +133,90 @@ static void send_frame(char type, int status, const char *body, size_t len)
         free(w);
 }
 
+/* Sends the answers now complete at the head of the queue. */
+static void owed_flush(void)
+{
+    while (chan.owed != NULL && chan.owed->done) {
+        struct owed *o = chan.owed;
+        chan.owed = o->next;
+        if (chan.owed == NULL)
+            chan.owed_tail = &chan.owed;
+        if (chan.open)
+            send_frame(o->type, o->status, o->body, o->len);
+        free(o->body);
+        free(o);
+    }
+}
+
+static struct owed *owed_add(char type)
+{
+    struct owed *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->type = type;
+    if (chan.owed_tail == NULL)
+        chan.owed_tail = &chan.owed;
+    *chan.owed_tail = o;
+    chan.owed_tail = &o->next;
+    return o;
+}
+
+/* Owed answer <o> is ready: <body> copied (NULL: none). */
+static void owed_done(struct owed *o, int status, const char *body, size_t len)
+{
+    o->status = status;
+    o->done = 1;
+    if (body != NULL && len > 0 && (o->body = malloc(len)) != NULL) {
+        memcpy(o->body, body, len);
+        o->len = len;
+    }
+    owed_flush();
+}
+
+/* A limits API answer: "<Allow value>\0<JSON>" (the master needs both). */
+static void on_api_done(void *data, int status, const char *allow, const char *body, size_t len)
+{
+    struct owed *o = data;
+    size_t al = allow != NULL ? strlen(allow) : 0;
+    char *b = malloc(al + 1 + len);
+    if (b == NULL) {
+        owed_done(o, 500, NULL, 0);
+        return;
+    }
+    memcpy(b, allow != NULL ? allow : "", al);
+    b[al] = '\0';
+    if (len > 0)
+        memcpy(b + al + 1, body, len);
+    owed_done(o, body == NULL && status == 500 ? 500 : status, b, al + 1 + len);
+    free(b);
+}
+
+/* The master's limits API question <q> (<len> bytes: method, path and
+ * query, each ending in NUL) served by this worker. */
+static void serve_api_question(const char *q, size_t len)
+{
+    struct owed *o = owed_add('L');
+    if (o == NULL)
+        return; /* the master's round times out for this worker */
+    const char *m = q, *p = memchr(q, '\0', len);
+    const char *qs = p != NULL ? memchr(p + 1, '\0', len - (size_t)(p + 1 - q)) : NULL;
+    if (p == NULL || qs == NULL || chan.srv->stopped) {
+        owed_done(o, 503, NULL, 0);
+        return;
+    }
+    p++;
+    qs++;
+    struct sl_admin_req *req = sl_admin_req_detached(on_api_done, o);
+    if (req == NULL) {
+        owed_done(o, 500, NULL, 0);
+        return;
+    }
+    const struct sl_admin_call call = { m, strlen(m), p, strlen(p), qs, strnlen(qs, len) };
+    struct sl_admin_cbs cbs;
+    sl_server_admin_cbs(chan.srv, &cbs);
+    cbs.api(cbs.data, &call, req);
+}
+
 static void chan_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     static char in[64];
@@ -133,8 +238,45 @@ static void chan_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     sl_server_admin_cbs(chan.srv, &cbs);
     for (ssize_t i = 0; i < nread; i++) {
         char q = buf->base[i];
+        /* inside a limits API question: its header, then its bytes */
+        if (chan.hdr_got > 0 && chan.hdr_got < 5) {
+            chan.hdr[chan.hdr_got++] = (unsigned char)q;
+            if (chan.hdr_got == 5) {
+                chan.q_len = get_u32(chan.hdr + 1);
+                chan.q_got = 0;
+                chan.q = chan.q_len <= API_MAX ? malloc(chan.q_len + 1) : NULL;
+                if (chan.q_len == 0 || chan.q == NULL) {
+                    /* not a question we can hold: the pipe is out of step */
+                    sl_log_error("bad question from the master: draining", "len=%zu", chan.q_len);
+                    uv_read_stop(s);
+                    sl_server_drain(chan.srv);
+                    return;
+                }
+            }
+            continue;
+        }
+        if (chan.q != NULL) {
+            chan.q[chan.q_got++] = q;
+            if (chan.q_got == chan.q_len) {
+                char *question = chan.q;
+                question[chan.q_len] = '\0';
+                chan.q = NULL;
+                chan.hdr_got = 0;
+                serve_api_question(question, chan.q_len);
+                free(question);
+            }
+            continue;
+        }
+        if (q == 'L') {
+            chan.hdr[0] = (unsigned char)q;
+            chan.hdr_got = 1;
+            continue;
+        }
+        struct owed *o = owed_add(q);
+        if (o == NULL)
+            continue;
         if (chan.srv->stopped) { /* nothing left to report on */
-            send_frame(q, 503, "not ready: stopped\n", 20);
+            owed_done(o, 503, "not ready: stopped\n", 20);
             continue;
         }
         enum sl_admin_page page = q == 'm' ? SL_ADMIN_METRICS : q == 's' ? SL_ADMIN_STATS
@@ -142,7 +284,7 @@ static void chan_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         char *body;
         size_t len;
         int status = sl_admin_render(&cbs, page, &body, &len);
-        send_frame(q, status, body, len);
+        owed_done(o, status, body, len);
         free(body);
     }
 }
@@ -189,6 +331,7 @@ struct round {
     char               **body;      /* [n]: a worker's answer, NULL if none */
     size_t              *len;
     int                 *status;
+    size_t               top;       /* a limits API ?top question: its N; 0: another */
 };
 
 struct ask {                        /* a question a worker has not answered yet */
@@ -362,11 +505,62 @@ static int answer_ready(struct round *r, FILE *f)
     return 200;
 }
 
+/* A limits API question: the first answer that is not a 200 as it is (a
+ * 404, 405 ... is every worker's; a 503 from the store too), else the 200s
+ * added up (limits_merge.h). Each answer is "<Allow>\0<JSON>". */
+static void round_answer_api(struct round *r)
+{
+    struct master *m = r->m;
+    const char *texts[64];
+    size_t lens[64];
+    int got = 0;
+    for (int i = 0; i < m->n; i++) {
+        texts[i] = NULL;
+        lens[i] = 0;
+        const char *b = r->body[i];
+        const char *nul = b != NULL ? memchr(b, '\0', r->len[i]) : NULL;
+        if (nul == NULL)
+            continue;
+        size_t jl = r->len[i] - (size_t)(nul + 1 - b);
+        if (r->status[i] != 200) {
+            sl_admin_answer_allow(r->req, r->status[i], nul != b ? b : NULL, nul + 1, jl);
+            return;
+        }
+        texts[i] = nul + 1;
+        lens[i] = jl;
+        got++;
+    }
+    if (got == 0) {
+        static const char none[] = "{\"error\":\"no worker answered\"}\n";
+        sl_admin_answer_allow(r->req, 503, NULL, none, sizeof(none) - 1);
+        return;
+    }
+    char *body = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&body, &len);
+    int failed = f == NULL;
+    if (f != NULL) {
+        if (r->top > 0)
+            failed = sl_limits_merge_top(f, texts, lens, m->n, r->top) < 0;
+        else
+            sl_limits_merge_sum(f, texts, lens, m->n);
+        failed |= ferror(f) != 0;
+        failed |= fclose(f) != 0;
+    }
+    sl_admin_answer_allow(r->req, failed ? 500 : 200, NULL, failed ? NULL : body, len);
+    free(body);
+}
+
 static void round_answer(struct round *r)
 {
     if (r->answered)
         return;
     r->answered = 1;
+    if (r->page == SL_ADMIN_API) {
+        round_answer_api(r);
+        uv_close((uv_handle_t *)&r->timer, on_round_timer_close);
+        return;
+    }
     char *body = NULL;
     size_t len = 0;
     int status = 200;
@@ -420,17 +614,18 @@ static void on_ask_written(uv_write_t *req, int status)
     free(req);
 }
 
-static void ask_worker(struct worker *w, struct round *r, char q)
+/* Asks <w> question <q> (<qlen> bytes: one byte, or a limits API frame). */
+static void ask_worker(struct worker *w, struct round *r, const char *q, size_t qlen)
 {
     struct ask *a = malloc(sizeof(*a));
-    struct frame_write *wr = malloc(sizeof(*wr) + 1);
+    struct frame_write *wr = malloc(sizeof(*wr) + qlen);
     if (a == NULL || wr == NULL) {
         free(a);
         free(wr);
         return;
     }
-    wr->data[0] = (unsigned char)q;
-    uv_buf_t b = uv_buf_init((char *)wr->data, 1);
+    memcpy(wr->data, q, qlen);
+    uv_buf_t b = uv_buf_init((char *)wr->data, (unsigned)qlen);
     if (uv_write(&wr->req, (uv_stream_t *)&w->chan, &b, 1, on_ask_written) < 0) {
         free(a);
         free(wr);
@@ -446,9 +641,83 @@ static void ask_worker(struct worker *w, struct round *r, char q)
     r->owed++;
 }
 
+/* Asks every ready worker question <q> (<qlen> bytes) for round <r>. */
+static void round_start(struct master *m, struct round *r, const char *q, size_t qlen)
+{
+    for (int i = 0; i < m->n; i++)
+        if (m->w[i].running && m->w[i].ready)
+            ask_worker(&m->w[i], r, q, qlen);
+    if (r->owed == 0) {
+        round_answer(r);
+        return;
+    }
+    uv_timer_start(&r->timer, on_round_timer, ROUND_MS, 0);
+}
+
+static struct round *round_new(struct master *m, enum sl_admin_page page,
+                               struct sl_admin_req *req);
+
 static void on_admin_page(void *data, enum sl_admin_page page, struct sl_admin_req *req)
 {
     struct master *m = data;
+    struct round *r = round_new(m, page, req);
+    if (r == NULL)
+        return;
+    char q = page == SL_ADMIN_METRICS ? 'm' : page == SL_ADMIN_STATS ? 's' : 'r';
+    round_start(m, r, &q, 1);
+}
+
+/* N of a ?top=N question (already checked by the workers: a wrong one is
+ * their 400), 10 when not given. */
+static size_t top_of(const struct sl_admin_call *call)
+{
+    size_t top = 10;
+    const char *q = call->query, *end = q + call->qlen;
+    while (q < end) {
+        if (end - q > 4 && memcmp(q, "top=", 4) == 0)
+            top = strtoul(q + 4, NULL, 10);
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        q = amp != NULL ? amp + 1 : end;
+    }
+    return top;
+}
+
+/* The limits API: the question goes to every worker as 'L', u32 length,
+ * method NUL path NUL query NUL; the answers are added up. */
+static void on_admin_api(void *data, const struct sl_admin_call *call, struct sl_admin_req *req)
+{
+    struct master *m = data;
+    size_t len = call->mlen + call->plen + call->qlen + 3;
+    char *q = malloc(5 + len);
+    struct round *r = q != NULL ? round_new(m, SL_ADMIN_API, req) : NULL;
+    if (r == NULL) {
+        if (q == NULL)
+            sl_admin_answer_allow(req, 500, NULL, NULL, 0);
+        free(q);
+        return;
+    }
+    q[0] = 'L';
+    put_u32((unsigned char *)q + 1, (uint32_t)len);
+    char *p = q + 5;
+    memcpy(p, call->method, call->mlen);
+    p += call->mlen;
+    *p++ = '\0';
+    memcpy(p, call->path, call->plen);
+    p += call->plen;
+    *p++ = '\0';
+    memcpy(p, call->query, call->qlen);
+    p += call->qlen;
+    *p = '\0';
+    /* GET .../identities (no identity): the busiest, merged as such */
+    if (call->plen >= 11 && memcmp(call->path + call->plen - 11, "/identities", 11) == 0)
+        r->top = top_of(call);
+    round_start(m, r, q, 5 + len);
+    free(q);
+}
+
+static struct round *round_new(struct master *m, enum sl_admin_page page,
+                               struct sl_admin_req *req)
+{
     struct round *r = calloc(1, sizeof(*r));
     if (r != NULL) {
         r->body = calloc((size_t)m->n, sizeof(*r->body));
@@ -463,7 +732,7 @@ static void on_admin_page(void *data, enum sl_admin_page page, struct sl_admin_r
         }
         free(r);
         sl_admin_answer(req, 500, NULL, 0);
-        return;
+        return NULL;
     }
     r->m = m;
     r->page = page;
@@ -471,15 +740,7 @@ static void on_admin_page(void *data, enum sl_admin_page page, struct sl_admin_r
     uv_timer_init(m->loop, &r->timer);
     r->timer.data = r;
     r->timer_open = 1;
-    char q = page == SL_ADMIN_METRICS ? 'm' : page == SL_ADMIN_STATS ? 's' : 'r';
-    for (int i = 0; i < m->n; i++)
-        if (m->w[i].running && m->w[i].ready)
-            ask_worker(&m->w[i], r, q);
-    if (r->owed == 0) {
-        round_answer(r);
-        return;
-    }
-    uv_timer_start(&r->timer, on_round_timer, ROUND_MS, 0);
+    return r;
 }
 
 /* ---- worker processes --------------------------------------------------- */
@@ -819,6 +1080,7 @@ int sl_master_run(struct sl_conf *conf, char **argv, sl_master_load_fn *load)
         memset(&cbs, 0, sizeof(cbs));
         cbs.data = m;
         cbs.defer = on_admin_page;
+        cbs.api = on_admin_api;
         m->admin = sl_admin_start(m->loop, &conf->admin, &cbs);
         if (m->admin != NULL && sl_admin_set_token(m->admin, conf->admin_token) < 0) {
             sl_admin_close(m->admin);

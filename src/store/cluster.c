@@ -133,11 +133,84 @@ static void send_map(struct sl_store *st, struct sl_node *nd)
     st->map_last_ms = uv_now(st->loop);
 }
 
-/* Connects every seed again (after all known nodes went away). */
+/* A seed named by a host name that did not resolve at load: it has no
+ * address yet (the loader warned; conf/resolve.h). */
+static int seed_unresolved(const struct sl_store *st, int i)
+{
+    const struct sl_addr *a = &st->conf.seeds[i];
+    return a->named && a->ss.ss_family != AF_INET && a->ss.ss_family != AF_INET6;
+}
+
+/* A seed's lookup ended: an answer is a node to connect to (the first
+ * ready one asks for the map); a failure is said once, and tried again at
+ * the next reseed (every MAP_MAX_MS at most while nobody answers). */
+static void on_seed_resolved(struct sl_resolve *r, enum sl_resolve_event ev, int err)
+{
+    struct sl_store *st = r->data;
+    int i = (int)(r - st->seed_res);
+    char addr[64];
+    if (st->closing || i < 0 || i >= st->n_seed_res || i >= st->conf.n_seeds)
+        return;
+    if (ev == SL_RESOLVE_CHANGED || ev == SL_RESOLVE_RECOVERED) {
+        st->conf.seeds[i].ss = r->ss;
+        sl_log_info("quota store cluster seed resolved", "seed=%s addr=%s",
+                    st->conf.seeds[i].text, sl_resolve_fmt(&r->ss, addr, sizeof(addr)));
+        node_at_ss(st, &r->ss);
+    } else if (ev == SL_RESOLVE_FAILING) {
+        sl_log_warn("quota store cluster seed name not resolved: retrying",
+                    "seed=%s err=\"%s\"", st->conf.seeds[i].text, uv_strerror(err));
+    }
+}
+
+/* Looks the name of seed <i> up again (one lookup at a time per seed). */
+static void seed_lookup(struct sl_store *st, int i)
+{
+    int n = st->conf.n_seeds;
+    if (st->seed_res == NULL) {
+        if ((st->seed_res = calloc((size_t)n, sizeof(*st->seed_res))) == NULL)
+            return;
+        st->n_seed_res = n;
+        for (int j = 0; j < n; j++) {
+            const struct sl_addr *a = &st->conf.seeds[j];
+            char host[sizeof(a->text)];
+            snprintf(host, sizeof(host), "%s", a->named ? a->text : "");
+            char *colon = strrchr(host, ':');
+            if (colon != NULL)
+                *colon = '\0';
+            st->seed_res[j].cb = on_seed_resolved;
+            st->seed_res[j].data = st;
+            sl_resolve_set(&st->seed_res[j], host, a->port, &a->ss, uv_now(st->loop));
+        }
+    }
+    (void)sl_resolve_start(&st->seed_res[i], st->loop);
+}
+
+void sl_cluster_seeds_stop(struct sl_store *st)
+{
+    if (st->seed_res == NULL)
+        return;
+    for (int i = 0; i < st->n_seed_res; i++)
+        sl_resolve_stop(&st->seed_res[i]);
+    free(st->seed_res);
+    st->seed_res = NULL;
+    st->n_seed_res = 0;
+}
+
+/* Connects every seed again (after all known nodes went away); a seed with
+ * no address yet is looked up, and the refresh that follows tries again. */
 static void reseed(struct sl_store *st)
 {
-    for (int i = 0; i < st->conf.n_seeds; i++)
+    int waiting = 0;
+    for (int i = 0; i < st->conf.n_seeds; i++) {
+        if (seed_unresolved(st, i)) {
+            seed_lookup(st, i);
+            waiting = 1;
+            continue;
+        }
         node_at_ss(st, &st->conf.seeds[i].ss);
+    }
+    if (waiting)
+        sl_cluster_want_refresh(st);
 }
 
 static void on_refresh(uv_timer_t *t)
@@ -257,6 +330,7 @@ int sl_cluster_start(struct sl_store *st)
     st->map_slots = 0;
     st->map_backoff_ms = MAP_MIN_MS;
     st->map_last_ms = 0;
+    sl_cluster_seeds_stop(st); /* the seeds may be others now (a reload) */
     reseed(st);
     return 0;
 }

@@ -111,6 +111,9 @@ struct sl_sentinel {
     char                    host[SL_SENTINEL_MAX][80];/* TLS: the name its certificate must
                                                          carry (host name, or address) */
     int                     order[SL_SENTINEL_MAX];   /* indexes into addr: asking order */
+    struct sl_resolve       res[SL_SENTINEL_MAX];     /* a name that did not resolve at
+                                                         load (addr empty): looked up again
+                                                         when it is to be tried */
     char                   *name;                     /* master name */
     char                   *user;                     /* AUTH user or NULL */
     char                   *password;                 /* AUTH password or NULL */
@@ -881,6 +884,30 @@ static void on_connect(uv_connect_t *c, int status)
     uv_timer_start(&l->timer, on_link_timer, s->timeout_ms, 0);
 }
 
+/* A sentinel's name that did not resolve at load answered at last (or
+ * failed again): its address is used from the next attempt on. */
+static void on_resolved(struct sl_resolve *r, enum sl_resolve_event ev, int err)
+{
+    struct sl_sentinel *s = r->data;
+    int i = (int)(r - s->res);
+    char addr[64];
+    if (s->closing)
+        return;
+    if (ev == SL_RESOLVE_CHANGED || ev == SL_RESOLVE_RECOVERED) {
+        s->addr[i] = r->ss;
+        sl_log_info("sentinel: name resolved", "sentinel=%s addr=%s", s->text[i],
+                    sl_resolve_fmt(&r->ss, addr, sizeof(addr)));
+        if (!s->known && s->round_waiting) {
+            uv_timer_stop(&s->ask.timer); /* no need to wait out the backoff */
+            s->round_waiting = 0;
+            start_round(s);
+        }
+    } else if (ev == SL_RESOLVE_FAILING) {
+        sl_log_warn("sentinel: name not resolved: retrying", "sentinel=%s err=\"%s\"",
+                    s->text[i], uv_strerror(err));
+    }
+}
+
 static void link_connect(struct link *l, int target)
 {
     struct sl_sentinel *s = l->s;
@@ -900,6 +927,14 @@ static void link_connect(struct link *l, int target)
     l->tcp.data = l;
     l->creq.data = l;
     l->state = L_CONNECTING;
+    int family = s->addr[target].ss_family;
+    if (family != AF_INET && family != AF_INET6) {
+        /* Its name did not resolve at load: looked up again (off the
+         * loop) for the next attempt; this one fails as a refused one. */
+        (void)sl_resolve_start(&s->res[target], s->loop);
+        link_fail(l, "the sentinel's name does not resolve (yet)");
+        return;
+    }
     rc = uv_tcp_connect(&l->creq, &l->tcp, (const struct sockaddr *)&s->addr[target], on_connect);
     if (rc < 0) {
         link_fail(l, uv_strerror(rc));
@@ -1025,6 +1060,11 @@ struct sl_sentinel *sl_sentinel_new(uv_loop_t *loop, const struct sl_sentinel_co
             sl_resolve_fmt(&s->addr[i], s->text[i], sizeof(s->text[i]));
         host_name(&conf->sentinels[i], s->host[i], sizeof(s->host[i]));
         s->order[i] = i;
+        s->res[i].cb = on_resolved;
+        s->res[i].data = s;
+        if (conf->sentinels[i].named)
+            sl_resolve_set(&s->res[i], s->host[i], conf->sentinels[i].port, &s->addr[i],
+                           uv_now(loop));
     }
     s->tls = conf->tls != 0;
     sl_sentinel_set_tls(s, conf->tls_ctx);
@@ -1089,6 +1129,8 @@ void sl_sentinel_close(struct sl_sentinel *s)
     if (s == NULL || s->closing)
         return;
     s->closing = 1;
+    for (int i = 0; i < s->n; i++)
+        sl_resolve_stop(&s->res[i]);
     struct link *links[2] = { &s->ask, &s->sub };
     for (int i = 0; i < 2; i++) {
         struct link *l = links[i];

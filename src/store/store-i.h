@@ -58,6 +58,10 @@ struct sl_store {
     uint64_t              map_backoff_ms;/* wait before the next one after a failure */
     uint8_t               map_armed;     /* refresh_timer armed */
     uint8_t               map_applying;  /* a new map is being put in place */
+    struct sl_resolve    *seed_res;      /* cluster: the seeds' names (n_seeds), made when
+                                            one that did not resolve at load is to be
+                                            tried: looked up again, off the loop */
+    int                   n_seed_res;    /* ... entries (the seeds when it was made) */
 
     struct sl_store_req  *pool;          /* free request structs */
     size_t                pool_n;
@@ -105,6 +109,8 @@ void sl_store_heartbeat_reply(struct sl_store *st, int status, const int64_t *va
 
 /* ---- the cluster (cluster.c) ---- */
 int sl_cluster_start(struct sl_store *st);
+/* The seeds' lookups stop (the store closes, or starts over). */
+void sl_cluster_seeds_stop(struct sl_store *st);
 /* A refresh of the map is wanted (a redirection, a node lost), rate-limited. */
 void sl_cluster_want_refresh(struct sl_store *st);
 /* The node serving <slot>, or NULL. */

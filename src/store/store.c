@@ -698,6 +698,7 @@ void sl_store_close(struct sl_store *st)
         return;
     st->closing = 1; /* from here on sl_store_eval() says no */
     sl_resolve_stop(&st->res);
+    sl_cluster_seeds_stop(st);
     sl_sentinel_close(st->sentinel);
     st->sentinel = NULL;
     struct sl_node *hb = hb_node(st);

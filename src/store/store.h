@@ -35,6 +35,8 @@ enum sl_script {
     SL_SCRIPT_DECIDE = 0, /* lua/decide.lua (+ the algorithms): several limits, all or nothing */
     SL_SCRIPT_HEARTBEAT,  /* lua/heartbeat.lua */
     SL_SCRIPT_CONNECTIONS,/* lua/connections.lua: connection places and the login queue */
+    SL_SCRIPT_INSPECT,    /* lua/inspect.lua (+ the algorithms, read-only): one bucket read
+                             or reset, for the limits API */
     SL_SCRIPT_COUNT
 };
 

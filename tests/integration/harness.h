@@ -298,6 +298,17 @@ struct th_pyup_stats {
 };
 int th_pyup_stats(int port, struct th_pyup_stats *st);
 
+/* ---- names that resolve later (harness_hosts.c) -------------------------- */
+
+/* Writes the machine's /etc/hosts, then <line> (or "" for nothing more),
+ * into <path> in place; 0 or -1. */
+int th_hosts_write(const char *path, const char *line);
+
+/* Starts sluice on <ini> (waiting until <wait> accepts) in a mount
+ * namespace of its own where the file <hosts> is /etc/hosts. 0; 1 when no
+ * namespace can be made here (the caller skips); -1 when it did not start. */
+int th_sluice_start_hosts(struct th_proc *p, const char *ini, int wait, const char *hosts);
+
 #endif
 
 /* ---- Redis Cluster -------------------------------------------------------- */

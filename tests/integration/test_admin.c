@@ -122,7 +122,7 @@ static int setup(void **state)
     assert_non_null(f);
     assert_int_equal(uv_loop_init(&f->loop), 0);
     f->ready = 1;
-    struct sl_admin_cbs cbs = { metrics_cb, stats_cb, ready_cb, f, NULL };
+    struct sl_admin_cbs cbs = { metrics_cb, stats_cb, ready_cb, f, NULL, NULL };
     struct sl_addr addr;
     for (int tries = 0; tries < 5 && f->a == NULL; tries++) {
         f->port = th_free_port();

@@ -145,6 +145,14 @@ static void check_token(int admin, const char *tok)
     assert_int_equal(status_of(admin, "GET", "/nope", good), 404);
     assert_int_equal(status_of(admin, "POST", "/stats", NULL), 401);
     assert_int_equal(status_of(admin, "POST", "/stats", good), 405);
+    /* the limits API is behind it too: its lookups name identities and its
+     * reset changes what the fleet enforces */
+    assert_int_equal(status_of(admin, "GET", "/limits", NULL), 401);
+    assert_int_equal(status_of(admin, "GET", "/limits/nope/identities/ip%3A1.2.3.4", NULL), 401);
+    assert_int_equal(status_of(admin, "POST", "/limits/nope/identities/ip%3A1.2.3.4/reset", NULL), 401);
+    assert_int_equal(status_of(admin, "POST", "/limits/nope/identities/ip%3A1.2.3.4/reset", BEARER("wrong")), 401);
+    assert_int_equal(status_of(admin, "GET", "/limits", good), 200);
+    assert_int_equal(status_of(admin, "GET", "/limits/nope/identities/ip%3A1.2.3.4", good), 404);
 }
 
 static void config(char *buf, size_t cap, int admin, int port, const char *tokfile,

@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "core/err.h"
+#include "core/resolve.h"
 #include "integration/harness.h"
 #include "store/slot.h"
 #include "store/store.h"
@@ -165,6 +166,64 @@ static void two_keys_apart(char k1[64], char k2[64], const char *tag)
             return;
     }
     fail_msg("no key on another master");
+}
+
+/* A seed named by a host name that did not resolve at load (the loader
+ * warned and left its address empty): looked up again while nobody
+ * answers; once it resolves, the store finds the cluster through it. The
+ * lookup is the real one (uv_getaddrinfo), but a name of ours resolves only
+ * while the test allows it. */
+static int later_allowed, later_lookups;
+
+static int later_lookup(uv_loop_t *loop, uv_getaddrinfo_t *req, uv_getaddrinfo_cb cb,
+                        const char *node, const char *service, const struct addrinfo *hints)
+{
+    if (node != NULL && strcmp(node, "seed-later.invalid") == 0) {
+        later_lookups++;
+        if (later_allowed)
+            node = "127.0.0.1";
+    }
+    return uv_getaddrinfo(loop, req, cb, node, service, hints);
+}
+
+static int looked_twice(void *arg)
+{
+    (void)arg;
+    return later_lookups >= 2;
+}
+
+static void test_seed_name_later(void **state)
+{
+    (void)state;
+    sl_resolve_lookup_fn *was = sl_resolve_lookup;
+    sl_resolve_lookup = later_lookup;
+    later_allowed = later_lookups = 0;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    static struct sl_store_conf c;
+    static struct sl_addr seed;
+    memset(&c, 0, sizeof(c));
+    memset(&seed, 0, sizeof(seed));
+    snprintf(seed.text, sizeof(seed.text), "seed-later.invalid:%d", cl.node[0].port);
+    seed.named = 1;
+    seed.port = (uint16_t)cl.node[0].port;
+    c.url = "redis-cluster://test";
+    c.kind = SL_STORE_CLUSTER;
+    c.seeds = &seed;
+    c.n_seeds = 1;
+    c.addr = seed;
+    c.key_prefix = "sltest:";
+    c.connect_timeout_us = 1000 * 1000;
+    c.timeout_us = 1000 * 1000;
+    c.on_failure = SL_FAIL_LOCAL;
+    struct sl_store *st = sl_store_new(&loop, &c, "cluster-test");
+    assert_non_null(st);
+    assert_true(th_run_until(&loop, looked_twice, NULL, TH_MS));
+    assert_false(sl_store_up(st));
+    later_allowed = 1;
+    assert_true(th_run_until(&loop, is_up, st, 10000));
+    store_finish(&loop, st);
+    sl_resolve_lookup = was;
 }
 
 static void test_slot_of_key(void **state)
@@ -794,6 +853,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slot_of_key),
+        cmocka_unit_test(test_seed_name_later),
         cmocka_unit_test(test_keys_spread_over_masters),
         cmocka_unit_test(test_split_decide),
         cmocka_unit_test(test_split_connections),

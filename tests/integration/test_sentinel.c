@@ -15,6 +15,8 @@
  *   sentinels_down        one sentinel killed, one stopped (SIGSTOP: connects,
  *                         never answers): found through the third
  *   unknown_master        every sentinel answers nil: no callback, retried
+ *   unresolved_name       a sentinel's name that does not resolve yet: tried again
+ *                         until it does; the others answer meanwhile
  *   auth                  a sentinel with requirepass: right and wrong password
  *   sluice_sentinel_auth  build/sluice with sentinel_user / sentinel_password_file:
  *                         right (both forms) and wrong password
@@ -50,6 +52,7 @@
 #include <uv.h>
 
 #include "integration/harness.h"
+#include "core/resolve.h"
 #include "store/sentinel.h"
 
 #define NAME          "slmaster"
@@ -381,6 +384,67 @@ static void test_unknown_master(void **state)
     sl_sentinel_reask(s);
     assert_int_equal(sl_sentinel_stats(s)->rounds, rounds);
     finish(&loop, s, NULL);
+}
+
+/* A sentinel named by a host name that did not resolve at load (the loader
+ * warned and left its address empty): it is looked up again each time it
+ * is to be tried; meanwhile the others answer, and once the name resolves
+ * it answers too. The lookup is the real one (uv_getaddrinfo), but a name
+ * of ours resolves only while the test allows it. */
+static int later_allowed;
+
+static int later_lookup(uv_loop_t *loop, uv_getaddrinfo_t *req, uv_getaddrinfo_cb cb,
+                        const char *node, const char *service, const struct addrinfo *hints)
+{
+    if (node != NULL && strcmp(node, "sent-later.invalid") == 0 && later_allowed)
+        node = "127.0.0.1";
+    return uv_getaddrinfo(loop, req, cb, node, service, hints);
+}
+
+static void set_name(struct sl_addr *a, const char *host, int port)
+{
+    memset(a, 0, sizeof(*a));
+    snprintf(a->text, sizeof(a->text), "%s:%d", host, port);
+    a->named = 1;
+    a->port = (uint16_t)port;
+}
+
+static void test_unresolved_name(void **state)
+{
+    (void)state;
+    int mport = sentinel_says(sent[2].port);
+    assert_true(mport > 0);
+    sl_resolve_lookup_fn *was = sl_resolve_lookup;
+    sl_resolve_lookup = later_lookup;
+    later_allowed = 0;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_addr addrs[2];
+    int ports[2] = { sent[2].port, sent[2].port }; /* the only one left answering */
+    struct sl_sentinel_conf c;
+    conf_init(&c, addrs, ports, 1);
+    set_name(&addrs[0], "sent-later.invalid", sent[2].port);
+    struct seen w = { 0 };
+    struct sl_sentinel *s = sl_sentinel_new(&loop, &c, on_master, &w);
+    assert_non_null(s);
+    assert_true(th_run_until(&loop, rounds_failed2, s, TH_MS));
+    assert_int_equal(w.calls, 0);
+    later_allowed = 1;
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
+    assert_int_equal(port_of(&w.last), mport);
+    finish(&loop, s, NULL);
+
+    /* One that never resolves, then one that does: found through the second. */
+    uv_loop_init(&loop);
+    conf_init(&c, addrs, ports, 2);
+    set_name(&addrs[0], "sent-never.invalid", sent[2].port);
+    memset(&w, 0, sizeof(w));
+    s = sl_sentinel_new(&loop, &c, on_master, &w);
+    assert_non_null(s);
+    assert_true(th_run_until(&loop, called, &w, TH_MS));
+    assert_int_equal(port_of(&w.last), mport);
+    finish(&loop, s, NULL);
+    sl_resolve_lookup = was;
 }
 
 static void test_auth(void **state)
@@ -801,6 +865,7 @@ int main(void)
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_sentinels_down),
         cmocka_unit_test(test_unknown_master),
+        cmocka_unit_test(test_unresolved_name),
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_sluice_sentinel_auth),
         cmocka_unit_test(test_hostile),

@@ -2,7 +2,9 @@
  * (issue 23, 5): Compose starts sluice before its quota Redis, Kubernetes
  * drops a restarted Redis's DNS record for a while.
  *
- * - `-t` warns (exit 0) for such a store url, `-t --no-resolve` passes a
+ * - `-t` warns (exit 0) for such a store url (a redis:// host, a cluster
+ *   seed, a sentinel: store/cluster.c and store/sentinel.c look theirs up
+ *   again too: test_cluster, test_sentinel), `-t --no-resolve` passes a
  *   file whose every name is foreign, `--no-resolve` alone is refused;
  * - sluice starts with `url = redis://NAME.invalid` (RFC 6761: never
  *   resolves): on_failure = open lets requests through and /readyz says
@@ -14,9 +16,6 @@
  *   touched), connects to the store without a reload, within the backoff;
  *   the name stops resolving and a reload keeps the last good address.
  *   Skipped, with a message, where a mount namespace cannot be made. */
-#include <errno.h>
-#include <fcntl.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,8 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,15 +91,34 @@ static void test_check_and_no_resolve(void **state)
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, ":4: warning: url: cannot resolve 'quota-redis.invalid' now"));
     assert_non_null(strstr(out, "configuration OK"));
+    /* A cluster seed's and a sentinel's: the same. */
+    static const char cluster[] = "[sluice]\nadmin =\n"
+                                  "[store]\nurl = redis-cluster://seed-a.invalid:7000,"
+                                  "127.0.0.1:7001\n"
+                                  "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
+    rc = run_check(cluster, "-t", NULL, out, sizeof(out));
+    if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'seed-a.invalid' now") == NULL)
+        print_error("sluice -t said (%d):\n%s", rc, out);
+    assert_int_equal(rc, 0);
+    static const char sentinel[] = "[sluice]\nadmin =\n"
+                                   "[store]\nurl = redis-sentinel://sent-a.invalid,"
+                                   "sent-b.invalid/m\n"
+                                   "[listener a]\nlisten = 127.0.0.1:1\nupstream = 127.0.0.1:2\n";
+    rc = run_check(sentinel, "-t", NULL, out, sizeof(out));
+    if (rc != 0 || strstr(out, ":4: warning: url: cannot resolve 'sent-b.invalid' now") == NULL)
+        print_error("sluice -t said (%d):\n%s", rc, out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, ":4: warning: url: cannot resolve 'sent-a.invalid' now"));
 
-    /* Every name foreign (a Compose file): -t fails, -t --no-resolve passes. */
+    /* Every name foreign (a Compose file): -t fails (the admin address
+     * must resolve: it is bound), -t --no-resolve passes. */
     static const char foreign[] = "[sluice]\nadmin = sluice-admin.invalid:9121\n"
                                   "[store]\nurl = redis://quota-redis.invalid:6379\n"
                                   "[listener a]\nlisten = *:6380\nupstream = upstream-redis.invalid:6379\n"
                                   "[limit l]\nlistener = a\nrate = 10/s\n";
     rc = run_check(foreign, "-t", NULL, out, sizeof(out));
     assert_int_not_equal(rc, 0);
-    assert_non_null(strstr(out, "upstream: cannot resolve 'upstream-redis.invalid'"));
+    assert_non_null(strstr(out, "admin: cannot resolve 'sluice-admin.invalid'"));
     rc = run_check(foreign, "-t", "--no-resolve", out, sizeof(out));
     if (rc != 0)
         print_error("sluice -t --no-resolve said (%d):\n%s", rc, out);
@@ -235,71 +251,6 @@ static void test_reload_to_unresolvable(void **state)
     th_stop(&up);
 }
 
-/* Writes <line> (or nothing) after the machine's hosts into <path>, in
- * place: the bind mount holds the inode. */
-static void write_hosts(const char *path, const char *line)
-{
-    char *base = th_slurp("/etc/hosts");
-    FILE *f = fopen(path, "r+");
-    assert_non_null(f);
-    assert_int_equal(ftruncate(fileno(f), 0), 0);
-    fprintf(f, "%s\n%s", base != NULL ? base : "127.0.0.1 localhost\n", line);
-    fclose(f);
-    free(base);
-}
-
-/* Starts sluice on <ini> in a mount namespace of its own where <hosts> is
- * /etc/hosts. 0; 1 when no namespace can be made here (the test skips). */
-static int start_with_hosts(struct th_proc *p, const char *ini, int wait, const char *hosts)
-{
-    memset(p, 0, sizeof(*p));
-    p->port = wait;
-    snprintf(p->conf, sizeof(p->conf), "/tmp/sluice-test-store-names-%d.ini", (int)getpid());
-    snprintf(p->log, sizeof(p->log), "/tmp/sluice-test-store-names-%d.log", (int)getpid());
-    th_track_file(p->conf);
-    th_track_file(p->log);
-    FILE *f = fopen(p->conf, "w");
-    assert_non_null(f);
-    fputs(ini, f);
-    fclose(f);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        setpgid(0, 0);
-        /* Private mounts: the bind is seen by this process only. */
-        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-            mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
-            fprintf(stderr, "no mount namespace: %s\n", strerror(errno));
-            _exit(77);
-        }
-        execl(th_sluice_bin(), th_sluice_bin(), "-c", p->conf, "-v", "debug", (char *)NULL);
-        _exit(127);
-    }
-    th_track_pid(pid);
-    p->pid = pid;
-    for (uint64_t end = th_now_ms() + 5000; th_now_ms() < end; usleep(10 * 1000)) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            p->pid = 0;
-            return WIFEXITED(st) && WEXITSTATUS(st) == 77 ? 1 : -1;
-        }
-        int fd = th_connect(wait);
-        if (fd >= 0) {
-            close(fd);
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static void test_name_resolves_later(void **state)
 {
     (void)state;
@@ -311,7 +262,7 @@ static void test_name_resolves_later(void **state)
     assert_true(fd >= 0);
     close(fd);
     th_track_file(hosts);
-    write_hosts(hosts, "");
+    assert_int_equal(th_hosts_write(hosts, ""), 0);
     int port = th_free_port(), admin = th_free_port();
     char ini[1024];
     snprintf(ini, sizeof(ini),
@@ -320,7 +271,7 @@ static void test_name_resolves_later(void **state)
              "[listener a]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nprotocol = resp\n"
              "[limit l]\nlistener = a\nrate = 1000/s\nburst = 1000\n",
              admin, store.port, port, up.port);
-    int rc = start_with_hosts(&sl, ini, port, hosts);
+    int rc = th_sluice_start_hosts(&sl, ini, port, hosts);
     if (rc == 1) {
         printf("test_store_names: skipped: no mount namespace here (%s)\n", sl.log);
         unlink(hosts);
@@ -333,7 +284,7 @@ static void test_name_resolves_later(void **state)
     assert_memory_equal(r, CLOSED_ERR, strlen(CLOSED_ERR));
     free(r);
     /* The name appears: the next lookup (within the 2 s backoff cap) finds it. */
-    write_hosts(hosts, "127.0.0.1 quota-later.invalid\n");
+    assert_int_equal(th_hosts_write(hosts, "127.0.0.1 quota-later.invalid\n"), 0);
     assert_int_equal(th_metric_wait(admin, "sluice_store_up", 1, TH_MS), 0);
     assert_int_equal(th_log_wait(sl.log, "quota store name resolved again", 1, TH_MS), 0);
     r = incr(port);
@@ -342,7 +293,7 @@ static void test_name_resolves_later(void **state)
     assert_true(th_redis_cmd_calls(store.port, "evalsha") > 0);
     /* It goes away again, and the file is reloaded: the last good address
      * stays (as a failed lookup at run time keeps it), so does the store. */
-    write_hosts(hosts, "");
+    assert_int_equal(th_hosts_write(hosts, ""), 0);
     kill(sl.pid, SIGHUP);
     assert_int_equal(th_log_wait(sl.log, "msg=reloaded", 1, TH_MS), 0);
     assert_true(th_metric(admin, "sluice_store_up") == 1);

@@ -3,7 +3,8 @@
  * against a real redis-server: owners interleaving small and 1 MB replies,
  * a server killed with requests in flight, setup commands (SELECT, a
  * refused AUTH), a forgotten owner's big reply, pin and unpin with RESET,
- * other owners' requests beside a script that never ends (SL_UPOOL_SLOW).
+ * other owners' requests beside a script that never ends (SL_UPOOL_SLOW),
+ * a reload's new N and upstream address (sl_upool_reconfigure).
  * Each test closes its pool and checks uv_loop_close() == 0. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1005,6 +1006,110 @@ static void test_slow_alone(void **state)
     pool_done(&loop, p);
 }
 
+/* A reload (sl_upool_reconfigure). A smaller per_key sets the surplus
+ * connection aside: its owner keeps its order there (a request it adds
+ * before its reply is in goes behind it), new requests go to the one
+ * left, and the surplus closes once its replies are in. Another address:
+ * a request in flight is answered by the old upstream, the next one by the
+ * new; a pinned owner keeps its connection (MULTI/EXEC on the old), which
+ * then closes instead of rejoining the pool. */
+struct pooled_n {
+    struct sl_upool *p;
+    uint64_t         n;
+};
+
+static int pooled_is(void *arg)
+{
+    struct pooled_n *w = arg;
+    struct sl_upool_stats st;
+    sl_upool_stats(w->p, &st);
+    return st.pooled == w->n && st.pinned == 0 && st.conns == w->n;
+}
+
+static void test_reconfigure(void **state)
+{
+    (void)state;
+    struct th_proc r2;
+    assert_int_equal(th_redis_start(&r2, NULL), 0);
+    char *ok = th_redis_cmd(redis_p.port, "SET where one");
+    assert_non_null(ok);
+    free(ok);
+    ok = th_redis_cmd(r2.port, "SET where two");
+    assert_non_null(ok);
+    free(ok);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct sl_upool_conf cf;
+    conf_init(&cf, redis_p.port, 2);
+    struct sl_upool *p = sl_upool_new(&loop, &cf, &cbs);
+    struct sl_upool_key *k = sl_upool_key_get(p, "db0", 3, NULL, 0, 0);
+    struct towner a, b, c, d, e;
+    struct towner *all[] = { &a, &b, &c, &d, &e };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        towner_init(all[i]);
+
+    /* Two connections (a script is never joined), both with a reply owed;
+     * N 2 -> 1 before either is in. */
+    submit_f(k, &a, SL_UPOOL_SLOW, "EVAL", "return 1", "0");
+    submit(k, &b, 1, "PING");
+    struct sl_upool_stats st;
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.pooled, 2);
+    cf.per_key = 1;
+    sl_upool_reconfigure(p, &cf);
+    submit(k, &a, 2, "ECHO", "a2"); /* behind a's script, wherever it is */
+    submit(k, &b, 2, "ECHO", "b2");
+    struct towner *ab[] = { &a, &b };
+    struct want w = { ab, 2, 2 };
+    assert_true(th_run_until(&loop, all_answered, &w, TH_MS));
+    assert_int_equal(a.len, 12);
+    assert_memory_equal(a.got, ":1\r\n$2\r\na2\r\n", 12);
+    assert_int_equal(b.len, 15);
+    assert_memory_equal(b.got, "+PONG\r\n$2\r\nb2\r\n", 15);
+    struct pooled_n one = { p, 1 };
+    assert_true(th_run_until(&loop, pooled_is, &one, TH_MS));
+    submit(k, &c, 1, "PING");
+    assert_true(run_for_one(&loop, &c, 1));
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.connects, 2); /* served by the one left */
+    assert_int_equal(st.failures, 0);
+
+    /* Another address, with d in MULTI on a connection of its own and c's
+     * GET in flight (submitted, not yet answered). */
+    int err = 0;
+    struct sl_upool_conn *pc = sl_upool_pin(k, &d.o, 0, &err);
+    assert_non_null(pc);
+    submit(k, &d, 1, "MULTI");
+    submit(k, &d, 2, "GET", "where");
+    assert_true(run_for_one(&loop, &d, 2));
+    c.len = c.replies = 0;
+    submit(k, &c, 2, "GET", "where");
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&cf.addr;
+    a4->sin_port = htons((uint16_t)r2.port);
+    cf.per_key = 2; /* room in the pool: d's connection must still not rejoin it */
+    sl_upool_reconfigure(p, &cf);
+    submit(k, &e, 2, "GET", "where");
+    assert_true(run_for_one(&loop, &c, 1));
+    assert_true(run_for_one(&loop, &e, 1));
+    assert_int_equal(c.len, 9);
+    assert_memory_equal(c.got, "$3\r\none\r\n", 9);
+    assert_int_equal(e.len, 9);
+    assert_memory_equal(e.got, "$3\r\ntwo\r\n", 9);
+    submit(k, &d, 1, "EXEC");
+    assert_true(run_for_one(&loop, &d, 3));
+    assert_memory_equal(d.got + d.len - 13, "*1\r\n$3\r\none\r\n", 13);
+    sl_upool_unpin(pc, 1, 0); /* clean, but made for the old address: closed */
+    assert_true(th_run_until(&loop, pooled_is, &one, TH_MS));
+    /* nothing of the pool is left on the old upstream (the asking one is) */
+    assert_int_equal(th_redis_wait_info(redis_p.port, "connected_clients", 1, TH_MS), 0);
+
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        towner_free(all[i]);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+    th_stop(&r2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1019,6 +1124,7 @@ int main(void)
         cmocka_unit_test(test_turn_order),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_slow_alone),
+        cmocka_unit_test(test_reconfigure),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }

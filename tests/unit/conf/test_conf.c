@@ -1059,8 +1059,14 @@ static void test_names(void **state)
     expect_errors("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis://gone.test\n"
                   "[listener a]\nlisten = gone.test:7001\nupstream = gone.test:6379\n",
                   "t.ini:2: admin: cannot resolve 'gone.test': Name or service not known\n"
-                  "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n"
-                  "t.ini:7: upstream: cannot resolve 'gone.test': Name or service not known\n");
+                  "t.ini:6: listen: cannot resolve 'gone.test': Name or service not known\n");
+    /* An upstream's name is looked up again at run time: not resolving
+     * yet is a warning too; its address stays empty. */
+    c = load_ok("[listener a]\nlisten = 127.0.0.1:7001\nupstream = gone.test:6379\n");
+    assert_int_equal(c->listeners->upstream_unresolved_line, 3);
+    assert_int_equal(c->listeners->upstream.ss.ss_family, AF_UNSPEC);
+    assert_string_equal(c->listeners->upstream.text, "gone.test:6379");
+    sl_conf_free(c);
     /* A redis:// store's name is looked up again at run time: not resolving
      * yet is no error (a warning, conf/warn.c); its address stays empty. */
     c = load_ok("[store]\nurl = redis://gone.test:7000\n"
@@ -1069,10 +1075,19 @@ static void test_names(void **state)
     assert_int_equal(c->store.addr.ss.ss_family, AF_UNSPEC);
     assert_string_equal(c->store.addr.text, "gone.test:7000");
     sl_conf_free(c);
-    /* Cluster seeds and sentinels are not looked up again: still errors. */
-    expect_errors("[store]\nurl = redis-cluster://gone.test:7000\n"
-                  "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n",
-                  "t.ini:2: url: cannot resolve 'gone.test': Name or service not known\n");
+    /* Cluster seeds and sentinels are looked up again when they are to be
+     * tried: the same warning, the others resolved as usual. */
+    c = load_ok("[store]\nurl = redis-cluster://gone.test:7000,store.test:7001\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n");
+    assert_int_equal(c->store.unresolved_line, 2);
+    assert_int_equal(c->store.seeds[0].ss.ss_family, AF_UNSPEC);
+    assert_string_equal(ip_of(&c->store.seeds[1], ip), "10.0.0.9");
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis-sentinel://gone.test:26379/mymaster\n"
+                "[listener a]\nlisten = 127.0.0.1:7001\nupstream = 10.0.0.1:6379\n");
+    assert_int_equal(c->store.unresolved_line, 2);
+    assert_int_equal(c->store.seeds[0].ss.ss_family, AF_UNSPEC);
+    sl_conf_free(c);
     /* --no-resolve: no name is looked up, none is an error. */
     sl_conf_no_resolve = 1;
     c = load_ok("[sluice]\nadmin = gone.test:1\n[store]\nurl = redis-cluster://gone.test:7000\n"
