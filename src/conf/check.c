@@ -97,7 +97,7 @@ static int is_loop(const struct sl_addr *listen, const struct sl_addr *upstream)
 
 /* The adaptive_* keys of listener <l>: resp and http only, not pooled
  * (docs/adaptive.md), and limits in order. */
-static void check_adaptive(struct loader *ld, struct section *sec, const struct sl_listener_conf *l)
+static void check_adaptive(struct loader *ld, struct section *sec, struct sl_listener_conf *l)
 {
     static const char *const keys[] = { "adaptive_concurrency", "adaptive_min_limit",
         "adaptive_max_limit", "adaptive_initial_limit", "adaptive_queue", "adaptive_queue_target",
@@ -120,14 +120,15 @@ static void check_adaptive(struct loader *ld, struct section *sec, const struct 
                   "adaptive_min_limit: %llu is above adaptive_max_limit (%llu)",
                   (unsigned long long)l->adaptive_min_limit,
                   (unsigned long long)l->adaptive_max_limit);
-    else if (l->adaptive_initial_limit < l->adaptive_min_limit ||
-             l->adaptive_initial_limit > l->adaptive_max_limit) {
-        int il = sl_cf_key_line(sec, "adaptive_initial_limit");
-        if (il == 0)
-            il = sl_cf_key_line(sec, "adaptive_min_limit");
-        if (il == 0)
-            il = sl_cf_key_line(sec, "adaptive_max_limit");
-        sl_cf_err(ld, il,
+    else if (sl_cf_key_line(sec, "adaptive_initial_limit") == 0) {
+        /* the default start follows the bounds written (max = 5 starts at 5) */
+        if (l->adaptive_initial_limit < l->adaptive_min_limit)
+            l->adaptive_initial_limit = l->adaptive_min_limit;
+        if (l->adaptive_initial_limit > l->adaptive_max_limit)
+            l->adaptive_initial_limit = l->adaptive_max_limit;
+    } else if (l->adaptive_initial_limit < l->adaptive_min_limit ||
+               l->adaptive_initial_limit > l->adaptive_max_limit) {
+        sl_cf_err(ld, sl_cf_key_line(sec, "adaptive_initial_limit"),
                   "adaptive_initial_limit: %llu is outside adaptive_min_limit .. "
                   "adaptive_max_limit (%llu .. %llu)",
                   (unsigned long long)l->adaptive_initial_limit,

@@ -68,6 +68,13 @@ static void test_adaptive_errors(void **state)
     expect_fail(L_A "adaptive_min_limit = 0\n", "t.ini:4: ");
     expect_errors(L_A "adaptive_min_limit = 10\nadaptive_max_limit = 5\n",
                   "t.ini:4: adaptive_min_limit: 10 is above adaptive_max_limit (5)\n");
+    /* the default start follows the bounds; one written must be within them */
+    struct sl_conf *c = load_ok(L_A "adaptive_max_limit = 5\n");
+    assert_int_equal(c->listeners->adaptive_initial_limit, 5);
+    sl_conf_free(c);
+    c = load_ok(L_A "adaptive_min_limit = 50\n");
+    assert_int_equal(c->listeners->adaptive_initial_limit, 50);
+    sl_conf_free(c);
     expect_errors(L_A "adaptive_initial_limit = 2000\n",
                   "t.ini:4: adaptive_initial_limit: 2000 is outside adaptive_min_limit .. "
                   "adaptive_max_limit (1 .. 1000)\n");
