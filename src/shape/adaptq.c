@@ -139,7 +139,11 @@ struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
         return NULL;
     struct sl_adapt_waiter *w = NULL;
     enum sl_adapt_reason why = SL_ADAPT_SHED_MAXWAIT;
-    if (sl_adapt_standing(a, now_ns) && now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
+    /* During a probe the queue is the probe's doing (its cap is a quarter
+     * of the limit): waiters wait for it, up to the interval, rather than
+     * being refused at the target ("nothing is refused because of a probe") */
+    if (!a->probing && sl_adapt_standing(a, now_ns) &&
+        now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
         w = q->head[lo];
         why = SL_ADAPT_SHED_STANDING;
     } else {
@@ -170,6 +174,8 @@ uint64_t sl_adapt_due(const struct sl_adapt *a)
     int held = q->has_shed && due < q->last_shed_ns + a->p.queue_interval_ns;
     if (!held && due < aged)
         due = aged; /* not standing at <due>: it stands by age at <aged> */
+    if (a->probing)
+        due = UINT64_MAX; /* only the interval, while a probe lasts */
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;
@@ -190,6 +196,8 @@ uint64_t sl_adapt_due_after(const struct sl_adapt *a, uint64_t now_ns)
     due = q->busy_since_ns + a->p.queue_interval_ns;
     if (q->head[lo]->since_ns + sl_adapt_target(a) + 1 > due)
         due = q->head[lo]->since_ns + sl_adapt_target(a) + 1;
+    if (a->probing)
+        due = UINT64_MAX;
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;

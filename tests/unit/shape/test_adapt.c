@@ -239,6 +239,21 @@ static void test_queue_expiry(void **state)
     assert_int_equal(why, SL_ADAPT_SHED_STANDING);
     assert_int_equal(sl_adapt_due_after(&a, next), UINT64_MAX);
 
+    /* During a probe the queue is the probe's: a standing queue's waiters
+     * are not refused at the target, only past the interval. */
+    t = 2000 * MS;
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, t, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t + 45 * MS, &ev), 0);
+    assert_true(sl_adapt_standing(&a, t + 50 * MS));
+    a.probing = 1;
+    assert_null(sl_adapt_expired(&a, t + 50 * MS, &why)); /* w[0] is past the target */
+    assert_int_equal(sl_adapt_due(&a), t + 50 * MS + 1);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[0]);
+    assert_int_equal(why, SL_ADAPT_SHED_MAXWAIT);
+    a.probing = 0;
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[1]); /* standing again */
+    assert_int_equal(why, SL_ADAPT_SHED_STANDING);
+
     /* no queue at all */
     p.queue_cap = 0;
     assert_int_equal(sl_adapt_init(&a, &p, 0), 0);
