@@ -82,6 +82,8 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(UNIT_HDR) $(TEST_CERTS) tests/certs.h $(
 $(BUILD)/tests/integration/%: tests/integration/%.c $(HARNESS) tests/integration/harness.h tests/certs.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
+# test_adaptive starts the benchmark upstream next to the sluice binary.
+$(BUILD)/tests/integration/test_adaptive: $(BUILD)/bench/capsrv
 $(BUILD)/tests/lua/%: tests/lua/%.c $(HARNESS) tests/integration/harness.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(HARNESS) $(LIB_OBJ) $(LIBS) $(TEST_LIBS)
@@ -184,6 +186,11 @@ fuzz-hostile: deps deps-http
 # The fixed-capacity HTTP upstream of the adaptive concurrency benchmark
 # (tests/bench/capsrv.c, docs/adaptive.md): libuv only.
 $(BUILD)/bench/capsrv: tests/bench/capsrv.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE $(shell pkg-config --cflags libuv) -o $@ $< $(shell pkg-config --libs libuv)
+
+# ... and its open-loop load generator (tests/bench/aload.c).
+$(BUILD)/bench/aload: tests/bench/aload.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE $(shell pkg-config --cflags libuv) -o $@ $< $(shell pkg-config --libs libuv)
 

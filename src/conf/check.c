@@ -95,6 +95,48 @@ static int is_loop(const struct sl_addr *listen, const struct sl_addr *upstream)
            (is_wildcard(&listen->ss) && is_local(&upstream->ss));
 }
 
+/* The adaptive_* keys of listener <l>: resp and http only, not pooled
+ * (docs/adaptive.md), and limits in order. */
+static void check_adaptive(struct loader *ld, struct section *sec, struct sl_listener_conf *l)
+{
+    static const char *const keys[] = { "adaptive_concurrency", "adaptive_min_limit",
+        "adaptive_max_limit", "adaptive_initial_limit", "adaptive_queue", "adaptive_queue_target",
+        "adaptive_queue_interval", "adaptive_probe_interval" };
+    if (l->protocol == SL_PROTO_TCP) {
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+            int line = sl_cf_key_line(sec, keys[k]);
+            if (line != 0)
+                sl_cf_err(ld, line, "%s: only for resp and http listeners (this listener is tcp)",
+                          keys[k]);
+        }
+        return;
+    }
+    int line = sl_cf_key_line(sec, "adaptive_concurrency");
+    if (l->adaptive != 0 && l->upstream_pool > 0)
+        sl_cf_err(ld, line, "adaptive_concurrency: not with upstream_pool yet (a pooled "
+                  "listener's requests share connections; see docs/adaptive.md)");
+    if (l->adaptive_min_limit > l->adaptive_max_limit)
+        sl_cf_err(ld, sl_cf_key_line(sec, "adaptive_min_limit"),
+                  "adaptive_min_limit: %llu is above adaptive_max_limit (%llu)",
+                  (unsigned long long)l->adaptive_min_limit,
+                  (unsigned long long)l->adaptive_max_limit);
+    else if (sl_cf_key_line(sec, "adaptive_initial_limit") == 0) {
+        /* the default start follows the bounds written (max = 5 starts at 5) */
+        if (l->adaptive_initial_limit < l->adaptive_min_limit)
+            l->adaptive_initial_limit = l->adaptive_min_limit;
+        if (l->adaptive_initial_limit > l->adaptive_max_limit)
+            l->adaptive_initial_limit = l->adaptive_max_limit;
+    } else if (l->adaptive_initial_limit < l->adaptive_min_limit ||
+               l->adaptive_initial_limit > l->adaptive_max_limit) {
+        sl_cf_err(ld, sl_cf_key_line(sec, "adaptive_initial_limit"),
+                  "adaptive_initial_limit: %llu is outside adaptive_min_limit .. "
+                  "adaptive_max_limit (%llu .. %llu)",
+                  (unsigned long long)l->adaptive_initial_limit,
+                  (unsigned long long)l->adaptive_min_limit,
+                  (unsigned long long)l->adaptive_max_limit);
+    }
+}
+
 static void check_listener(struct loader *ld, struct section *sec)
 {
     struct sl_listener_conf *l = sec->obj;
@@ -159,6 +201,7 @@ static void check_listener(struct loader *ld, struct section *sec)
     if (l->upstream_proxy_protocol != 0 && (l->upstream_pool > 0 || l->upstream_keepalive > 0))
         sl_cf_err(ld, upp_line, "upstream_proxy_protocol: not with %s (a connection serves many "
                   "clients)", l->upstream_pool > 0 ? "upstream_pool" : "upstream_keepalive");
+    check_adaptive(ld, sec, l);
     if (!has_listen)
         return;
     if (ld->conf->has_admin && addr_clash(&l->listen, &ld->conf->admin))

@@ -27,7 +27,7 @@
 
 #define MAX_FILE       (1024 * 1024) /* a configuration file larger than this is an error */
 #define MAX_NAME       49            /* inih keeps 49 bytes of section and key names */
-#define MAX_KEYWORDS   48            /* keys per section kind */
+#define MAX_KEYWORDS   64            /* keys per section kind */
 #define MAX_PASSWORD   4096          /* password_file larger than this is an error */
 #define MAX_LIST       1024          /* entries of commands / match_identity */
 #define MAX_COSTS      256           /* per-command costs of one limit */

@@ -99,6 +99,15 @@ struct sl_listener_conf {
                                           with the client's address starts each upstream
                                           connection (not with upstream_pool or
                                           upstream_keepalive) */
+    /* adaptive concurrency (docs/adaptive.md; resp and http, not with upstream_pool) */
+    int            adaptive;           /* adaptive_concurrency: 0 off (default), 1 on, 2 shadow */
+    uint64_t       adaptive_min_limit; /* default 1 */
+    uint64_t       adaptive_max_limit; /* default 1000 */
+    uint64_t       adaptive_initial_limit; /* default 20 */
+    uint64_t       adaptive_queue;     /* waiters per worker; default 1024; 0 = none wait */
+    uint64_t       adaptive_queue_target_us; /* 0 = auto (the baseline, at least 1 ms) */
+    uint64_t       adaptive_queue_interval_us; /* default 100ms */
+    uint64_t       adaptive_probe_interval_us; /* default 5s */
     /* protocol = resp only (an error on other listeners) */
     uint64_t       setup_commands;     /* connect-time commands not charged to requests
                                           limits, per connection; default 16; 0 = none */
@@ -190,6 +199,8 @@ struct sl_limit_conf {
     int            overrides;          /* overrides = store: per-identity rate and burst read
                                           from the store's hash <key_prefix>overrides:{NAME} */
     uint64_t       overrides_ttl_us;   /* how long an answer is used; default 5s */
+    int            priority;           /* adaptive concurrency's shedding tier of the
+                                          identities it takes (0..3), or -1 (default): none */
     struct sl_limit_conf *next;
 };
 

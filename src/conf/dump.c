@@ -131,6 +131,19 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
         words_end(&w);
     }
     dump_listener_tls(out, l);
+    if (l->protocol != SL_PROTO_TCP) {
+        kv(out, "adaptive_concurrency", sl_conf_adaptive_names[l->adaptive]);
+        kv_u64(out, "adaptive_min_limit", l->adaptive_min_limit);
+        kv_u64(out, "adaptive_max_limit", l->adaptive_max_limit);
+        kv_u64(out, "adaptive_initial_limit", l->adaptive_initial_limit);
+        kv_u64(out, "adaptive_queue", l->adaptive_queue);
+        if (l->adaptive_queue_target_us == 0)
+            kv(out, "adaptive_queue_target", "auto");
+        else
+            kv_duration(out, "adaptive_queue_target", l->adaptive_queue_target_us);
+        kv_duration(out, "adaptive_queue_interval", l->adaptive_queue_interval_us);
+        kv_duration(out, "adaptive_probe_interval", l->adaptive_probe_interval_us);
+    }
     if (l->protocol == SL_PROTO_RESP) {
         kv_u64(out, "setup_commands", l->setup_commands);
         if (l->upstream_pool == 0)
@@ -219,6 +232,8 @@ static void dump_limit(FILE *out, const struct sl_limit_conf *m)
     words_end(&w);
     if (m->replaces != NULL)
         kv(out, "replaces", m->replaces);
+    if (m->priority >= 0)
+        kv_u64(out, "priority", (uint64_t)m->priority);
 }
 
 void sl_conf_dump(const struct sl_conf *c, FILE *out)

@@ -15,6 +15,7 @@
 #include "proto/resp_acl.h"
 
 static kw_setter set_limit_listener, set_rate, set_burst, set_commands, set_cost, set_methods, set_paths;
+static kw_setter set_priority;
 
 static const struct keyword limit_kw[] = {
     FUNC("listener", set_limit_listener, 0),
@@ -36,6 +37,7 @@ static const struct keyword limit_kw[] = {
     STR("replaces", struct sl_limit_conf, replaces, MAX_NAME),
     ENUM("overrides", struct sl_limit_conf, overrides, sl_conf_overrides_names),
     NUM("overrides_ttl", KW_DURATION, struct sl_limit_conf, overrides_ttl_us, 100000, DAY_US),
+    FUNC("priority", set_priority, 0),
 };
 
 _Static_assert(N_OF(limit_kw) <= MAX_KEYWORDS, "section.key_line is too small");
@@ -57,6 +59,7 @@ struct sl_limit_conf *sl_cf_new_limit(struct loader *ld, const char *name, int l
     m->max_delay_us = 200000;
     m->default_cost = 1;
     m->overrides_ttl_us = 5000000;
+    m->priority = -1;
     *ld->mtail = m;
     ld->mtail = &m->next;
     ld->conf->n_limits++;
@@ -302,4 +305,21 @@ static void set_paths(struct loader *ld, struct section *sec, const struct keywo
                       const char *value)
 {
     sl_cf_each_word(ld, sec, kw, value, path_word);
+}
+
+/* priority = none | 0..3: the shedding tier (adaptive concurrency,
+ * docs/adaptive.md) of the identities this limit takes; 3 is shed last. */
+static void set_priority(struct loader *ld, struct section *sec, const struct keyword *kw,
+                         const char *value)
+{
+    struct sl_limit_conf *m = sec->obj;
+    if (strcmp(value, "none") == 0) {
+        m->priority = -1;
+        return;
+    }
+    if (value[0] < '0' || value[0] > '3' || value[1] != '\0') {
+        sl_cf_bad(ld, kw, "none or a tier from 0 to 3", value);
+        return;
+    }
+    m->priority = value[0] - '0';
 }

@@ -13,7 +13,7 @@
 #include "conf/units.h"
 
 static kw_setter set_identity, set_separator, set_trusted_proxies, set_upgrades, set_pool;
-static kw_setter set_access_log;
+static kw_setter set_access_log, set_queue_target;
 
 static const struct keyword listener_kw[] = {
     ADDR("listen", struct sl_listener_conf, listen),
@@ -31,6 +31,18 @@ static const struct keyword listener_kw[] = {
     ENUM("proxy_protocol", struct sl_listener_conf, proxy_protocol, sl_conf_pp_names),
     ENUM("upstream_proxy_protocol", struct sl_listener_conf, upstream_proxy_protocol,
          sl_conf_pp_names),
+    /* adaptive concurrency: resp and http (check.c) */
+    ENUM("adaptive_concurrency", struct sl_listener_conf, adaptive, sl_conf_adaptive_names),
+    NUM("adaptive_min_limit", KW_U64, struct sl_listener_conf, adaptive_min_limit, 1, 100000),
+    NUM("adaptive_max_limit", KW_U64, struct sl_listener_conf, adaptive_max_limit, 1, 100000),
+    NUM("adaptive_initial_limit", KW_U64, struct sl_listener_conf, adaptive_initial_limit, 1,
+        100000),
+    NUM("adaptive_queue", KW_U64, struct sl_listener_conf, adaptive_queue, 0, 65536),
+    FUNC("adaptive_queue_target", set_queue_target, 0),
+    NUM("adaptive_queue_interval", KW_DURATION, struct sl_listener_conf,
+        adaptive_queue_interval_us, 10000, 60 * S_US),
+    NUM("adaptive_probe_interval", KW_DURATION, struct sl_listener_conf,
+        adaptive_probe_interval_us, 100000, HOUR_US),
     /* protocol = resp only (check.c: resp_only_keys) */
     NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
     FUNC("upstream_pool", set_pool, 0),
@@ -94,6 +106,12 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->max_request = 512ULL * 1000 * 1000;
     l->resolve_ttl_us = 30 * S_US;
     l->setup_commands = 16;
+    l->adaptive_min_limit = 1;
+    l->adaptive_max_limit = 1000;
+    l->adaptive_initial_limit = 20;
+    l->adaptive_queue = 1024;
+    l->adaptive_queue_interval_us = 100000;
+    l->adaptive_probe_interval_us = 5 * S_US;
     l->pool_pinned = 1000;
     l->pool_pin_wait_us = 1 * S_US;
     l->pool_client_buffer = 64ULL * 1024 * 1024;
@@ -191,6 +209,24 @@ static void set_separator(struct loader *ld, struct section *sec, const struct k
         return;
     }
     memcpy(l->key_prefix_separator, value, n + 1);
+}
+
+/* adaptive_queue_target = auto | DURATION (1ms .. 10s): auto (0) is the
+ * controller's baseline, at least 1 ms. */
+static void set_queue_target(struct loader *ld, struct section *sec, const struct keyword *kw,
+                             const char *value)
+{
+    struct sl_listener_conf *l = sec->obj;
+    uint64_t v;
+    if (strcmp(value, "auto") == 0) {
+        l->adaptive_queue_target_us = 0;
+        return;
+    }
+    if (sl_parse_duration(value, &v) != 0 || v < 1000 || v > 10 * S_US) {
+        sl_cf_bad(ld, kw, "auto or a duration from 1ms to 10s", value);
+        return;
+    }
+    l->adaptive_queue_target_us = v;
 }
 
 /* access_log = off | FILE: a relative FILE is taken from the directory of

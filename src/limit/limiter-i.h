@@ -153,6 +153,8 @@ struct limit {
     char         **match;        /* match_identity, or none */
     int            n_match;
     int            replaces;     /* index of the limit this one replaces, or -1 */
+    int            priority;     /* adaptive concurrency's tier of the identities it
+                                    takes (0..3), or -1: none (match_identity: 1) */
     struct lim_state *s;         /* counters and per-identity state, kept across reloads */
     size_t         cap;          /* entries per table ([store] max_identities; 0: no bound) */
     uint64_t       ttl_ms;       /* a bucket idle this long is back to full */

@@ -188,6 +188,7 @@ struct sl_limiter *sl_limiter_reload(const struct sl_conf *conf, const struct sl
         L->match = copy_strs(c->match_identity, c->n_match_identity, 0);
         sl_lim_canon_matches(L->match, L->n_match);
         L->replaces = c->replaces_lc ? limit_index(conf, c->replaces_lc) : -1;
+        L->priority = c->priority;
         /* Connection counts are bounded by the connections themselves and
          * cannot be dropped while held: no cap for them. */
         uint64_t cap = c->metric == SL_METRIC_CONNECTIONS ? 0 : conf->store.max_identities;
@@ -250,6 +251,39 @@ int sl_limiter_active(const struct sl_limiter *lim, const char *listener)
             return 1;
     }
     return 0;
+}
+
+/* A request limit of <listener> (or of every listener) that sorts identities
+ * into shedding tiers: one with `priority`, or with match_identity. */
+static int tiers_by(const struct limit *L, const char *listener)
+{
+    return L->metric == SL_METRIC_REQUESTS && (L->priority >= 0 || L->n_match > 0) &&
+           (L->listener == NULL || strcmp(L->listener, listener) == 0);
+}
+
+int sl_limiter_tiered(const struct sl_limiter *lim, const char *listener)
+{
+    for (int i = 0; lim != NULL && i < lim->n; i++)
+        if (tiers_by(&lim->limits[i], listener))
+            return 1;
+    return 0;
+}
+
+/* The highest tier a limit gives <id>: its `priority` when it takes the
+ * identity, else 1 when its match_identity names it (someone named it: a
+ * VIP); 0 when none does. */
+int sl_limiter_tier(const struct sl_limiter *lim, const char *listener, const char *id)
+{
+    int tier = 0;
+    for (int i = 0; lim != NULL && i < lim->n; i++) {
+        const struct limit *L = &lim->limits[i];
+        if (!tiers_by(L, listener) || !sl_lim_identity_matches(L, id))
+            continue;
+        int t = L->priority >= 0 ? L->priority : 1;
+        if (t > tier)
+            tier = t;
+    }
+    return tier;
 }
 
 int sl_limiter_validate(const struct sl_conf *conf, FILE *errf)

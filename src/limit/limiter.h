@@ -116,6 +116,12 @@ void sl_limiter_release(struct sl_limiter *lim);
  * (lets sessions skip identity work entirely when there is none). */
 int sl_limiter_active(const struct sl_limiter *lim, const char *listener);
 
+/* Adaptive concurrency's shedding tiers (docs/adaptive.md): whether a
+ * request limit of <listener> has `priority` or match_identity, and the
+ * tier (0..3, 3 shed last) identity <id> gets from them. */
+int sl_limiter_tiered(const struct sl_limiter *lim, const char *listener);
+int sl_limiter_tier(const struct sl_limiter *lim, const char *listener, const char *id);
+
 /* Why HTTP request <hd> on listener <lc> is refused with a 400 before any
  * limit is asked (a static text), or NULL: where a limit on <lc> has
  * `paths`, a path that no reading can stand for (proto/http_path.h,

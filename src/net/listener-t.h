@@ -54,6 +54,7 @@ struct sl_store;
 struct sl_admin;
 struct sl_tls_ctx;
 struct sl_upool;
+struct sl_actl;
 
 /* One [listener NAME]: a listening socket and the sessions it accepted. The
  * struct outlives its socket while sessions remain (after a reload removed
@@ -98,6 +99,8 @@ struct sl_listener {
     uint64_t                 pool_failures_gone; /* ... counters of the engines of listeners of */
     uint64_t                 pool_dropped_gone;  /* this name already freed (a moved one's old
                                                     socket): the totals never go back */
+    struct sl_actl          *adapt;      /* adaptive_concurrency: this worker's controller
+                                            (net/sess_adapt.h), or NULL */
     struct sl_listener      *next;       /* in srv->listeners */
 };
 

@@ -29,6 +29,7 @@
 #include "limit/places.h"
 #include "net/listener.h"
 #include "net/report.h"
+#include "net/sess_adapt.h"
 #include "net/session.h"
 #include "net/upkeep.h"
 #include "net/upool-t.h"
@@ -280,6 +281,7 @@ static void listener_free(struct sl_listener *l)
     *pp = l->next;
     sl_upkeep_clear(l);
     sl_session_pool_close(l);
+    sl_actl_free(l);
     sl_resolve_stop(&l->up);
     conf_copies_free(l);
     sl_tls_ctx_unref(l->tls);
@@ -549,6 +551,7 @@ static struct sl_listener *listener_open(struct sl_server *srv, struct sl_listen
     l->up.data = l;
     set_conf(l, lc);
     l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
+    sl_actl_conf(l);
     l->handle.data = l;
     l->open = 1;
     int rc = reuseport_socket(srv, l, lc);
@@ -824,6 +827,8 @@ int sl_server_reload(struct sl_server *srv, struct sl_conf *conf)
     }
     for (struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
         l->limited = (uint8_t)sl_limiter_active(srv->limiter, l->name);
+        if (!l->retired)
+            sl_actl_conf(l);
         /* the upstream, its TLS or the cap may have changed: kept
          * connections are not carried over to the new configuration */
         sl_upkeep_clear(l);

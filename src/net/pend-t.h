@@ -30,6 +30,10 @@ struct sl_pend {
     uint8_t                pooled;  /* pooled listener: the protocol keeps a record of
                                        its class for it, in order (sess_resp.c) */
     uint8_t                slow;    /* pooled listener: a script (sl_sess_link_slow) */
+    uint8_t                adapt;   /* adaptive concurrency may count it (the protocol's
+                                       SL_ADAPT_* kind; 0: never) */
+    uint8_t                tier;    /* ... its shedding tier */
+    uint8_t                shed;    /* ... refused by it: 1 + enum sl_adapt_reason */
 };
 enum { SL_PEND_WAIT = 0, SL_PEND_ALLOW, SL_PEND_REJECT,
        SL_PEND_DELAY }; /* allowed at due_us (action = delay reserved its place) */

@@ -12,6 +12,7 @@
 #include "net/usage_export.h"
 #include "net/listener.h"
 #include "net/report.h"
+#include "net/sess_adapt.h"
 #include "net/session.h"
 #include "net/upool-t.h"
 #include "store/store.h"
@@ -210,6 +211,7 @@ void sl_server_metrics(void *data, struct sl_metrics *m)
         }
     }
     pool_metrics(srv, m);
+    sl_actl_metrics(srv, m);
     static const char *const classes[5] = { "1xx", "2xx", "3xx", "4xx", "5xx" };
     sl_metrics_family(m, "sluice_http_responses_total", "counter",
                       "HTTP responses sent to clients (the upstream's and sluice's own), by status class.");

@@ -28,6 +28,7 @@
 #include "net/usage_export.h"
 #include "net/alog.h"
 #include "net/listener.h"
+#include "net/sess_adapt.h"
 #include "net/session.h"
 #include "net/session-i.h"
 #include "proto/http.h"
@@ -48,6 +49,8 @@ struct hq {
     uint32_t offered;    /* ... to these of the listener's upgrades (a mask) */
     uint8_t  unclosed;   /* its "Connection: close" was kept from the upstream (keep-alive
                             reuse): its response tells the client instead */
+    uint8_t  placed;     /* it holds a place of adaptive concurrency ... */
+    uint64_t sent_ns;    /* ... since then (net/sess_adapt.h) */
 };
 
 enum { BODY_NONE = 0, BODY_FWD, BODY_DROP };
@@ -76,6 +79,7 @@ struct sl_http_sess {
     uint8_t  eof;            /* the client sent EOF: end once what it sent is answered */
     uint8_t  fwd_unclosed;   /* the request head in fwd lost its "Connection: close" */
     uint8_t  fwd_plain;      /* ... a GET or HEAD without a body, no upgrade: safe to resend */
+    uint8_t  fwd_placed;     /* ... it holds a place of adaptive concurrency */
     uint8_t  again_done;     /* a request was resent once on a new upstream connection */
     uint8_t  again_due;      /* ... and goes out once that connection is up */
     char    *again;          /* the head sent first on a kept connection, while nothing of its
@@ -205,6 +209,11 @@ static void send_head(struct sl_session *s, char *fields, uint32_t fields_len)
     e->upgrade = h->fwd_upgrade;
     e->offered = h->fwd_offered;
     e->unclosed = h->fwd_unclosed;
+    e->placed = h->fwd_placed;
+    e->sent_ns = e->placed ? sl_sadapt_now() : 0;
+    if (e->placed)
+        sl_sadapt_hold(s);
+    h->fwd_placed = 0;
     h->qn++;
     h->reuse_ok = 0;
     if (h->fwd_upgrade || h->fwd_connect)
@@ -330,7 +339,10 @@ static void on_request(struct sl_session *s)
     struct sl_req r = { .http = hd };
     if (s->meter[0] != NULL || s->meter[1] != NULL)
         sl_identity_of_req(lc, id, &r, id->last); /* byte limits charge this request's */
-    if (!s->l->limited && !sl_sess_meters_owe(s)) {
+    /* adaptive concurrency counts requests, not tunnels (an upgrade's or
+     * CONNECT's connection lives as long as its client wants) */
+    uint8_t ak = sl_sadapt_on(s) && !h->fwd_upgrade && !h->fwd_connect;
+    if (!s->l->limited && !sl_sess_meters_owe(s) && !ak) {
         if (s->alog != NULL)
             sl_alog_sent(s);
         send_head(s, NULL, 0); /* the fast path: no limits */
@@ -338,6 +350,28 @@ static void on_request(struct sl_session *s)
     }
     if (sl_sess_enqueue(s, &r, 0, 0, 0, SL_PK_PLAIN) < 0)
         return;
+    if (ak) {
+        struct sl_pend *e = sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1);
+        e->adapt = 1;
+        e->tier = sl_sadapt_tier(s, &r);
+    }
+}
+
+/* Entry <p> was shed by adaptive concurrency: 503 with Retry-After, framed
+ * for the request it answers (as a limit's refusal, verdict_text). */
+static void adapt_refusal(struct sl_session *s, struct sl_pend *p)
+{
+    const struct sl_http_sess *h = s->http;
+    unsigned flags = (h->fwd_close ? SL_HTTP_ANS_CLOSE : 0) | (h->fwd_keep10 ? SL_HTTP_ANS_KEEP : 0) |
+                     (h->fwd_head ? SL_HTTP_ANS_HEAD : 0);
+    char out[SL_HTTP_ANSWER_MAX];
+    size_t n = sl_http_answer_overloaded(sl_sadapt_why(p->shed - 1u), flags, out, sizeof(out));
+    free(p->text);
+    p->text = n > 0 ? malloc(n) : NULL;
+    if (p->text != NULL)
+        memcpy(p->text, out, n);
+    p->len = p->text != NULL ? (uint32_t)n : 0;
+    p->state = SL_PEND_REJECT;
 }
 
 /* Verdicts in order: the request at the head of the ring goes or is
@@ -365,6 +399,15 @@ static void apply(struct sl_session *s)
             }
             if (g == SL_METER_REFUSE)
                 sl_sess_verdict(p, &v);
+        }
+        if (p->state == SL_PEND_ALLOW && p->adapt) {
+            /* adaptive concurrency: a place, a wait (resumed), or 503 */
+            int g = sl_sadapt_admit(s, p);
+            if (g == SL_SADAPT_WAIT)
+                return;
+            if (g == SL_SADAPT_SHED)
+                adapt_refusal(s, p);
+            s->http->fwd_placed = g == SL_SADAPT_GO && p->adapt;
         }
         struct sl_pend e;
         sl_pend_pop(&s->pend, &e);
@@ -545,6 +588,8 @@ static int response_ended(struct sl_session *s)
 {
     struct sl_http_sess *h = s->http;
     if (h->qn > 0) {
+        if (h->q[h->qh].placed) /* ended with no response head */
+            sl_sadapt_end(s, 0, SL_SADAPT_DROP);
         free(h->q[h->qh].fields);
         h->q[h->qh].fields = NULL;
         h->qh = (h->qh + 1) % HQ_MAX;
@@ -587,6 +632,11 @@ static void bad_gateway(struct sl_session *s, int status, const char *why)
     size_t n = sl_http_answer_error(status, NULL, out, sizeof(out));
     if (h->q[h->qh].head)
         n = sl_http_answer_head_only(out, n);
+    if (h->q[h->qh].placed) {
+        /* no answer in time, or the upstream gave up on it: overload */
+        h->q[h->qh].placed = 0;
+        sl_sadapt_end(s, 0, SL_SADAPT_OVERLOAD);
+    }
     /* Its turn is now: every reply before it has passed. */
     response_ended(s);
     if (sl_sess_send(s, (uv_stream_t *)&s->client, NULL, out, n) < 0) {
@@ -624,6 +674,13 @@ static int on_response(struct sl_session *s, struct sl_buf *b)
     }
     h->res_final = hd->status >= 200 || hd->status == 101;
     h->res_close = !hd->keep_alive;
+    if (h->res_final && e->placed) {
+        /* the latency of a request is to its response's head (what the
+         * body takes depends on the client reading it); a 5xx says
+         * overload, not a latency */
+        e->placed = 0;
+        sl_sadapt_end(s, e->sent_ns, hd->status >= 500 ? SL_SADAPT_OVERLOAD : SL_SADAPT_SAMPLE);
+    }
     count_status(s, hd->status);
     const char *extra = h->res_final ? e->fields : NULL;
     size_t elen = extra ? e->fields_len : 0;
@@ -763,6 +820,10 @@ static int send_again(struct sl_session *s)
     h->fwd_connect = h->fwd_upgrade = 0;
     h->fwd_offered = 0;
     h->fwd_unclosed = e->unclosed;
+    if (e->placed) { /* sent again uncounted: its place goes back */
+        e->placed = 0;
+        sl_sadapt_end(s, 0, SL_SADAPT_DROP);
+    }
     h->qh = (h->qh + 1) % HQ_MAX;
     h->qn--;
     h->again_done = h->again_due = 1;

@@ -52,6 +52,8 @@ struct sl_resp_sess {
     uint8_t             reply_first;/* first byte of the upstream reply in progress */
     uint8_t             reply_second;/* ... its second, on a pooled listener (0 until seen: "*-1" is EXEC's nil) */
     uint8_t             reply_seen; /* ... how many of those two were seen */
+    uint8_t             reply_busy; /* ... it is -BUSY or -LOADING (adaptive concurrency:
+                                       overload, not a latency) */
     uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
     /* a pooled listener's (s->link): */

@@ -25,6 +25,7 @@
 #include "identity/identity.h"
 #include "net/usage_export.h"
 #include "net/listener.h"
+#include "net/sess_adapt.h"
 #include "net/session.h"
 #include "net/session-i.h"
 #include "net/sess_resp-i.h"
@@ -169,6 +170,8 @@ static void auth_wake(struct sl_session *s)
 static void paid_one(struct sl_session *s)
 {
     rs(s)->paid_total++;
+    if (sl_sadapt_owed(s))
+        sl_sadapt_reply(s, rs(s)->paid_total, rs(s)->reply_busy);
     if (s->link != NULL && rs(s)->pool_ans.n > 0)
         sl_rpool_answered(s);
     if (rs(s)->auth_next != NULL && rs(s)->paid_total == rs(s)->auth_seq) {
@@ -309,10 +312,15 @@ static void rejected(struct sl_session *s, char *text, uint32_t len, uint32_t re
 
 /* EXEC after a rejection inside MULTI: DISCARD goes upstream instead (the
  * transaction must end there too), and its +OK is replaced by EXECABORT. */
-static void exec_abort(struct sl_session *s, uint32_t replies)
+static void exec_abort(struct sl_session *s, uint32_t replies, char *text, uint32_t len)
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     static char abort_msg[] = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+    uint8_t owned = text != NULL ? SL_SEG_OWNED : 0;
+    if (text == NULL) {
+        text = abort_msg;
+        len = sizeof(abort_msg) - 1;
+    }
     sl_rconn_exec_aborted(&rs(s)->rc);
     if (rs(s)->auth_in_multi && rs(s)->auth_next != NULL) {
         auth_drop(s); /* the transaction never runs */
@@ -320,15 +328,79 @@ static void exec_abort(struct sl_session *s, uint32_t replies)
     }
     s->l->stats.rejected++;
     if (sl_sess_send(s, sl_sess_side_stream(s, 1), NULL, discard, sizeof(discard) - 1) < 0) {
+        if (owned)
+            free(text);
         sl_session_close(s);
         return;
     }
     /* Under CLIENT REPLY OFF or SKIP, Redis does not answer the DISCARD
      * and the client expects nothing. */
-    if (replies == 0)
+    if (replies == 0) {
+        if (owned)
+            free(text);
         return;
+    }
     owe(s, 1);
-    sl_sess_local(s, abort_msg, sizeof(abort_msg) - 1, SL_SEG_SWALLOW);
+    sl_sess_local(s, text, len, SL_SEG_SWALLOW | owned);
+}
+
+/* ---- adaptive concurrency (net/sess_adapt.h) ------------------------------------ */
+
+enum { ADAPT_NO = 0, ADAPT_PLAIN, ADAPT_EXEC };
+
+/* Whether request <r> may count against the upstream's concurrency, as far
+ * as the request itself says: an EXEC (a transaction is admitted or refused
+ * whole at its EXEC: nothing of it ran before), a plain command that does
+ * not wait by design (blocking commands, WAIT, pub/sub, MONITOR do: they
+ * would hold places while the upstream is idle). What the connection's
+ * state says is asked when its turn comes (adapt_counts). */
+static uint8_t adapt_kind(const struct sl_session *s, const struct sl_resp_req *r, int kind,
+                          uint8_t fx)
+{
+    if (!sl_sadapt_on(s))
+        return ADAPT_NO;
+    if (kind == SL_PK_EXEC)
+        return ADAPT_EXEC;
+    if (kind != SL_PK_PLAIN || fx != SL_FX_PLAIN)
+        return ADAPT_NO;
+    struct sl_rcmd_info info;
+    sl_rcmd_class(r, &info);
+    if (info.pin & (SL_PIN_BLOCK | SL_PIN_SUB | SL_PIN_MONITOR | SL_PIN_DEBUG | SL_PIN_REPLICA))
+        return ADAPT_NO;
+    return ADAPT_PLAIN;
+}
+
+/* ... and at its turn: one reply, outside a transaction (the commands
+ * queued in one wait for its EXEC), not subscribed; an EXEC that will run. */
+static int adapt_counts(const struct sl_session *s, const struct sl_pend *e)
+{
+    const struct sl_resp_conn *rc = &rs(s)->rc;
+    if (e->adapt == ADAPT_EXEC)
+        return rc->in_multi && !rc->multi_dirty && rc->reply_mode == SL_REPLY_ON && !rc->passthru;
+    return e->adapt == ADAPT_PLAIN && sl_rconn_plain_one(rc) && !rc->passthru;
+}
+
+/* The refusal of entry <p>, shed by adaptive concurrency: -TRYAGAIN, the
+ * error Redis gives for "not now, nothing happened, send it again" (see
+ * docs/adaptive.md for why this one). */
+static void adapt_refusal(struct sl_session *s, struct sl_pend *p)
+{
+    char line[128];
+    int n = snprintf(line, sizeof(line), "-TRYAGAIN upstream overloaded, retry in %llu ms\r\n",
+                     (unsigned long long)sl_sadapt_retry_ms(s));
+    free(p->text);
+    p->text = malloc((size_t)n);
+    if (p->text != NULL)
+        memcpy(p->text, line, (size_t)n);
+    p->len = p->text != NULL ? (uint32_t)n : 0;
+    p->state = SL_PEND_REJECT;
+}
+
+/* A -BUSY or -LOADING error at <p> (<n> bytes seen of the reply): overload. */
+static int overload_reply(const char *p, size_t n)
+{
+    return (n >= 6 && memcmp(p, "-BUSY", 5) == 0 && (p[5] == ' ' || p[5] == '\r')) ||
+           (n >= 9 && memcmp(p, "-LOADING", 8) == 0 && (p[8] == ' ' || p[8] == '\r'));
 }
 
 /* A connection's set-up: the commands a client library sends as it
@@ -498,6 +570,16 @@ static void apply(struct sl_session *s)
                 e = *p;
             }
         }
+        int placed = 0; /* it holds a place of adaptive concurrency */
+        if (e.state == SL_PEND_ALLOW && e.adapt && adapt_counts(s, &e)) {
+            int g = sl_sadapt_admit(s, p);
+            if (g == SL_SADAPT_WAIT)
+                break;
+            if (g == SL_SADAPT_SHED)
+                adapt_refusal(s, p);
+            placed = g == SL_SADAPT_GO && p->adapt;
+            e = *p;
+        }
         sl_pend_pop(&s->pend, &e);
         struct prec *rec = e.pooled ? sl_rpool_next(s) : NULL;
         if (rec != NULL && e.state == SL_PEND_ALLOW && sl_rpool_is_local(s, rec)) {
@@ -533,6 +615,8 @@ static void apply(struct sl_session *s)
                 allowed(s, e.kind, commit(s, e.fx, e.nchan));
                 owed_slow(s, e.slow);
             }
+            if (placed)
+                sl_sadapt_sent(s, rs(s)->owed_total);
             if (rec != NULL)
                 sl_rpool_sent(s, rec, owed_before, in_multi);
             continue;
@@ -541,7 +625,11 @@ static void apply(struct sl_session *s)
         sl_sess_to_upstream(s, b, from, to);
         from = to = to + e.span; /* the request's bytes never leave */
         if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
-            exec_abort(s, commit(s, e.fx, e.nchan)); /* DISCARD goes in its place */
+            exec_abort(s, commit(s, e.fx, e.nchan), NULL, 0); /* DISCARD goes in its place */
+        } else if (e.kind == SL_PK_EXEC && e.shed) {
+            /* shed: the transaction ends unrun, -TRYAGAIN in EXEC's place */
+            exec_abort(s, commit(s, e.fx, e.nchan), e.text, e.len);
+            e.text = NULL;
         } else if (e.kind == SL_PK_TAIL) {
             rs(s)->head_state = 0;
         } else {
@@ -582,7 +670,7 @@ static void head_clock(struct sl_session *s)
  * the connection's set-up over, no byte limit in debt. */
 static int relay_only(const struct sl_session *s)
 {
-    return !s->l->limited && s->link == NULL && sl_pend_count(&s->pend) == 0 &&
+    return !s->l->limited && s->link == NULL && !sl_sadapt_on(s) && sl_pend_count(&s->pend) == 0 &&
            rs(s)->auth_next == NULL && rs(s)->setup_left == 0 && !sl_sess_meters_owe(s);
 }
 
@@ -676,6 +764,7 @@ static void process(struct sl_session *s)
         uint32_t nchan;
         uint8_t fx = sl_rconn_classify(r, &nchan);
         const struct sl_req q = { .resp = r, .setup = (uint8_t)setup_free(s, r, kind) };
+        uint8_t ak = adapt_kind(s, r, kind, fx);
         /* pooled: a request that is not plainly stateless takes its turn in
          * the ring, with a record of what it is */
         uint8_t slow = 0;
@@ -696,7 +785,7 @@ static void process(struct sl_session *s)
             from = to = b->start;
             continue;
         }
-        if (!s->l->limited && sl_pend_count(&s->pend) == 0 &&
+        if (!s->l->limited && sl_pend_count(&s->pend) == 0 && ak == ADAPT_NO &&
             !(kind == SL_PK_EXEC && rs(s)->rc.multi_dirty) && !sl_sess_meters_owe(s)) {
             to += span; /* the fast path: no limits, nothing waiting */
             allowed(s, kind, commit(s, fx, nchan));
@@ -711,7 +800,10 @@ static void process(struct sl_session *s)
                 return;
             struct sl_pend *e = sl_pend_head(&s->pend);
             e->slow = slow;
+            e->adapt = ak;
+            e->tier = ak ? sl_sadapt_tier(s, &q) : 0;
             if (sl_pend_count(&s->pend) == 1 && e->state == SL_PEND_ALLOW && e->kind == SL_PK_PLAIN &&
+                ak == ADAPT_NO &&
                 !sl_sess_meters_owe(s) && !sl_rconn_sub_wait(&rs(s)->rc, fx, kind)) {
                 sl_pend_unpush(&s->pend); /* it goes with the requests before it */
                 to += span;
@@ -726,7 +818,10 @@ static void process(struct sl_session *s)
             b->start = from = to;
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
-            sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1)->slow = slow;
+            struct sl_pend *e = sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1);
+            e->slow = slow;
+            e->adapt = ak;
+            e->tier = ak ? sl_sadapt_tier(s, &q) : 0;
         }
         apply(s);
         if (s->state >= SL_SESS_FLUSHING)
@@ -831,6 +926,7 @@ static uint32_t plain_replies(struct sl_session *s, struct sl_buf *b, uint32_t o
 {
     struct sl_resp_sess *r = rs(s);
     if (s->tail_n == 0 || s->seg_n > 0 || r->swallow || s->link != NULL || r->auth_next != NULL ||
+        sl_sadapt_owed(s) > 0 ||
         r->auth_pick != NULL || !sl_reply_idle(&r->scan) || !sl_rconn_replies_plain(&r->rc))
         return 0;
     uint32_t k;
@@ -870,6 +966,8 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         }
         if (sl_reply_idle(&rs(s)->scan)) {
             rs(s)->reply_first = (uint8_t)b->data[off];
+            rs(s)->reply_busy = rs(s)->reply_first == '-' && sl_sadapt_owed(s) > 0 &&
+                                overload_reply(b->data + off, b->end - off);
             rs(s)->reply_second = 0;
             rs(s)->reply_seen = 0;
             sl_rconn_reply_begin(&rs(s)->rc);

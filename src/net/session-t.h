@@ -25,6 +25,7 @@ struct sl_place;
 struct sl_tls;
 struct sl_sess_link;
 struct sl_alog_sess;
+struct sl_sadapt;
 
 enum sl_sess_state {
     SL_SESS_CONNECTING = 0, /* accepted; upstream connect in progress */
@@ -133,6 +134,8 @@ struct sl_session {
                                        0: not counted (net/usage_export.h) */
     struct sl_alog_sess *alog;      /* http, access_log: requests waiting for their line
                                        (net/alog.c); NULL when the listener does not log */
+    struct sl_sadapt    *adapt;     /* adaptive concurrency: its waiter and the places its
+                                       requests hold (net/sess_adapt.h); NULL until needed */
 };
 
 #endif

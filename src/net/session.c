@@ -44,6 +44,7 @@
 #include <sys/socket.h>
 
 #include "core/buf.h"
+#include "net/sess_adapt.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -671,6 +672,7 @@ static void session_free(struct sl_session *s)
     if (s->uin)
         sl_buf_unref(s->uin);
     s->proto->free(s);
+    sl_sadapt_free(s);
     free_segs(s);
     sl_pend_free(&s->pend);
     free(s->ident);

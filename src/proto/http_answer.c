@@ -274,6 +274,18 @@ size_t sl_http_answer_error(int status, const char *detail, char *out, size_t ca
     return finish(out, cap, status, &f, &b, SL_HTTP_ANS_CLOSE);
 }
 
+size_t sl_http_answer_overloaded(const char *why, unsigned flags, char *out, size_t cap)
+{
+    char bbuf[512], fbuf[] = "Retry-After: 1\r\n";
+    struct out f = { fbuf, sizeof(fbuf) - 1, sizeof(fbuf) - 1, 0 }, b = { bbuf, sizeof(bbuf), 0, 0 };
+    body_open(&b, 503, 1);
+    puts_(&b, "upstream overloaded (adaptive concurrency: ");
+    put_json_text(&b, why, 64);
+    puts_(&b, "), retry");
+    body_close(&b, 1);
+    return finish(out, cap, 503, &f, &b, flags);
+}
+
 size_t sl_http_answer_head_only(const char *out, size_t len)
 {
     for (size_t i = 0; i + 4 <= len; i++)

@@ -62,6 +62,12 @@ size_t sl_http_answer_error(int status, const char *detail, char *out, size_t ca
  * head's length; <len> when it has no empty line (not an answer). */
 size_t sl_http_answer_head_only(const char *out, size_t len);
 
+/* Adaptive concurrency refused the request (docs/adaptive.md): 503
+ * Service Unavailable with "Retry-After: 1" (the smallest whole number of
+ * seconds: the queue's waits are milliseconds), the body naming <why> (a
+ * static reason: "queue_full", "expired" ...). <flags>: SL_HTTP_ANS_*. */
+size_t sl_http_answer_overloaded(const char *why, unsigned flags, char *out, size_t cap);
+
 /* The reason phrase of <status> (RFC 9110), or "Error" for one unknown. */
 const char *sl_http_reason(int status);
 

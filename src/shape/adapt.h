@@ -74,6 +74,11 @@ struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
 /* When sl_adapt_expired may next have something (UINT64_MAX: never). */
 uint64_t sl_adapt_due(const struct sl_adapt *a);
 
+/* The same, for a caller at <now_ns> that has just called sl_adapt_expired
+ * until NULL: a time after <now_ns> (a refusal's hysteresis that
+ * sl_adapt_due counted on may have run out by then; UINT64_MAX: never). */
+uint64_t sl_adapt_due_after(const struct sl_adapt *a, uint64_t now_ns);
+
 /* Takes <w> out without a decision (its client went away); no-op when it
  * is not queued. */
 void sl_adapt_cancel(struct sl_adapt *a, struct sl_adapt_waiter *w);

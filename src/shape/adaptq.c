@@ -139,7 +139,11 @@ struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
         return NULL;
     struct sl_adapt_waiter *w = NULL;
     enum sl_adapt_reason why = SL_ADAPT_SHED_MAXWAIT;
-    if (sl_adapt_standing(a, now_ns) && now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
+    /* During a probe the queue is the probe's doing (its cap is a quarter
+     * of the limit): waiters wait for it, up to the interval, rather than
+     * being refused at the target ("nothing is refused because of a probe") */
+    if (!a->probing && sl_adapt_standing(a, now_ns) &&
+        now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
         w = q->head[lo];
         why = SL_ADAPT_SHED_STANDING;
     } else {
@@ -170,10 +174,35 @@ uint64_t sl_adapt_due(const struct sl_adapt *a)
     int held = q->has_shed && due < q->last_shed_ns + a->p.queue_interval_ns;
     if (!held && due < aged)
         due = aged; /* not standing at <due>: it stands by age at <aged> */
+    if (a->probing)
+        due = UINT64_MAX; /* only the interval, while a probe lasts */
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;
     return due;
+}
+
+uint64_t sl_adapt_due_after(const struct sl_adapt *a, uint64_t now_ns)
+{
+    uint64_t due = sl_adapt_due(a);
+    if (due > now_ns)
+        return due;
+    /* sl_adapt_due counted on the hysteresis of a refusal (standing until
+     * an interval after it), and that ran out before the caller looked
+     * (a timer fired late): from now on only age makes the queue stand,
+     * and every waiter goes at the interval. */
+    const struct sl_adaptq *q = &a->q;
+    int lo = lowest_tier(q);
+    due = q->busy_since_ns + a->p.queue_interval_ns;
+    if (q->head[lo]->since_ns + sl_adapt_target(a) + 1 > due)
+        due = q->head[lo]->since_ns + sl_adapt_target(a) + 1;
+    if (a->probing)
+        due = UINT64_MAX;
+    for (int t = lo; t < SL_ADAPT_TIERS; t++)
+        if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
+            due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;
+    /* never now or before: a caller that arms a timer for it must not spin */
+    return due > now_ns ? due : now_ns + 1000000;
 }
 
 void sl_adapt_cancel(struct sl_adapt *a, struct sl_adapt_waiter *w)

@@ -215,6 +215,44 @@ static void test_queue_expiry(void **state)
     assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, t + 200 * MS, &ev), 0);
     assert_false(sl_adapt_standing(&a, t + 200 * MS));
     assert_int_equal(sl_adapt_due(&a), t + 250 * MS);
+    sl_adapt_cancel(&a, &w[2]);
+
+    /* A timer that fires late: the deadline counted on a refusal's
+     * hysteresis that has run out by then; nothing is due now, and the
+     * next deadline is after now (a timer armed for "now" would spin). */
+    t = 1000 * MS;
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, t, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t, &ev), 0);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS, &why), &w[0]); /* standing: refused */
+    assert_ptr_equal(sl_adapt_next(&a, t + 50 * MS), NULL);            /* the cap is held */
+    sl_adapt_cancel(&a, &w[1]);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t + 90 * MS, &ev), 0);
+    assert_int_equal(sl_adapt_due(&a), t + 92 * MS + 1);     /* standing until t + 100 ms */
+    uint64_t late = t + 120 * MS;                             /* ... the timer ran after it */
+    assert_true(sl_adapt_due(&a) <= late);
+    assert_null(sl_adapt_expired(&a, late, &why));
+    uint64_t next = sl_adapt_due_after(&a, late);
+    assert_true(next > late);
+    assert_int_equal(next, t + 140 * MS); /* the queue stands by age: w[1] is past the target */
+    assert_null(sl_adapt_expired(&a, next - 1, &why));
+    assert_ptr_equal(sl_adapt_expired(&a, next, &why), &w[1]);
+    assert_int_equal(why, SL_ADAPT_SHED_STANDING);
+    assert_int_equal(sl_adapt_due_after(&a, next), UINT64_MAX);
+
+    /* During a probe the queue is the probe's: a standing queue's waiters
+     * are not refused at the target, only past the interval. */
+    t = 2000 * MS;
+    assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, t, &ev), 0);
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t + 45 * MS, &ev), 0);
+    assert_true(sl_adapt_standing(&a, t + 50 * MS));
+    a.probing = 1;
+    assert_null(sl_adapt_expired(&a, t + 50 * MS, &why)); /* w[0] is past the target */
+    assert_int_equal(sl_adapt_due(&a), t + 50 * MS + 1);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[0]);
+    assert_int_equal(why, SL_ADAPT_SHED_MAXWAIT);
+    a.probing = 0;
+    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[1]); /* standing again */
+    assert_int_equal(why, SL_ADAPT_SHED_STANDING);
 
     /* no queue at all */
     p.queue_cap = 0;
