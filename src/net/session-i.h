@@ -202,6 +202,10 @@ void sl_sess_connect_upstream(struct sl_session *s);
 void sl_sess_accepted(struct sl_session *s);  /* PROXY header read: TLS or the protocol */
 void sl_sess_pp_start(struct sl_session *s);  /* sess_pp.c: reads the PROXY header */
 void sl_sess_pp_refuse(struct sl_session *s, const char *why);
+
+/* For the timeout sweep (sess_sweep.c): an upstream connect given up as
+ * timed out (the client is answered). */
+void sl_sess_connect_timed_out(struct sl_session *s);
 int  sl_sess_pp_upstream(struct sl_session *s); /* writes the header upstream; <0: failed */
 /* sess_gate.c: a session under connection limits asks for its places. */
 void sl_sess_gate_try(struct sl_session *s);

@@ -66,7 +66,6 @@
 #define HIGH_WATER   (4 * SL_BUF_SIZE)
 #define LOW_WATER    (SL_BUF_SIZE)
 #define MIN_READ     (8 * 1024)      /* smaller room than this: take a fresh chunk */
-#define LINGER_MS    2000            /* how long a lingering close waits for EOF */
 
 /* A queued write: holds the chunks its bytes live in, and carries a copy of
  * the bytes that live in none (after refs[nref]). */
@@ -1365,121 +1364,16 @@ static void accept_rest(struct sl_session *s)
     sl_sess_connect_upstream(s);
 }
 
-/* ---- sweep -------------------------------------------------------------------- */
+/* ---- for the sweep (sess_sweep.c) ---------------------------------------- */
 
-/* The timeouts of a listener's queues, in loop milliseconds, as the sweep
- * applies them and the process's timer is armed for them. */
-enum { TO_CONNECT, TO_LINGER, TO_HANDSHAKE, TO_HEAD, TO_UPSTREAM, TO_IDLE, TO_N };
-
-static uint64_t timeout_ms(const struct sl_listener *l, int which)
+void sl_sess_connect_timed_out(struct sl_session *s)
 {
-    const struct sl_listener_conf *c = l->conf;
-    uint64_t ms;
-    switch (which) {
-    case TO_CONNECT:
-        ms = c->connect_timeout_us / 1000;
-        return ms ? ms : 1;
-    case TO_LINGER:
-        return LINGER_MS;
-    case TO_HANDSHAKE:
-        /* A TLS handshake gets header_timeout (10s when that is off: a
-         * handshake never waits for ever). */
-        ms = c->header_timeout_us / 1000;
-        return ms ? ms : 10000;
-    case TO_HEAD:
-        /* 0 (turned off by a reload): its nodes are only taken out */
-        ms = c->header_timeout_us / 1000;
-        return ms ? ms : 1;
-    case TO_UPSTREAM:
-        ms = c->upstream_timeout_us / 1000;
-        return ms ? ms : 1;
-    default:
-        return c->idle_timeout_us / 1000; /* 0: never */
-    }
-}
-
-uint64_t sl_session_next_due(const struct sl_listener *l)
-{
-    const struct sl_tq *qs[TO_N] = { &l->connecting, &l->lingering, &l->handshaking,
-                                     &l->heading, &l->awaiting, &l->active };
-    uint64_t due = UINT64_MAX;
-    for (int i = 0; i < TO_N; i++) {
-        uint64_t t = timeout_ms(l, i);
-        if (i == TO_IDLE && t == 0)
-            continue;
-        uint64_t d = sl_tq_due(qs[i], t);
-        if (d < due)
-            due = d;
-    }
-    return due;
-}
-
-void sl_session_sweep(struct sl_listener *l, uint64_t now)
-{
-    struct sl_tq_node *n;
-    while ((n = sl_tq_expired(&l->connecting, now, timeout_ms(l, TO_CONNECT))) != NULL) {
-        struct sl_session *s = sl_session_of(n);
-        sl_tq_remove(n);
-        if (s->up_up) /* not made yet while waiting for a lookup */
-            close_upstream(s);
-        s->up_up = 0;
-        s->resolving = 0;
-        s->state = SL_SESS_RELAY; /* on_connect (cancelled) must not act */
-        upstream_failed(s, UV_ETIMEDOUT);
-    }
-    while ((n = sl_tq_expired(&l->lingering, now, timeout_ms(l, TO_LINGER))) != NULL)
-        sl_session_close(sl_session_of(n));
-
-    while ((n = sl_tq_expired(&l->handshaking, now, timeout_ms(l, TO_HANDSHAKE))) != NULL) {
-        struct sl_session *s = sl_session_of(n);
-        sl_tq_remove(n);
-        if (s->pp != NULL) {
-            sl_sess_pp_refuse(s, "timed out (header_timeout)");
-            continue;
-        }
-        l->stats.tls_handshake_failures++;
-        sl_log_warn_rl("tls_handshake", "TLS handshake with a client failed", "listener=%s err=\"%s\"",
-                       l->name, "timed out (header_timeout)");
-        sl_session_close(s);
-    }
-
-    uint64_t ht = l->conf->header_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->heading, now, timeout_ms(l, TO_HEAD))) != NULL) {
-        struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, hq));
-        sl_tq_remove(n);
-        if (ht == 0)
-            continue; /* turned off by a reload */
-        l->stats.header_timeouts++;
-        sl_log_debug_rl("header_timeout", "header timeout", "listener=%s", l->name);
-        s->proto->header_late(s);
-        sess_flush(s);
-    }
-
-    uint64_t ut = l->conf->upstream_timeout_us / 1000;
-    while ((n = sl_tq_expired(&l->awaiting, now, timeout_ms(l, TO_UPSTREAM))) != NULL) {
-        struct sl_session *s = (struct sl_session *)((char *)n - offsetof(struct sl_session, wq));
-        sl_tq_remove(n);
-        if (ut == 0)
-            continue; /* turned off by a reload */
-        l->stats.upstream_timeouts++;
-        sl_log_debug_rl("upstream_timeout", "upstream timeout", "listener=%s", l->name);
-        s->proto->upstream_late(s);
-        sess_flush(s);
-    }
-
-    uint64_t idle = timeout_ms(l, TO_IDLE);
-    if (idle > 0) {
-        while ((n = sl_tq_expired(&l->active, now, idle)) != NULL) {
-            struct sl_session *s = sl_session_of(n);
-            /* As in Redis: a blocked or subscribed client is not idle. */
-            if (s->inflight > 0 || s->proto->busy(s)) {
-                sl_tq_touch(&l->active, n, now);
-                continue;
-            }
-            l->stats.idle_closed++;
-            sl_session_close(s);
-        }
-    }
+    if (s->up_up) /* not made yet while waiting for a lookup */
+        close_upstream(s);
+    s->up_up = 0;
+    s->resolving = 0;
+    s->state = SL_SESS_RELAY; /* on_connect (cancelled) must not act */
+    upstream_failed(s, UV_ETIMEDOUT);
 }
 
 /* For the TLS transport (sess_tls.c): bytes (or EOF, an error) decrypted
