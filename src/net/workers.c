@@ -708,8 +708,11 @@ static void on_admin_api(void *data, const struct sl_admin_call *call, struct sl
     memcpy(p, call->query, call->qlen);
     p += call->qlen;
     *p = '\0';
-    /* GET .../identities (no identity): the busiest, merged as such */
-    if (call->plen >= 11 && memcmp(call->path + call->plen - 11, "/identities", 11) == 0)
+    /* GET /limits/NAME/identities (no identity): the busiest, merged as
+     * such. The segments are counted: an identity that is itself called
+     * "identities" (/limits/NAME/identities/identities) is a lookup. */
+    if (call->plen > 19 && memcmp(call->path + call->plen - 11, "/identities", 11) == 0 &&
+        memchr(call->path + 8, '/', call->plen - 19) == NULL)
         r->top = top_of(call);
     round_start(m, r, q, 5 + len);
     free(q);

@@ -534,6 +534,12 @@ static void test_workers(void **state)
     b = get(w->admin[0], "/limits/plan/identities/ip:127.0.0.1", 200);
     assert_int_equal(num(b, "remaining"), 100);
     free(b);
+    /* an identity called "identities" is looked up, not taken for the
+     * busiest list because its path ends in /identities */
+    b = get(w->admin[0], "/limits/plan/identities/identities", 200);
+    assert_true(has(b, "\"identity\":\"identities\""));
+    assert_int_equal(num(b, "remaining"), 100);
+    free(b);
     world_free(w);
 }
 
