@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "admin/json.h"
 #include "admin/limits_merge.h"
 #include "admin/process.h"
 #include "conf/conf.h"
@@ -674,9 +675,12 @@ static size_t top_of(const struct sl_admin_call *call)
     size_t top = 10;
     const char *q = call->query, *end = q + call->qlen;
     while (q < end) {
-        if (end - q > 4 && memcmp(q, "top=", 4) == 0)
-            top = strtoul(q + 4, NULL, 10);
         const char *amp = memchr(q, '&', (size_t)(end - q));
+        /* the value percent-decoded as the workers read it (top=%35 is 5) */
+        char v[32];
+        if (end - q > 4 && memcmp(q, "top=", 4) == 0 &&
+            sl_pct_decode(q + 4, (size_t)((amp != NULL ? amp : end) - (q + 4)), v, sizeof(v)) >= 0)
+            top = strtoul(v, NULL, 10);
         q = amp != NULL ? amp + 1 : end;
     }
     return top;
