@@ -484,6 +484,26 @@ static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
         prec_free(c);
         return;
     }
+    /* The one before it waits for the same reply (nothing that owes one
+     * was sent between): one entry says what both did, the later winning.
+     * Otherwise a client could pile up an entry per request, each owing
+     * nothing (so max_replies_owed never stops it), behind a reply that
+     * does not come (BLPOP k 0, CLIENT REPLY OFF, then SETNAME after
+     * SETNAME): memory without bound. */
+    struct prec *t = r->pool_ans.n > 0
+                         ? r->pool_ans.e[(r->pool_ans.head + r->pool_ans.n - 1) % r->pool_ans.cap]
+                         : NULL;
+    if (t != NULL && t->unanswered && t->seq == r->owed_total) {
+        if (c->hname != NULL) {
+            free(t->hname);
+            t->hname = c->hname;
+            c->hname = NULL;
+        }
+        if (resp != 0)
+            t->uresp = resp;
+        prec_free(c);
+        return;
+    }
     c->unanswered = 1;
     c->uresp = resp;
     c->seq = r->owed_total;

@@ -38,6 +38,8 @@ struct sl_uexp {
     uint64_t          duplicates;  /* deliveries the store had applied already */
     uint8_t           off;         /* export turned off with calls in flight: counts
                                       nothing, closed when the last one answers */
+    uint8_t           flushed;     /* the exit's one delivery round is made: what it
+                                      could not deliver is dropped, not retried */
     void            (*final_done)(struct sl_server *);
 };
 
@@ -296,8 +298,13 @@ int sl_usage_export_final(struct sl_server *srv, void (*done)(struct sl_server *
     struct sl_uexp *x = sl_uexp_cur;
     if (x == NULL || x->srv != srv)
         return 0;
-    if (x->final_done == NULL && x->in_flight == 0 && !x->off)
+    /* One round only: when its answers are in, this is called again, and a
+     * store that fails every delivery (an error reply, a timeout) would
+     * otherwise be retried without end and the process never exit. */
+    if (!x->flushed && x->in_flight == 0 && !x->off) {
+        x->flushed = 1;
         flush(x);
+    }
     if (x->in_flight == 0)
         return 0;
     x->final_done = done;

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "admin/json.h"
 #include "admin/limits_merge.h"
 #include "admin/process.h"
 #include "conf/conf.h"
@@ -674,9 +675,12 @@ static size_t top_of(const struct sl_admin_call *call)
     size_t top = 10;
     const char *q = call->query, *end = q + call->qlen;
     while (q < end) {
-        if (end - q > 4 && memcmp(q, "top=", 4) == 0)
-            top = strtoul(q + 4, NULL, 10);
         const char *amp = memchr(q, '&', (size_t)(end - q));
+        /* the value percent-decoded as the workers read it (top=%35 is 5) */
+        char v[32];
+        if (end - q > 4 && memcmp(q, "top=", 4) == 0 &&
+            sl_pct_decode(q + 4, (size_t)((amp != NULL ? amp : end) - (q + 4)), v, sizeof(v)) >= 0)
+            top = strtoul(v, NULL, 10);
         q = amp != NULL ? amp + 1 : end;
     }
     return top;
@@ -708,8 +712,11 @@ static void on_admin_api(void *data, const struct sl_admin_call *call, struct sl
     memcpy(p, call->query, call->qlen);
     p += call->qlen;
     *p = '\0';
-    /* GET .../identities (no identity): the busiest, merged as such */
-    if (call->plen >= 11 && memcmp(call->path + call->plen - 11, "/identities", 11) == 0)
+    /* GET /limits/NAME/identities (no identity): the busiest, merged as
+     * such. The segments are counted: an identity that is itself called
+     * "identities" (/limits/NAME/identities/identities) is a lookup. */
+    if (call->plen > 19 && memcmp(call->path + call->plen - 11, "/identities", 11) == 0 &&
+        memchr(call->path + 8, '/', call->plen - 19) == NULL)
         r->top = top_of(call);
     round_start(m, r, q, 5 + len);
     free(q);

@@ -173,6 +173,11 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
         l *= a->p.backoff;
     } else {
         double mean = a->win_sum_ns / a->win_n;
+        /* A window of replies timed at 0 (the loop's clock is read once a
+         * turn) would make the gradient 0/0 below, NaN for good: 1 ns,
+         * the least a reply can take. */
+        if (mean < 1.0)
+            mean = 1.0;
         a->sampled_ns = mean;
         if (a->baseline_ns == 0 && (double)a->win_max_inflight * 2.0 >= l) {
             /* The first window was busy: its mean may hold a queue. Take it

@@ -534,6 +534,26 @@ static void test_workers(void **state)
     b = get(w->admin[0], "/limits/plan/identities/ip:127.0.0.1", 200);
     assert_int_equal(num(b, "remaining"), 100);
     free(b);
+    /* the busiest from several workers: ?top=%31%30 is ?top=10, merged
+     * as a top list too (distinct counts: one order) */
+    for (int i = 2; i <= 7; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.0.%d", i);
+        assert_int_equal(incr_from(w->port[0], src, i), i);
+    }
+    char *plain = get(w->admin[0], "/limits/plan/identities?top=10", 200);
+    b = get(w->admin[0], "/limits/plan/identities?top=%31%30", 200);
+    if (strcmp(plain, b) != 0)
+        fprintf(stderr, "top=10: %s\ntop=%%31%%30: %s\n", plain, b);
+    assert_string_equal(plain, b);
+    free(plain);
+    free(b);
+    /* an identity called "identities" is looked up, not taken for the
+     * busiest list because its path ends in /identities */
+    b = get(w->admin[0], "/limits/plan/identities/identities", 200);
+    assert_true(has(b, "\"identity\":\"identities\""));
+    assert_int_equal(num(b, "remaining"), 100);
+    free(b);
     world_free(w);
 }
 

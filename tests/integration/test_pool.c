@@ -638,6 +638,71 @@ static void test_upstream_killed(void **state)
     assert_int_equal(th_stop(&s2), 0);
 }
 
+/* The query buffer the upstream holds for its client blocked in BLPOP
+ * (its CLIENT LIST qbuf), or -1 when none is blocked. */
+static long blocked_qbuf(void)
+{
+    redisContext *d = conn(redis_p.port);
+    redisReply *r = cmd(d, "CLIENT LIST");
+    long q = -1;
+    const char *p = strstr(r->str, "cmd=blpop");
+    if (p != NULL) {
+        while (p > r->str && p[-1] != '\n')
+            p--;
+        const char *b = strstr(p, " qbuf=");
+        if (b != NULL)
+            q = strtol(b + 6, NULL, 10);
+    }
+    freeReplyObject(r);
+    redisFree(d);
+    return q;
+}
+
+/* Requests that owe no reply (CLIENT REPLY OFF) behind one whose reply does
+ * not come (BLPOP k 0) cost sluice nothing each: 200,000 SETNAMEs (8.6 MB)
+ * leave its memory where it was (it kept an entry per request, about 200
+ * bytes, without bound); the name is still the last one once they ran. */
+static void test_unanswered_bounded(void **state)
+{
+    (void)state;
+    int fd = th_connect(pport);
+    assert_true(fd >= 0);
+    static const char head[] = "*3\r\n$5\r\nBLPOP\r\n$5\r\nub:q0\r\n$1\r\n0\r\n"
+                               "*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n";
+    static const char one[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$4\r\nabcd\r\n";
+    static const char last[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$4\r\nlast\r\n"
+                               "*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$2\r\nON\r\n"
+                               "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n";
+    assert_int_equal(th_write_all(fd, head, sizeof(head) - 1), 0);
+    for (uint64_t end = th_now_ms() + 10000; upstream_blocked() < 1 && th_now_ms() < end;)
+        usleep(10000);
+    assert_int_equal(upstream_blocked(), 1);
+    long before = th_rss_kb(sluice_p.pid);
+    enum { N = 200000, PER = 1000 };
+    static char chunk[PER * (sizeof(one) - 1)];
+    for (int i = 0; i < PER; i++)
+        memcpy(chunk + i * (sizeof(one) - 1), one, sizeof(one) - 1);
+    for (int i = 0; i < N / PER; i++)
+        assert_int_equal(th_write_all(fd, chunk, sizeof(chunk)), 0);
+    assert_int_equal(th_write_all(fd, last, sizeof(last) - 1), 0);
+    /* every request has gone through sluice: the upstream holds them all */
+    long want = (long)(N * (sizeof(one) - 1) + sizeof(last) - 1);
+    for (uint64_t end = th_now_ms() + 20000; blocked_qbuf() < want && th_now_ms() < end;)
+        usleep(10000);
+    assert_true(blocked_qbuf() >= want);
+    long after = th_rss_kb(sluice_p.pid);
+    if (after - before > 8192)
+        fprintf(stderr, "sluice grew from %ld to %ld KiB\n", before, after);
+    assert_true(after - before <= 8192);
+    redisContext *b = conn(pport);
+    redisReply *r = cmd(b, "RPUSH ub:q0 x");
+    freeReplyObject(r);
+    redisFree(b);
+    static const char want_r[] = "*2\r\n$5\r\nub:q0\r\n$1\r\nx\r\n+OK\r\n$4\r\nlast\r\n";
+    assert_int_equal(th_expect(fd, want_r, sizeof(want_r) - 1, 10000), 0);
+    close(fd);
+}
+
 /* Past upstream_pool_pinned a client waits upstream_pool_pin_wait, then
  * gets an error in its request's place; both are counted. */
 static void test_pin_cap(void **state)
@@ -733,6 +798,7 @@ int main(void)
         cmocka_unit_test(test_big_request),
         cmocka_unit_test(test_resp3),
         cmocka_unit_test(test_upstream_killed),
+        cmocka_unit_test(test_unanswered_bounded),
         cmocka_unit_test(test_pin_cap),
         cmocka_unit_test(test_slow_reader),
     };

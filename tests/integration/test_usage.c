@@ -553,6 +553,29 @@ static void test_reload_then_exit(void **state)
     world_free(w);
 }
 
+/* The exit delivers once: a store that answers every delivery with an
+ * error (here it refuses writes: no replica for min-replicas-to-write)
+ * gets one round, then the process ends and logs what it dropped,
+ * instead of retrying forever and never exiting. */
+static void test_exit_store_refuses(void **state)
+{
+    (void)state;
+    struct world *w = world_new(1, "export = store\ninterval = 1h\n");
+    struct sent a = { 0 };
+    traffic(w->port[0], "127.0.0.1", 4, 0, 0, &a);
+    free(th_redis_cmd(w->store.port, "CONFIG SET min-replicas-to-write 1"));
+    int st = th_signal_wait(&w->sl[0], SIGTERM, 15000);
+    if (st == -1)
+        fprintf(stderr, "sluice did not exit: %s\n", w->sl[0].log);
+    assert_true(st != -1);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(th_log_count(w->sl[0].log, "usage: not delivered, dropped") >= 1);
+    w->sl[0].pid = 0;
+    th_stop(&w->up);
+    th_stop(&w->store);
+    free(w);
+}
+
 /* workers = 2: each worker counts and delivers on its own; the store
  * holds their sum. */
 static void test_workers_sum(void **state)
@@ -921,6 +944,7 @@ int main(void)
         cmocka_unit_test(test_many_identities),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_reload_then_exit),
+        cmocka_unit_test(test_exit_store_refuses),
         cmocka_unit_test(test_reload_off_on),
         cmocka_unit_test(test_reload_on_open_connection),
         cmocka_unit_test(test_conf_rules),

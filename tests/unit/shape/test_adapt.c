@@ -295,6 +295,32 @@ static void test_overload_backs_off(void **state)
     assert_int_equal(sl_adapt_limit(&a), 1);
 }
 
+/* Replies timed at 0 ns (the turn clock read once per loop turn: a reply
+ * read in the turn its request went out) leave the limit a number: a first
+ * window of them made it 0/0, NaN for good (the cap stuck at min_limit,
+ * the metrics NaN). */
+static void test_zero_latency_window(void **state)
+{
+    (void)state;
+    struct sl_adapt a;
+    init_default(&a, 0);
+    uint64_t t = 0;
+    for (int i = 0; i < 20; i++) {
+        t += 6 * MS;
+        sl_adapt_sample(&a, 0, t);
+    }
+    assert_false(isnan(sl_adapt_estimate(&a)));
+    assert_false(isnan(a.baseline_ns));
+    /* and real latencies later still steer it */
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 20; i++) {
+            t += 6 * MS;
+            sl_adapt_sample(&a, 1 * MS, t);
+        }
+    assert_false(isnan(sl_adapt_estimate(&a)));
+    assert_true(sl_adapt_limit(&a) >= a.p.min_limit);
+}
+
 /* The upstream becomes slower for good: the baseline is re-measured by a
  * probe at half the limit (never a tiny cap), and the limit recovers. */
 static void test_probe_follows_slower_upstream(void **state)
@@ -852,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_queue_tiers_and_orders),
         cmocka_unit_test(test_queue_expiry),
         cmocka_unit_test(test_overload_backs_off),
+        cmocka_unit_test(test_zero_latency_window),
         cmocka_unit_test(test_probe_follows_slower_upstream),
         cmocka_unit_test(test_sim_overload),
         cmocka_unit_test(test_sim_half_load_never_sheds),
