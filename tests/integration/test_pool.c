@@ -693,7 +693,11 @@ static void test_unanswered_bounded(void **state)
     long after = th_rss_kb(sluice_p.pid);
     if (after - before > 8192)
         fprintf(stderr, "sluice grew from %ld to %ld KiB\n", before, after);
-    assert_true(after - before <= 8192);
+    /* Under AddressSanitizer (make check) freed memory stays resident in
+     * its quarantine (256 MB by default), so the bound means nothing
+     * there; make test checks it. */
+    if (getenv("ASAN_OPTIONS") == NULL)
+        assert_true(after - before <= 8192);
     redisContext *b = conn(pport);
     redisReply *r = cmd(b, "RPUSH ub:q0 x");
     freeReplyObject(r);
