@@ -766,8 +766,11 @@ static void test_slow_reader(void **state)
     int small = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
     static const char get[] = "*2\r\n$3\r\nGET\r\n$8\r\nslow:big\r\n";
+    /* sluice may close it before the last GET is written (that is what
+     * is tested): a write failing then ends the sending, not the test */
     for (int i = 0; i < 200; i++)
-        TH_SEND(fd, get);
+        if (th_write_all(fd, get, sizeof(get) - 1) < 0)
+            break;
     assert_int_equal(th_metric_wait(admin, "sluice_pool_slow_clients_closed_total{listener=\"p\"}", 1,
                                     TH_MS),
                      0);
@@ -809,5 +812,6 @@ int main(void)
     const char *only = getenv("POOL_ONLY");
     if (only != NULL)
         cmocka_set_test_filter(only);
+    signal(SIGPIPE, SIG_IGN); /* a write to a client sluice closed fails, not kills */
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
