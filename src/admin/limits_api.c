@@ -33,14 +33,23 @@ static void answer_json(struct sl_admin_req *req, int status, const char *allow,
     free(*body);
 }
 
+/* A stream for a JSON body into <*body>/<*len>; NULL (and a 500 answered
+ * to <req>) when none can be had. */
+static FILE *json_open(struct sl_admin_req *req, char **body, size_t *len)
+{
+    FILE *f = open_memstream(body, len);
+    if (f == NULL)
+        sl_admin_answer_allow(req, 500, NULL, NULL, 0);
+    return f;
+}
+
 /* {"error": <msg>} with <status>. */
 static void answer_error(struct sl_admin_req *req, int status, const char *allow, const char *msg)
 {
     char *body = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&body, &len);
+    FILE *f = json_open(req, &body, &len);
     if (f == NULL) {
-        sl_admin_answer_allow(req, 500, NULL, NULL, 0);
         return;
     }
     fputs("{\"error\":", f);
@@ -76,9 +85,8 @@ static void on_look(void *data, const struct sl_lim_look *r)
     }
     char *body = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&body, &len);
+    FILE *f = json_open(req, &body, &len);
     if (f == NULL) {
-        sl_admin_answer_allow(req, 500, NULL, NULL, 0);
         return;
     }
     fputs("{\"limit\":", f);
@@ -137,9 +145,8 @@ static void on_reset(void *data, int status, int64_t deleted, const char *err)
     }
     char *body = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&body, &len);
+    FILE *f = json_open(rc->req, &body, &len);
     if (f == NULL) {
-        sl_admin_answer_allow(rc->req, 500, NULL, NULL, 0);
         free(rc);
         return;
     }
@@ -239,9 +246,8 @@ void sl_limits_api(struct sl_limiter *lim, const struct sl_admin_call *call,
         }
         char *body = NULL;
         size_t len = 0;
-        FILE *f = open_memstream(&body, &len);
+        FILE *f = json_open(req, &body, &len);
         if (f == NULL) {
-            sl_admin_answer_allow(req, 500, NULL, NULL, 0);
             return;
         }
         if (lim != NULL)
@@ -288,9 +294,8 @@ void sl_limits_api(struct sl_limiter *lim, const struct sl_admin_call *call,
         }
         char *body = NULL;
         size_t len = 0;
-        FILE *f = open_memstream(&body, &len);
+        FILE *f = json_open(req, &body, &len);
         if (f == NULL) {
-            sl_admin_answer_allow(req, 500, NULL, NULL, 0);
             return;
         }
         sl_limiter_top_json(lim, idx, by, n, f);
