@@ -36,6 +36,15 @@ static int warn_secret(const struct sl_conf *c, const char *key, const char *pf,
     return 1;
 }
 
+/* The host of address text <text> ("host:port"): what a warning names. */
+static void host_of(const char *text, char *host, size_t cap)
+{
+    snprintf(host, cap, "%s", text);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+}
+
 /* A name of the store's url (<a>: its host, a cluster seed, a sentinel)
  * did not resolve at load: not fatal (conf/resolve.h), but what the
  * operator reads first when every request gets on_failure. */
@@ -43,10 +52,7 @@ static int warn_name(const struct sl_conf *c, const struct sl_addr *a, FILE *err
 {
     const struct sl_store_conf *s = &c->store;
     char host[sizeof(a->text)];
-    snprintf(host, sizeof(host), "%s", a->text);
-    char *colon = strrchr(host, ':');
-    if (colon != NULL)
-        *colon = '\0';
+    host_of(a->text, host, sizeof(host));
     const char *why = gai_strerror(s->unresolved_rc);
     if (errf != NULL) {
         fprintf(errf, "%s:%d: warning: url: cannot resolve '%s' now: %s (sluice starts; "
@@ -117,10 +123,7 @@ static int warn_upstream(const struct sl_conf *c, const struct sl_listener_conf 
     if (l->upstream_unresolved_line == 0)
         return 0;
     char host[sizeof(l->upstream.text)];
-    snprintf(host, sizeof(host), "%s", l->upstream.text);
-    char *colon = strrchr(host, ':');
-    if (colon != NULL)
-        *colon = '\0';
+    host_of(l->upstream.text, host, sizeof(host));
     const char *why = gai_strerror(l->upstream_unresolved_rc);
     if (errf != NULL) {
         fprintf(errf, "%s:%d: warning: upstream: cannot resolve '%s' now: %s (sluice starts; "
