@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "admin/json.h"
+#include "core/hex.h"
 
 /* Length of the well-formed UTF-8 sequence at <p> (<n> bytes left, first
  * byte >= 0x80), or 0 when it is malformed (RFC 3629 table 3-7). */
@@ -66,17 +67,6 @@ void sl_json_str(FILE *out, const char *s, size_t n)
     putc('"', out);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 long sl_pct_decode(const char *in, size_t n, char *out, size_t cap)
 {
     if (cap == 0)
@@ -87,7 +77,7 @@ long sl_pct_decode(const char *in, size_t n, char *out, size_t cap)
         if (c == '%') {
             if (n - i < 3)
                 return -1;
-            int h = hexval(in[i + 1]), l = hexval(in[i + 2]);
+            int h = sl_hexval(in[i + 1]), l = sl_hexval(in[i + 2]);
             if (h < 0 || l < 0)
                 return -1;
             c = (char)(h << 4 | l);

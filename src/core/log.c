@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/hex.h"
 #include "core/log.h"
 
 #define KV_MAX   2048 /* key=value text of one line */
@@ -199,17 +200,6 @@ full:
     b->full = 1;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* 1 if the word at <p> (up to a space) is a continuation of an unquoted
  * value: not empty, no '=' in it. */
 static int plain_word(const char *p)
@@ -240,7 +230,7 @@ static size_t logfmt_value(const char **pp, char *v, size_t cap)
         char c = *p++;
         if (c == '\\' && *p != '\0') {
             int hi, lo;
-            if (*p == 'x' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0) {
+            if (*p == 'x' && (hi = sl_hexval(p[1])) >= 0 && (lo = sl_hexval(p[2])) >= 0) {
                 c = (char)(hi << 4 | lo);
                 p += 3;
             } else {

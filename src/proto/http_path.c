@@ -2,18 +2,8 @@
  * matching (see http_path.h for the rules; docs/http.md, "Paths"). */
 #include <string.h>
 
+#include "core/hex.h"
 #include "proto/http_path.h"
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* The byte at p[*i] with a %XX decoded; advances *i; -1 at the end. */
 static int next_byte(const char *p, size_t n, size_t *i)
@@ -22,8 +12,8 @@ static int next_byte(const char *p, size_t n, size_t *i)
         return -1;
     unsigned char c = (unsigned char)p[*i];
     int hi, lo;
-    if (c == '%' && *i + 2 < n && (hi = hexval((unsigned char)p[*i + 1])) >= 0 &&
-        (lo = hexval((unsigned char)p[*i + 2])) >= 0) {
+    if (c == '%' && *i + 2 < n && (hi = sl_hexval((unsigned char)p[*i + 1])) >= 0 &&
+        (lo = sl_hexval((unsigned char)p[*i + 2])) >= 0) {
         *i += 3;
         return hi * 16 + lo;
     }

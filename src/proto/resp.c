@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/hex.h"
 #include "proto/resp.h"
 
 /* max_request when sl_resp_init() is given 0: Redis's proto-max-bulk-len. */
@@ -222,17 +223,6 @@ static void arg_done(struct sl_resp *st)
     st->idx++;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Splits the inline line [p, end) into st->req as Redis's sdssplitargs()
  * does. The line holds no NUL and no LF. Returns 0 or -1 (unbalanced). */
 static int split_inline(struct sl_resp_req *q, const char *p, const char *end)
@@ -259,8 +249,8 @@ static int split_inline(struct sl_resp_req *q, const char *p, const char *end)
                 if (p == end)
                     return -1;
                 int hi, lo;
-                if (*p == '\\' && end - p >= 4 && p[1] == 'x' && (hi = hexval(p[2])) >= 0 &&
-                    (lo = hexval(p[3])) >= 0) {
+                if (*p == '\\' && end - p >= 4 && p[1] == 'x' && (hi = sl_hexval(p[2])) >= 0 &&
+                    (lo = sl_hexval(p[3])) >= 0) {
                     EMIT(hi * 16 + lo);
                     p += 4;
                 } else if (*p == '\\' && end - p >= 2) {
