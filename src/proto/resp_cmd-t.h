@@ -135,6 +135,10 @@ struct sl_rcmd_pin {
     uint32_t seq;
     uint32_t last[SL_PIN_NBITS];
     uint32_t since[SL_PIN_NBITS];
+    /* per bit, the last request that wants it written while its reply is
+     * skipped (taken as a success when written): an end or a refusal
+     * before it leaves the bit held, not to the answers after it */
+    uint32_t unseen[SL_PIN_NBITS];
 };
 
 #endif

@@ -478,8 +478,10 @@ uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i)
         if (!(want & (1u << b)))
             continue;
         p->last[b] = token;
-        if (unseen && ((1u << b) & SL_PIN_UNDO))
+        if (unseen && ((1u << b) & SL_PIN_UNDO)) {
             p->since[b] = 0; /* its reply is skipped: taken as a success */
+            p->unseen[b] = token;
+        }
         else if (!(p->why & (1u << b)))
             p->since[b] = token;
     }
@@ -497,6 +499,8 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
         /* a request written since wants it (0: none ever did, say a bit the
          * caller set itself) */
         int later = p->last[b] != 0 && (int32_t)(p->last[b] - token) > 0;
+        /* one of those was taken as a success: it holds the bit */
+        uint32_t next = p->unseen[b] != 0 && (int32_t)(p->unseen[b] - token) > 0 ? 0 : p->last[b];
         if ((want & bit & SL_PIN_UNDO) && ok) {
             p->since[b] = 0; /* its state is on the connection: only an end takes it */
         } else if ((want & bit & SL_PIN_UNDO) && p->since[b] == token) {
@@ -504,7 +508,7 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
              * gone; with requests written since, the last one's answer
              * decides (any of those in between that succeeds marks it held) */
             if (later)
-                p->since[b] = p->last[b];
+                p->since[b] = next;
             else
                 p->why &= ~bit;
         }
@@ -512,7 +516,7 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
          * written since decide, as above */
         if ((ok || i->ends_any) && (i->ends & bit & ~(uint32_t)SL_PIN_ONCE)) {
             if (later)
-                p->since[b] = p->last[b];
+                p->since[b] = next;
             else
                 p->why &= ~bit;
         }

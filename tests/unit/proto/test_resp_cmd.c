@@ -532,6 +532,25 @@ static void test_pin_pipelined(void **state)
     assert_false(sl_rcmd_pinned(&p));
 }
 
+/* Found by tests/fuzz/fuzz_resp_cmd.c: under CLIENT REPLY OFF, an UNWATCH
+ * answered, then a WATCH whose reply was skipped (taken as a success: its
+ * WATCH is on the connection) and a later WATCH refused: the end and the
+ * refusal left the bit to the refused one, and the client went free with
+ * a WATCH on its connection. */
+static void test_pin_unseen_then_refused(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    sl_rcmd_pin_init(&p);
+    RUN(&p, 1, "CLIENT", "REPLY", "OFF");
+    struct inflight u = SEND(&p, "UNWATCH");
+    SEND(&p, "WATCH", "a"); /* its reply skipped: no answer comes */
+    struct inflight w = SEND(&p, "WATCH", "k");
+    answer(&p, &u, 1);
+    answer(&p, &w, 0);
+    assert_true(p.why & SL_PIN_WATCH);
+}
+
 static void test_pin_switches_and_reset(void **state)
 {
     (void)state;
@@ -668,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_reset_key),
         cmocka_unit_test(test_pin_multi_watch),
         cmocka_unit_test(test_pin_once_and_next),
+        cmocka_unit_test(test_pin_unseen_then_refused),
         cmocka_unit_test(test_pin_switches_and_reset),
         cmocka_unit_test(test_pin_pipelined),
         cmocka_unit_test(test_pool_key),
