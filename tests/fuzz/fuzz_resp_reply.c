@@ -186,8 +186,11 @@ static int ref_item(const uint8_t *p, size_t n, size_t *i, unsigned depth, int i
 
             if ((rc = ref_len(p, n, i, &v, &null, (char)t)) != REF_OK)
                 return rc;
-            if (null)
+            if (null) {
+                if (t == '>')
+                    *push = 2; /* a null push: an item wherever it is */
                 return REF_OK;
+            }
             items = v * ((t == '%' || t == '|') ? 2 : 1);
             if (v > UINT32_MAX || items > UINT32_MAX)
                 return REF_ERR;
@@ -200,7 +203,7 @@ static int ref_item(const uint8_t *p, size_t n, size_t *i, unsigned depth, int i
                 /* a push nested in anything but a top-level push is none of
                  * its aggregate's items (Redis writes one inside EXEC's
                  * reply): the item is still to come */
-                if (inner && !(in_push || (depth == 0 && t == '>')))
+                if (inner == 1 && !(in_push || (depth == 0 && t == '>')))
                     k--;
             }
             if (t == '|')
