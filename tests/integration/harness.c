@@ -181,6 +181,10 @@ static long spawn_nofile_soft = -1, spawn_nofile_hard = -1;
 
 static pid_t spawn(char *const argv[], const char *log)
 {
+    /* A log an earlier process left under this name (a port used again)
+     * must not answer for this one: the child truncates it only once it
+     * runs, and a wait for its first line may look before then. */
+    unlink(log);
     pid_t pid = fork();
     if (pid > 0)
         track(pid);

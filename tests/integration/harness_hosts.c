@@ -45,6 +45,7 @@ int th_sluice_start_hosts(struct th_proc *p, const char *ini, int wait, const ch
     fputs(ini, f);
     fclose(f);
     fflush(stdout);
+    unlink(p->log); /* an older log under this name must not answer for this one (spawn()) */
     pid_t pid = fork();
     if (pid < 0)
         return -1;
