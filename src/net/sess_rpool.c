@@ -520,13 +520,14 @@ static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
 void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi)
 {
     struct sl_resp_sess *r = rs(s);
-    if ((c->info.ends & SL_PIN_MULTI) && !in_multi) {
+    if ((c->info.ends & SL_PIN_MULTI) && c->info.cls != SL_RCMD_KEY && !in_multi) {
         /* EXEC or DISCARD with no MULTI written before it: Redis refuses
          * it ("without MULTI") and keeps the keys watched, so its answer,
          * an error, ends nothing (an EXECABORT does end the WATCH). What
          * was written tells, not the pins: an earlier transaction's MULTI
          * pin stays until its EXEC's answer comes, which a pipelined EXEC
-         * does not wait for. */
+         * does not wait for. Not RESET (a KEY request): it ends what it
+         * clears, in a transaction or not. */
         c->info.ends = 0;
         c->info.ends_any = 0;
     }

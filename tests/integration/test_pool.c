@@ -483,6 +483,44 @@ static void test_exec_without_multi_pipelined(void **state)
     }
 }
 
+/* RESET outside a transaction ends what it clears (a WATCH, CLIENT
+ * TRACKING, NO-EVICT): the client's connection goes back, and under
+ * upstream_pool_pinned = 1 another client may pin. The rule that an EXEC
+ * or DISCARD with no MULTI before it ends nothing once took RESET, which
+ * also ends a transaction, for one of them: the client kept its connection
+ * until it left (the other one waited upstream_pool_pin_wait, then was
+ * refused). */
+static void test_reset_unpins(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\nupstream_pool_pinned = 1\nupstream_pool_pin_wait = 10s\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    static const char *const pin[3] = { "WATCH rup:k", "CLIENT TRACKING ON", "CLIENT NO-EVICT ON" };
+    redisContext *a = conn(port), *b = conn(port);
+    for (int k = 0; k < 3; k++) {
+        expect_str(a, "OK", pin[k]);
+        assert_int_equal(th_metric(admin, "sluice_pool_pinned_connections{listener=\"p\"}"), 1);
+        expect_str(a, "RESET", "RESET");
+        /* b's MULTI waits for a pinned place, which a's RESET gave back */
+        redisReply *r = cmd(b, "MULTI");
+        if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
+            fail_msg("after %s, RESET: MULTI answered '%s'", pin[k], r->str ? r->str : "");
+        freeReplyObject(r);
+        expect_str(b, "OK", "DISCARD");
+    }
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_refused_total{listener=\"p\"}"), 0);
+    redisFree(a);
+    redisFree(b);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
  * pool key is not known then: the client keeps its connection); what
  * sluice answers itself afterwards speaks the protocol the client asked
@@ -797,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_local_names_pinned),
         cmocka_unit_test(test_local_hello_in_multi),
         cmocka_unit_test(test_exec_without_multi_pipelined),
+        cmocka_unit_test(test_reset_unpins),
         cmocka_unit_test(test_local_name_unanswered),
         cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),
