@@ -516,22 +516,12 @@ static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
 /* Request <c> went upstream (the replies owed were <before>, now
  * owed_total; <in_multi>: a MULTI was written before it and no EXEC or
  * DISCARD since): the pins it starts, and its answer awaited when it ends
- * one or moves the key. Takes <c>. */
+ * one or moves the key (the pin tracker settles what it ends: nothing for
+ * an EXEC or DISCARD outside a transaction). Takes <c>. */
 void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi)
 {
     struct sl_resp_sess *r = rs(s);
-    if ((c->info.ends & SL_PIN_MULTI) && c->info.cls != SL_RCMD_KEY && !in_multi) {
-        /* EXEC or DISCARD with no MULTI written before it: Redis refuses
-         * it ("without MULTI") and keeps the keys watched, so its answer,
-         * an error, ends nothing (an EXECABORT does end the WATCH). What
-         * was written tells, not the pins: an earlier transaction's MULTI
-         * pin stays until its EXEC's answer comes, which a pipelined EXEC
-         * does not wait for. Not RESET (a KEY request): it ends what it
-         * clears, in a transaction or not. */
-        c->info.ends = 0;
-        c->info.ends_any = 0;
-    }
-    c->added = sl_rcmd_pin_sent(&r->pin, &c->info);
+    c->added = sl_rcmd_pin_sent(&r->pin, &c->info, in_multi);
     if (c->stream && c->info.cls == SL_RCMD_KEY)
         r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */
     if (c->info.cls == SL_RCMD_KEY && (r->rc.in_multi || r->owed_total == before)) {

@@ -462,8 +462,19 @@ int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p)
     return (p->why & SL_PIN_DIRTY) == 0;
 }
 
-uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i)
+uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i, int in_txn)
 {
+    if ((i->ends & SL_PIN_MULTI) && i->cls != SL_RCMD_KEY && !in_txn) {
+        /* EXEC or DISCARD (RESET, a KEY request, ends a transaction too,
+         * and what else it clears, in one or not) with no transaction open:
+         * Redis refuses it ("without MULTI") and keeps the keys watched, so
+         * its answer, an error, ends nothing (an EXECABORT does end the
+         * WATCH). What was written tells, not the pins: an earlier
+         * transaction's MULTI pin stays until its EXEC's answer comes, which
+         * a pipelined EXEC does not wait for. */
+        i->ends = 0;
+        i->ends_any = 0;
+    }
     /* CLIENT REPLY SKIP and ASKING cover the one request after them: it has
      * now been written where they were. */
     uint32_t unseen = p->why & (SL_PIN_REPLY | SL_PIN_NEXT);

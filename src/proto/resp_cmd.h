@@ -9,7 +9,7 @@
  *
  *   sl_rcmd_class(req, &info);                        // at framing
  *   pinned = sl_rcmd_pinned(&pin) || info.cls == SL_RCMD_PIN;   // route
- *   added = sl_rcmd_pin_sent(&pin, &info);             // written upstream
+ *   added = sl_rcmd_pin_sent(&pin, &info, in_txn);     // written upstream
  *   ... its answer came (ok: not an error reply):
  *   sl_rcmd_pin_done(&pin, &info, added, ok);
  *   sl_pool_key_apply(&key, &info, ok);
@@ -42,10 +42,15 @@ int sl_rcmd_pinned(const struct sl_rcmd_pin *p);
  * pinned connection clean; else it is closed when the pin ends. */
 int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p);
 
-/* Request <i> was written upstream (after its route was chosen): applies
- * the pins it starts; returns its token (the caller keeps it with the
- * request for sl_rcmd_pin_done()). */
-uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
+/* Request <i> was written upstream (after its route was chosen); <in_txn>:
+ * a transaction was open on the connection before it (a MULTI that Redis
+ * takes written, and no EXEC, DISCARD or RESET since: the caller's model of
+ * the connection tells, which knows a MULTI refused while subscribed under
+ * RESP2 opens none). Applies the pins it starts and settles in <*i> what
+ * its answer ends: an EXEC or DISCARD written with no transaction open
+ * ends nothing (its <ends> cleared). Returns its token (the caller keeps
+ * it and <*i> with the request for sl_rcmd_pin_done()). */
+uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i, int in_txn);
 
 /* The answer to request <i> came (all of it: an unsubscribe's last
  * confirmation); <ok>: it was not an error reply. <token>: what

@@ -309,7 +309,7 @@ static void test_hello(void **state)
     sl_rcmd_pin_init(&p);
     struct sl_resp_req r = REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "a b");
     sl_rcmd_class(&r, &o);
-    sl_rcmd_pin_done(&p, &o, sl_rcmd_pin_sent(&p, &o), 0);
+    sl_rcmd_pin_done(&p, &o, sl_rcmd_pin_sent(&p, &o, 0), 0);
     assert_int_equal(p.why, SL_PIN_STICKY);
     assert_true(sl_rcmd_pin_clean(&p));
     /* options past the captured arguments */
@@ -347,12 +347,34 @@ static void test_reset_key(void **state)
     assert_false(o.ends & SL_PIN_UNKNOWN);
 }
 
+/* Whether the requests written so far leave a transaction open on the
+ * connection (what the session's connection model tells the tracker): a
+ * MULTI opens one, an EXEC, DISCARD or RESET ends it. */
+static int txn;
+
+static void pin_init(struct sl_rcmd_pin *p)
+{
+    sl_rcmd_pin_init(p);
+    txn = 0;
+}
+
+/* Request <i> is written: the tracker is told whether a transaction was open. */
+static uint32_t sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i)
+{
+    int open = txn;
+    if (i->cls == SL_RCMD_PIN && (i->pin & SL_PIN_MULTI))
+        txn = 1;
+    else if (i->ends & SL_PIN_MULTI)
+        txn = 0;
+    return sl_rcmd_pin_sent(p, i, open);
+}
+
 /* Runs request <r> through the tracker: sent, then answered (<ok>). */
 static void run(struct sl_rcmd_pin *p, struct sl_resp_req r, int ok)
 {
     struct sl_rcmd_info o;
     sl_rcmd_class(&r, &o);
-    uint32_t added = sl_rcmd_pin_sent(p, &o);
+    uint32_t added = sent(p, &o);
     sl_rcmd_pin_done(p, &o, added, ok);
 }
 #define RUN(p, ok, ...) run((p), REQ(__VA_ARGS__), (ok))
@@ -361,7 +383,7 @@ static void test_pin_multi_watch(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     assert_false(sl_rcmd_pinned(&p));
     RUN(&p, 1, "GET", "k");
     assert_false(sl_rcmd_pinned(&p));
@@ -403,14 +425,14 @@ static void test_pin_once_and_next(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     /* two blocking commands pipelined: pinned until both answered */
     struct sl_rcmd_info a, b;
     struct sl_resp_req ra = REQ("BLPOP", "k", "0"), rb = REQ("XREAD", "BLOCK", "0", "STREAMS",
                                                                "s", "$");
     sl_rcmd_class(&ra, &a);
     sl_rcmd_class(&rb, &b);
-    uint32_t aa = sl_rcmd_pin_sent(&p, &a), ab = sl_rcmd_pin_sent(&p, &b);
+    uint32_t aa = sent(&p, &a), ab = sent(&p, &b);
     sl_rcmd_pin_done(&p, &a, aa, 1);
     assert_true(sl_rcmd_pinned(&p));
     sl_rcmd_pin_done(&p, &b, ab, 0); /* timeout's nil, or an error: either ends it */
@@ -421,9 +443,9 @@ static void test_pin_once_and_next(void **state)
     struct sl_resp_req rs = REQ("CLIENT", "REPLY", "SKIP"), rg = REQ("GET", "k");
     sl_rcmd_class(&rs, &s);
     sl_rcmd_class(&rg, &g);
-    sl_rcmd_pin_sent(&p, &s); /* no answer comes for it */
+    sent(&p, &s); /* no answer comes for it */
     assert_true(sl_rcmd_pinned(&p));
-    sl_rcmd_pin_sent(&p, &g); /* written on the pinned connection; its reply skipped */
+    sent(&p, &g); /* written on the pinned connection; its reply skipped */
     assert_false(sl_rcmd_pinned(&p));
 
     /* CLIENT REPLY OFF until ON */
@@ -444,7 +466,7 @@ static struct inflight send_req(struct sl_rcmd_pin *p, struct sl_resp_req r)
 {
     struct inflight f;
     sl_rcmd_class(&r, &f.info);
-    f.token = sl_rcmd_pin_sent(p, &f.info);
+    f.token = sent(p, &f.info);
     return f;
 }
 #define SEND(p, ...) send_req((p), REQ(__VA_ARGS__))
@@ -462,7 +484,7 @@ static void test_pin_pipelined(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
 
     /* WATCH (an arity error) and WATCH k: the second one's watch holds */
     struct inflight w1 = SEND(&p, "WATCH"), w2 = SEND(&p, "WATCH", "k");
@@ -480,7 +502,7 @@ static void test_pin_pipelined(void **state)
     assert_false(sl_rcmd_pin_clean(&p));
 
     /* CLIENT TRACKING ON, OFF, ON: tracking is on at the end */
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     struct inflight t1 = SEND(&p, "CLIENT", "TRACKING", "ON"),
                     t2 = SEND(&p, "CLIENT", "TRACKING", "OFF"),
                     t3 = SEND(&p, "CLIENT", "TRACKING", "ON");
@@ -532,6 +554,65 @@ static void test_pin_pipelined(void **state)
     assert_false(sl_rcmd_pinned(&p));
 }
 
+/* An EXEC or DISCARD with no transaction open ends nothing: Redis refuses
+ * it ("without MULTI") and keeps the keys watched. Pipelined behind an
+ * earlier transaction, whose MULTI pin the tracker holds until that EXEC
+ * is answered, what was written decides, not the pins (the pooled
+ * differential fuzzer's seed 37 round 31). RESET, which ends a
+ * transaction too, ends what it clears in one or not. */
+static void test_pin_exec_without_multi(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    static const char *const end[2] = { "EXEC", "DISCARD" };
+    for (int k = 0; k < 2; k++) {
+        /* alone: refused, the WATCH stays; its ends are cleared */
+        pin_init(&p);
+        RUN(&p, 1, "WATCH", "k");
+        struct inflight e = SEND(&p, end[k]);
+        assert_int_equal(e.info.ends, 0);
+        assert_int_equal(e.info.ends_any, 0);
+        answer(&p, &e, 0); /* -ERR EXEC without MULTI */
+        assert_int_equal(p.why, SL_PIN_WATCH);
+        RUN(&p, 1, "UNWATCH");
+        assert_false(sl_rcmd_pinned(&p));
+
+        /* MULTI EXEC WATCH k EXEC in one write: the second EXEC finds no
+         * transaction, though the first one's MULTI pin is still held */
+        struct inflight m = SEND(&p, "MULTI"), e1 = SEND(&p, "EXEC"),
+                        w = SEND(&p, "WATCH", "k"), e2 = SEND(&p, end[k]);
+        assert_true(e1.info.ends & SL_PIN_WATCH);
+        answer(&p, &m, 1);
+        answer(&p, &e1, 1);
+        answer(&p, &w, 1);
+        answer(&p, &e2, 0);
+        assert_int_equal(p.why, SL_PIN_WATCH);
+
+        /* inside a transaction it ends both, whatever it answers */
+        RUN(&p, 1, "MULTI");
+        RUN(&p, 0, end[k]); /* EXECABORT, say */
+        assert_false(sl_rcmd_pinned(&p));
+    }
+
+    /* RESET with no transaction open ends what it clears */
+    pin_init(&p);
+    RUN(&p, 1, "WATCH", "k");
+    struct inflight r = SEND(&p, "RESET");
+    assert_int_equal(r.info.ends, SL_PIN_RESET_CLEARS);
+    answer(&p, &r, 1);
+    assert_false(sl_rcmd_pinned(&p));
+    /* told directly: the same request, in a transaction or not */
+    struct sl_rcmd_info o;
+    struct sl_resp_req q = REQ("EXEC");
+    sl_rcmd_class(&q, &o);
+    struct sl_rcmd_info in = o;
+    sl_rcmd_pin_sent(&p, &in, 1);
+    assert_int_equal(in.ends, SL_PIN_MULTI | SL_PIN_WATCH);
+    assert_int_equal(in.ends_any, 1);
+    sl_rcmd_pin_sent(&p, &o, 0);
+    assert_int_equal(o.ends, 0);
+}
+
 /* Found by tests/fuzz/fuzz_resp_cmd.c: under CLIENT REPLY OFF, an UNWATCH
  * answered, then a WATCH whose reply was skipped (taken as a success: its
  * WATCH is on the connection) and a later WATCH refused: the end and the
@@ -541,7 +622,7 @@ static void test_pin_unseen_then_refused(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 1, "CLIENT", "REPLY", "OFF");
     struct inflight u = SEND(&p, "UNWATCH");
     SEND(&p, "WATCH", "a"); /* its reply skipped: no answer comes */
@@ -555,7 +636,7 @@ static void test_pin_switches_and_reset(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 1, "CLIENT", "TRACKING", "ON");
     RUN(&p, 0, "CLIENT", "TRACKING", "OFF", "BCAST"); /* refused: still tracking */
     assert_int_equal(p.why, SL_PIN_TRACKING);
@@ -578,7 +659,7 @@ static void test_pin_switches_and_reset(void **state)
     assert_true(sl_rcmd_pinned(&p));
     assert_false(sl_rcmd_pin_clean(&p));
     /* an odd SELECT that Redis accepted after all: until RESET */
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 0, "SELECT", "x");
     assert_false(sl_rcmd_pinned(&p));
     RUN(&p, 1, "SELECT", "x");
@@ -690,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_pin_unseen_then_refused),
         cmocka_unit_test(test_pin_switches_and_reset),
         cmocka_unit_test(test_pin_pipelined),
+        cmocka_unit_test(test_pin_exec_without_multi),
         cmocka_unit_test(test_pool_key),
         cmocka_unit_test(test_name_ok),
     };
