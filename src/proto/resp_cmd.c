@@ -1,4 +1,5 @@
 /* sluice — RESP command classes for pooled listeners (see resp_cmd.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -219,6 +220,48 @@ static int xread(const struct sl_resp_req *r, struct sl_rcmd_info *o, int group)
     return o->cls;
 }
 
+/* Argument <i> is <lit> read as Redis reads the options of CLIENT
+ * SETINFO, LIST and KILL: a C string, letters in either case (its text
+ * ends at a NUL, as there). */
+static int arg_cstr_is(const struct sl_resp_req *r, unsigned i, const char *lit)
+{
+    return i < r->ncap && strcasecmp(r->argv[i], lit) == 0;
+}
+
+/* The options of CLIENT SETINFO, KILL and LIST (arity checked), which
+ * sluice answers itself as Redis would on a server where the caller is
+ * the only client (docs/resp.md, "What sluice answers itself"). */
+static uint8_t local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rcmd_info *o)
+{
+    switch (what) {
+    case SL_RLOCAL_SETINFO:
+        o->name_arg = 3;
+        return arg_cstr_is(r, 2, "LIB-NAME")  ? SL_RLOPT_LIB_NAME
+               : arg_cstr_is(r, 2, "LIB-VER") ? SL_RLOPT_LIB_VER
+                                              : SL_RLOPT_NONE;
+    case SL_RLOCAL_KILL:
+        return r->argc == 3 ? SL_RLOPT_KILL_OLD : SL_RLOPT_NONE;
+    case SL_RLOCAL_LIST:
+        if (r->argc == 2)
+            return SL_RLOPT_NONE;
+        if (r->argc == 4 && arg_cstr_is(r, 2, "TYPE")) {
+            if (arg_cstr_is(r, 3, "normal"))
+                return SL_RLOPT_NONE;
+            static const char *const other[] = { "master", "replica", "slave", "pubsub" };
+            for (size_t k = 0; k < sizeof(other) / sizeof(other[0]); k++)
+                if (arg_cstr_is(r, 3, other[k]))
+                    return SL_RLOPT_LIST_EMPTY;
+            return SL_RLOPT_LIST_ERR;
+        }
+        /* an id list longer than the arguments captured: not read */
+        if (arg_cstr_is(r, 2, "ID") && r->argc <= r->ncap)
+            return SL_RLOPT_LIST_ID;
+        return SL_RLOPT_LIST_ERR;
+    default:
+        return SL_RLOPT_NONE;
+    }
+}
+
 /* CLIENT <sub> ... */
 static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
 {
@@ -245,6 +288,7 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
             continue;
         if (r->argc < loc[k].min || (loc[k].max > 0 && r->argc > loc[k].max))
             return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
+        o->opt = local_opt(r, loc[k].what, o);
         return local(o, loc[k].what);
     }
     /* Server-wide, or reading state a shared connection never has on
@@ -435,6 +479,16 @@ int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *o)
     case C_QUIT:       return local(o, SL_RLOCAL_QUIT);
     }
     return pin(o, SL_PIN_UNKNOWN);
+}
+
+int sl_rcmd_list_id(const struct sl_resp_req *r, unsigned long long id)
+{
+    char text[24];
+    snprintf(text, sizeof(text), "%llu", id);
+    for (unsigned i = 3; i < r->argc && i < r->ncap; i++)
+        if (strcmp(r->argv[i], text) == 0)
+            return 1;
+    return 0;
 }
 
 int sl_rcmd_name_ok(const char *name, size_t len)

@@ -27,6 +27,10 @@
 /* The class of request <r> (enum sl_rcmd_class); fills <*out>. */
 int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *out);
 
+/* Nonzero when CLIENT LIST ID request <r> (opt SL_RLOPT_LIST_ID) names
+ * client id <id>, written as Redis writes it. */
+int sl_rcmd_list_id(const struct sl_resp_req *r, unsigned long long id);
+
 /* Nonzero when a client name (CLIENT SETNAME, HELLO SETNAME) is one Redis
  * accepts: printable ASCII without spaces ('!' to '~'). */
 int sl_rcmd_name_ok(const char *name, size_t len);

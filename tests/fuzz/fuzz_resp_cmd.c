@@ -124,6 +124,8 @@ static void check_info(const struct sl_resp_req *r, const struct sl_rcmd_info *o
         abort();
     if ((o->cls == SL_RCMD_PIN) != (o->pin != 0) || (o->pin & ~all) || (o->ends & ~all))
         abort();
+    if (o->opt > SL_RLOPT_LIST_ID || (o->opt != SL_RLOPT_NONE && o->cls != SL_RCMD_LOCAL))
+        abort(); /* options are read for what sluice answers itself */
     if (o->slow > 1 || (o->slow && o->cls != SL_RCMD_POOL))
         abort(); /* a script: stateless, only kept last on its connection */
     if (r->argc == 0 && !(o->cls == SL_RCMD_LOCAL && o->local == SL_RLOCAL_EMPTY))
@@ -176,7 +178,7 @@ static void check_again(const struct sl_resp_req *r, const struct sl_rcmd_info *
     if (a.cls != o->cls || a.local != o->local || a.ends_any != o->ends_any || a.slow != o->slow ||
         a.pin != o->pin ||
         a.ends != o->ends || a.set != o->set || a.pass_arg != o->pass_arg ||
-        a.name_arg != o->name_arg || a.resp != o->resp || a.db != o->db ||
+        a.name_arg != o->name_arg || a.opt != o->opt || a.resp != o->resp || a.db != o->db ||
         a.user_len != o->user_len || strncasecmp(a.user, o->user, o->user_len) != 0)
         abort();
 }

@@ -379,6 +379,18 @@ static void test_local_arity(void **state)
                   "CLIENT UNBLOCK\r\nCLIENT KILL\r\nCLIENT GETNAME\r\n", 7, 0);
 }
 
+/* CLIENT LIST and KILL's options, read by the classifier: what Redis
+ * answers where the caller is the only client */
+static void test_local_options(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT LIST TYPE pubsub\r\nCLIENT LIST TYPE Master\r\nCLIENT LIST x\r\n"
+                  "CLIENT LIST TYPE normal x\r\nCLIENT LIST ID 99999 99998\r\n"
+                  "CLIENT KILL 192.0.2.1:5\r\nCLIENT KILL ID 99999\r\nHELLO 3\r\n"
+                  "CLIENT LIST TYPE replica\r\n",
+                  9, 1u << 7);
+}
+
 static void test_local_subscribed(void **state)
 {
     (void)state;
@@ -830,6 +842,7 @@ int main(void)
         cmocka_unit_test(test_eof_blocked),
         cmocka_unit_test(test_local_client),
         cmocka_unit_test(test_local_arity),
+        cmocka_unit_test(test_local_options),
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
