@@ -498,11 +498,11 @@ void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in
     struct sl_resp_sess *r = rs(s);
     c->added = sl_rcmd_pin_sent(&r->pin, &c->info, in_multi);
     if (c->stream && c->info.cls == SL_RCMD_KEY)
-        r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */
+        sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD); /* a key change too big to read */
     if (c->info.cls == SL_RCMD_KEY && (r->rc.in_multi || r->owed_total == before)) {
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
-        r->pin.why |= SL_PIN_ODD;
+        sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD);
         if (!r->rc.in_multi && (c->info.set & SL_RKEY_RESET)) {
             /* a RESET with no reply (the request a SKIP covers): Redis
              * forgets the name and goes back to RESP2 all the same */
@@ -643,7 +643,8 @@ void sl_rpool_answered(struct sl_session *s)
             }
             if ((c->info.set & SL_RKEY_USER) && c->info.pass_arg > 0) {
                 if (!c->passok) {
-                    r->pin.why |= SL_PIN_ODD; /* no password to open its key with */
+                    /* no password to open its key with */
+                    sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD);
                 } else {
                     free(r->pass);
                     r->pass = c->arg;

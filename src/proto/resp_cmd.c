@@ -588,6 +588,20 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
     }
 }
 
+void sl_rcmd_pin_hold(struct sl_rcmd_pin *p, uint32_t token, uint32_t bits)
+{
+    for (unsigned b = 0; b < SL_PIN_NBITS; b++) {
+        if (!(bits & (1u << b)))
+            continue;
+        /* as a request that wants it and succeeded: an earlier one's
+         * refusal does not take it, nor an end answered before it */
+        if (p->last[b] == 0 || (int32_t)(token - p->last[b]) > 0)
+            p->last[b] = token;
+        p->since[b] = 0;
+    }
+    p->why |= bits;
+}
+
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n)
 {
     if (n <= 0)

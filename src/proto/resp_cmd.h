@@ -66,6 +66,14 @@ uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i, int in_
  * answered while an ON written after it waits, does not unpin. */
 void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t token, int ok);
 
+/* Request <token> (written) left state of pin bits <bits> on the connection
+ * whatever it answers, state the request's class does not say (a KEY
+ * request sluice cannot follow: queued in MULTI, answered by no reply,
+ * streamed, or with a password too long to keep): the bits are held until
+ * an end written after it is answered, whatever requests written before
+ * or since that want them answer. */
+void sl_rcmd_pin_hold(struct sl_rcmd_pin *p, uint32_t token, uint32_t bits);
+
 /* An (un)subscribe confirmation counted <n> subscriptions left. */
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n);
 

@@ -533,6 +533,31 @@ static void test_reset_unpins(void **state)
     assert_int_equal(th_stop(&s2), 0);
 }
 
+/* A HELLO queued in MULTI leaves the client's connection pinned (its
+ * protocol is not the pool key's), also behind a refused request of the
+ * same pin: a SELECT x that Redis refuses once ended that pin, and the
+ * client went back to a RESP2 connection after asking for RESP3. */
+static void test_hold_after_refused(void **state)
+{
+    (void)state;
+    struct th_conn a = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, pport), 0);
+    assert_int_equal(th_conn_send(&a, "HSET har:h f v\r\nSELECT x\r\nMULTI\r\nHELLO 3\r\n"
+                                      "EXEC\r\n"), 0);
+    for (int i = 0; i < 5; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        assert_non_null(r);
+        free(r);
+    }
+    /* every answer is in: the pin would have gone back */
+    assert_int_equal(th_conn_send(&a, "HGETALL har:h\r\n"), 0);
+    char *r = th_conn_reply(&a, TH_MS);
+    if (r == NULL || strcmp(r, "%1\r\n$1\r\nf\r\n$1\r\nv\r\n") != 0)
+        fail_msg("HGETALL after HELLO 3 ran: got '%s', want a RESP3 map", r ? r : "(nothing)");
+    free(r);
+    th_conn_close(&a);
+}
+
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
  * pool key is not known then: the client keeps its connection); what
  * sluice answers itself afterwards speaks the protocol the client asked
@@ -849,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_local_hello_in_multi),
         cmocka_unit_test(test_exec_without_multi_pipelined),
         cmocka_unit_test(test_reset_unpins),
+        cmocka_unit_test(test_hold_after_refused),
         cmocka_unit_test(test_local_name_unanswered),
         cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),

@@ -647,6 +647,39 @@ static void test_pin_exec_without_multi(void **state)
     assert_int_equal(o.ends, 0);
 }
 
+/* A pin the caller holds for a request whose class does not say it (a
+ * HELLO queued in MULTI: its protocol is on the connection once EXEC runs
+ * it) stays whatever a request written before it that wants the same pin
+ * answers, and an end answered before it; an end written after it takes
+ * it. Held with why |= SL_PIN_ODD, SELECT x's refusal took it. */
+static void test_pin_hold(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    pin_init(&p);
+    struct inflight x = SEND(&p, "SELECT", "x"), m = SEND(&p, "MULTI"),
+                    h = SEND(&p, "HELLO", "3"), e = SEND(&p, "EXEC");
+    sl_rcmd_pin_hold(&p, h.token, SL_PIN_ODD);
+    answer(&p, &x, 0); /* -ERR value is not an integer */
+    answer(&p, &m, 1);
+    answer(&p, &h, 1); /* +QUEUED */
+    answer(&p, &e, 1);
+    assert_int_equal(p.why, SL_PIN_ODD);
+    RUN(&p, 1, "RESET");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* an end written before it, answered after it was held */
+    struct inflight r = SEND(&p, "RESET"), k = SEND(&p, "HELLO", "3");
+    sl_rcmd_pin_hold(&p, k.token, SL_PIN_ODD); /* its reply skipped, say */
+    answer(&p, &r, 1);
+    assert_int_equal(p.why, SL_PIN_ODD);
+    /* a request written since that wants it, refused */
+    RUN(&p, 0, "SELECT", "x");
+    assert_int_equal(p.why, SL_PIN_ODD);
+    RUN(&p, 1, "RESET");
+    assert_false(sl_rcmd_pinned(&p));
+}
+
 /* Found by tests/fuzz/fuzz_resp_cmd.c: under CLIENT REPLY OFF, an UNWATCH
  * answered, then a WATCH whose reply was skipped (taken as a success: its
  * WATCH is on the connection) and a later WATCH refused: the end and the
@@ -806,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_pin_switches_and_reset),
         cmocka_unit_test(test_pin_pipelined),
         cmocka_unit_test(test_pin_exec_without_multi),
+        cmocka_unit_test(test_pin_hold),
         cmocka_unit_test(test_pool_key),
         cmocka_unit_test(test_name_ok),
     };
