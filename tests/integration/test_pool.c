@@ -558,6 +558,55 @@ static void test_hold_after_refused(void **state)
     th_conn_close(&a);
 }
 
+/* A transaction sluice aborts (a command in it refused by a limit: a
+ * DISCARD goes upstream in EXEC's place, -EXECABORT to the client) ends
+ * the MULTI and the WATCH as the EXEC would have: the client's connection
+ * goes back, and a SETNAME queued in it never names the client. Before,
+ * the tracker never heard of that DISCARD: the client held its connection
+ * until its next transaction ended, and that one set the dropped name. */
+static void test_aborted_exec_unpins(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\n[limit l]\nlistener = p\nrate = 1/d\nburst = 1\n"
+             "commands = INCR\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    struct th_conn a = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, port), 0);
+    assert_int_equal(th_conn_send(&a, "WATCH aeu:k\r\nMULTI\r\nCLIENT SETNAME dropped\r\n"
+                                      "INCR aeu:n\r\nINCR aeu:n\r\nEXEC\r\n"), 0);
+    const char *want[] = { "+OK\r\n", "+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", NULL,
+                           "-EXECABORT Transaction discarded because of previous errors.\r\n" };
+    for (int i = 0; i < 6; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        if (r == NULL || (want[i] != NULL && strcmp(r, want[i]) != 0) ||
+            (want[i] == NULL && strncmp(r, "-THROTTLED", 10) != 0))
+            fail_msg("reply %d: got '%s', want '%s'", i, r ? r : "(nothing)",
+                     want[i] ? want[i] : "-THROTTLED ...");
+        free(r);
+    }
+    assert_int_equal(th_metric_wait(admin, "sluice_pool_pinned_connections{listener=\"p\"}", 0,
+                                    TH_MS),
+                     0);
+    assert_int_equal(th_conn_send(&a, "MULTI\r\nEXEC\r\nCLIENT GETNAME\r\n"), 0);
+    const char *want2[] = { "+OK\r\n", "*0\r\n", "$-1\r\n" };
+    for (int i = 0; i < 3; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        if (r == NULL || strcmp(r, want2[i]) != 0)
+            fail_msg("after the abort, reply %d: got '%s', want '%s'", i, r ? r : "(nothing)",
+                     want2[i]);
+        free(r);
+    }
+    th_conn_close(&a);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
  * pool key is not known then: the client keeps its connection); what
  * sluice answers itself afterwards speaks the protocol the client asked
@@ -875,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_exec_without_multi_pipelined),
         cmocka_unit_test(test_reset_unpins),
         cmocka_unit_test(test_hold_after_refused),
+        cmocka_unit_test(test_aborted_exec_unpins),
         cmocka_unit_test(test_local_name_unanswered),
         cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),
