@@ -345,9 +345,10 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
     case SL_RLOCAL_INFO:
     case SL_RLOCAL_LIST: {
         if (c->info.local == SL_RLOCAL_LIST && c->info.opt != SL_RLOPT_NONE) {
-            n = snprintf(out, cap, c->info.opt == SL_RLOPT_LIST_ERR ? "-ERR syntax error\r\n"
-                                   : local_resp3(r) ? "=4\r\ntxt:\r\n"
-                                                    : "$0\r\n\r\n");
+            n = snprintf(out, cap, c->info.opt == SL_RLOPT_LIST_ERR     ? "-ERR syntax error\r\n"
+                                   : c->info.opt == SL_RLOPT_LIST_BADID ? "-ERR Invalid client ID\r\n"
+                                   : local_resp3(r)                     ? "=4\r\ntxt:\r\n"
+                                                                        : "$0\r\n\r\n");
             break;
         }
         char line[1024], peer[64] = "?", self[64] = "?";

@@ -85,6 +85,7 @@ enum sl_rlopt {
     SL_RLOPT_LIST_EMPTY, /* CLIENT LIST TYPE of a type no client of the caller's
                             view has: an empty list */
     SL_RLOPT_LIST_ERR,   /* CLIENT LIST with options it reads as a syntax error */
+    SL_RLOPT_LIST_BADID, /* CLIENT LIST ID with an id that is not an integer */
     SL_RLOPT_LIST_ID,    /* CLIENT LIST ID id...: the caller's line when one is its
                             id (sl_rcmd_list_id), else an empty list */
 };

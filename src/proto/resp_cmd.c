@@ -230,8 +230,10 @@ static int arg_cstr_is(const struct sl_resp_req *r, unsigned i, const char *lit)
 
 /* The options of CLIENT SETINFO, KILL and LIST (arity checked), which
  * sluice answers itself as Redis would on a server where the caller is
- * the only client (docs/resp.md, "What sluice answers itself"). */
-static uint8_t local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rcmd_info *o)
+ * the only client (docs/resp.md, "What sluice answers itself"); -1: one
+ * Redis refuses with words of its own (an unknown client type, which it
+ * quotes): it goes to Redis, which lists nothing then. */
+static int local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rcmd_info *o)
 {
     switch (what) {
     case SL_RLOCAL_SETINFO:
@@ -242,6 +244,7 @@ static uint8_t local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rc
     case SL_RLOCAL_KILL:
         return r->argc == 3 ? SL_RLOPT_KILL_OLD : SL_RLOPT_NONE;
     case SL_RLOCAL_LIST:
+        /* Redis reads TYPE t (alone), or ID and one id or more */
         if (r->argc == 2)
             return SL_RLOPT_NONE;
         if (r->argc == 4 && arg_cstr_is(r, 2, "TYPE")) {
@@ -251,11 +254,17 @@ static uint8_t local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rc
             for (size_t k = 0; k < sizeof(other) / sizeof(other[0]); k++)
                 if (arg_cstr_is(r, 3, other[k]))
                     return SL_RLOPT_LIST_EMPTY;
-            return SL_RLOPT_LIST_ERR;
+            return -1;
         }
-        /* an id list longer than the arguments captured: not read */
-        if (arg_cstr_is(r, 2, "ID") && r->argc <= r->ncap)
+        if (r->argc > 3 && arg_cstr_is(r, 2, "ID")) {
+            /* every id an integer as Redis reads one; ids past those
+             * captured are taken as ids of no client */
+            long long id;
+            for (unsigned i = 3; i < r->argc && i < r->ncap; i++)
+                if (!arg_ll(r, i, &id))
+                    return SL_RLOPT_LIST_BADID;
             return SL_RLOPT_LIST_ID;
+        }
         return SL_RLOPT_LIST_ERR;
     default:
         return SL_RLOPT_NONE;
@@ -288,7 +297,10 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
             continue;
         if (r->argc < loc[k].min || (loc[k].max > 0 && r->argc > loc[k].max))
             return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
-        o->opt = local_opt(r, loc[k].what, o);
+        int opt = local_opt(r, loc[k].what, o);
+        if (opt < 0)
+            return (o->cls = SL_RCMD_POOL);
+        o->opt = (uint8_t)opt;
         return local(o, loc[k].what);
     }
     /* Server-wide, or reading state a shared connection never has on

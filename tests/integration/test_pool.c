@@ -389,6 +389,12 @@ static void test_local_options(void **state)
                   "CLIENT KILL 192.0.2.1:5\r\nCLIENT KILL ID 99999\r\nHELLO 3\r\n"
                   "CLIENT LIST TYPE replica\r\n",
                   9, 1u << 7);
+    /* what Redis refuses, with its own words: an unknown type, an id that
+     * is not an integer as Redis reads one, ID with no id */
+    same_as_redis("CLIENT LIST TYPE bogus\r\nCLIENT LIST ID abc\r\nCLIENT LIST ID 99999 046\r\n"
+                  "CLIENT LIST ID +5\r\nCLIENT LIST ID\r\nCLIENT LIST ID -1\r\n"
+                  "CLIENT LIST TYPE normal ID 5\r\n",
+                  7, 0);
 }
 
 static void test_local_subscribed(void **state)
