@@ -621,18 +621,26 @@ static void apply(struct sl_session *s)
                 sl_rpool_sent(s, rec, owed_before, in_multi);
             continue;
         }
-        sl_rpool_done(rec); /* refused: it changes nothing */
         sl_sess_to_upstream(s, b, from, to);
         from = to = to + e.span; /* the request's bytes never leave */
-        if (e.kind == SL_PK_EXEC && e.state == SL_PEND_ALLOW) {
-            exec_abort(s, commit(s, e.fx, e.nchan), NULL, 0); /* DISCARD goes in its place */
-        } else if (e.kind == SL_PK_EXEC && e.shed) {
-            /* shed: the transaction ends unrun, -TRYAGAIN in EXEC's place */
-            exec_abort(s, commit(s, e.fx, e.nchan), e.text, e.len);
-            e.text = NULL;
+        if (e.kind == SL_PK_EXEC && (e.state == SL_PEND_ALLOW || e.shed)) {
+            /* DISCARD goes in its place (shed: the transaction ends unrun,
+             * -TRYAGAIN in EXEC's place) */
+            int shed = e.state != SL_PEND_ALLOW;
+            exec_abort(s, commit(s, e.fx, e.nchan), shed ? e.text : NULL, shed ? e.len : 0);
+            if (shed)
+                e.text = NULL;
+            /* pooled: that DISCARD ends the transaction and the WATCH as
+             * the EXEC would, and drops what was queued in it */
+            if (rec != NULL && s->state < SL_SESS_CLOSED)
+                sl_rpool_sent(s, rec, owed_before, in_multi);
+            else
+                sl_rpool_done(rec);
         } else if (e.kind == SL_PK_TAIL) {
+            sl_rpool_done(rec); /* refused: it changes nothing */
             rs(s)->head_state = 0;
         } else {
+            sl_rpool_done(rec); /* refused: it changes nothing */
             if (e.kind == SL_PK_HEAD)
                 rs(s)->head_state = 2;
             uint32_t replies = sl_rsess_refused(s);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "core/buf.h"
 #include "core/err.h"
@@ -37,10 +36,6 @@ struct prec {
     uint32_t added;    /* pin bits it started (sl_rcmd_pin_sent) */
     uint8_t  stream;   /* the head of a request streamed in parts: pins */
     uint8_t  passok;   /* KEY naming a user: its password is in <arg> */
-    uint8_t  kill_old; /* CLIENT KILL addr:port (the old form) */
-    uint8_t  list_out; /* CLIENT LIST: 0 its line, 1 an empty list (a filter
-                          the client does not match), 2 a syntax error */
-    uint8_t  setinfo;  /* CLIENT SETINFO: 1 LIB-NAME, 2 LIB-VER */
     char    *arg;      /* the password (KEY), the name (SETNAME), the value (SETINFO) */
     uint32_t arglen;
     char    *hname;    /* HELLO ... SETNAME: the name, kept once HELLO succeeds */
@@ -234,33 +229,10 @@ int sl_rpool_classify(struct sl_session *s, const struct sl_resp_req *q, int str
     if (info.cls == SL_RCMD_KEY && info.pass_arg > 0) {
         a = info.pass_arg;
         p->passok = a < q->ncap && q->arglen[a] <= SL_RESP_CAPTURE_LEN;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETNAME) {
-        a = info.name_arg;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_SETINFO && q->argc == 4 &&
-               q->ncap >= 4) {
-        a = 3;
-        p->setinfo = strcasecmp(q->argv[2], "LIB-NAME") == 0 ? 1
-                     : strcasecmp(q->argv[2], "LIB-VER") == 0 ? 2 : 0;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_KILL) {
-        p->kill_old = q->argc == 3;
-    } else if (info.cls == SL_RCMD_LOCAL && info.local == SL_RLOCAL_LIST && q->argc > 2) {
-        /* CLIENT LIST TYPE t | ID id...: the filter applies to its own line */
-        if (q->argc == 4 && strcasecmp(q->argv[2], "TYPE") == 0) {
-            p->list_out = strcasecmp(q->argv[3], "normal") == 0 ? 0 : 1;
-            if (strcasecmp(q->argv[3], "normal") != 0 && strcasecmp(q->argv[3], "master") != 0 &&
-                strcasecmp(q->argv[3], "replica") != 0 && strcasecmp(q->argv[3], "slave") != 0 &&
-                strcasecmp(q->argv[3], "pubsub") != 0)
-                p->list_out = 2;
-        } else if (strcasecmp(q->argv[2], "ID") == 0 && q->argc <= q->ncap) {
-            p->list_out = 1;
-            char id[24];
-            snprintf(id, sizeof(id), "%llu", (unsigned long long)s->id);
-            for (uint32_t i = 3; i < q->argc; i++)
-                if (strcmp(q->argv[i], id) == 0)
-                    p->list_out = 0;
-        } else {
-            p->list_out = 2;
-        }
+    } else if (info.cls == SL_RCMD_LOCAL) {
+        a = info.name_arg; /* SETNAME's name, SETINFO's value */
+        if (info.opt == SL_RLOPT_LIST_ID)
+            p->info.opt = sl_rcmd_list_id(q, s->id) ? SL_RLOPT_NONE : SL_RLOPT_LIST_EMPTY;
     }
     if (info.cls == SL_RCMD_KEY && info.name_arg > 0 && info.name_arg < q->ncap &&
         q->arglen[info.name_arg] <= SL_RESP_CAPTURE_LEN &&
@@ -357,12 +329,14 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
             n = snprintf(out, cap, "$%zu\r\n%s\r\n", strlen(r->name), r->name);
         break;
     case SL_RLOCAL_SETINFO:
-        if (c->setinfo == 0 || c->arg == NULL) {
+        if ((c->info.opt != SL_RLOPT_LIB_NAME && c->info.opt != SL_RLOPT_LIB_VER) ||
+            c->arg == NULL) {
             n = snprintf(out, cap, "-ERR Unrecognized option\r\n");
             break;
         }
-        free(r->lib[c->setinfo - 1]);
-        r->lib[c->setinfo - 1] = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
+        int lib = c->info.opt == SL_RLOPT_LIB_VER;
+        free(r->lib[lib]);
+        r->lib[lib] = c->arglen > 0 ? dup_arg(c->arg, c->arglen) : NULL;
         n = snprintf(out, cap, "+OK\r\n");
         break;
     case SL_RLOCAL_ID:
@@ -370,10 +344,11 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
         break;
     case SL_RLOCAL_INFO:
     case SL_RLOCAL_LIST: {
-        if (c->info.local == SL_RLOCAL_LIST && c->list_out != 0) {
-            n = snprintf(out, cap, c->list_out == 2   ? "-ERR syntax error\r\n"
-                                   : local_resp3(r) ? "=4\r\ntxt:\r\n"
-                                                    : "$0\r\n\r\n");
+        if (c->info.local == SL_RLOCAL_LIST && c->info.opt != SL_RLOPT_NONE) {
+            n = snprintf(out, cap, c->info.opt == SL_RLOPT_LIST_ERR     ? "-ERR syntax error\r\n"
+                                   : c->info.opt == SL_RLOPT_LIST_BADID ? "-ERR Invalid client ID\r\n"
+                                   : local_resp3(r)                     ? "=4\r\ntxt:\r\n"
+                                                                        : "$0\r\n\r\n");
             break;
         }
         char line[1024], peer[64] = "?", self[64] = "?";
@@ -400,7 +375,8 @@ static size_t local_text(struct sl_session *s, const struct prec *c, char *out, 
         break;
     }
     case SL_RLOCAL_KILL:
-        n = snprintf(out, cap, c->kill_old ? "-ERR No such client\r\n" : ":0\r\n");
+        n = snprintf(out, cap,
+                     c->info.opt == SL_RLOPT_KILL_OLD ? "-ERR No such client\r\n" : ":0\r\n");
         break;
     case SL_RLOCAL_UNBLOCK:
         n = snprintf(out, cap, ":0\r\n");
@@ -516,27 +492,18 @@ static void unanswered(struct sl_session *s, struct prec *c, uint8_t resp)
 /* Request <c> went upstream (the replies owed were <before>, now
  * owed_total; <in_multi>: a MULTI was written before it and no EXEC or
  * DISCARD since): the pins it starts, and its answer awaited when it ends
- * one or moves the key. Takes <c>. */
+ * one or moves the key (the pin tracker settles what it ends: nothing for
+ * an EXEC or DISCARD outside a transaction). Takes <c>. */
 void sl_rpool_sent(struct sl_session *s, struct prec *c, uint64_t before, int in_multi)
 {
     struct sl_resp_sess *r = rs(s);
-    if ((c->info.ends & SL_PIN_MULTI) && !in_multi) {
-        /* EXEC or DISCARD with no MULTI written before it: Redis refuses
-         * it ("without MULTI") and keeps the keys watched, so its answer,
-         * an error, ends nothing (an EXECABORT does end the WATCH). What
-         * was written tells, not the pins: an earlier transaction's MULTI
-         * pin stays until its EXEC's answer comes, which a pipelined EXEC
-         * does not wait for. */
-        c->info.ends = 0;
-        c->info.ends_any = 0;
-    }
-    c->added = sl_rcmd_pin_sent(&r->pin, &c->info);
+    c->added = sl_rcmd_pin_sent(&r->pin, &c->info, in_multi);
     if (c->stream && c->info.cls == SL_RCMD_KEY)
-        r->pin.why |= SL_PIN_ODD; /* a key change too big to read: until RESET */
+        sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD); /* a key change too big to read */
     if (c->info.cls == SL_RCMD_KEY && (r->rc.in_multi || r->owed_total == before)) {
         /* its answer is in EXEC's reply, or there is none: the key is not
          * known any more, the connection stays the client's until RESET */
-        r->pin.why |= SL_PIN_ODD;
+        sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD);
         if (!r->rc.in_multi && (c->info.set & SL_RKEY_RESET)) {
             /* a RESET with no reply (the request a SKIP covers): Redis
              * forgets the name and goes back to RESP2 all the same */
@@ -677,7 +644,8 @@ void sl_rpool_answered(struct sl_session *s)
             }
             if ((c->info.set & SL_RKEY_USER) && c->info.pass_arg > 0) {
                 if (!c->passok) {
-                    r->pin.why |= SL_PIN_ODD; /* no password to open its key with */
+                    /* no password to open its key with */
+                    sl_rcmd_pin_hold(&r->pin, c->added, SL_PIN_ODD);
                 } else {
                     free(r->pass);
                     r->pass = c->arg;

@@ -75,6 +75,21 @@ enum sl_rlocal {
     SL_RLOCAL_UNBLOCK, /* CLIENT UNBLOCK: no client of this listener to unblock: 0 */
 };
 
+/* What the options of a request sluice answers itself say (<opt>). */
+enum sl_rlopt {
+    SL_RLOPT_NONE = 0,
+    SL_RLOPT_LIB_NAME,   /* CLIENT SETINFO LIB-NAME value */
+    SL_RLOPT_LIB_VER,    /* CLIENT SETINFO LIB-VER value (another attribute: NONE,
+                            which Redis answers "Unrecognized option") */
+    SL_RLOPT_KILL_OLD,   /* CLIENT KILL addr:port, the old form ("No such client") */
+    SL_RLOPT_LIST_EMPTY, /* CLIENT LIST TYPE of a type no client of the caller's
+                            view has: an empty list */
+    SL_RLOPT_LIST_ERR,   /* CLIENT LIST with options it reads as a syntax error */
+    SL_RLOPT_LIST_BADID, /* CLIENT LIST ID with an id that is not an integer */
+    SL_RLOPT_LIST_ID,    /* CLIENT LIST ID id...: the caller's line when one is its
+                            id (sl_rcmd_list_id), else an empty list */
+};
+
 /* Longest user name a pool key holds (bytes); no more of the request's
  * argument is captured (SL_RESP_CAPTURE_LEN). */
 #define SL_POOL_USER_MAX 64
@@ -113,7 +128,9 @@ struct sl_rcmd_info {
     uint8_t  pass_arg; /* AUTH, HELLO AUTH: index of the password (0: none);
                           it is captured cut when longer than
                           SL_RESP_CAPTURE_LEN (the request's arglen tells) */
-    uint8_t  name_arg; /* HELLO SETNAME, CLIENT SETNAME: index of the name (0: none) */
+    uint8_t  name_arg; /* HELLO SETNAME, CLIENT SETNAME: index of the name; CLIENT
+                          SETINFO: of the value (0: none) */
+    uint8_t  opt;      /* LOCAL: what its options say (enum sl_rlopt) */
     uint8_t  resp;     /* 2 or 3 */
     int32_t  db;
     uint8_t  user_len;

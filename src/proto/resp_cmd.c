@@ -1,4 +1,5 @@
 /* sluice — RESP command classes for pooled listeners (see resp_cmd.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -219,6 +220,57 @@ static int xread(const struct sl_resp_req *r, struct sl_rcmd_info *o, int group)
     return o->cls;
 }
 
+/* Argument <i> is <lit> read as Redis reads the options of CLIENT
+ * SETINFO, LIST and KILL: a C string, letters in either case (its text
+ * ends at a NUL, as there). */
+static int arg_cstr_is(const struct sl_resp_req *r, unsigned i, const char *lit)
+{
+    return i < r->ncap && strcasecmp(r->argv[i], lit) == 0;
+}
+
+/* The options of CLIENT SETINFO, KILL and LIST (arity checked), which
+ * sluice answers itself as Redis would on a server where the caller is
+ * the only client (docs/resp.md, "What sluice answers itself"); -1: one
+ * Redis refuses with words of its own (an unknown client type, which it
+ * quotes): it goes to Redis, which lists nothing then. */
+static int local_opt(const struct sl_resp_req *r, uint8_t what, struct sl_rcmd_info *o)
+{
+    switch (what) {
+    case SL_RLOCAL_SETINFO:
+        o->name_arg = 3;
+        return arg_cstr_is(r, 2, "LIB-NAME")  ? SL_RLOPT_LIB_NAME
+               : arg_cstr_is(r, 2, "LIB-VER") ? SL_RLOPT_LIB_VER
+                                              : SL_RLOPT_NONE;
+    case SL_RLOCAL_KILL:
+        return r->argc == 3 ? SL_RLOPT_KILL_OLD : SL_RLOPT_NONE;
+    case SL_RLOCAL_LIST:
+        /* Redis reads TYPE t (alone), or ID and one id or more */
+        if (r->argc == 2)
+            return SL_RLOPT_NONE;
+        if (r->argc == 4 && arg_cstr_is(r, 2, "TYPE")) {
+            if (arg_cstr_is(r, 3, "normal"))
+                return SL_RLOPT_NONE;
+            static const char *const other[] = { "master", "replica", "slave", "pubsub" };
+            for (size_t k = 0; k < sizeof(other) / sizeof(other[0]); k++)
+                if (arg_cstr_is(r, 3, other[k]))
+                    return SL_RLOPT_LIST_EMPTY;
+            return -1;
+        }
+        if (r->argc > 3 && arg_cstr_is(r, 2, "ID")) {
+            /* every id an integer as Redis reads one; ids past those
+             * captured are taken as ids of no client */
+            long long id;
+            for (unsigned i = 3; i < r->argc && i < r->ncap; i++)
+                if (!arg_ll(r, i, &id))
+                    return SL_RLOPT_LIST_BADID;
+            return SL_RLOPT_LIST_ID;
+        }
+        return SL_RLOPT_LIST_ERR;
+    default:
+        return SL_RLOPT_NONE;
+    }
+}
+
 /* CLIENT <sub> ... */
 static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
 {
@@ -245,6 +297,10 @@ static int client(const struct sl_resp_req *r, struct sl_rcmd_info *o)
             continue;
         if (r->argc < loc[k].min || (loc[k].max > 0 && r->argc > loc[k].max))
             return pin(o, SL_PIN_ODD); /* Redis answers an arity error */
+        int opt = local_opt(r, loc[k].what, o);
+        if (opt < 0)
+            return (o->cls = SL_RCMD_POOL);
+        o->opt = (uint8_t)opt;
         return local(o, loc[k].what);
     }
     /* Server-wide, or reading state a shared connection never has on
@@ -437,6 +493,16 @@ int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *o)
     return pin(o, SL_PIN_UNKNOWN);
 }
 
+int sl_rcmd_list_id(const struct sl_resp_req *r, unsigned long long id)
+{
+    char text[24];
+    snprintf(text, sizeof(text), "%llu", id);
+    for (unsigned i = 3; i < r->argc && i < r->ncap; i++)
+        if (strcmp(r->argv[i], text) == 0)
+            return 1;
+    return 0;
+}
+
 int sl_rcmd_name_ok(const char *name, size_t len)
 {
     for (size_t i = 0; i < len; i++)
@@ -462,8 +528,19 @@ int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p)
     return (p->why & SL_PIN_DIRTY) == 0;
 }
 
-uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i)
+uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i, int in_txn)
 {
+    if ((i->ends & SL_PIN_MULTI) && i->cls != SL_RCMD_KEY && !in_txn) {
+        /* EXEC or DISCARD (RESET, a KEY request, ends a transaction too,
+         * and what else it clears, in one or not) with no transaction open:
+         * Redis refuses it ("without MULTI") and keeps the keys watched, so
+         * its answer, an error, ends nothing (an EXECABORT does end the
+         * WATCH). What was written tells, not the pins: an earlier
+         * transaction's MULTI pin stays until its EXEC's answer comes, which
+         * a pipelined EXEC does not wait for. */
+        i->ends = 0;
+        i->ends_any = 0;
+    }
     /* CLIENT REPLY SKIP and ASKING cover the one request after them: it has
      * now been written where they were. */
     uint32_t unseen = p->why & (SL_PIN_REPLY | SL_PIN_NEXT);
@@ -521,6 +598,20 @@ void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint3
                 p->why &= ~bit;
         }
     }
+}
+
+void sl_rcmd_pin_hold(struct sl_rcmd_pin *p, uint32_t token, uint32_t bits)
+{
+    for (unsigned b = 0; b < SL_PIN_NBITS; b++) {
+        if (!(bits & (1u << b)))
+            continue;
+        /* as a request that wants it and succeeded: an earlier one's
+         * refusal does not take it, nor an end answered before it */
+        if (p->last[b] == 0 || (int32_t)(token - p->last[b]) > 0)
+            p->last[b] = token;
+        p->since[b] = 0;
+    }
+    p->why |= bits;
 }
 
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n)

@@ -9,7 +9,7 @@
  *
  *   sl_rcmd_class(req, &info);                        // at framing
  *   pinned = sl_rcmd_pinned(&pin) || info.cls == SL_RCMD_PIN;   // route
- *   added = sl_rcmd_pin_sent(&pin, &info);             // written upstream
+ *   added = sl_rcmd_pin_sent(&pin, &info, in_txn);     // written upstream
  *   ... its answer came (ok: not an error reply):
  *   sl_rcmd_pin_done(&pin, &info, added, ok);
  *   sl_pool_key_apply(&key, &info, ok);
@@ -27,6 +27,10 @@
 /* The class of request <r> (enum sl_rcmd_class); fills <*out>. */
 int sl_rcmd_class(const struct sl_resp_req *r, struct sl_rcmd_info *out);
 
+/* Nonzero when CLIENT LIST ID request <r> (opt SL_RLOPT_LIST_ID) names
+ * client id <id>, written as Redis writes it. */
+int sl_rcmd_list_id(const struct sl_resp_req *r, unsigned long long id);
+
 /* Nonzero when a client name (CLIENT SETNAME, HELLO SETNAME) is one Redis
  * accepts: printable ASCII without spaces ('!' to '~'). */
 int sl_rcmd_name_ok(const char *name, size_t len);
@@ -42,10 +46,15 @@ int sl_rcmd_pinned(const struct sl_rcmd_pin *p);
  * pinned connection clean; else it is closed when the pin ends. */
 int sl_rcmd_pin_clean(const struct sl_rcmd_pin *p);
 
-/* Request <i> was written upstream (after its route was chosen): applies
- * the pins it starts; returns its token (the caller keeps it with the
- * request for sl_rcmd_pin_done()). */
-uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
+/* Request <i> was written upstream (after its route was chosen); <in_txn>:
+ * a transaction was open on the connection before it (a MULTI that Redis
+ * takes written, and no EXEC, DISCARD or RESET since: the caller's model of
+ * the connection tells, which knows a MULTI refused while subscribed under
+ * RESP2 opens none). Applies the pins it starts and settles in <*i> what
+ * its answer ends: an EXEC or DISCARD written with no transaction open
+ * ends nothing (its <ends> cleared). Returns its token (the caller keeps
+ * it and <*i> with the request for sl_rcmd_pin_done()). */
+uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i, int in_txn);
 
 /* The answer to request <i> came (all of it: an unsubscribe's last
  * confirmation); <ok>: it was not an error reply. <token>: what
@@ -56,6 +65,14 @@ uint32_t sl_rcmd_pin_sent(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i);
  * error to the first of two pipelined WATCHes, or a CLIENT TRACKING OFF
  * answered while an ON written after it waits, does not unpin. */
 void sl_rcmd_pin_done(struct sl_rcmd_pin *p, const struct sl_rcmd_info *i, uint32_t token, int ok);
+
+/* Request <token> (written) left state of pin bits <bits> on the connection
+ * whatever it answers, state the request's class does not say (a KEY
+ * request sluice cannot follow: queued in MULTI, answered by no reply,
+ * streamed, or with a password too long to keep): the bits are held until
+ * an end written after it is answered, whatever requests written before
+ * or since that want them answer. */
+void sl_rcmd_pin_hold(struct sl_rcmd_pin *p, uint32_t token, uint32_t bits);
 
 /* An (un)subscribe confirmation counted <n> subscriptions left. */
 void sl_rcmd_pin_subs(struct sl_rcmd_pin *p, long n);

@@ -27,7 +27,9 @@
  * its captured bytes, and in either case of the ASCII letters; the pin
  * tracker never lets the client go while its connection holds state the
  * requests answered so far left on it (a model of that state, fed the same
- * answers in the same order), counts its one-answer pins right, and is
+ * answers in the same order; an EXEC or DISCARD written with no
+ * transaction open ends nothing), nor holds it longer when every reply
+ * came, counts its one-answer pins right, and is
  * clean after an answered RESET; the pool key stays valid, its compare is
  * antisymmetric and its hash follows it. */
 #include <stdint.h>
@@ -122,6 +124,8 @@ static void check_info(const struct sl_resp_req *r, const struct sl_rcmd_info *o
         abort();
     if ((o->cls == SL_RCMD_PIN) != (o->pin != 0) || (o->pin & ~all) || (o->ends & ~all))
         abort();
+    if (o->opt > SL_RLOPT_LIST_ID || (o->opt != SL_RLOPT_NONE && o->cls != SL_RCMD_LOCAL))
+        abort(); /* options are read for what sluice answers itself */
     if (o->slow > 1 || (o->slow && o->cls != SL_RCMD_POOL))
         abort(); /* a script: stateless, only kept last on its connection */
     if (r->argc == 0 && !(o->cls == SL_RCMD_LOCAL && o->local == SL_RLOCAL_EMPTY))
@@ -174,7 +178,7 @@ static void check_again(const struct sl_resp_req *r, const struct sl_rcmd_info *
     if (a.cls != o->cls || a.local != o->local || a.ends_any != o->ends_any || a.slow != o->slow ||
         a.pin != o->pin ||
         a.ends != o->ends || a.set != o->set || a.pass_arg != o->pass_arg ||
-        a.name_arg != o->name_arg || a.resp != o->resp || a.db != o->db ||
+        a.name_arg != o->name_arg || a.opt != o->opt || a.resp != o->resp || a.db != o->db ||
         a.user_len != o->user_len || strncasecmp(a.user, o->user, o->user_len) != 0)
         abort();
 }
@@ -192,21 +196,26 @@ static int sign(int v) { return (v > 0) - (v < 0); }
 
 /* One request written upstream, as the model sees it. */
 struct sent {
-    struct sl_rcmd_info info;
+    struct sl_rcmd_info info;  /* as sl_rcmd_pin_sent() left it */
+    struct sl_rcmd_info asked; /* as sl_rcmd_class() gave it */
     uint32_t            token; /* sl_rcmd_pin_sent's return */
     int                 ok, skipped;
+    int                 in_txn; /* a transaction was open when it was written */
 };
 
 /* The state the requests executed so far left on the connection (pin bits
  * other than the one-answer ones, NEXT and SUB, which have their own
  * checks): a request sets its bits when it runs (those in SL_PIN_UNDO only
  * when it succeeds) and ends its <ends> when it succeeds (or whatever it
- * answers, with ends_any). */
+ * answers, with ends_any); an EXEC or DISCARD (a request other than RESET
+ * that ends MULTI) with no transaction open ends nothing, as Redis refuses
+ * it and keeps the keys watched. */
 static void execute(uint32_t *state, const struct sent *x)
 {
-    const struct sl_rcmd_info *i = &x->info;
+    const struct sl_rcmd_info *i = &x->asked;
     uint32_t want = i->cls == SL_RCMD_PIN ? i->pin : 0;
-    if (x->ok || i->ends_any)
+    int refused_end = (i->ends & SL_PIN_MULTI) && i->cls != SL_RCMD_KEY && !x->in_txn;
+    if ((x->ok || i->ends_any) && !refused_end)
         *state &= ~i->ends;
     want &= ~(uint32_t)(SL_PIN_ONCE | SL_PIN_NEXT | SL_PIN_SUB);
     *state |= want & (x->ok ? ~0u : ~(uint32_t)SL_PIN_UNDO);
@@ -223,6 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t state = 0, once_skipped = 0;
     size_t head = 0, nq = 0, pending = 0; /* q[head..]: skipped ones included */
     int last_reset = 0, any_unseen = 0;
+    int txn = 0; /* the requests written leave a transaction open (MULTI; EXEC, DISCARD, RESET end it) */
     const uint32_t model = ~(uint32_t)(SL_PIN_ONCE | SL_PIN_NEXT | SL_PIN_SUB);
 
     sl_rcmd_pin_init(&pin);
@@ -243,15 +253,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue; /* sluice answers it: nothing goes upstream */
             struct sent *x = &q[(head + nq++) % MAXQ];
             x->info = o;
+            x->asked = o;
             x->ok = (op >> 2) & 1;
+            x->in_txn = txn;
+            if (o.cls == SL_RCMD_PIN && (o.pin & SL_PIN_MULTI))
+                txn = 1;
+            else if (o.ends & SL_PIN_MULTI)
+                txn = 0;
             /* replies are skipped under CLIENT REPLY OFF or SKIP only */
             int unseen = (pin.why & (SL_PIN_REPLY | SL_PIN_NEXT)) != 0;
             x->skipped = (op & 0x38) == 0x38 && unseen;
             any_unseen |= unseen;
-            x->token = sl_rcmd_pin_sent(&pin, &o);
+            x->token = sl_rcmd_pin_sent(&pin, &x->info, x->in_txn);
             TRACE("sent %.20s %.20s %.20s (argc %u) cls %d pin %#x ends %#x%s%s: why %#x\n",
                   r.ncap > 0 ? r.argv[0] : "", r.ncap > 1 ? r.argv[1] : "",
-                  r.ncap > 2 ? r.argv[2] : "", r.argc, o.cls, o.pin, o.ends,
+                  r.ncap > 2 ? r.argv[2] : "", r.argc, o.cls, o.pin, x->info.ends,
                   x->ok ? " ok" : " refused", x->skipped ? " skipped" : "", pin.why);
             pending += !x->skipped;
             if (x->skipped && (o.pin & SL_PIN_ONCE))

@@ -379,6 +379,24 @@ static void test_local_arity(void **state)
                   "CLIENT UNBLOCK\r\nCLIENT KILL\r\nCLIENT GETNAME\r\n", 7, 0);
 }
 
+/* CLIENT LIST and KILL's options, read by the classifier: what Redis
+ * answers where the caller is the only client */
+static void test_local_options(void **state)
+{
+    (void)state;
+    same_as_redis("CLIENT LIST TYPE pubsub\r\nCLIENT LIST TYPE Master\r\nCLIENT LIST x\r\n"
+                  "CLIENT LIST TYPE normal x\r\nCLIENT LIST ID 99999 99998\r\n"
+                  "CLIENT KILL 192.0.2.1:5\r\nCLIENT KILL ID 99999\r\nHELLO 3\r\n"
+                  "CLIENT LIST TYPE replica\r\n",
+                  9, 1u << 7);
+    /* what Redis refuses, with its own words: an unknown type, an id that
+     * is not an integer as Redis reads one, ID with no id */
+    same_as_redis("CLIENT LIST TYPE bogus\r\nCLIENT LIST ID abc\r\nCLIENT LIST ID 99999 046\r\n"
+                  "CLIENT LIST ID +5\r\nCLIENT LIST ID\r\nCLIENT LIST ID -1\r\n"
+                  "CLIENT LIST TYPE normal ID 5\r\n",
+                  7, 0);
+}
+
 static void test_local_subscribed(void **state)
 {
     (void)state;
@@ -481,6 +499,118 @@ static void test_exec_without_multi_pipelined(void **state)
         }
         th_conn_close(&a);
     }
+}
+
+/* RESET outside a transaction ends what it clears (a WATCH, CLIENT
+ * TRACKING, NO-EVICT): the client's connection goes back, and under
+ * upstream_pool_pinned = 1 another client may pin. The rule that an EXEC
+ * or DISCARD with no MULTI before it ends nothing once took RESET, which
+ * also ends a transaction, for one of them: the client kept its connection
+ * until it left (the other one waited upstream_pool_pin_wait, then was
+ * refused). */
+static void test_reset_unpins(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\nupstream_pool_pinned = 1\nupstream_pool_pin_wait = 10s\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    static const char *const pin[3] = { "WATCH rup:k", "CLIENT TRACKING ON", "CLIENT NO-EVICT ON" };
+    redisContext *a = conn(port), *b = conn(port);
+    for (int k = 0; k < 3; k++) {
+        expect_str(a, "OK", pin[k]);
+        assert_int_equal(th_metric(admin, "sluice_pool_pinned_connections{listener=\"p\"}"), 1);
+        expect_str(a, "RESET", "RESET");
+        /* b's MULTI waits for a pinned place, which a's RESET gave back */
+        redisReply *r = cmd(b, "MULTI");
+        if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
+            fail_msg("after %s, RESET: MULTI answered '%s'", pin[k], r->str ? r->str : "");
+        freeReplyObject(r);
+        expect_str(b, "OK", "DISCARD");
+    }
+    assert_int_equal(th_metric(admin, "sluice_pool_pin_refused_total{listener=\"p\"}"), 0);
+    redisFree(a);
+    redisFree(b);
+    assert_int_equal(th_stop(&s2), 0);
+}
+
+/* A HELLO queued in MULTI leaves the client's connection pinned (its
+ * protocol is not the pool key's), also behind a refused request of the
+ * same pin: a SELECT x that Redis refuses once ended that pin, and the
+ * client went back to a RESP2 connection after asking for RESP3. */
+static void test_hold_after_refused(void **state)
+{
+    (void)state;
+    struct th_conn a = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, pport), 0);
+    assert_int_equal(th_conn_send(&a, "HSET har:h f v\r\nSELECT x\r\nMULTI\r\nHELLO 3\r\n"
+                                      "EXEC\r\n"), 0);
+    for (int i = 0; i < 5; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        assert_non_null(r);
+        free(r);
+    }
+    /* every answer is in: the pin would have gone back */
+    assert_int_equal(th_conn_send(&a, "HGETALL har:h\r\n"), 0);
+    char *r = th_conn_reply(&a, TH_MS);
+    if (r == NULL || strcmp(r, "%1\r\n$1\r\nf\r\n$1\r\nv\r\n") != 0)
+        fail_msg("HGETALL after HELLO 3 ran: got '%s', want a RESP3 map", r ? r : "(nothing)");
+    free(r);
+    th_conn_close(&a);
+}
+
+/* A transaction sluice aborts (a command in it refused by a limit: a
+ * DISCARD goes upstream in EXEC's place, -EXECABORT to the client) ends
+ * the MULTI and the WATCH as the EXEC would have: the client's connection
+ * goes back, and a SETNAME queued in it never names the client. Before,
+ * the tracker never heard of that DISCARD: the client held its connection
+ * until its next transaction ended, and that one set the dropped name. */
+static void test_aborted_exec_unpins(void **state)
+{
+    (void)state;
+    struct th_proc s2;
+    int port = th_free_port(), admin = th_free_port();
+    char ini[1024];
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
+             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
+             "upstream_pool = 1\n[limit l]\nlistener = p\nrate = 1/d\nburst = 1\n"
+             "commands = INCR\n",
+             admin, port, redis_p.port);
+    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    struct th_conn a = { .fd = -1 };
+    assert_int_equal(th_conn_open(&a, port), 0);
+    assert_int_equal(th_conn_send(&a, "WATCH aeu:k\r\nMULTI\r\nCLIENT SETNAME dropped\r\n"
+                                      "INCR aeu:n\r\nINCR aeu:n\r\nEXEC\r\n"), 0);
+    const char *want[] = { "+OK\r\n", "+OK\r\n", "+QUEUED\r\n", "+QUEUED\r\n", NULL,
+                           "-EXECABORT Transaction discarded because of previous errors.\r\n" };
+    for (int i = 0; i < 6; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        if (r == NULL || (want[i] != NULL && strcmp(r, want[i]) != 0) ||
+            (want[i] == NULL && strncmp(r, "-THROTTLED", 10) != 0))
+            fail_msg("reply %d: got '%s', want '%s'", i, r ? r : "(nothing)",
+                     want[i] ? want[i] : "-THROTTLED ...");
+        free(r);
+    }
+    assert_int_equal(th_metric_wait(admin, "sluice_pool_pinned_connections{listener=\"p\"}", 0,
+                                    TH_MS),
+                     0);
+    assert_int_equal(th_conn_send(&a, "MULTI\r\nEXEC\r\nCLIENT GETNAME\r\n"), 0);
+    const char *want2[] = { "+OK\r\n", "*0\r\n", "$-1\r\n" };
+    for (int i = 0; i < 3; i++) {
+        char *r = th_conn_reply(&a, TH_MS);
+        if (r == NULL || strcmp(r, want2[i]) != 0)
+            fail_msg("after the abort, reply %d: got '%s', want '%s'", i, r ? r : "(nothing)",
+                     want2[i]);
+        free(r);
+    }
+    th_conn_close(&a);
+    assert_int_equal(th_stop(&s2), 0);
 }
 
 /* A HELLO queued in MULTI switches the protocol when EXEC runs it (the
@@ -792,11 +922,15 @@ int main(void)
         cmocka_unit_test(test_eof_blocked),
         cmocka_unit_test(test_local_client),
         cmocka_unit_test(test_local_arity),
+        cmocka_unit_test(test_local_options),
         cmocka_unit_test(test_local_subscribed),
         cmocka_unit_test(test_local_after_hello),
         cmocka_unit_test(test_local_names_pinned),
         cmocka_unit_test(test_local_hello_in_multi),
         cmocka_unit_test(test_exec_without_multi_pipelined),
+        cmocka_unit_test(test_reset_unpins),
+        cmocka_unit_test(test_hold_after_refused),
+        cmocka_unit_test(test_aborted_exec_unpins),
         cmocka_unit_test(test_local_name_unanswered),
         cmocka_unit_test(test_push_inside_exec),
         cmocka_unit_test(test_local_info_resp3),

@@ -209,6 +209,45 @@ static void test_client_subcommands(void **state)
     assert_int_equal(LOC("CLIENT", "KILL", "ID", "7"), SL_RLOCAL_KILL);
     assert_int_equal(LOC("CLIENT", "kill", "127.0.0.1:5"), SL_RLOCAL_KILL);
     assert_int_equal(LOC("CLIENT", "UNBLOCK", "7"), SL_RLOCAL_UNBLOCK);
+    /* what their options say, read as Redis reads them (C strings, either case) */
+    const struct { struct sl_resp_req r; uint8_t opt, name_arg; } opts[] = {
+        { REQ("CLIENT", "SETINFO", "lib-name", "x"), SL_RLOPT_LIB_NAME, 3 },
+        { REQ("CLIENT", "SETINFO", "LIB-VER", "1.0"), SL_RLOPT_LIB_VER, 3 },
+        { REQ("CLIENT", "SETINFO", "LIB-COLOUR", "1"), SL_RLOPT_NONE, 3 },
+        { REQ("CLIENT", "KILL", "127.0.0.1:5"), SL_RLOPT_KILL_OLD, 0 },
+        { REQ("CLIENT", "KILL", "ID", "7"), SL_RLOPT_NONE, 0 },
+        { REQ("CLIENT", "LIST"), SL_RLOPT_NONE, 0 },
+        { REQ("CLIENT", "LIST", "type", "NORMAL"), SL_RLOPT_NONE, 0 },
+        { REQ("CLIENT", "LIST", "TYPE", "pubsub"), SL_RLOPT_LIST_EMPTY, 0 },
+        { REQ("CLIENT", "LIST", "TYPE", "replica"), SL_RLOPT_LIST_EMPTY, 0 },
+        { REQ("CLIENT", "LIST", "TYPE", "normal", "x"), SL_RLOPT_LIST_ERR, 0 },
+        { REQ("CLIENT", "LIST", "x"), SL_RLOPT_LIST_ERR, 0 },
+        { REQ("CLIENT", "LIST", "id", "7", "8"), SL_RLOPT_LIST_ID, 0 },
+        { REQ("CLIENT", "LIST", "ID"), SL_RLOPT_LIST_ERR, 0 },
+        { REQ("CLIENT", "LIST", "ID", "7", "abc"), SL_RLOPT_LIST_BADID, 0 },
+        { REQ("CLIENT", "LIST", "ID", "07"), SL_RLOPT_LIST_BADID, 0 },
+        { REQ("CLIENT", "LIST", "ID", "+7"), SL_RLOPT_LIST_BADID, 0 },
+        { REQ("CLIENT", "LIST", "ID", "-1"), SL_RLOPT_LIST_ID, 0 },
+        /* more ids than captured: those past them are ids of no client */
+        { REQ("CLIENT", "LIST", "ID", "1", "2", "3", "4", "5", "x"), SL_RLOPT_LIST_ID, 0 },
+    };
+    for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+        assert_int_equal(sl_rcmd_class(&opts[k].r, &o), SL_RCMD_LOCAL);
+        assert_int_equal(o.opt, opts[k].opt);
+        assert_int_equal(o.name_arg, opts[k].name_arg);
+    }
+    assert_true(sl_rcmd_list_id(&opts[11].r, 8));
+    assert_true(sl_rcmd_list_id(&opts[11].r, 7));
+    assert_false(sl_rcmd_list_id(&opts[11].r, 9));
+    assert_false(sl_rcmd_list_id(&opts[11].r, 78));
+    /* an unknown type: Redis refuses it in its own words, listing nothing */
+    assert_int_equal(CLS("CLIENT", "LIST", "TYPE", "bogus"), SL_RCMD_POOL);
+    /* a NUL ends the option's text, as in Redis */
+    struct sl_resp_req nul = REQ("CLIENT", "SETINFO", "LIB-NAMExx", "y");
+    nul.argv[2][8] = '\0';
+    sl_rcmd_class(&nul, &o);
+    assert_int_equal(o.opt, SL_RLOPT_LIB_NAME);
+
     assert_int_equal(LOC("QUIT"), SL_RLOCAL_QUIT);
     assert_int_equal(LOC("quit"), SL_RLOCAL_QUIT);
     assert_int_equal(cls(req((const char *const[]){ NULL }), &o), SL_RCMD_LOCAL);
@@ -309,7 +348,7 @@ static void test_hello(void **state)
     sl_rcmd_pin_init(&p);
     struct sl_resp_req r = REQ("HELLO", "3", "AUTH", "u", "p", "SETNAME", "a b");
     sl_rcmd_class(&r, &o);
-    sl_rcmd_pin_done(&p, &o, sl_rcmd_pin_sent(&p, &o), 0);
+    sl_rcmd_pin_done(&p, &o, sl_rcmd_pin_sent(&p, &o, 0), 0);
     assert_int_equal(p.why, SL_PIN_STICKY);
     assert_true(sl_rcmd_pin_clean(&p));
     /* options past the captured arguments */
@@ -347,12 +386,34 @@ static void test_reset_key(void **state)
     assert_false(o.ends & SL_PIN_UNKNOWN);
 }
 
+/* Whether the requests written so far leave a transaction open on the
+ * connection (what the session's connection model tells the tracker): a
+ * MULTI opens one, an EXEC, DISCARD or RESET ends it. */
+static int txn;
+
+static void pin_init(struct sl_rcmd_pin *p)
+{
+    sl_rcmd_pin_init(p);
+    txn = 0;
+}
+
+/* Request <i> is written: the tracker is told whether a transaction was open. */
+static uint32_t sent(struct sl_rcmd_pin *p, struct sl_rcmd_info *i)
+{
+    int open = txn;
+    if (i->cls == SL_RCMD_PIN && (i->pin & SL_PIN_MULTI))
+        txn = 1;
+    else if (i->ends & SL_PIN_MULTI)
+        txn = 0;
+    return sl_rcmd_pin_sent(p, i, open);
+}
+
 /* Runs request <r> through the tracker: sent, then answered (<ok>). */
 static void run(struct sl_rcmd_pin *p, struct sl_resp_req r, int ok)
 {
     struct sl_rcmd_info o;
     sl_rcmd_class(&r, &o);
-    uint32_t added = sl_rcmd_pin_sent(p, &o);
+    uint32_t added = sent(p, &o);
     sl_rcmd_pin_done(p, &o, added, ok);
 }
 #define RUN(p, ok, ...) run((p), REQ(__VA_ARGS__), (ok))
@@ -361,7 +422,7 @@ static void test_pin_multi_watch(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     assert_false(sl_rcmd_pinned(&p));
     RUN(&p, 1, "GET", "k");
     assert_false(sl_rcmd_pinned(&p));
@@ -403,14 +464,14 @@ static void test_pin_once_and_next(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     /* two blocking commands pipelined: pinned until both answered */
     struct sl_rcmd_info a, b;
     struct sl_resp_req ra = REQ("BLPOP", "k", "0"), rb = REQ("XREAD", "BLOCK", "0", "STREAMS",
                                                                "s", "$");
     sl_rcmd_class(&ra, &a);
     sl_rcmd_class(&rb, &b);
-    uint32_t aa = sl_rcmd_pin_sent(&p, &a), ab = sl_rcmd_pin_sent(&p, &b);
+    uint32_t aa = sent(&p, &a), ab = sent(&p, &b);
     sl_rcmd_pin_done(&p, &a, aa, 1);
     assert_true(sl_rcmd_pinned(&p));
     sl_rcmd_pin_done(&p, &b, ab, 0); /* timeout's nil, or an error: either ends it */
@@ -421,9 +482,9 @@ static void test_pin_once_and_next(void **state)
     struct sl_resp_req rs = REQ("CLIENT", "REPLY", "SKIP"), rg = REQ("GET", "k");
     sl_rcmd_class(&rs, &s);
     sl_rcmd_class(&rg, &g);
-    sl_rcmd_pin_sent(&p, &s); /* no answer comes for it */
+    sent(&p, &s); /* no answer comes for it */
     assert_true(sl_rcmd_pinned(&p));
-    sl_rcmd_pin_sent(&p, &g); /* written on the pinned connection; its reply skipped */
+    sent(&p, &g); /* written on the pinned connection; its reply skipped */
     assert_false(sl_rcmd_pinned(&p));
 
     /* CLIENT REPLY OFF until ON */
@@ -444,7 +505,7 @@ static struct inflight send_req(struct sl_rcmd_pin *p, struct sl_resp_req r)
 {
     struct inflight f;
     sl_rcmd_class(&r, &f.info);
-    f.token = sl_rcmd_pin_sent(p, &f.info);
+    f.token = sent(p, &f.info);
     return f;
 }
 #define SEND(p, ...) send_req((p), REQ(__VA_ARGS__))
@@ -462,7 +523,7 @@ static void test_pin_pipelined(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
 
     /* WATCH (an arity error) and WATCH k: the second one's watch holds */
     struct inflight w1 = SEND(&p, "WATCH"), w2 = SEND(&p, "WATCH", "k");
@@ -480,7 +541,7 @@ static void test_pin_pipelined(void **state)
     assert_false(sl_rcmd_pin_clean(&p));
 
     /* CLIENT TRACKING ON, OFF, ON: tracking is on at the end */
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     struct inflight t1 = SEND(&p, "CLIENT", "TRACKING", "ON"),
                     t2 = SEND(&p, "CLIENT", "TRACKING", "OFF"),
                     t3 = SEND(&p, "CLIENT", "TRACKING", "ON");
@@ -532,6 +593,98 @@ static void test_pin_pipelined(void **state)
     assert_false(sl_rcmd_pinned(&p));
 }
 
+/* An EXEC or DISCARD with no transaction open ends nothing: Redis refuses
+ * it ("without MULTI") and keeps the keys watched. Pipelined behind an
+ * earlier transaction, whose MULTI pin the tracker holds until that EXEC
+ * is answered, what was written decides, not the pins (the pooled
+ * differential fuzzer's seed 37 round 31). RESET, which ends a
+ * transaction too, ends what it clears in one or not. */
+static void test_pin_exec_without_multi(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    static const char *const end[2] = { "EXEC", "DISCARD" };
+    for (int k = 0; k < 2; k++) {
+        /* alone: refused, the WATCH stays; its ends are cleared */
+        pin_init(&p);
+        RUN(&p, 1, "WATCH", "k");
+        struct inflight e = SEND(&p, end[k]);
+        assert_int_equal(e.info.ends, 0);
+        assert_int_equal(e.info.ends_any, 0);
+        answer(&p, &e, 0); /* -ERR EXEC without MULTI */
+        assert_int_equal(p.why, SL_PIN_WATCH);
+        RUN(&p, 1, "UNWATCH");
+        assert_false(sl_rcmd_pinned(&p));
+
+        /* MULTI EXEC WATCH k EXEC in one write: the second EXEC finds no
+         * transaction, though the first one's MULTI pin is still held */
+        struct inflight m = SEND(&p, "MULTI"), e1 = SEND(&p, "EXEC"),
+                        w = SEND(&p, "WATCH", "k"), e2 = SEND(&p, end[k]);
+        assert_true(e1.info.ends & SL_PIN_WATCH);
+        answer(&p, &m, 1);
+        answer(&p, &e1, 1);
+        answer(&p, &w, 1);
+        answer(&p, &e2, 0);
+        assert_int_equal(p.why, SL_PIN_WATCH);
+
+        /* inside a transaction it ends both, whatever it answers */
+        RUN(&p, 1, "MULTI");
+        RUN(&p, 0, end[k]); /* EXECABORT, say */
+        assert_false(sl_rcmd_pinned(&p));
+    }
+
+    /* RESET with no transaction open ends what it clears */
+    pin_init(&p);
+    RUN(&p, 1, "WATCH", "k");
+    struct inflight r = SEND(&p, "RESET");
+    assert_int_equal(r.info.ends, SL_PIN_RESET_CLEARS);
+    answer(&p, &r, 1);
+    assert_false(sl_rcmd_pinned(&p));
+    /* told directly: the same request, in a transaction or not */
+    struct sl_rcmd_info o;
+    struct sl_resp_req q = REQ("EXEC");
+    sl_rcmd_class(&q, &o);
+    struct sl_rcmd_info in = o;
+    sl_rcmd_pin_sent(&p, &in, 1);
+    assert_int_equal(in.ends, SL_PIN_MULTI | SL_PIN_WATCH);
+    assert_int_equal(in.ends_any, 1);
+    sl_rcmd_pin_sent(&p, &o, 0);
+    assert_int_equal(o.ends, 0);
+}
+
+/* A pin the caller holds for a request whose class does not say it (a
+ * HELLO queued in MULTI: its protocol is on the connection once EXEC runs
+ * it) stays whatever a request written before it that wants the same pin
+ * answers, and an end answered before it; an end written after it takes
+ * it. Held with why |= SL_PIN_ODD, SELECT x's refusal took it. */
+static void test_pin_hold(void **state)
+{
+    (void)state;
+    struct sl_rcmd_pin p;
+    pin_init(&p);
+    struct inflight x = SEND(&p, "SELECT", "x"), m = SEND(&p, "MULTI"),
+                    h = SEND(&p, "HELLO", "3"), e = SEND(&p, "EXEC");
+    sl_rcmd_pin_hold(&p, h.token, SL_PIN_ODD);
+    answer(&p, &x, 0); /* -ERR value is not an integer */
+    answer(&p, &m, 1);
+    answer(&p, &h, 1); /* +QUEUED */
+    answer(&p, &e, 1);
+    assert_int_equal(p.why, SL_PIN_ODD);
+    RUN(&p, 1, "RESET");
+    assert_false(sl_rcmd_pinned(&p));
+
+    /* an end written before it, answered after it was held */
+    struct inflight r = SEND(&p, "RESET"), k = SEND(&p, "HELLO", "3");
+    sl_rcmd_pin_hold(&p, k.token, SL_PIN_ODD); /* its reply skipped, say */
+    answer(&p, &r, 1);
+    assert_int_equal(p.why, SL_PIN_ODD);
+    /* a request written since that wants it, refused */
+    RUN(&p, 0, "SELECT", "x");
+    assert_int_equal(p.why, SL_PIN_ODD);
+    RUN(&p, 1, "RESET");
+    assert_false(sl_rcmd_pinned(&p));
+}
+
 /* Found by tests/fuzz/fuzz_resp_cmd.c: under CLIENT REPLY OFF, an UNWATCH
  * answered, then a WATCH whose reply was skipped (taken as a success: its
  * WATCH is on the connection) and a later WATCH refused: the end and the
@@ -541,7 +694,7 @@ static void test_pin_unseen_then_refused(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 1, "CLIENT", "REPLY", "OFF");
     struct inflight u = SEND(&p, "UNWATCH");
     SEND(&p, "WATCH", "a"); /* its reply skipped: no answer comes */
@@ -555,7 +708,7 @@ static void test_pin_switches_and_reset(void **state)
 {
     (void)state;
     struct sl_rcmd_pin p;
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 1, "CLIENT", "TRACKING", "ON");
     RUN(&p, 0, "CLIENT", "TRACKING", "OFF", "BCAST"); /* refused: still tracking */
     assert_int_equal(p.why, SL_PIN_TRACKING);
@@ -578,7 +731,7 @@ static void test_pin_switches_and_reset(void **state)
     assert_true(sl_rcmd_pinned(&p));
     assert_false(sl_rcmd_pin_clean(&p));
     /* an odd SELECT that Redis accepted after all: until RESET */
-    sl_rcmd_pin_init(&p);
+    pin_init(&p);
     RUN(&p, 0, "SELECT", "x");
     assert_false(sl_rcmd_pinned(&p));
     RUN(&p, 1, "SELECT", "x");
@@ -690,6 +843,8 @@ int main(void)
         cmocka_unit_test(test_pin_unseen_then_refused),
         cmocka_unit_test(test_pin_switches_and_reset),
         cmocka_unit_test(test_pin_pipelined),
+        cmocka_unit_test(test_pin_exec_without_multi),
+        cmocka_unit_test(test_pin_hold),
         cmocka_unit_test(test_pool_key),
         cmocka_unit_test(test_name_ok),
     };
