@@ -232,6 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t state = 0, once_skipped = 0;
     size_t head = 0, nq = 0, pending = 0; /* q[head..]: skipped ones included */
     int last_reset = 0, any_unseen = 0;
+    int reply_on = 0; /* a request written since the last OFF or SKIP turned replies on */
     int txn = 0; /* the requests written leave a transaction open (MULTI; EXEC, DISCARD, RESET end it) */
     const uint32_t model = ~(uint32_t)(SL_PIN_ONCE | SL_PIN_NEXT | SL_PIN_SUB);
 
@@ -260,9 +261,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 txn = 1;
             else if (o.ends & SL_PIN_MULTI)
                 txn = 0;
-            /* replies are skipped under CLIENT REPLY OFF or SKIP only */
+            /* replies are skipped under CLIENT REPLY OFF or SKIP only; a
+             * CLIENT REPLY ON or RESET written before it (answered or not:
+             * Redis runs them in order) turned them on again */
             int unseen = (pin.why & (SL_PIN_REPLY | SL_PIN_NEXT)) != 0;
-            x->skipped = (op & 0x38) == 0x38 && unseen;
+            x->skipped = (op & 0x38) == 0x38 && unseen && !reply_on;
+            if (x->ok && (o.ends & SL_PIN_REPLY))
+                reply_on = 1;
+            else if (o.cls == SL_RCMD_PIN && (o.pin & (SL_PIN_REPLY | SL_PIN_NEXT)))
+                reply_on = 0;
             any_unseen |= unseen;
             x->token = sl_rcmd_pin_sent(&pin, &x->info, x->in_txn);
             TRACE("sent %.20s %.20s %.20s (argc %u) cls %d pin %#x ends %#x%s%s: why %#x\n",
