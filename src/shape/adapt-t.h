@@ -33,9 +33,10 @@ struct sl_adapt_params {
     uint32_t queue_cap;        /* waiters the admission queue holds (0: none wait) */
     uint64_t queue_target_ns;  /* in a standing queue, wait at most this long;
                                   0 = the baseline (at least queue_target_min_ns) */
-    uint64_t queue_target_min_ns;
-    uint64_t queue_interval_ns;/* a queue not empty for this long is standing; also
-                                  the longest any waiter waits */
+    uint64_t queue_target_min_ns; /* the resolution: no target is shorter, and an
+                                  upstream latency below it is not queueing */
+    uint64_t queue_interval_ns;/* a queue whose oldest waiter stayed past the target
+                                  this long is standing; also the longest any waiter waits */
     uint64_t seed;             /* the probe jitter's PRNG (instances differ) */
 };
 
@@ -53,7 +54,9 @@ struct sl_adaptq {
     struct sl_adapt_waiter *head[SL_ADAPT_TIERS];
     struct sl_adapt_waiter *tail[SL_ADAPT_TIERS];
     uint32_t n;                 /* waiters, all tiers */
-    uint64_t busy_since_ns;     /* when it last went from empty to non-empty */
+    uint64_t above_ns;          /* since when its oldest waiter has been past the
+                                   target without a break, as of the last change
+                                   (0: it was within the target then) */
     uint64_t last_shed_ns;      /* when it last refused a waiter ... */
     uint8_t  has_shed;          /* ... if it ever did */
 };

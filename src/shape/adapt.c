@@ -194,10 +194,27 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
             else
                 a->baseline_ns += a->p.smoothing * (mean - a->baseline_ns);
             a->confirmed_ns = now_ns;
-        } else if (mean <= a->baseline_ns * (1.0 + a->p.confirm)) {
+        } else if (mean <= fmax(a->baseline_ns, (double)a->p.queue_target_min_ns * a->p.tolerance) *
+                               (1.0 + a->p.confirm)) {
+            /* unloaded; or about the resolution, where how far the
+             * baseline is off makes no difference (see below) */
             a->confirmed_ns = now_ns;
         }
-        double g = clampd(a->baseline_ns * a->p.tolerance / mean, a->p.gradient_floor, 1.0);
+        /* Latency below the resolution (the queue target's floor, 1 ms) is
+         * not queueing that the limit should remove: the queue would make
+         * a request wait up to that long before refusing it anyway, and
+         * moving the wait from the upstream into the queue changes
+         * nothing for the client (Little's law: the same clients, the same
+         * time) while the upstream may serve less (a Redis serves every
+         * connection ready in one turn: a few at once cost it more
+         * syscalls per command). So a Redis answering in 50 us grows its
+         * limit until its latency reaches about a millisecond, not 55 us:
+         * 50 clients pipelining 16 deep then mostly run at once, and the
+         * few that wait, wait well under the target. */
+        double ref = a->baseline_ns * a->p.tolerance;
+        if (ref < (double)a->p.queue_target_min_ns)
+            ref = (double)a->p.queue_target_min_ns;
+        double g = clampd(ref / mean, a->p.gradient_floor, 1.0);
         double target = l * g;
         /* Grow only when the limit is being used: an idle worker's limit
          * would otherwise climb to max_limit on no evidence. */
