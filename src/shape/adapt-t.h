@@ -10,6 +10,9 @@
  * and shed last (a VIP identity, or a limit's `priority`). */
 #define SL_ADAPT_TIERS 4
 
+/* Entries of the controller's sliding minimum of latency (adapt.c). */
+#define SL_ADAPT_LOWS 64
+
 /* The controller's knobs. sl_adapt_params_default fills every field; a
  * caller changes what its configuration names. */
 struct sl_adapt_params {
@@ -20,6 +23,8 @@ struct sl_adapt_params {
     double   gradient_floor;   /* a window cuts the estimate by at most this factor */
     double   tolerance;        /* latency up to baseline * tolerance is no queueing */
     double   backoff;          /* overload signals in a window: limit *= backoff */
+    double   allowance;        /* once latency shows queueing, the headroom is at
+                                  most this many requests */
     uint64_t window_ns;        /* a window lasts at least this long ... */
     uint32_t window_samples;   /* ... and until it holds this many samples */
     uint64_t probe_ns;         /* re-measure the baseline when it was last confirmed
@@ -97,6 +102,11 @@ struct sl_adapt {
     uint32_t probe_n;
 
     uint64_t rng;               /* xorshift state for the jitter */
+
+    /* the least latency seen lately: a monotonic queue of (when, mean) of
+     * windows and probes, the least at the head */
+    struct { uint64_t t; double v; } low[SL_ADAPT_LOWS];
+    uint8_t  low_h, low_n;
 
     struct sl_adaptq q;
 

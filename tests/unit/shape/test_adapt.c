@@ -467,6 +467,7 @@ struct sim {
     int      nsrv;
     uint64_t svc_ns, rtt_ns;
     int      svc_exp;            /* service times exponential, not +-10% */
+    uint64_t own_ns[NCTL];       /* each proxy's own share of a round trip */
     uint64_t srv_free[NSRV_MAX]; /* min-heap of when each server is free */
     /* clients */
     int      nctl;
@@ -577,7 +578,7 @@ static void send_up(struct sim *s, int r, uint64_t now)
 {
     struct req *q = &s->reqs[r];
     q->sent = now;
-    uint64_t at_up = now + s->rtt_ns / 2;
+    uint64_t at_up = now + s->rtt_ns / 2 + s->own_ns[q->ctl];
     uint64_t start = s->srv_free[0] > at_up ? s->srv_free[0] : at_up;
     /* +-10%: with an exact service time the servers stay in lockstep and
      * a request's wait depends on the phase it lands in, which no real
@@ -682,6 +683,7 @@ struct sim_conf {
     double   load;        /* offered, per controller, as a multiple of C */
     double   vip_frac;
     int      closed;      /* clients per controller in a closed loop (0: open) */
+    uint64_t own_ns[NCTL];/* each proxy's own delay before the upstream */
     uint64_t warm_ns, end_ns;
     uint64_t seed;
 };
@@ -722,6 +724,7 @@ static void run_sim(const struct sim_conf *cf, struct sim_out *out)
     s->svc_ns = cf->svc_ns;
     s->rtt_ns = cf->rtt_ns;
     s->svc_exp = cf->svc_exp;
+    memcpy(s->own_ns, cf->own_ns, sizeof(s->own_ns));
     s->nctl = cf->nctl;
     s->vip_frac = cf->vip_frac;
     s->rng = cf->seed;
@@ -958,6 +961,47 @@ static void test_sim_two_instances_exponential(void **state)
     assert_true(o.p99_us <= 2 * o0.p99_us);
 }
 
+/* Two instances that do not see quite the same upstream: the second one's
+ * own path adds <own_us> to each of its round trips (a busier machine, a
+ * longer route), so its latencies and its baseline are a few percent
+ * above the first one's. Their limits must still settle together. */
+static void two_unequal(uint64_t own_us, int svc_exp, struct sim_out *o, double *p99_0)
+{
+    struct sim_conf cf = base_conf;
+    cf.svc_exp = svc_exp;
+    struct sim_out o0;
+    run_sim(&cf, &o0);
+    *p99_0 = o0.p99_us;
+    cf.nctl = 2;
+    cf.load = 1.5;
+    cf.own_ns[1] = own_us * US;
+    cf.warm_ns = 15000 * MS;
+    cf.end_ns = 45000 * MS;
+    run_sim(&cf, o);
+}
+
+static void test_sim_two_instances_unequal(void **state)
+{
+    (void)state;
+    /* 2% and 5% of the service time: what a busier process or a longer
+     * route adds. (With the baseline each instance's own probes ratcheted
+     * down and a headroom growing as sqrt(L) however much queueing the
+     * latency showed, they settled 16% and 34% apart.) */
+    uint64_t owns[] = { 20, 50 };
+    for (size_t i = 0; i < sizeof(owns) / sizeof(owns[0]); i++) {
+        struct sim_out o;
+        double p99_0;
+        two_unequal(owns[i], 0, &o, &p99_0);
+        double a = o.lim_mean[0], b = o.lim_mean[1];
+        if (verbose)
+            printf("  unequal by %llu us: limits %.2f and %.2f (%.0f%% apart), p99 %.2fx\n",
+                   (unsigned long long)owns[i], a, b, 100 * fabs(a - b) / fmax(a, b), o.p99_us / p99_0);
+        assert_true(o.goodput >= 0.9);
+        assert_true(o.p99_us <= 2 * p99_0);
+        assert_true(fabs(a - b) <= 0.2 * fmax(a, b));
+    }
+}
+
 /* 50 clients pipelining 16 commands deep into one Redis (redis-benchmark
  * -P 16 -c 50): a closed loop (each asks again when answered), one server,
  * a batch served in 33 us. The upstream is as busy as it gets, yet nobody
@@ -1000,6 +1044,7 @@ int main(void)
         cmocka_unit_test(test_sim_exponential_service),
         cmocka_unit_test(test_sim_two_instances_exponential),
         cmocka_unit_test(test_sim_closed_loop_pipelining),
+        cmocka_unit_test(test_sim_two_instances_unequal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
