@@ -95,6 +95,8 @@ struct sl_adapt {
 
     /* a probe (re-measuring the baseline) */
     uint8_t  probing;
+    uint8_t  guessed;           /* the baseline is a busy first window's, or
+                                   its first probe's */
     uint8_t  probe_clean;       /* in flight fell to the probe's cap: samples from now count */
     uint64_t probe_start_ns;
     uint64_t probe_clean_ns;

@@ -160,16 +160,20 @@ static void probe_end(struct sl_adapt *a, uint64_t now_ns)
         a->baseline_ns = low_push(a, now_ns, m);
         a->confirmed_ns = now_ns;
         new_probe_period(a);
-        /* A probe that moved the baseline much (the first one, taken under
-         * load; an upstream that changed) is not the last word: the limit
-         * will move, and a probe from there sees better. Look again after
-         * a few windows, not a whole period. */
-        if (fabs(a->baseline_ns - old) > old * a->p.confirm)
+        /* A probe that moved the baseline much (an upstream that changed),
+         * or the first one, taken under load, is not the last word: the
+         * limit will move, and a probe from there sees better (a quarter
+         * of the initial 20 against a one-thread upstream still holds a
+         * queue of four: it read 25 ms for a 5 ms service, and the limit
+         * sat at 8 until the next probe, 5 s later). Look again after a
+         * few windows, not a whole period. */
+        if (fabs(a->baseline_ns - old) > old * a->p.confirm || a->guessed)
             a->probe_after_ns = 10 * a->p.window_ns;
     } else {
         new_probe_period(a);
     }
     a->probing = 0;
+    a->guessed = 0;
     a->at_min = 0;
     window_reset(a, now_ns);
 }
@@ -192,7 +196,8 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
         a->sampled_ns = mean;
         if (a->baseline_ns == 0 && (double)a->win_max_inflight * 2.0 >= l) {
             /* The first window was busy: its mean may hold a queue. Take it
-             * for now and measure at once. */
+             * for now and measure at once (and again soon after, below). */
+            a->guessed = 1;
             a->baseline_ns = low_push(a, now_ns, mean);
             a->confirmed_ns = now_ns - a->probe_after_ns;
         } else {
@@ -288,6 +293,7 @@ void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
         /* The upstream is overloaded while we measure its no-load latency:
          * the measurement is void; back off now instead. */
         a->probing = 0;
+        a->guessed = 0;
         a->limit = clampd(a->limit * a->p.backoff, (double)a->p.min_limit, (double)a->p.max_limit);
         new_probe_period(a);
         a->confirmed_ns = now_ns;

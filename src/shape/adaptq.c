@@ -115,6 +115,12 @@ uint64_t sl_adapt_target(const struct sl_adapt *a)
     return b > a->p.queue_target_min_ns ? b : a->p.queue_target_min_ns;
 }
 
+/* The queue refused a waiter less than an interval ago. */
+static int refusing(const struct sl_adapt *a, uint64_t now_ns)
+{
+    return a->q.has_shed && now_ns - a->q.last_shed_ns < a->p.queue_interval_ns;
+}
+
 /* Standing: its oldest waiter has been past the target for an interval
  * without a break, or it refused a waiter less than an interval ago.
  *
@@ -208,8 +214,13 @@ struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
     enum sl_adapt_reason why = SL_ADAPT_SHED_MAXWAIT;
     /* During a probe the queue is the probe's doing (its cap is a quarter
      * of the limit): waiters wait for it, up to the interval, rather than
-     * being refused at the target ("nothing is refused because of a probe") */
-    if (!a->probing && sl_adapt_standing(a, now_ns) &&
+     * being refused at the target ("nothing is refused because of a
+     * probe"), unless the queue was refusing already (less than an
+     * interval ago): an overload that a probe does not cause, nor should
+     * it suspend. (Against a one-thread upstream a probe lasts its 64
+     * replies, a third of a second at 5 ms each; its waiters waited up to
+     * the interval and the admitted p99 with them.) */
+    if ((!a->probing || refusing(a, now_ns)) && sl_adapt_standing(a, now_ns) &&
         now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
         w = q->head[lo];
         why = SL_ADAPT_SHED_STANDING;
@@ -242,8 +253,8 @@ uint64_t sl_adapt_due(const struct sl_adapt *a)
     int held = q->has_shed && due < q->last_shed_ns + a->p.queue_interval_ns;
     if (!held && due < aged)
         due = aged; /* not standing at <due>: it stands by age at <aged> */
-    if (a->probing)
-        due = UINT64_MAX; /* only the interval, while a probe lasts */
+    if (a->probing && !held)
+        due = UINT64_MAX; /* only the interval, while a probe lasts (unless refusing) */
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;

@@ -313,22 +313,29 @@ static void test_queue_expiry(void **state)
     assert_int_equal(why, SL_ADAPT_SHED_MAXWAIT);
     assert_int_equal(sl_adapt_due_after(&a, next), UINT64_MAX);
 
-    /* During a probe the queue is the probe's: a standing queue's waiters
-     * are not refused at the target, only past the interval. */
+    /* During a probe the queue is the probe's: a queue standing by age
+     * (its oldest past the target for an interval) but refusing no one
+     * does not refuse at the target, only past the interval ... */
     t = 2000 * MS;
     assert_int_equal(sl_adapt_enqueue(&a, &w[0], 0, t, &ev), 0);
-    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t + 45 * MS, &ev), 0);
-    a.q.has_shed = 1;
-    a.q.last_shed_ns = t + 45 * MS;
-    assert_true(sl_adapt_standing(&a, t + 50 * MS));
+    assert_null(sl_adapt_expired(&a, t + 3 * MS, &why)); /* sees w[0] past the target */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[1], 0, t + 10 * MS, &ev), 0);
+    sl_adapt_release(&a, t + 40 * MS);
+    assert_ptr_equal(sl_adapt_next(&a, t + 40 * MS), &w[0]); /* FIFO: not standing yet */
+    assert_true(sl_adapt_standing(&a, t + 53 * MS));
     a.probing = 1;
-    assert_null(sl_adapt_expired(&a, t + 50 * MS, &why)); /* w[0] is past the target */
-    assert_int_equal(sl_adapt_due(&a), t + 50 * MS + 1);
-    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[0]);
+    assert_null(sl_adapt_expired(&a, t + 53 * MS, &why)); /* w[1] is past the target */
+    assert_int_equal(sl_adapt_due(&a), t + 60 * MS + 1);
+    assert_ptr_equal(sl_adapt_expired(&a, t + 60 * MS + 1, &why), &w[1]);
     assert_int_equal(why, SL_ADAPT_SHED_MAXWAIT);
-    a.probing = 0;
-    assert_ptr_equal(sl_adapt_expired(&a, t + 50 * MS + 1, &why), &w[1]); /* standing again */
+    /* ... but a queue refusing already (an overload the probe did not
+     * cause) goes on refusing at the target */
+    assert_int_equal(sl_adapt_enqueue(&a, &w[2], 0, t + 61 * MS, &ev), 0);
+    assert_int_equal(sl_adapt_due(&a), t + 63 * MS + 1);
+    assert_null(sl_adapt_expired(&a, t + 63 * MS, &why));
+    assert_ptr_equal(sl_adapt_expired(&a, t + 63 * MS + 1, &why), &w[2]);
     assert_int_equal(why, SL_ADAPT_SHED_STANDING);
+    a.probing = 0;
 
     /* no queue at all */
     p.queue_cap = 0;
@@ -918,6 +925,31 @@ static void test_sim_single_server(void **state)
     assert_true(o.p99_us <= 2 * o0.p99_us);
 }
 
+/* A Redis slowed by a 5 ms script (the benchmark's): N = 1 and a limit
+ * of about 2, where each request too many is a whole service time of
+ * queueing. The first probe, at a quarter of the initial 20, read five
+ * service times as the baseline; the limit sat at 8 until the next one
+ * (p99 3.1x). And a probe's 64 replies take a third of a second: its
+ * waiters, held while the queue was refusing anyway, waited the whole
+ * interval. */
+static void test_sim_single_slow_server(void **state)
+{
+    (void)state;
+    struct sim_conf cf = base_conf;
+    cf.nsrv = 1;
+    cf.svc_ns = 5 * MS;
+    cf.load = 0.2;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0);
+    cf.load = 3.0;
+    cf.vip_frac = 0.1;
+    run_sim(&cf, &o);
+    if (verbose)
+        printf("  N=1 5 ms: p99 %.2fx unloaded\n", o.p99_us / o0.p99_us);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+}
+
 /* Service times as spread as they come (exponential: the mean of 64
  * replies is known to +-12%). The single-instance targets hold. */
 static void test_sim_exponential_service(void **state)
@@ -1041,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_sim_two_instances),
         cmocka_unit_test(test_sim_vip),
         cmocka_unit_test(test_sim_single_server),
+        cmocka_unit_test(test_sim_single_slow_server),
         cmocka_unit_test(test_sim_exponential_service),
         cmocka_unit_test(test_sim_two_instances_exponential),
         cmocka_unit_test(test_sim_closed_loop_pipelining),
