@@ -24,7 +24,7 @@ void sl_adapt_params_default(struct sl_adapt_params *p)
     p->probe_jitter = 0.2;
     p->probe_depth = 0.25;
     p->probe_samples = 64;
-    p->probe_max_ns = 1000 * MS;
+    p->probe_max_ns = 300 * MS;
     p->confirm = 0.1;
     p->queue_cap = 1024;
     p->queue_target_ns = 0;

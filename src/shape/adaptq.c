@@ -121,6 +121,17 @@ static int refusing(const struct sl_adapt *a, uint64_t now_ns)
     return a->q.has_shed && now_ns - a->q.last_shed_ns < a->p.queue_interval_ns;
 }
 
+/* In a standing queue, how long the lowest tier present may wait when it
+ * is tier <t>: the target, times 1 + t. A higher tier is the lowest present
+ * only when the lower ones are gone (shed newest-last, or served): its
+ * waiters are then refused too, but later, so they keep the places the
+ * others gave up (at the target itself VIPs lost about 1% when the limit
+ * was small and the others' waiters briefly all gone). */
+static uint64_t tier_target(const struct sl_adapt *a, int t)
+{
+    return sl_adapt_target(a) * (uint64_t)(1 + t);
+}
+
 /* Standing: its oldest waiter has been past the target for an interval
  * without a break, or it refused a waiter less than an interval ago.
  *
@@ -221,7 +232,7 @@ struct sl_adapt_waiter *sl_adapt_expired(struct sl_adapt *a, uint64_t now_ns,
      * replies, a third of a second at 5 ms each; its waiters waited up to
      * the interval and the admitted p99 with them.) */
     if ((!a->probing || refusing(a, now_ns)) && sl_adapt_standing(a, now_ns) &&
-        now_ns - q->head[lo]->since_ns > sl_adapt_target(a)) {
+        now_ns - q->head[lo]->since_ns > tier_target(a, lo)) {
         w = q->head[lo];
         why = SL_ADAPT_SHED_STANDING;
     } else {
@@ -248,7 +259,7 @@ uint64_t sl_adapt_due(const struct sl_adapt *a)
     /* The lowest tier's oldest goes at the target once the queue stands
      * (an interval after the oldest crossed the target, at the earliest); every oldest goes at the
      * interval. Strictly after: expiry is "waited longer than". */
-    uint64_t due = q->head[lo]->since_ns + sl_adapt_target(a) + 1;
+    uint64_t due = q->head[lo]->since_ns + tier_target(a, lo) + 1;
     uint64_t aged = stands_at(a);
     int held = q->has_shed && due < q->last_shed_ns + a->p.queue_interval_ns;
     if (!held && due < aged)
@@ -275,8 +286,8 @@ uint64_t sl_adapt_due_after(const struct sl_adapt *a, uint64_t now_ns)
     due = stands_at(a);
     if (due <= now_ns) /* a run not yet observed: this look is the observation */
         due = now_ns + a->p.queue_interval_ns;
-    if (q->head[lo]->since_ns + sl_adapt_target(a) + 1 > due)
-        due = q->head[lo]->since_ns + sl_adapt_target(a) + 1;
+    if (q->head[lo]->since_ns + tier_target(a, lo) + 1 > due)
+        due = q->head[lo]->since_ns + tier_target(a, lo) + 1;
     if (a->probing)
         due = UINT64_MAX;
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
