@@ -317,6 +317,7 @@ void sl_server_stats(void *data, FILE *out)
                     ",\"slow_clients_closed\":%" PRIu64 ",\"replies_dropped\":%" PRIu64 "}",
                     ps.conns, ps.pinned, s->pool_pin_waits, s->pool_pin_refused, ps.failures,
                     s->pool_lost, s->pool_slow_closed, ps.dropped_replies);
+        sl_actl_stats_json(srv, l->name, out);
         fputs("}", out);
         first = 0;
     }

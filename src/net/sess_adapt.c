@@ -367,7 +367,31 @@ void sl_sadapt_free(struct sl_session *s)
     s->adapt = NULL;
 }
 
-/* ---- metrics ------------------------------------------------------------------- */
+/* ---- metrics and /stats ---------------------------------------------------------- */
+
+void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out)
+{
+    static const char *const mode[] = { "off", "on", "shadow" };
+    for (const struct sl_listener *l = srv->listeners; l != NULL; l = l->next) {
+        const struct sl_actl *c = l->adapt;
+        if (c == NULL || l->retired || strcmp(l->name, name) != 0)
+            continue;
+        const struct sl_adapt *a = &c->a;
+        fprintf(out,
+                ",\"adaptive\":{\"mode\":\"%s\",\"limit\":%.3f,\"cap\":%u,\"inflight\":%u,"
+                "\"queued\":%u,\"baseline_seconds\":%.9f,\"latency_seconds\":%.9f,"
+                "\"admitted\":%llu,\"overload\":%llu,\"probes\":%llu,\"shed\":{",
+                mode[c->mode < 3 ? c->mode : 0], sl_adapt_estimate(a), sl_adapt_limit(a),
+                a->inflight, sl_adapt_queued(a), a->baseline_ns / 1e9, a->sampled_ns / 1e9,
+                (unsigned long long)a->n_admitted, (unsigned long long)a->n_overload,
+                (unsigned long long)a->n_probes);
+        for (unsigned r = 0; r <= SL_ACTL_SHADOW; r++)
+            fprintf(out, "%s\"%s\":%llu", r ? "," : "", sl_sadapt_why(r),
+                    (unsigned long long)(r == SL_ACTL_SHADOW ? c->shadow : c->refused[r]));
+        fputs("}}", out);
+        return;
+    }
+}
 
 void sl_actl_metrics(struct sl_server *srv, struct sl_metrics *m)
 {

@@ -19,6 +19,7 @@
 #define SL_NET_SESS_ADAPT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "net/listener-t.h"
 #include "net/pend-t.h"
@@ -39,6 +40,10 @@ void sl_actl_free(struct sl_listener *l);
 /* Metrics of every listener's controller in this worker. */
 struct sl_metrics;
 void sl_actl_metrics(struct sl_server *srv, struct sl_metrics *m);
+
+/* /stats: `,"adaptive":{...}` for the listener named <name> in this worker
+ * (the same figures as the metrics; nothing when it does not adapt). */
+void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out);
 
 /* ---- sessions ---- */
 

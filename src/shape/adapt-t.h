@@ -10,6 +10,9 @@
  * and shed last (a VIP identity, or a limit's `priority`). */
 #define SL_ADAPT_TIERS 4
 
+/* Entries of the controller's sliding minimum of latency (adapt.c). */
+#define SL_ADAPT_LOWS 64
+
 /* The controller's knobs. sl_adapt_params_default fills every field; a
  * caller changes what its configuration names. */
 struct sl_adapt_params {
@@ -20,6 +23,8 @@ struct sl_adapt_params {
     double   gradient_floor;   /* a window cuts the estimate by at most this factor */
     double   tolerance;        /* latency up to baseline * tolerance is no queueing */
     double   backoff;          /* overload signals in a window: limit *= backoff */
+    double   allowance;        /* once latency shows queueing, the headroom is at
+                                  most this many requests */
     uint64_t window_ns;        /* a window lasts at least this long ... */
     uint32_t window_samples;   /* ... and until it holds this many samples */
     uint64_t probe_ns;         /* re-measure the baseline when it was last confirmed
@@ -33,9 +38,10 @@ struct sl_adapt_params {
     uint32_t queue_cap;        /* waiters the admission queue holds (0: none wait) */
     uint64_t queue_target_ns;  /* in a standing queue, wait at most this long;
                                   0 = the baseline (at least queue_target_min_ns) */
-    uint64_t queue_target_min_ns;
-    uint64_t queue_interval_ns;/* a queue not empty for this long is standing; also
-                                  the longest any waiter waits */
+    uint64_t queue_target_min_ns; /* the resolution: no target is shorter, and an
+                                  upstream latency below it is not queueing */
+    uint64_t queue_interval_ns;/* a queue whose oldest waiter stayed past the target
+                                  this long is standing; also the longest any waiter waits */
     uint64_t seed;             /* the probe jitter's PRNG (instances differ) */
 };
 
@@ -53,7 +59,9 @@ struct sl_adaptq {
     struct sl_adapt_waiter *head[SL_ADAPT_TIERS];
     struct sl_adapt_waiter *tail[SL_ADAPT_TIERS];
     uint32_t n;                 /* waiters, all tiers */
-    uint64_t busy_since_ns;     /* when it last went from empty to non-empty */
+    uint64_t above_ns;          /* since when its oldest waiter has been past the
+                                   target without a break, as of the last change
+                                   (0: it was within the target then) */
     uint64_t last_shed_ns;      /* when it last refused a waiter ... */
     uint8_t  has_shed;          /* ... if it ever did */
 };
@@ -87,6 +95,8 @@ struct sl_adapt {
 
     /* a probe (re-measuring the baseline) */
     uint8_t  probing;
+    uint8_t  guessed;           /* the baseline is a busy first window's, or
+                                   its first probe's */
     uint8_t  probe_clean;       /* in flight fell to the probe's cap: samples from now count */
     uint64_t probe_start_ns;
     uint64_t probe_clean_ns;
@@ -94,6 +104,11 @@ struct sl_adapt {
     uint32_t probe_n;
 
     uint64_t rng;               /* xorshift state for the jitter */
+
+    /* the least latency seen lately: a monotonic queue of (when, mean) of
+     * windows and probes, the least at the head */
+    struct { uint64_t t; double v; } low[SL_ADAPT_LOWS];
+    uint8_t  low_h, low_n;
 
     struct sl_adaptq q;
 

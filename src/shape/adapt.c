@@ -17,13 +17,14 @@ void sl_adapt_params_default(struct sl_adapt_params *p)
     p->gradient_floor = 0.5;
     p->tolerance = 1.1;
     p->backoff = 0.9;
+    p->allowance = 2.5;
     p->window_ns = 100 * MS;
     p->window_samples = 10;
     p->probe_ns = 5000 * MS;
     p->probe_jitter = 0.2;
     p->probe_depth = 0.25;
     p->probe_samples = 64;
-    p->probe_max_ns = 1000 * MS;
+    p->probe_max_ns = 300 * MS;
     p->confirm = 0.1;
     p->queue_cap = 1024;
     p->queue_target_ns = 0;
@@ -59,7 +60,7 @@ int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t 
         !(p->gradient_floor > 0 && p->gradient_floor <= 1) || !(p->tolerance >= 1) ||
  !(p->backoff > 0 && p->backoff < 1) ||
         !(p->probe_depth > 0 && p->probe_depth <= 1) || !(p->probe_jitter >= 0 && p->probe_jitter <= 0.5) ||
-        !(p->confirm >= 0) || p->window_samples < 1 || p->probe_samples < 1 || p->queue_interval_ns == 0)
+        !(p->confirm >= 0) || !(p->allowance > 0) || p->window_samples < 1 || p->probe_samples < 1 || p->queue_interval_ns == 0)
         return -1;
     a->p = *p;
     a->limit = clampd((double)p->initial_limit, (double)p->min_limit, (double)p->max_limit);
@@ -96,6 +97,31 @@ static double headroom(const struct sl_adapt *a)
     return a->limit / (1.0 + sqrt(a->limit));
 }
 
+/* The baseline's sliding minimum: <v> (a window's or a probe's mean) was
+ * measured at <now_ns>; returns the least of the last two probe periods.
+ * A monotonic queue: each entry is less than those after it, so the head
+ * is the least; an entry older than the horizon leaves at the head, and a
+ * new one removes every entry at the tail that is not less than it. */
+static double low_push(struct sl_adapt *a, uint64_t now_ns, double v)
+{
+    uint64_t horizon = 2 * a->p.probe_ns;
+    while (a->low_n > 0 && now_ns - a->low[a->low_h].t > horizon) {
+        a->low_h = (uint8_t)((a->low_h + 1) % SL_ADAPT_LOWS);
+        a->low_n--;
+    }
+    while (a->low_n > 0 && a->low[(a->low_h + a->low_n - 1) % SL_ADAPT_LOWS].v >= v)
+        a->low_n--;
+    if (a->low_n == SL_ADAPT_LOWS) {
+        a->low_h = (uint8_t)((a->low_h + 1) % SL_ADAPT_LOWS);
+        a->low_n--;
+    }
+    unsigned i = (a->low_h + a->low_n) % SL_ADAPT_LOWS;
+    a->low[i].t = now_ns;
+    a->low[i].v = v;
+    a->low_n++;
+    return a->low[a->low_h].v;
+}
+
 static void window_reset(struct sl_adapt *a, uint64_t now_ns)
 {
     a->win_start_ns = now_ns;
@@ -130,35 +156,24 @@ static void probe_end(struct sl_adapt *a, uint64_t now_ns)
 {
     if (a->probe_n > 0) {
         double m = a->probe_sum_ns / a->probe_n;
-        /* The probe's mean is noisy (a few dozen replies), and two
-         * instances whose baselines differ by a few percent settle at very
-         * different limits: it moves the baseline halfway, unless it is
-         * far below it (the first baseline, taken under load, or an
-         * upstream that got much faster), which no noise explains.
-         * A probe above the baseline counts only when the dip did not make
-         * latency fall: then there was no queue to drain and the latency
-         * is the upstream's service time. When the dip did make it fall,
-         * part of a queue was drained but perhaps not all (another instance
-         * keeps its own share in it): the measurement is an upper bound,
-         * and taking it would let the instances' queues become everyone's
-         * baseline, one probe at a time. */
         double old = a->baseline_ns;
-        if (a->baseline_ns == 0 || m < 0.7 * a->baseline_ns)
-            a->baseline_ns = m;
-        else if (m < a->baseline_ns || m >= a->sampled_ns * (1.0 - a->p.confirm))
-            a->baseline_ns += 0.5 * (m - a->baseline_ns);
+        a->baseline_ns = low_push(a, now_ns, m);
         a->confirmed_ns = now_ns;
         new_probe_period(a);
-        /* A probe that moved the baseline much (the first one, taken under
-         * load; an upstream that changed) is not the last word: the limit
-         * will move, and a probe from there sees better. Look again after
-         * a few windows, not a whole period. */
-        if (fabs(a->baseline_ns - old) > old * a->p.confirm)
+        /* A probe that moved the baseline much (an upstream that changed),
+         * or the first one, taken under load, is not the last word: the
+         * limit will move, and a probe from there sees better (a quarter
+         * of the initial 20 against a one-thread upstream still holds a
+         * queue of four: it read 25 ms for a 5 ms service, and the limit
+         * sat at 8 until the next probe, 5 s later). Look again after a
+         * few windows, not a whole period. */
+        if (fabs(a->baseline_ns - old) > old * a->p.confirm || a->guessed)
             a->probe_after_ns = 10 * a->p.window_ns;
     } else {
         new_probe_period(a);
     }
     a->probing = 0;
+    a->guessed = 0;
     a->at_min = 0;
     window_reset(a, now_ns);
 }
@@ -181,28 +196,53 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
         a->sampled_ns = mean;
         if (a->baseline_ns == 0 && (double)a->win_max_inflight * 2.0 >= l) {
             /* The first window was busy: its mean may hold a queue. Take it
-             * for now and measure at once. */
-            a->baseline_ns = mean;
+             * for now and measure at once (and again soon after, below). */
+            a->guessed = 1;
+            a->baseline_ns = low_push(a, now_ns, mean);
             a->confirmed_ns = now_ns - a->probe_after_ns;
-        } else if (a->baseline_ns == 0 || mean < a->baseline_ns) {
-            /* A window faster than the baseline: the upstream is faster than
-             * we thought. The baseline only falls this way (smoothed: a
-             * lucky window is not a new upstream); it rises only by a
-             * probe, else a standing queue would become the norm. */
-            if (a->baseline_ns == 0)
-                a->baseline_ns = mean;
-            else
-                a->baseline_ns += a->p.smoothing * (mean - a->baseline_ns);
-            a->confirmed_ns = now_ns;
-        } else if (mean <= a->baseline_ns * (1.0 + a->p.confirm)) {
-            a->confirmed_ns = now_ns;
+        } else {
+            /* The baseline is the least mean latency of the last two probe
+             * periods, windows and probes alike (docs/adaptive.md, "The
+             * baseline"): it falls with any window below it, and rises when
+             * the lows it came from grow old; a probe every period (each
+             * jittered) keeps a drained reading in the horizon, so a
+             * standing queue never becomes the norm. Instances in front of
+             * one upstream read the same latencies, dips included (one's
+             * probe lowers everyone's latency): their least agree, where
+             * each one's own probes, ratcheted, drifted apart. */
+            double low = low_push(a, now_ns, mean);
+            if (low < a->baseline_ns || now_ns - a->confirmed_ns < a->probe_after_ns)
+                a->baseline_ns = low;
+            if (mean <= fmax(a->baseline_ns, (double)a->p.queue_target_min_ns * a->p.tolerance) *
+                            (1.0 + a->p.confirm))
+                a->confirmed_ns = now_ns; /* unloaded, or about the resolution (below) */
         }
-        double g = clampd(a->baseline_ns * a->p.tolerance / mean, a->p.gradient_floor, 1.0);
+        /* Latency below the resolution (the queue target's floor, 1 ms) is
+         * not queueing that the limit should remove: the queue would make
+         * a request wait up to that long before refusing it anyway, and
+         * moving the wait from the upstream into the queue changes
+         * nothing for the client (Little's law: the same clients, the same
+         * time) while the upstream may serve less (a Redis serves every
+         * connection ready in one turn: a few at once cost it more
+         * syscalls per command). So a Redis answering in 50 us grows its
+         * limit until its latency reaches about a millisecond, not 55 us:
+         * 50 clients pipelining 16 deep then mostly run at once, and the
+         * few that wait, wait well under the target. */
+        double ref = a->baseline_ns * a->p.tolerance;
+        if (ref < (double)a->p.queue_target_min_ns)
+            ref = (double)a->p.queue_target_min_ns;
+        double g = clampd(ref / mean, a->p.gradient_floor, 1.0);
         double target = l * g;
         /* Grow only when the limit is being used: an idle worker's limit
          * would otherwise climb to max_limit on no evidence. */
-        if ((double)a->win_max_inflight * 2.0 >= l)
-            target += headroom(a);
+        if ((double)a->win_max_inflight * 2.0 >= l) {
+            double h = headroom(a);
+            /* Once the latency shows queueing, the headroom is at most a
+             * fixed allowance (Gradient2's queueSize): see headroom(). */
+            if (g < 1.0 && h > a->p.allowance)
+                h = a->p.allowance;
+            target += h;
+        }
         l = (1.0 - a->p.smoothing) * l + a->p.smoothing * target;
     }
     a->limit = clampd(l, (double)a->p.min_limit, (double)a->p.max_limit);
@@ -253,6 +293,7 @@ void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
         /* The upstream is overloaded while we measure its no-load latency:
          * the measurement is void; back off now instead. */
         a->probing = 0;
+        a->guessed = 0;
         a->limit = clampd(a->limit * a->p.backoff, (double)a->p.min_limit, (double)a->p.max_limit);
         new_probe_period(a);
         a->confirmed_ns = now_ns;

@@ -11,11 +11,14 @@
  *               nothing waits past the interval
  *
  * The controller is a gradient controller (Gradient2's smoothing and floor,
- * headroom of about sqrt(limit)) with a no-load baseline that live traffic
- * keeps: unloaded windows confirm it; when none has for a while, a probe
- * lowers the cap to a quarter (queueing the rest, refusing none) until a
- * few requests sent after the dip have come back; their mean is the new
- * baseline when the dip showed no queue of others in it.
+ * headroom of about sqrt(limit), at most a fixed allowance once latency
+ * shows queueing, latency below a millisecond not counted as queueing)
+ * with a no-load baseline that live traffic keeps: the least mean latency
+ * of the last two probe periods, windows and probes alike. Unloaded
+ * windows confirm it; when none has for a while, a probe lowers the cap to
+ * a quarter (queueing the rest, refusing none unless the queue was
+ * refusing already) until a few requests sent after the dip have come
+ * back, and their mean joins the minimum.
  *
  * Pure: no clock, no loop, no allocation; every call takes the time
  * (nanoseconds, monotonic). One controller per upstream per worker. */

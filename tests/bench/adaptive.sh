@@ -98,12 +98,19 @@ run_proto() { # PROTO UPSTREAM C ARGS...
     sluice i2 "$proto" "$up" on
     "${load[@]}" -p "$i1_P" -r $((3 * c / 2)) >"$T/r1" &
     local l1=$!
+    # the limits move from window to window: their means over the measured
+    # seconds, sampled once a second (a last value says little)
+    ( sleep "$WARM"; for _ in $(seq "$DUR"); do
+          sleep 1
+          echo "$(metric "$i1_A" 'sluice_adaptive_limit{listener="l"}') $(metric "$i2_A" 'sluice_adaptive_limit{listener="l"}')"
+      done >"$T/lims" ) &
+    local smp=$!
     r2=$("${load[@]}" -p "$i2_P" -r $((3 * c / 2)))
-    wait $l1
+    wait $l1 $smp
     r1=$(cat "$T/r1")
     local lim1 lim2
-    lim1=$(metric "$i1_A" 'sluice_adaptive_limit{listener="l"}')
-    lim2=$(metric "$i2_A" 'sluice_adaptive_limit{listener="l"}')
+    lim1=$(awk '{ s += $1; n++ } END { if (n) printf "%.2f (mean)", s / n }' "$T/lims")
+    lim2=$(awk '{ s += $2; n++ } END { if (n) printf "%.2f (mean)", s / n }' "$T/lims")
     row "3 C, on, two instances: first" "$r1" "$lim1"
     row "3 C, on, two instances: second" "$r2" "$lim2"
     stop i1; stop i2

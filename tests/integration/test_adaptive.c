@@ -86,6 +86,17 @@ static double shed(int admin, const char *reason)
     return th_metric(admin, m);
 }
 
+/* The number after "<key>": in the "adaptive" object of /stats <body>
+ * (the first listener's), or -1. */
+static double stats_num(const char *body, const char *key)
+{
+    const char *ad = strstr(body, "\"adaptive\":{");
+    char k[64];
+    snprintf(k, sizeof(k), "\"%s\":", key);
+    const char *p = ad ? strstr(ad, k) : NULL;
+    return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
 static double shed_all(int admin)
 {
     return shed(admin, "queue_full") + shed(admin, "evicted") + shed(admin, "standing") +
@@ -232,6 +243,23 @@ static void test_http_overload_sheds(void **state)
     assert_true(th_metric(admin, "sluice_requests_rejected_total{listener=\"a\"}") >= sum.refused);
     /* every place came back */
     assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 0, 5000), 0);
+    /* /stats shows the same figures per listener, the refusals by reason */
+    char *st = th_http_get(admin, "/stats");
+    assert_non_null(st);
+    assert_non_null(strstr(st, "\"adaptive\":{\"mode\":\"on\""));
+    assert_true(stats_num(st, "limit") >= 1);
+    assert_true(stats_num(st, "cap") >= 1);
+    assert_true(stats_num(st, "inflight") == 0);
+    assert_true(stats_num(st, "queued") == 0);
+    assert_true(stats_num(st, "baseline_seconds") > 0.015);
+    assert_true(stats_num(st, "latency_seconds") > 0);
+    assert_true(stats_num(st, "admitted") >= sum.ok);
+    double by_reason = stats_num(st, "queue_full") + stats_num(st, "evicted") +
+                       stats_num(st, "standing") + stats_num(st, "expired");
+    assert_true(by_reason == shed_all(admin));
+    assert_true(by_reason >= sum.refused);
+    assert_true(stats_num(st, "shadow") == 0);
+    free(st);
     th_stop(&sl);
     th_stop(&up);
 }
