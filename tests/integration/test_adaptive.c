@@ -440,7 +440,8 @@ static void resp_overload(const char *extra)
     struct th_proc up, sl;
     int port, admin;
     char conf[256];
-    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 4\n", extra);
+    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 4\n",
+             extra);
     assert_int_equal(th_redis_start(&up, NULL), 0);
     assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
     uint64_t t0 = th_now_ms();
@@ -501,7 +502,8 @@ static void resp_transaction_whole(const char *extra)
     struct th_proc up, sl;
     int port, admin;
     char conf[256];
-    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 2\n", extra);
+    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 2\n",
+             extra);
     assert_int_equal(th_redis_start(&up, NULL), 0);
     assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
     struct rload sum;
