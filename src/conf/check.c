@@ -95,8 +95,8 @@ static int is_loop(const struct sl_addr *listen, const struct sl_addr *upstream)
            (is_wildcard(&listen->ss) && is_local(&upstream->ss));
 }
 
-/* The adaptive_* keys of listener <l>: resp and http only, not pooled
- * (docs/adaptive.md), and limits in order. */
+/* The adaptive_* keys of listener <l>: resp and http only (pooled or not,
+ * docs/adaptive.md), and limits in order. */
 static void check_adaptive(struct loader *ld, struct section *sec, struct sl_listener_conf *l)
 {
     static const char *const keys[] = { "adaptive_concurrency", "adaptive_min_limit",
@@ -111,10 +111,6 @@ static void check_adaptive(struct loader *ld, struct section *sec, struct sl_lis
         }
         return;
     }
-    int line = sl_cf_key_line(sec, "adaptive_concurrency");
-    if (l->adaptive != 0 && l->upstream_pool > 0)
-        sl_cf_err(ld, line, "adaptive_concurrency: not with upstream_pool yet (a pooled "
-                  "listener's requests share connections; see docs/adaptive.md)");
     if (l->adaptive_min_limit > l->adaptive_max_limit)
         sl_cf_err(ld, sl_cf_key_line(sec, "adaptive_min_limit"),
                   "adaptive_min_limit: %llu is above adaptive_max_limit (%llu)",

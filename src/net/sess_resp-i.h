@@ -54,6 +54,8 @@ struct sl_resp_sess {
     uint8_t             reply_seen; /* ... how many of those two were seen */
     uint8_t             reply_busy; /* ... it is -BUSY or -LOADING (adaptive concurrency:
                                        overload, not a latency) */
+    uint8_t             reply_lost; /* pooled: the replies being fed are sluice's errors for
+                                       a shared connection lost (overload, as a timeout) */
     uint8_t             swallow;    /* dropping the upstream reply in progress */
     uint8_t             pick_on;    /* the reply in progress is fed to <auth_pick> */
     /* a pooled listener's (s->link): */

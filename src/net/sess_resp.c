@@ -380,6 +380,15 @@ static int adapt_counts(const struct sl_session *s, const struct sl_pend *e)
     return e->adapt == ADAPT_PLAIN && sl_rconn_plain_one(rc) && !rc->passthru;
 }
 
+/* ... unless it is a pooled session's request that sluice answers itself
+ * (CLIENT ID, SETNAME ...: decided at its turn, as sl_rpool_wait did): it
+ * never reaches the upstream, nor waits for it. */
+static int adapt_local(struct sl_session *s, const struct sl_pend *e)
+{
+    const struct prec *c = e->pooled ? sl_rpool_peek(s) : NULL;
+    return c != NULL && sl_rpool_is_local(s, c);
+}
+
 /* The refusal of entry <p>, shed by adaptive concurrency: -TRYAGAIN, the
  * error Redis gives for "not now, nothing happened, send it again" (see
  * docs/adaptive.md for why this one). */
@@ -571,7 +580,7 @@ static void apply(struct sl_session *s)
             }
         }
         int placed = 0; /* it holds a place of adaptive concurrency */
-        if (e.state == SL_PEND_ALLOW && e.adapt && adapt_counts(s, &e)) {
+        if (e.state == SL_PEND_ALLOW && e.adapt && adapt_counts(s, &e) && !adapt_local(s, &e)) {
             int g = sl_sadapt_admit(s, p);
             if (g == SL_SADAPT_WAIT)
                 break;
@@ -786,7 +795,12 @@ static void process(struct sl_session *s)
             b->start = from = to;
             if (sl_sess_enqueue(s, &q, span, fx, nchan, kind) < 0)
                 return;
-            sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1)->pooled = 1;
+            struct sl_pend *e = sl_pend_at(&s->pend, sl_pend_count(&s->pend) - 1);
+            e->pooled = 1;
+            /* an EXEC, a WATCH, a SELECT ... go upstream and count as any
+             * other (one sluice answers itself does not: adapt_local) */
+            e->adapt = ak;
+            e->tier = ak ? sl_sadapt_tier(s, &q) : 0;
             apply(s);
             if (s->state >= SL_SESS_FLUSHING)
                 return;
@@ -975,7 +989,7 @@ static void upstream_resp(struct sl_session *s, struct sl_buf *b)
         if (sl_reply_idle(&rs(s)->scan)) {
             rs(s)->reply_first = (uint8_t)b->data[off];
             rs(s)->reply_busy = rs(s)->reply_first == '-' && sl_sadapt_owed(s) > 0 &&
-                                overload_reply(b->data + off, b->end - off);
+                                (rs(s)->reply_lost || overload_reply(b->data + off, b->end - off));
             rs(s)->reply_second = 0;
             rs(s)->reply_seen = 0;
             sl_rconn_reply_begin(&rs(s)->rc);

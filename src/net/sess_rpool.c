@@ -706,8 +706,13 @@ void sl_rpool_link_lost(struct sl_session *s, int pinned, int err, const char *w
             b->end += sizeof(msg) - 1;
             owed--;
         }
+        /* adaptive concurrency takes them for overload, not latency */
+        r->reply_lost = 1;
         (void)sl_sess_link_got(s, b, 0, b->end, 0);
         sl_buf_unref(b);
+        if (s->state >= SL_SESS_CLOSED)
+            return;
+        r->reply_lost = 0;
     }
     if (s->state < SL_SESS_FLUSHING)
         sl_sess_resume_later(s); /* a request held for a pin may go now */

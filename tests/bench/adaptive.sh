@@ -13,7 +13,11 @@
 # A/B interleaved, medians). Figures on a shared machine vary: run it on a
 # quiet one for numbers to quote.
 #
-#   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3 ONLY="http resp p16")
+# POOL=N puts the RESP listeners on `upstream_pool = N` (the clients'
+# requests share N upstream connections per worker; docs/adaptive.md,
+# "Pooled listeners").
+#
+#   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3 ONLY="http resp p16" POOL=)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${DUR:-10}
@@ -21,6 +25,7 @@ WARM=${WARM:-3}
 LONG=${LONG:-60}
 ROUNDS=${ROUNDS:-3}
 ONLY=${ONLY:-http resp p16}  # which parts: http, resp, p16
+POOL=${POOL:-}               # resp: upstream_pool = POOL when set
 make -s build/sluice build/bench/capsrv build/bench/aload >/dev/null
 
 T=$(mktemp -d)
@@ -60,6 +65,11 @@ listener = l
 rate = 1000000/s
 match_identity = vip
 EOF
+    if [ "$proto" = resp ] && [ -n "$POOL" ]; then
+        echo "upstream_pool = $POOL" >>"$T/$name.ini.l"
+        sed -i "/^adaptive_concurrency = /r $T/$name.ini.l" "$T/$name.ini"
+        rm -f "$T/$name.ini.l"
+    fi
     build/sluice -c "$T/$name.ini" >"$T/$name.log" 2>&1 & PIDS+=($!)
     eval "${name}_PID=$!"
     wait_port "$p"
@@ -120,7 +130,7 @@ run_proto() { # PROTO UPSTREAM C ARGS...
     stop on
 }
 
-echo "# adaptive concurrency benchmark, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# adaptive concurrency benchmark, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)${POOL:+, resp with upstream_pool = $POOL}"
 case " $ONLY " in *" http "*) run_proto http "$CAP" 800 ;; esac
 case " $ONLY " in *" resp "*) run_proto resp "$RED" 200 -s 5 ;; esac
 case " $ONLY " in *" p16 "*) ;; *) exit 0 ;; esac

@@ -428,51 +428,95 @@ static void rrun(int port, int n, int ms, int multi, struct rload *sum)
     }
 }
 
+/* A pooled listener (many clients' requests on few upstream connections):
+ * upstream_pool = 4, wide enough that the pool is not what holds them back. */
+#define POOL "upstream_pool = 4\n"
+
 /* A redis that serves one 5 ms script at a time (200/s) and 16 clients:
- * -TRYAGAIN for some, bounded waits for the others. */
-static void test_resp_overload_tryagain(void **state)
+ * -TRYAGAIN for some, bounded waits for the others; the upstream is kept
+ * busy (goodput near its capacity). <extra>: POOL, or "". */
+static void resp_overload(const char *extra)
 {
-    (void)state;
     struct th_proc up, sl;
     int port, admin;
+    char conf[256];
+    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 4\n",
+             extra);
     assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 "adaptive_concurrency = on\nadaptive_initial_limit = 4\n"),
-                     0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
+    uint64_t t0 = th_now_ms();
     struct rload sum;
     rrun(port, 16, 4000, 0, &sum);
-    print_message("resp overload: ok %ld refused %ld other %ld (%s) max ok %llu ms limit %.1f\n",
-                  sum.ok, sum.refused, sum.other, sum.bad, (unsigned long long)sum.max_ok_ms,
-                  th_metric(admin, "sluice_adaptive_limit{listener=\"a\"}"));
+    double secs = (double)(th_now_ms() - t0) / 1000.0;
+    /* the upstream's capacity: one 5 ms script at a time */
+    double goodput = (double)sum.ok / (secs * 200.0);
+    print_message("resp%s overload: ok %ld refused %ld other %ld (%s) max ok %llu ms limit %.1f "
+                  "goodput %.2f C\n",
+                  extra[0] ? " pooled" : "", sum.ok, sum.refused, sum.other, sum.bad,
+                  (unsigned long long)sum.max_ok_ms,
+                  th_metric(admin, "sluice_adaptive_limit{listener=\"a\"}"), goodput);
     assert_true(sum.ok > 50);
     assert_true(sum.refused > 0);
     assert_int_equal(sum.other, 0);
     assert_true(sum.max_ok_ms < 2000);
     assert_true(shed_all(admin) > 0);
     assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 0, 5000), 0);
+    if (extra[0] != '\0') {
+        /* shedding does not starve the upstream: what it ran is near what
+         * it can run (0.9 C on a quiet machine; this bound leaves room
+         * for a loaded one) */
+        assert_true(goodput >= 0.6);
+        /* /stats per listener, as on 1:1 */
+        char *st = th_http_get(admin, "/stats");
+        assert_non_null(st);
+        assert_non_null(strstr(st, "\"adaptive\":{\"mode\":\"on\""));
+        assert_true(stats_num(st, "admitted") >= sum.ok);
+        assert_true(stats_num(st, "inflight") == 0);
+        assert_true(stats_num(st, "baseline_seconds") > 0.004);
+        free(st);
+    }
     th_stop(&sl);
     th_stop(&up);
 }
 
-/* MULTI ... EXEC under the same overload: each transaction runs whole
- * (its EXEC's reply) or not at all (-TRYAGAIN in EXEC's place, a DISCARD
- * upstream): the counter the transactions raise by 2 is twice the EXECs. */
-static void test_resp_transaction_whole(void **state)
+static void test_resp_overload_tryagain(void **state)
 {
     (void)state;
+    resp_overload("");
+}
+
+static void test_pool_overload_tryagain(void **state)
+{
+    (void)state;
+    resp_overload(POOL);
+}
+
+/* MULTI ... EXEC under the same overload: each transaction runs whole
+ * (its EXEC's reply) or not at all (-TRYAGAIN in EXEC's place, a DISCARD
+ * upstream): the counter the transactions raise by 2 is twice the EXECs.
+ * Pooled, the transaction runs on the client's pinned connection, which
+ * the DISCARD leaves clean for the next MULTI (a nested MULTI would be an
+ * error in the replies). */
+static void resp_transaction_whole(const char *extra)
+{
     struct th_proc up, sl;
     int port, admin;
+    char conf[256];
+    snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 2\n",
+             extra);
     assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 "adaptive_concurrency = on\nadaptive_initial_limit = 2\n"),
-                     0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
     struct rload sum;
     rrun(port, 16, 4000, 1, &sum);
-    print_message("transactions: ran %ld refused %ld other %ld (%s)\n", sum.execs, sum.refused,
-                  sum.other, sum.bad);
+    long discards = th_redis_cmd_calls(up.port, "discard");
+    print_message("transactions%s: ran %ld refused %ld other %ld (%s) discards %ld\n",
+                  extra[0] ? " pooled" : "", sum.execs, sum.refused, sum.other, sum.bad, discards);
     assert_int_equal(sum.other, 0);
     assert_true(sum.execs > 10);
     assert_true(sum.refused > 0);
+    /* each refused EXEC was a DISCARD upstream */
+    assert_int_equal(discards, sum.refused);
+    assert_int_equal(th_redis_cmd_calls(up.port, "exec"), sum.execs);
     /* a bulk string: "$N\r\n<digits>\r\n" */
     char *m = th_redis_cmd(up.port, "GET m");
     assert_non_null(m);
@@ -480,23 +524,36 @@ static void test_resp_transaction_whole(void **state)
     assert_non_null(digits);
     assert_int_equal(atol(digits + 2), 2 * sum.execs);
     free(m);
+    assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 0, 5000), 0);
     th_stop(&sl);
     th_stop(&up);
 }
 
-/* Blocked BLPOPs hold no place: with a limit of 2, four of them waiting
- * do not keep a GET from going at once. */
-static void test_resp_blocking_not_counted(void **state)
+static void test_resp_transaction_whole(void **state)
 {
     (void)state;
+    resp_transaction_whole("");
+}
+
+static void test_pool_transaction_whole(void **state)
+{
+    (void)state;
+    resp_transaction_whole(POOL);
+}
+
+/* Blocked BLPOPs hold no place: with a limit of 2, four of them waiting
+ * do not keep a GET from going at once. */
+static void resp_blocking_not_counted(const char *extra)
+{
     struct th_proc up, sl;
     int port, admin;
+    char conf[256];
+    snprintf(conf, sizeof(conf),
+             "%sadaptive_concurrency = on\nadaptive_min_limit = 1\n"
+             "adaptive_max_limit = 2\nadaptive_initial_limit = 2\n"
+             "adaptive_queue_interval = 50ms\n", extra);
     assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 "adaptive_concurrency = on\nadaptive_min_limit = 1\n"
-                                 "adaptive_max_limit = 2\nadaptive_initial_limit = 2\n"
-                                 "adaptive_queue_interval = 50ms\n"),
-                     0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
     redisContext *b[4];
     for (int i = 0; i < 4; i++) {
         b[i] = redisConnect("127.0.0.1", port);
@@ -524,32 +581,172 @@ static void test_resp_blocking_not_counted(void **state)
     th_stop(&up);
 }
 
-/* The keys load, print back (-T) and refuse what they must. */
-static void test_config_keys(void **state)
+static void test_resp_blocking_not_counted(void **state)
 {
     (void)state;
-    struct th_proc sl;
+    resp_blocking_not_counted("");
+}
+
+/* Pooled: the BLPOPs hold connections of their own, not places. */
+static void test_pool_blocking_not_counted(void **state)
+{
+    (void)state;
+    resp_blocking_not_counted(POOL);
+}
+
+/* A pooled listener with light traffic (4 clients, one request at a time
+ * or a short pipeline, a fast upstream) refuses nothing, and every place
+ * goes back: also the turns of requests sluice answers itself (CLIENT ID,
+ * SETNAME, GETNAME never reach the upstream, so they must not take one,
+ * which no reply would give back; with 4 places, 4 such leaks would stop
+ * the listener). */
+struct uload {
+    int  port;
+    long ok, bad;
+};
+
+static void *uclient(void *arg)
+{
+    struct uload *u = arg;
+    redisContext *c = redisConnect("127.0.0.1", u->port);
+    if (c == NULL || c->err) {
+        u->bad++;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    for (int i = 0; i < 150; i++) {
+        redisAppendCommand(c, "SET k%d %d", i % 8, i);
+        redisAppendCommand(c, "CLIENT ID");
+        redisAppendCommand(c, "CLIENT SETNAME n%d", i);
+        redisAppendCommand(c, "GET k%d", i % 8);
+        redisAppendCommand(c, "CLIENT GETNAME");
+        for (int k = 0; k < 5; k++) {
+            redisReply *x;
+            if (redisGetReply(c, (void **)&x) != REDIS_OK) {
+                u->bad++;
+                redisFree(c);
+                return NULL;
+            }
+            if (x->type == REDIS_REPLY_ERROR)
+                u->bad++;
+            else
+                u->ok++;
+            freeReplyObject(x);
+        }
+        /* alone: no reply owed before them, they would open a batch */
+        static const char *const alone[] = { "INCR n", "CLIENT ID", "CLIENT GETNAME" };
+        for (int k = 0; k < 3; k++) {
+            redisReply *x = redisCommand(c, alone[k]);
+            if (x == NULL || x->type == REDIS_REPLY_ERROR)
+                u->bad++;
+            else
+                u->ok++;
+            if (x)
+                freeReplyObject(x);
+        }
+    }
+    redisFree(c);
+    return NULL;
+}
+
+static void test_pool_unloaded_never_sheds(void **state)
+{
+    (void)state;
+    struct th_proc up, sl;
     int port, admin;
-    /* pooled listeners are refused with a reason */
-    port = th_free_port();
-    admin = th_free_port();
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[listener a]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 2\n"
-             "adaptive_concurrency = on\n", port, admin);
-    assert_int_not_equal(th_sluice_start(&sl, ini, port), 0);
-    char *log = th_slurp(sl.log);
-    assert_non_null(log);
-    assert_non_null(strstr(log, "adaptive_concurrency: not with upstream_pool"));
-    free(log);
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
+                                 POOL "adaptive_concurrency = on\nadaptive_min_limit = 4\n"
+                                 "adaptive_max_limit = 4\n"),
+                     0);
+    pthread_t t[4];
+    struct uload u[4];
+    for (int i = 0; i < 4; i++) {
+        u[i] = (struct uload){ .port = port };
+        assert_int_equal(pthread_create(&t[i], NULL, uclient, &u[i]), 0);
+    }
+    long ok = 0, bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ok += u[i].ok;
+        bad += u[i].bad;
+    }
+    assert_int_equal(bad, 0);
+    assert_int_equal(ok, 4 * 150 * 8);
+    assert_int_equal(shed_all(admin), 0);
+    assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 0, 5000), 0);
+    assert_int_equal(th_metric(admin, "sluice_adaptive_queued{listener=\"a\"}"), 0);
+    assert_true(th_metric(admin, "sluice_adaptive_admitted_total{listener=\"a\"}") > 0);
+    /* every INCR ran once */
+    char *n = th_redis_cmd(up.port, "GET n");
+    assert_non_null(n);
+    assert_non_null(strstr(n, "\r\n600\r\n"));
+    free(n);
     th_stop(&sl);
+    th_stop(&up);
+}
+
+/* Pooled: a shared upstream connection lost with a request in flight (the
+ * redis stopped, then killed) is overload, as a timeout is, not a fast
+ * sample: the client gets sluice's error in its place, the place goes back. */
+static void test_pool_lost_is_overload(void **state)
+{
+    (void)state;
+    struct th_proc up, sl;
+    int port, admin;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
+                                 POOL "adaptive_concurrency = on\n"),
+                     0);
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    redisReply *x = redisCommand(c, "PING"); /* the shared connection is up */
+    assert_non_null(x);
+    freeReplyObject(x);
+    assert_int_equal(kill(up.pid, SIGSTOP), 0);
+    assert_int_equal(redisAppendCommand(c, "GET k"), REDIS_OK);
+    int done = 0;
+    assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
+    assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 1, 5000), 0);
+    assert_int_equal(th_metric(admin, "sluice_adaptive_overload_total{listener=\"a\"}"), 0);
+    kill(up.pid, SIGKILL);
+    assert_int_equal(redisGetReply(c, (void **)&x), REDIS_OK);
+    assert_int_equal(x->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(x->str, "upstream connection lost"));
+    freeReplyObject(x);
+    assert_int_equal(th_metric(admin, "sluice_adaptive_overload_total{listener=\"a\"}"), 1);
+    assert_int_equal(th_metric_wait(admin, "sluice_adaptive_inflight{listener=\"a\"}", 0, 5000), 0);
+    redisFree(c);
+    th_stop(&sl);
+    th_stop(&up);
+}
+
+/* A pooled listener with adaptive_concurrency starts and serves (it was
+ * refused at load before). */
+static void test_config_pooled_loads(void **state)
+{
+    (void)state;
+    struct th_proc up, sl;
+    int port, admin;
+    assert_int_equal(th_redis_start(&up, NULL), 0);
+    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
+                                 POOL "adaptive_concurrency = on\n"),
+                     0);
+    char *r = th_redis_cmd(port, "PING");
+    assert_non_null(r);
+    assert_string_equal(r, "+PONG\r\n");
+    free(r);
+    th_stop(&sl);
+    th_stop(&up);
 }
 
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_config_pooled_loads),
         cmocka_unit_test(test_http_unloaded_never_sheds),
         cmocka_unit_test(test_http_overload_sheds),
         cmocka_unit_test(test_http_shadow_counts_only),
@@ -557,6 +754,11 @@ int main(void)
         cmocka_unit_test(test_resp_blocking_not_counted),
         cmocka_unit_test(test_resp_overload_tryagain),
         cmocka_unit_test(test_resp_transaction_whole),
+        cmocka_unit_test(test_pool_unloaded_never_sheds),
+        cmocka_unit_test(test_pool_blocking_not_counted),
+        cmocka_unit_test(test_pool_overload_tryagain),
+        cmocka_unit_test(test_pool_transaction_whole),
+        cmocka_unit_test(test_pool_lost_is_overload),
     };
     return th_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

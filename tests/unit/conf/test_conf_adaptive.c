@@ -1,6 +1,6 @@
 /* Unit tests for the loader's adaptive concurrency keys (docs/adaptive.md):
- * the listener's adaptive_* keys (defaults, ranges, auto, refused on tcp
- * and with upstream_pool, min <= initial <= max), a limit's priority, and
+ * the listener's adaptive_* keys (defaults, ranges, auto, refused on tcp,
+ * taken with upstream_pool, min <= initial <= max), a limit's priority, and
  * the load -> dump -> load round trip. Run from the repo root. */
 #include "unit/conf/conf_test.h"
 
@@ -78,13 +78,27 @@ static void test_adaptive_errors(void **state)
     expect_errors(L_A "adaptive_initial_limit = 2000\n",
                   "t.ini:4: adaptive_initial_limit: 2000 is outside adaptive_min_limit .. "
                   "adaptive_max_limit (1 .. 1000)\n");
-    expect_errors(L_A "upstream_pool = 2\nadaptive_concurrency = on\n",
-                  "t.ini:5: adaptive_concurrency: not with upstream_pool yet (a pooled listener's "
-                  "requests share connections; see docs/adaptive.md)\n");
     expect_errors("[listener t]\nlisten = *:5432\nupstream = 10.0.0.1:5432\nprotocol = tcp\n"
                   "adaptive_concurrency = on\n",
                   "t.ini:5: adaptive_concurrency: only for resp and http listeners (this listener "
                   "is tcp)\n");
+}
+
+/* A pooled RESP listener adapts too (its unit: a client's requests in
+ * flight, docs/adaptive.md "Pooled listeners"). */
+static void test_adaptive_pooled(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok(L_A "upstream_pool = 4\nadaptive_concurrency = on\n"
+                                    "adaptive_max_limit = 64\n");
+    assert_int_equal(c->listeners->upstream_pool, 4);
+    assert_int_equal(c->listeners->adaptive, 1);
+    assert_int_equal(c->listeners->adaptive_max_limit, 64);
+    sl_conf_free(c);
+    c = load_ok(L_A "upstream_pool = 2\nadaptive_concurrency = shadow\n");
+    assert_int_equal(c->listeners->adaptive, 2);
+    sl_conf_free(c);
+    round_trip(L_A "upstream_pool = 4\nadaptive_concurrency = on\n");
 }
 
 static void test_priority(void **state)
@@ -117,6 +131,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_defaults),
         cmocka_unit_test(test_adaptive_values),
         cmocka_unit_test(test_adaptive_errors),
+        cmocka_unit_test(test_adaptive_pooled),
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_adaptive_round_trip),
     };
