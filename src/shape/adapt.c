@@ -111,11 +111,13 @@ static void probe_maybe(struct sl_adapt *a, uint64_t now_ns)
 void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns)
 {
     int64_t off = (int64_t)(wall_ns - now_ns);
-    if (off != a->wall_off_ns) {
-        a->wall_off_ns = off;
-        if (!a->probing && a->probe_next_wall != 0)
-            probe_schedule(a, now_ns);
-    }
+    int64_t moved = off > a->wall_off_ns ? off - a->wall_off_ns : a->wall_off_ns - off;
+    a->wall_off_ns = off;
+    /* A step (not the microseconds between two readings of two clocks):
+     * the boundary to wait for is another one. A boundary passed by the
+     * step itself is skipped; the next one comes a period later at most. */
+    if (moved > (int64_t)a->p.window_ns && !a->probing && a->probe_next_wall != 0)
+        probe_schedule(a, now_ns);
 }
 
 int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t now_ns)
