@@ -303,12 +303,12 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
             /* The baseline is the least mean latency of the last two probe
              * periods, windows and probes alike (docs/adaptive.md, "The
              * baseline"): it falls with any window below it, and rises when
-             * the lows it came from grow old; a probe every period (each
-             * jittered) keeps a drained reading in the horizon, so a
-             * standing queue never becomes the norm. Instances in front of
-             * one upstream read the same latencies, dips included (one's
-             * probe lowers everyone's latency): their least agree, where
-             * each one's own probes, ratcheted, drifted apart. */
+             * the lows it came from grow old; a probe every period (lined
+             * up with the other instances' on the wall clock) keeps a
+             * drained reading in the horizon, so a standing queue never
+             * becomes the norm. Instances in front of one upstream read the
+             * same latencies, dips included: their least agree, where each
+             * one's own probes, ratcheted, drifted apart. */
             double low = low_push(a, now_ns, mean);
             if (low < a->baseline_ns || now_ns - a->confirmed_ns < a->probe_after_ns)
                 a->baseline_ns = low;
