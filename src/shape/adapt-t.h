@@ -27,9 +27,12 @@ struct sl_adapt_params {
                                   most this many requests */
     uint64_t window_ns;        /* a window lasts at least this long ... */
     uint32_t window_samples;   /* ... and until it holds this many samples */
-    uint64_t probe_ns;         /* re-measure the baseline when it was last confirmed
-                                  this long ago (jittered by +-probe_jitter) */
-    double   probe_jitter;     /* 0..0.5: fraction of probe_ns drawn at random */
+    uint64_t probe_ns;         /* the probe period: probes start when the wall clock
+                                  crosses a multiple of it (every instance alike),
+                                  if nothing confirmed the baseline since the last */
+    uint64_t probe_skew_ns;    /* a probe counts only requests sent this long after
+                                  it began: the clocks of instances that probe
+                                  together differ by up to this much */
     double   probe_depth;      /* during a probe the limit is limit * depth */
     uint32_t probe_samples;    /* samples a probe averages */
     uint64_t probe_max_ns;     /* a probe gives up after this long */
@@ -42,7 +45,7 @@ struct sl_adapt_params {
                                   upstream latency below it is not queueing */
     uint64_t queue_interval_ns;/* a queue whose oldest waiter stayed past the target
                                   this long is standing; also the longest any waiter waits */
-    uint64_t seed;             /* the probe jitter's PRNG (instances differ) */
+    uint64_t seed;             /* the PRNG of a fractional probe's pauses */
 };
 
 /* One request waiting for a place: embedded in whatever waits (a session),
@@ -82,7 +85,11 @@ struct sl_adapt {
     double   baseline_ns;       /* no-load latency: mean of unqueued samples; 0 = none yet */
     double   sampled_ns;        /* last window's mean latency */
     uint64_t confirmed_ns;      /* when a window last confirmed the baseline (or a probe set it) */
-    uint64_t probe_after_ns;    /* the jittered probe period now in force */
+    uint64_t probe_after_ns;    /* a baseline confirmed less than this long ago may rise */
+    int64_t  wall_off_ns;       /* wall clock minus the caller's clock (sl_adapt_wallclock) */
+    uint64_t probe_next_wall;   /* the next wall-clock boundary at which to consider
+                                   a probe (0: not computed yet) */
+    uint8_t  probe_soon;        /* the next probe at the next short boundary */
     uint32_t inflight;          /* admitted, not yet released */
     uint32_t at_min;            /* consecutive windows that ended at min_limit */
 
@@ -100,10 +107,12 @@ struct sl_adapt {
     uint8_t  probe_clean;       /* in flight fell to the probe's cap: samples from now count */
     uint64_t probe_start_ns;
     uint64_t probe_clean_ns;
+    uint64_t probe_pause_ns;    /* a fractional probe holds its cap at 0 until then
+                                   (0: not pausing) */
     double   probe_sum_ns;
     uint32_t probe_n;
 
-    uint64_t rng;               /* xorshift state for the jitter */
+    uint64_t rng;               /* xorshift state for the pauses */
 
     /* the least latency seen lately: a monotonic queue of (when, mean) of
      * windows and probes, the least at the head */

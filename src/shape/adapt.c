@@ -5,6 +5,9 @@
 
 #include "shape/adapt.h"
 
+
+
+
 #define MS 1000000ull
 
 void sl_adapt_params_default(struct sl_adapt_params *p)
@@ -21,7 +24,7 @@ void sl_adapt_params_default(struct sl_adapt_params *p)
     p->window_ns = 100 * MS;
     p->window_samples = 10;
     p->probe_ns = 5000 * MS;
-    p->probe_jitter = 0.2;
+    p->probe_skew_ns = 25 * MS;
     p->probe_depth = 0.25;
     p->probe_samples = 64;
     p->probe_max_ns = 300 * MS;
@@ -38,7 +41,29 @@ static double clampd(double v, double lo, double hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* xorshift64*: the probe jitter only needs to differ between instances. */
+/* ---- when probes start ----
+ *
+ * Probes line up across instances without their talking to each other: a
+ * probe starts when the wall clock crosses a multiple of the probe period,
+ * the same on every instance, so instances whose clocks agree (NTP) probe
+ * together, and a probe counts only requests sent probe_skew_ns after its
+ * own in flight fell (the others' may fall that much later). Probing
+ * alone, an instance drains only its own share of the upstream's queue:
+ * the others' stay, and the "no-load" latency it reads holds them (two
+ * instances in front of one Redis thread read five service times). The
+ * controller never reads a clock: the caller gives the wall clock's offset
+ * from its own (sl_adapt_wallclock; without it the caller's clock stands
+ * in, which processes on one host share when it is the monotonic one). */
+
+/* The short grid: a probe wanted soon (a first baseline, one that moved,
+ * a limit stuck at its minimum) starts at the next multiple of this. */
+static uint64_t soon_grid(const struct sl_adapt *a)
+{
+    uint64_t g = a->p.probe_ns / 5;
+    return g > 0 ? g : 1;
+}
+
+/* xorshift64*: a pause only needs to differ between instances. */
 static double uniform(struct sl_adapt *a)
 {
     a->rng ^= a->rng >> 12;
@@ -47,10 +72,52 @@ static double uniform(struct sl_adapt *a)
     return (double)((a->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
 }
 
-static void new_probe_period(struct sl_adapt *a)
+static uint64_t wall_of(const struct sl_adapt *a, uint64_t now_ns)
 {
-    double j = a->p.probe_jitter * (2.0 * uniform(a) - 1.0);
-    a->probe_after_ns = (uint64_t)((double)a->p.probe_ns * (1.0 + j));
+    return (uint64_t)((int64_t)now_ns + a->wall_off_ns);
+}
+
+/* The next boundary after <now_ns> on the grid in force. */
+static void probe_schedule(struct sl_adapt *a, uint64_t now_ns)
+{
+    uint64_t g = a->probe_soon ? soon_grid(a) : a->p.probe_ns;
+    uint64_t w = wall_of(a, now_ns);
+    a->probe_next_wall = (w / g + 1) * g;
+}
+
+static void probe_start(struct sl_adapt *a, uint64_t now_ns);
+
+/* At a boundary: probe when something asked for one soon, or nothing has
+ * confirmed the baseline for half a period (under a standing queue no
+ * window does: the last confirmation is the last boundary's probe). */
+static void probe_maybe(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->probing || a->baseline_ns == 0)
+        return;
+    uint64_t w = wall_of(a, now_ns);
+    /* not computed yet, or the wall clock was stepped back a long way */
+    if (a->probe_next_wall == 0 || a->probe_next_wall > w + a->p.probe_ns) {
+        probe_schedule(a, now_ns);
+        return;
+    }
+    if (w < a->probe_next_wall)
+        return;
+    if (a->probe_soon || now_ns - a->confirmed_ns >= a->p.probe_ns / 2)
+        probe_start(a, now_ns);
+    else
+        probe_schedule(a, now_ns);
+}
+
+void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns)
+{
+    int64_t off = (int64_t)(wall_ns - now_ns);
+    int64_t moved = off > a->wall_off_ns ? off - a->wall_off_ns : a->wall_off_ns - off;
+    a->wall_off_ns = off;
+    /* A step (not the microseconds between two readings of two clocks):
+     * the boundary to wait for is another one. A boundary passed by the
+     * step itself is skipped; the next one comes a period later at most. */
+    if (moved > (int64_t)a->p.window_ns && !a->probing && a->probe_next_wall != 0)
+        probe_schedule(a, now_ns);
 }
 
 int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t now_ns)
@@ -59,7 +126,7 @@ int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t 
     if (p->min_limit < 1 || p->max_limit < p->min_limit || !(p->smoothing > 0 && p->smoothing <= 1) ||
         !(p->gradient_floor > 0 && p->gradient_floor <= 1) || !(p->tolerance >= 1) ||
  !(p->backoff > 0 && p->backoff < 1) ||
-        !(p->probe_depth > 0 && p->probe_depth <= 1) || !(p->probe_jitter >= 0 && p->probe_jitter <= 0.5) ||
+        !(p->probe_depth > 0 && p->probe_depth <= 1) || p->probe_ns == 0 ||
         !(p->confirm >= 0) || !(p->allowance > 0) || p->window_samples < 1 || p->probe_samples < 1 || p->queue_interval_ns == 0)
         return -1;
     a->p = *p;
@@ -67,7 +134,7 @@ int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t 
     a->rng = p->seed ? p->seed : 0x9e3779b97f4a7c15ull;
     a->win_start_ns = now_ns;
     a->confirmed_ns = now_ns;
-    new_probe_period(a);
+    a->probe_after_ns = p->probe_ns + p->probe_max_ns + p->window_ns;
     return 0;
 }
 
@@ -78,6 +145,8 @@ double sl_adapt_estimate(const struct sl_adapt *a)
 
 uint32_t sl_adapt_limit(const struct sl_adapt *a)
 {
+    if (a->probing && a->probe_pause_ns != 0)
+        return 0; /* a fractional probe's pause (probe_pause) */
     double l = a->probing ? a->limit * a->p.probe_depth : a->limit;
     uint32_t c = (uint32_t)l;
     return c < a->p.min_limit ? a->p.min_limit : c;
@@ -141,6 +210,35 @@ static void probe_check(struct sl_adapt *a, uint64_t now_ns)
     }
 }
 
+/* A fractional probe: when a quarter of the limit is less than one
+ * request (a limit under 4: a one-thread upstream), a cap of 1 is still
+ * too much once several instances probe together (each keeps one in
+ * flight, and each reads the others' service in its latency: two instances
+ * in front of one Redis thread read twice its service time). Such a probe
+ * keeps one request in flight only for that fraction of the time: after
+ * each reply it holds its cap at 0 for a random pause, on average the
+ * reply's latency times (1 / fraction - 1), so instances that probe
+ * together mostly take turns, and an instance alone reads what it reads
+ * with a cap of 1. The pause is one or two service times: nothing waits
+ * long for it. */
+static void probe_pause(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns)
+{
+    double f = a->limit * a->p.probe_depth;
+    if (f >= 1.0 || !a->probe_clean)
+        return;
+    double mean = 2.0 * (double)latency_ns * (1.0 / f - 1.0);
+    uint64_t d = (uint64_t)(2.0 * mean * uniform(a));
+    if (d > 0)
+        a->probe_pause_ns = now_ns + d;
+}
+
+/* A pause is over at <now_ns>. */
+void sl_adapt_tick(struct sl_adapt *a, uint64_t now_ns)
+{
+    if (a->probe_pause_ns != 0 && now_ns >= a->probe_pause_ns)
+        a->probe_pause_ns = 0;
+}
+
 static void probe_start(struct sl_adapt *a, uint64_t now_ns)
 {
     a->probing = 1;
@@ -148,6 +246,7 @@ static void probe_start(struct sl_adapt *a, uint64_t now_ns)
     a->probe_start_ns = now_ns;
     a->probe_sum_ns = 0;
     a->probe_n = 0;
+    a->probe_soon = 0;
     a->n_probes++;
     probe_check(a, now_ns);
 }
@@ -159,23 +258,22 @@ static void probe_end(struct sl_adapt *a, uint64_t now_ns)
         double old = a->baseline_ns;
         a->baseline_ns = low_push(a, now_ns, m);
         a->confirmed_ns = now_ns;
-        new_probe_period(a);
         /* A probe that moved the baseline much (an upstream that changed),
          * or the first one, taken under load, is not the last word: the
          * limit will move, and a probe from there sees better (a quarter
          * of the initial 20 against a one-thread upstream still holds a
          * queue of four: it read 25 ms for a 5 ms service, and the limit
          * sat at 8 until the next probe, 5 s later). Look again after a
-         * few windows, not a whole period. */
+         * few windows (the next short boundary), not a whole period. */
         if (fabs(a->baseline_ns - old) > old * a->p.confirm || a->guessed)
-            a->probe_after_ns = 10 * a->p.window_ns;
-    } else {
-        new_probe_period(a);
+            a->probe_soon = 1;
     }
     a->probing = 0;
+    a->probe_pause_ns = 0;
     a->guessed = 0;
     a->at_min = 0;
     window_reset(a, now_ns);
+    probe_schedule(a, now_ns);
 }
 
 /* The end of a window: one step of the gradient. */
@@ -199,17 +297,18 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
              * for now and measure at once (and again soon after, below). */
             a->guessed = 1;
             a->baseline_ns = low_push(a, now_ns, mean);
-            a->confirmed_ns = now_ns - a->probe_after_ns;
+            a->probe_soon = 1;
+            probe_schedule(a, now_ns);
         } else {
             /* The baseline is the least mean latency of the last two probe
              * periods, windows and probes alike (docs/adaptive.md, "The
              * baseline"): it falls with any window below it, and rises when
-             * the lows it came from grow old; a probe every period (each
-             * jittered) keeps a drained reading in the horizon, so a
-             * standing queue never becomes the norm. Instances in front of
-             * one upstream read the same latencies, dips included (one's
-             * probe lowers everyone's latency): their least agree, where
-             * each one's own probes, ratcheted, drifted apart. */
+             * the lows it came from grow old; a probe every period (lined
+             * up with the other instances' on the wall clock) keeps a
+             * drained reading in the horizon, so a standing queue never
+             * becomes the norm. Instances in front of one upstream read the
+             * same latencies, dips included: their least agree, where each
+             * one's own probes, ratcheted, drifted apart. */
             double low = low_push(a, now_ns, mean);
             if (low < a->baseline_ns || now_ns - a->confirmed_ns < a->probe_after_ns)
                 a->baseline_ns = low;
@@ -251,12 +350,14 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
     else
         a->at_min = 0;
     window_reset(a, now_ns);
-    /* Re-measure the baseline when no window has confirmed it for a while
-     * (the upstream may have become slower for good), or when the limit
-     * has sat at its minimum for 5 windows (the baseline may be too low). */
-    if (a->baseline_ns > 0 &&
-        (now_ns - a->confirmed_ns >= a->probe_after_ns || a->at_min >= 5))
-        probe_start(a, now_ns);
+    /* The limit has sat at its minimum for 5 windows: the baseline may be
+     * too low; re-measure it at the next short boundary (probe_maybe also
+     * re-measures when no window has confirmed it for a while). */
+    if (a->baseline_ns > 0 && a->at_min >= 5 && !a->probe_soon) {
+        a->probe_soon = 1;
+        probe_schedule(a, now_ns);
+    }
+    probe_maybe(a, now_ns);
 }
 
 static void window_maybe_close(struct sl_adapt *a, uint64_t now_ns)
@@ -273,10 +374,15 @@ void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns)
     a->n_samples++;
     if (a->probing) {
         probe_check(a, now_ns);
-        if (a->probe_clean && latency_ns <= now_ns && now_ns - latency_ns >= a->probe_clean_ns) {
+        /* only requests sent probe_skew_ns after this one's in flight fell:
+         * the other instances' began up to that much later (their clocks)
+         * and take about as long to fall */
+        if (a->probe_clean && latency_ns <= now_ns &&
+            now_ns - latency_ns >= a->probe_clean_ns + a->p.probe_skew_ns) {
             a->probe_sum_ns += (double)latency_ns;
             a->probe_n++;
         }
+        probe_pause(a, latency_ns, now_ns);
         if (a->probe_n >= a->p.probe_samples || now_ns - a->probe_start_ns >= a->p.probe_max_ns)
             probe_end(a, now_ns);
         return;
@@ -284,6 +390,7 @@ void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns)
     a->win_sum_ns += (double)latency_ns;
     a->win_n++;
     window_maybe_close(a, now_ns);
+    probe_maybe(a, now_ns);
 }
 
 void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
@@ -293,11 +400,12 @@ void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
         /* The upstream is overloaded while we measure its no-load latency:
          * the measurement is void; back off now instead. */
         a->probing = 0;
+        a->probe_pause_ns = 0;
         a->guessed = 0;
         a->limit = clampd(a->limit * a->p.backoff, (double)a->p.min_limit, (double)a->p.max_limit);
-        new_probe_period(a);
         a->confirmed_ns = now_ns;
         window_reset(a, now_ns);
+        probe_schedule(a, now_ns);
         return;
     }
     a->win_overload++;
@@ -306,13 +414,14 @@ void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns)
 
 int sl_adapt_try_acquire(struct sl_adapt *a, uint64_t now_ns)
 {
+    sl_adapt_tick(a, now_ns);
     if (a->q.n > 0 || a->inflight >= sl_adapt_limit(a))
         return 0;
     a->inflight++;
     if (a->inflight > a->win_max_inflight)
         a->win_max_inflight = a->inflight;
     a->n_admitted++;
-    (void)now_ns;
+    probe_maybe(a, now_ns);
     return 1;
 }
 
@@ -323,4 +432,5 @@ void sl_adapt_release(struct sl_adapt *a, uint64_t now_ns)
     probe_check(a, now_ns);
     if (a->probing && now_ns - a->probe_start_ns >= a->p.probe_max_ns)
         probe_end(a, now_ns);
+    probe_maybe(a, now_ns);
 }

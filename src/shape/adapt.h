@@ -15,8 +15,9 @@
  * shows queueing, latency below a millisecond not counted as queueing)
  * with a no-load baseline that live traffic keeps: the least mean latency
  * of the last two probe periods, windows and probes alike. Unloaded
- * windows confirm it; when none has for a while, a probe lowers the cap to
- * a quarter (queueing the rest, refusing none unless the queue was
+ * windows confirm it; when none has for a while, a probe (at a multiple of
+ * the probe period on the wall clock: instances probe together) lowers the
+ * cap to a quarter (queueing the rest, refusing none unless the queue was
  * refusing already) until a few requests sent after the dip have come
  * back, and their mean joins the minimum.
  *
@@ -34,6 +35,13 @@ void sl_adapt_params_default(struct sl_adapt_params *p);
  * out of range (then <a> is unusable). */
 int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t now_ns);
 
+/* The wall clock reads <wall_ns> when the caller's clock reads <now_ns>:
+ * probes start at multiples of the probe period on the wall clock, so
+ * instances on different hosts (NTP) probe together. Call it at start and
+ * now and then (the wall clock may be slewed or stepped); without it the
+ * caller's own clock stands in. The controller never reads a clock. */
+void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns);
+
 /* A request admitted at <now_ns> - <latency_ns> got its reply: a latency
  * sample. Replies that mean overload go to sl_adapt_overload instead. */
 void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns);
@@ -41,6 +49,11 @@ void sl_adapt_sample(struct sl_adapt *a, uint64_t latency_ns, uint64_t now_ns);
 /* A request ended in an overload signal (timeout, -BUSY / -LOADING, 5xx):
  * the window backs off; it is not a latency sample. */
 void sl_adapt_overload(struct sl_adapt *a, uint64_t now_ns);
+
+/* Time passes: a fractional probe's pause may be over (sl_adapt_next and
+ * sl_adapt_try_acquire look by themselves; sl_adapt_due counts the end of
+ * a pause as a deadline while requests wait). */
+void sl_adapt_tick(struct sl_adapt *a, uint64_t now_ns);
 
 /* The in-flight cap in force now (lower during a probe). */
 uint32_t sl_adapt_limit(const struct sl_adapt *a);

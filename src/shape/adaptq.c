@@ -197,8 +197,16 @@ int sl_adapt_enqueue(struct sl_adapt *a, struct sl_adapt_waiter *w, unsigned tie
 struct sl_adapt_waiter *sl_adapt_next(struct sl_adapt *a, uint64_t now_ns)
 {
     struct sl_adaptq *q = &a->q;
+    sl_adapt_tick(a, now_ns);
     int t = highest_tier(q);
-    if (t < 0 || a->inflight >= sl_adapt_limit(a))
+    if (t < 0)
+        return NULL;
+    /* A fractional probe's pause holds back tier 0 only: a higher tier
+     * goes when nothing is in flight (against a one-thread upstream a pause
+     * is a service time or two, past a VIP's target of two baselines; two
+     * instances' VIPs lost 11% of their requests, 8% without the pauses) */
+    if (a->inflight >= sl_adapt_limit(a) &&
+        !(t > 0 && a->probe_pause_ns != 0 && a->inflight == 0))
         return NULL;
     /* Adaptive LIFO: in a standing queue the oldest are the likeliest to be
      * given up on by their clients; serve the newest, shed the oldest. */
@@ -269,6 +277,9 @@ uint64_t sl_adapt_due(const struct sl_adapt *a)
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;
+    /* the end of a fractional probe's pause: a waiter may go then */
+    if (a->probe_pause_ns != 0 && a->probe_pause_ns < due)
+        due = a->probe_pause_ns;
     return due;
 }
 
@@ -293,6 +304,8 @@ uint64_t sl_adapt_due_after(const struct sl_adapt *a, uint64_t now_ns)
     for (int t = lo; t < SL_ADAPT_TIERS; t++)
         if (q->head[t] && q->head[t]->since_ns + a->p.queue_interval_ns + 1 < due)
             due = q->head[t]->since_ns + a->p.queue_interval_ns + 1;
+    if (a->probe_pause_ns > now_ns && a->probe_pause_ns < due)
+        due = a->probe_pause_ns;
     /* never now or before: a caller that arms a timer for it must not spin */
     return due > now_ns ? due : now_ns + 1000000;
 }

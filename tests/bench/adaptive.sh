@@ -18,6 +18,11 @@
 # "Pooled listeners").
 #
 #   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3 ONLY="http resp p16" POOL=)
+#
+# CASES picks the rows of the http and resp tables (default all: "ref off
+# on two long"); SLUICE is the binary to run (default build/sluice), for
+# A/B rounds against another build, e.g. the two-instance RESP row of the
+# previous one:  SLUICE=/tmp/old/build/sluice ONLY=resp CASES="ref two" ...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${DUR:-10}
@@ -26,6 +31,9 @@ LONG=${LONG:-60}
 ROUNDS=${ROUNDS:-3}
 ONLY=${ONLY:-http resp p16}  # which parts: http, resp, p16
 POOL=${POOL:-}               # resp: upstream_pool = POOL when set
+CASES=${CASES:-ref off on two long}
+SLUICE=${SLUICE:-build/sluice}
+has() { case " $CASES " in *" $1 "*) return 0 ;; esac; return 1; }
 make -s build/sluice build/bench/capsrv build/bench/aload >/dev/null
 
 T=$(mktemp -d)
@@ -70,7 +78,7 @@ EOF
         sed -i "/^adaptive_concurrency = /r $T/$name.ini.l" "$T/$name.ini"
         rm -f "$T/$name.ini.l"
     fi
-    build/sluice -c "$T/$name.ini" >"$T/$name.log" 2>&1 & PIDS+=($!)
+    "$SLUICE" -c "$T/$name.ini" >"$T/$name.log" 2>&1 & PIDS+=($!)
     eval "${name}_PID=$!"
     wait_port "$p"
     eval "${name}_P=$p ${name}_A=$a"
@@ -96,14 +104,28 @@ run_proto() { # PROTO UPSTREAM C ARGS...
     local proto=$1 up=$2 c=$3; shift 3
     local load=(build/bench/aload -m "$proto" -d "$DUR" -w "$WARM" -c 2048 -v 0.1 "$@")
     header "$proto: C = $c/s, offered 3 C = $((3 * c))/s unless said (${DUR} s after ${WARM} s warm-up)"
-    sluice off "$proto" "$up" off
-    r=$("${load[@]}" -p "$off_P" -r $((c / 2))); row "0.5 C, off (unloaded reference)" "$r"
-    r=$("${load[@]}" -p "$off_P" -r $((3 * c))); row "3 C, off" "$r"
-    stop off
-    sluice on "$proto" "$up" on
-    r=$("${load[@]}" -p "$on_P" -r $((3 * c)))
-    row "3 C, on" "$r" "$(metric "$on_A" 'sluice_adaptive_limit{listener="l"}')"
-    stop on
+    if has ref || has off; then
+        sluice off "$proto" "$up" off
+        if has ref; then r=$("${load[@]}" -p "$off_P" -r $((c / 2))); row "0.5 C, off (unloaded reference)" "$r"; fi
+        if has off; then r=$("${load[@]}" -p "$off_P" -r $((3 * c))); row "3 C, off" "$r"; fi
+        stop off
+    fi
+    if has on; then
+        sluice on "$proto" "$up" on
+        r=$("${load[@]}" -p "$on_P" -r $((3 * c)))
+        row "3 C, on" "$r" "$(metric "$on_A" 'sluice_adaptive_limit{listener="l"}')"
+        stop on
+    fi
+    has two && run_two "$@"
+    if has long; then
+        sluice on "$proto" "$up" on
+        r=$("${load[@]}" -p "$on_P" -r $((c / 2)) -d "$LONG")
+        row "0.5 C, on, ${LONG} s" "$r" "$(metric "$on_A" 'sluice_adaptive_limit{listener="l"}')"
+        stop on
+    fi
+}
+
+run_two() { # the two-instance rows (run_proto's locals in scope)
     sluice i1 "$proto" "$up" on
     sluice i2 "$proto" "$up" on
     "${load[@]}" -p "$i1_P" -r $((3 * c / 2)) >"$T/r1" &
@@ -124,10 +146,6 @@ run_proto() { # PROTO UPSTREAM C ARGS...
     row "3 C, on, two instances: first" "$r1" "$lim1"
     row "3 C, on, two instances: second" "$r2" "$lim2"
     stop i1; stop i2
-    sluice on "$proto" "$up" on
-    r=$("${load[@]}" -p "$on_P" -r $((c / 2)) -d "$LONG")
-    row "0.5 C, on, ${LONG} s" "$r" "$(metric "$on_A" 'sluice_adaptive_limit{listener="l"}')"
-    stop on
 }
 
 echo "# adaptive concurrency benchmark, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)${POOL:+, resp with upstream_pool = $POOL}"

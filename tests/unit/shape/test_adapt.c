@@ -13,7 +13,8 @@
  *                     limits within 20% of each other, steady (low variance)
  *   VIP tier (10%):   under 3x C, >= 0.99 of VIP requests succeed
  *
- * ADAPT_VERBOSE=1 prints each simulation's figures. */
+ * ADAPT_VERBOSE=1 prints each simulation's figures; SEED=n runs the
+ * simulations with another seed than their fixed one (42). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -426,6 +427,11 @@ static void test_probe_follows_slower_upstream(void **state)
             while (sl_adapt_try_acquire(&a, t))
                 ;
             uint32_t n = a.inflight;
+            if (n == 0) { /* a fractional probe's pause: nothing in flight */
+                assert_true(a.probe_pause_ns > t);
+                t = a.probe_pause_ns;
+                continue;
+            }
             uint64_t lat = n <= 32 ? svc : svc * n / 32;
             t += lat / n;
             sl_adapt_sample(&a, lat, t);
@@ -448,6 +454,51 @@ static void test_probe_follows_slower_upstream(void **state)
     assert_true(min_cap_seen >= 8);
     /* back above the upstream's 32 servers, plus a little headroom */
     assert_true(a.limit >= 32 && a.limit <= 48);
+}
+
+/* Probes start when the wall clock crosses a multiple of the probe period,
+ * whatever the controller's own clock says: two controllers whose own
+ * clocks are far apart but whose wall clocks agree within 3 ms probe at
+ * the same wall-clock moments. The wall clock is given, never read. */
+static void test_probes_line_up(void **state)
+{
+    (void)state;
+    struct sl_adapt a[2];
+    uint64_t mono0[2] = { 0, 987654321 };                   /* own clocks: far apart */
+    uint64_t wall0[2] = { 1764300000123 * MS, 1764300000126 * MS }; /* 3 ms apart */
+    uint64_t starts[2][16], nstart[2] = { 0, 0 };
+    for (int c = 0; c < 2; c++) {
+        init_default(&a[c], mono0[c]);
+        sl_adapt_wallclock(&a[c], mono0[c], wall0[c]);
+        uint64_t t = mono0[c];
+        int was = 0;
+        /* 30 s: a first second unloaded (1 ms: the baseline), then a
+         * standing queue (3 ms, and a busy cap): no window confirms it */
+        for (int i = 0; i < 30000; i++) {
+            t += 1 * MS;
+            if (!sl_adapt_try_acquire(&a[c], t))
+                continue;
+            sl_adapt_sample(&a[c], i < 1000 ? 1 * MS : 3 * MS, t);
+            sl_adapt_release(&a[c], t);
+            if (a[c].probing && !was && nstart[c] < 16)
+                starts[c][nstart[c]++] = t - mono0[c] + wall0[c]; /* its wall clock */
+            was = a[c].probing;
+        }
+    }
+    assert_true(nstart[0] >= 4);
+    assert_int_equal(nstart[0], nstart[1]);
+    uint64_t period = a[0].p.probe_ns;
+    for (uint64_t i = 0; i < nstart[0]; i++) {
+        if (verbose)
+            printf("probe %llu: wall %llu and %llu ms past a boundary\n", (unsigned long long)i,
+                   (unsigned long long)(starts[0][i] % period / MS), (unsigned long long)(starts[1][i] % period / MS));
+        /* at the first look past a boundary of the probe period, or of its
+         * fifth (a probe wanted soon) */
+        for (int c = 0; c < 2; c++)
+            assert_true(starts[c][i] % (period / 5) <= 2 * MS);
+        uint64_t d = starts[0][i] > starts[1][i] ? starts[0][i] - starts[1][i] : starts[1][i] - starts[0][i];
+        assert_true(d <= 5 * MS); /* the same boundary on both */
+    }
 }
 
 /* ---- the simulated upstream ------------------------------------------- */
@@ -691,6 +742,7 @@ struct sim_conf {
     double   vip_frac;
     int      closed;      /* clients per controller in a closed loop (0: open) */
     uint64_t own_ns[NCTL];/* each proxy's own delay before the upstream */
+    uint64_t wall_ns[NCTL];/* each proxy's wall clock at simulated time 0 (skew) */
     uint64_t warm_ns, end_ns;
     uint64_t seed;
 };
@@ -734,7 +786,7 @@ static void run_sim(const struct sim_conf *cf, struct sim_out *out)
     memcpy(s->own_ns, cf->own_ns, sizeof(s->own_ns));
     s->nctl = cf->nctl;
     s->vip_frac = cf->vip_frac;
-    s->rng = cf->seed;
+    s->rng = getenv("SEED") ? strtoull(getenv("SEED"), NULL, 10) : cf->seed;
     s->warm_ns = cf->warm_ns;
     s->end_ns = cf->end_ns;
     double cap = (double)cf->nsrv / ((double)cf->svc_ns / 1e9);
@@ -746,6 +798,7 @@ static void run_sim(const struct sim_conf *cf, struct sim_out *out)
         sl_adapt_params_default(&p);
         p.seed = cf->seed * 31 + (uint64_t)c + 1;
         assert_int_equal(sl_adapt_init(&s->ctl[c], &p, 0), 0);
+        sl_adapt_wallclock(&s->ctl[c], 0, cf->wall_ns[c]);
         s->rate[c] = cf->load * cap;
         s->next_arrival[c] = cf->closed ? UINT64_MAX : exp_gap(s, s->rate[c]);
     }
@@ -1056,6 +1109,45 @@ static void test_sim_closed_loop_pipelining(void **state)
     assert_true(o.goodput >= 0.95);
 }
 
+/* Two instances in front of ONE one-thread upstream (a Redis whose script
+ * spins 5 ms: C = 200/s), offered 3x C together. Each instance's no-load
+ * baseline was the least latency it saw, and while one probed (its cap at
+ * 1) the other still had its ~3 in flight: the least either saw held the
+ * other's queue (10 ms and more for 5), and the limits settled at about 3
+ * each, p99 5.5-6.7x the unloaded one on the benchmark. */
+static void two_one_thread(uint64_t skew_ms)
+{
+    struct sim_conf cf = base_conf;
+    cf.nsrv = 1;
+    cf.svc_ns = 5 * MS;
+    cf.load = 0.2;
+    struct sim_out o0, o;
+    run_sim(&cf, &o0);
+    cf.nctl = 2;
+    cf.load = 1.5;
+    cf.warm_ns = 15000 * MS;
+    cf.end_ns = 45000 * MS;
+    /* wall clocks a little apart (NTP-synced hosts), and not at a boundary */
+    cf.wall_ns[0] = 1764300000123 * MS;
+    cf.wall_ns[1] = cf.wall_ns[0] + skew_ms * MS;
+    run_sim(&cf, &o);
+    double a = o.lim_mean[0], b = o.lim_mean[1];
+    if (verbose)
+        printf("  two on N=1 5 ms, clocks %llu ms apart: limits %.2f and %.2f (%.0f%% apart), p99 %.2fx unloaded\n",
+               (unsigned long long)skew_ms, a, b, 100 * fabs(a - b) / fmax(a, b), o.p99_us / o0.p99_us);
+    assert_true(o.goodput >= 0.9);
+    assert_true(o.p99_us <= 2 * o0.p99_us);
+    assert_true(fabs(a - b) <= 0.2 * fmax(a, b));
+}
+
+static void test_sim_two_instances_one_thread(void **state)
+{
+    (void)state;
+    uint64_t skews[] = { 0, 7, 20 };
+    for (size_t i = 0; i < sizeof(skews) / sizeof(skews[0]); i++)
+        two_one_thread(skews[i]);
+}
+
 int main(void)
 {
     const char *v = getenv("ADAPT_VERBOSE");
@@ -1068,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_overload_backs_off),
         cmocka_unit_test(test_zero_latency_window),
         cmocka_unit_test(test_probe_follows_slower_upstream),
+        cmocka_unit_test(test_probes_line_up),
         cmocka_unit_test(test_sim_overload),
         cmocka_unit_test(test_sim_half_load_never_sheds),
         cmocka_unit_test(test_sim_two_instances),
@@ -1078,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_sim_two_instances_exponential),
         cmocka_unit_test(test_sim_closed_loop_pipelining),
         cmocka_unit_test(test_sim_two_instances_unequal),
+        cmocka_unit_test(test_sim_two_instances_one_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
