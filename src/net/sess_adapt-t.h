@@ -28,6 +28,7 @@ struct sl_actl {
     uint64_t            shadow;   /* shadow: requests that found the limit reached (they
                                      would have waited, and perhaps been refused) */
     uint64_t            refused[SL_ADAPT_SHED_REASONS]; /* refusals sent, by reason */
+    uint64_t            wall_told_ns; /* when the controller last heard the wall clock */
 };
 
 /* A session's part: its one waiter (only the head of its requests ever

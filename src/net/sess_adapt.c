@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "admin/admin.h"
@@ -83,9 +84,25 @@ static void shed(struct sl_actl *c, struct sl_adapt_waiter *w, unsigned reason)
 }
 
 /* Places free now go to the waiters, highest tier first. */
+/* The wall clock, for the controller's probe schedule: probes start at
+ * multiples of the probe period on it, so instances on other hosts (NTP)
+ * probe together (docs/adaptive.md). Told at start and once a second after
+ * (the wall clock may be slewed or stepped; the controller reschedules only
+ * on a step). */
+static void wallclock(struct sl_actl *c, uint64_t now)
+{
+    struct timespec ts;
+    if (c->wall_told_ns != 0 && now - c->wall_told_ns < 1000000000ull)
+        return;
+    c->wall_told_ns = now ? now : 1;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        sl_adapt_wallclock(&c->a, now, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+}
+
 static void pump(struct sl_actl *c, uint64_t now)
 {
     struct sl_adapt_waiter *w;
+    wallclock(c, now);
     while ((w = sl_adapt_next(&c->a, now)) != NULL) {
         struct sl_sadapt *st = (struct sl_sadapt *)w;
         st->granted = 1;
