@@ -24,14 +24,24 @@
 static struct th_proc redis_p, sluice_p;
 static int pport; /* the pooled listener (upstream_pool = 1) */
 
+/* A sluice with listener p on <port>, pooled (upstream_pool = 1) before
+ * <up_port>, plus the listener keys (and sections) in <extra>; its admin
+ * endpoint on <admin> (0: none). */
+static int start_pooled(struct th_proc *sp, int up_port, int port, int admin, const char *extra)
+{
+    char ini[1024], adm[32] = "";
+    if (admin > 0)
+        snprintf(adm, sizeof(adm), "127.0.0.1:%d", admin);
+    snprintf(ini, sizeof(ini),
+             "[sluice]\nadmin = %s\nshutdown_grace = 2s\nworkers = 1\n[store]\nurl = local\n"
+             "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 1\n%s",
+             adm, port, up_port, extra ? extra : "");
+    return th_sluice_start(sp, ini, port);
+}
+
 static int start_sluice(struct th_proc *sp, int up_port, int port, const char *extra)
 {
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin =\nshutdown_grace = 2s\nworkers = 1\n[store]\nurl = local\n"
-             "[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = 1\n%s",
-             port, up_port, extra ? extra : "");
-    return th_sluice_start(sp, ini, port);
+    return start_pooled(sp, up_port, port, 0, extra);
 }
 
 static int group_setup(void **state)
@@ -513,13 +523,9 @@ static void test_reset_unpins(void **state)
     (void)state;
     struct th_proc s2;
     int port = th_free_port(), admin = th_free_port();
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
-             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "upstream_pool = 1\nupstream_pool_pinned = 1\nupstream_pool_pin_wait = 10s\n",
-             admin, port, redis_p.port);
-    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    assert_int_equal(start_pooled(&s2, redis_p.port, port, admin,
+                                  "upstream_pool_pinned = 1\nupstream_pool_pin_wait = 10s\n"),
+                     0);
     static const char *const pin[3] = { "WATCH rup:k", "CLIENT TRACKING ON", "CLIENT NO-EVICT ON" };
     redisContext *a = conn(port), *b = conn(port);
     for (int k = 0; k < 3; k++) {
@@ -575,14 +581,10 @@ static void test_aborted_exec_unpins(void **state)
     (void)state;
     struct th_proc s2;
     int port = th_free_port(), admin = th_free_port();
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
-             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "upstream_pool = 1\n[limit l]\nlistener = p\nrate = 1/d\nburst = 1\n"
-             "commands = INCR\n",
-             admin, port, redis_p.port);
-    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    assert_int_equal(start_pooled(&s2, redis_p.port, port, admin,
+                                  "[limit l]\nlistener = p\nrate = 1/d\nburst = 1\n"
+                                  "commands = INCR\n"),
+                     0);
     struct th_conn a = { .fd = -1 };
     assert_int_equal(th_conn_open(&a, port), 0);
     assert_int_equal(th_conn_send(&a, "WATCH aeu:k\r\nMULTI\r\nCLIENT SETNAME dropped\r\n"
@@ -844,15 +846,9 @@ static void test_pin_cap(void **state)
     (void)state;
     struct th_proc s2;
     int port = th_free_port(), admin = th_free_port();
-    char extra[256];
-    snprintf(extra, sizeof(extra), "upstream_pool_pinned = 1\nupstream_pool_pin_wait = 50ms\n");
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
-             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "upstream_pool = 1\n%s",
-             admin, port, redis_p.port, extra);
-    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    assert_int_equal(start_pooled(&s2, redis_p.port, port, admin,
+                                  "upstream_pool_pinned = 1\nupstream_pool_pin_wait = 50ms\n"),
+                     0);
     redisContext *a = conn(port), *b = conn(port);
     expect_str(a, "OK", "MULTI");
     expect_str(b, "ERR sluice: too many clients hold an upstream connection of their own",
@@ -878,13 +874,9 @@ static void test_slow_reader(void **state)
     (void)state;
     struct th_proc s2;
     int port = th_free_port(), admin = th_free_port();
-    char ini[1024];
-    snprintf(ini, sizeof(ini),
-             "[sluice]\nadmin = 127.0.0.1:%d\nshutdown_grace = 2s\nworkers = 1\n[store]\n"
-             "url = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\n"
-             "upstream_pool = 1\nupstream_pool_client_buffer = 1mb\n",
-             admin, port, redis_p.port);
-    assert_int_equal(th_sluice_start(&s2, ini, port), 0);
+    assert_int_equal(start_pooled(&s2, redis_p.port, port, admin,
+                                  "upstream_pool_client_buffer = 1mb\n"),
+                     0);
     redisContext *d = conn(redis_p.port);
     static char big[512 * 1024];
     redisReply *r = cmd(d, "SET slow:big %b", big, sizeof(big));
