@@ -978,6 +978,18 @@ static void test_sim_single_server(void **state)
     assert_true(o.p99_us <= 2 * o0.p99_us);
 }
 
+/* The benchmark's slowed Redis: one thread, 5 ms a request; <unloaded>
+ * gets its run at 0.2 C, the reference p99. */
+static struct sim_conf one_thread(struct sim_out *unloaded)
+{
+    struct sim_conf cf = base_conf;
+    cf.nsrv = 1;
+    cf.svc_ns = 5 * MS;
+    cf.load = 0.2;
+    run_sim(&cf, unloaded);
+    return cf;
+}
+
 /* A Redis slowed by a 5 ms script (the benchmark's): N = 1 and a limit
  * of about 2, where each request too many is a whole service time of
  * queueing. The first probe, at a quarter of the initial 20, read five
@@ -988,12 +1000,8 @@ static void test_sim_single_server(void **state)
 static void test_sim_single_slow_server(void **state)
 {
     (void)state;
-    struct sim_conf cf = base_conf;
-    cf.nsrv = 1;
-    cf.svc_ns = 5 * MS;
-    cf.load = 0.2;
     struct sim_out o0, o;
-    run_sim(&cf, &o0);
+    struct sim_conf cf = one_thread(&o0);
     cf.load = 3.0;
     cf.vip_frac = 0.1;
     run_sim(&cf, &o);
@@ -1117,12 +1125,8 @@ static void test_sim_closed_loop_pipelining(void **state)
  * each, p99 5.5-6.7x the unloaded one on the benchmark. */
 static void two_one_thread(uint64_t skew_ms)
 {
-    struct sim_conf cf = base_conf;
-    cf.nsrv = 1;
-    cf.svc_ns = 5 * MS;
-    cf.load = 0.2;
     struct sim_out o0, o;
-    run_sim(&cf, &o0);
+    struct sim_conf cf = one_thread(&o0);
     cf.nctl = 2;
     cf.load = 1.5;
     cf.warm_ns = 15000 * MS;
