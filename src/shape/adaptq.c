@@ -155,7 +155,7 @@ int sl_adapt_standing(const struct sl_adapt *a, uint64_t now_ns)
     int seen;
     uint64_t above = above_since(a, &seen);
     return (seen && now_ns >= above && now_ns - above >= a->p.queue_interval_ns) ||
-           (q->has_shed && now_ns - q->last_shed_ns < a->p.queue_interval_ns);
+           refusing(a, now_ns);
 }
 
 int sl_adapt_enqueue(struct sl_adapt *a, struct sl_adapt_waiter *w, unsigned tier,
