@@ -10,6 +10,13 @@
  * that does not take everything parks the rest, stops reading the source and
  * waits for the destination to drain (the only epoll_ctl after the accept).
  *
+ * RELAY_EPOLLET=1 in the environment registers the sockets edge-triggered
+ * (EPOLLET, as nginx does) instead of level-triggered (as libuv, and so
+ * sluice, does): a read then repeats until it comes back short, since no
+ * other event would come for what is left. It measures what level-triggered
+ * epoll costs a relay (docs/benchmarks.md, "1:1 -P 16 against nginx
+ * stream"); make bench runs the default.
+ *
  * It answers one question in `make bench`: how fast is a 1:1 proxy on this
  * machine when it does nothing but relay? The gap between it and Redis
  * directly is what the kernel charges for the extra hop; the gap between it
@@ -52,6 +59,7 @@ struct pair {
 };
 
 static int ep;
+static uint32_t et; /* EPOLLET or 0 */
 static int upstream_port;
 static struct pair *dead_list;
 
@@ -74,7 +82,7 @@ static struct sockaddr_in loopback(int port)
 /* epoll data: the pair's address with the side in bit 0; NULL = listener */
 static void watch(struct pair *p, int d, int op, uint32_t events)
 {
-    struct epoll_event ev = {.events = events, .data.u64 = (uint64_t)(uintptr_t)p | (uint64_t)d};
+    struct epoll_event ev = {.events = events | et, .data.u64 = (uint64_t)(uintptr_t)p | (uint64_t)d};
     if (epoll_ctl(ep, op, p->fd[d], &ev) < 0)
         die("epoll_ctl");
 }
@@ -140,27 +148,35 @@ static int flush(struct pair *p, int d)
     return 1;
 }
 
-/* fd[d] is readable: read once and write it on. */
+/* fd[d] is readable: read once and write it on (edge-triggered: again
+ * while a read fills the buffer). */
 static void relay_in(struct pair *p, int d)
 {
     struct half *h = &p->h[d];
-    ssize_t n = read(p->fd[d], h->buf, BUF_SIZE);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        kill_pair(p);
-        return;
-    }
-    if (n < 0)
-        return;
-    h->off = 0;
-    h->len = (uint32_t)n;
-    int rc = flush(p, d);
-    if (rc < 0) {
-        kill_pair(p);
-    } else if (rc == 0) {
-        /* the destination is full: stop reading here until it drains */
-        watch(p, d, EPOLL_CTL_MOD, 0);
-        watch(p, !d, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
-    }
+    ssize_t n;
+    do {
+        n = read(p->fd[d], h->buf, BUF_SIZE);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            kill_pair(p);
+            return;
+        }
+        if (n < 0)
+            return;
+        h->off = 0;
+        h->len = (uint32_t)n;
+        int rc = flush(p, d);
+        if (rc < 0) {
+            kill_pair(p);
+            return;
+        }
+        if (rc == 0) {
+            /* the destination is full: stop reading here until it drains
+             * (a MOD looks at the socket again: no edge is lost) */
+            watch(p, d, EPOLL_CTL_MOD, 0);
+            watch(p, !d, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
+            return;
+        }
+    } while (et && n == BUF_SIZE);
 }
 
 /* fd[d] is writable again: finish what the other side parked. */
@@ -250,6 +266,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "relay: bad arguments\n");
         return 1;
     }
+    if (getenv("RELAY_EPOLLET") != NULL && strcmp(getenv("RELAY_EPOLLET"), "1") == 0)
+        et = EPOLLET;
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
