@@ -19,7 +19,9 @@
  * the probe period on the wall clock: instances probe together) lowers the
  * cap to a quarter (queueing the rest, refusing none unless the queue was
  * refusing already) until a few requests sent after the dip have come
- * back, and their mean joins the minimum.
+ * back, and their mean joins the minimum. Instances in front of one
+ * upstream may share their baselines (sl_adapt_fleet): the gradient then
+ * compares with the least of them.
  *
  * Pure: no clock, no loop, no allocation; every call takes the time
  * (nanoseconds, monotonic). One controller per upstream per worker. */
