@@ -33,6 +33,9 @@ echo '  ,'
 echo '  [SL_SCRIPT_USAGE] ='
 cstr < "$dir/usage.lua"
 echo '  ,'
+echo '  [SL_SCRIPT_BASELINE] ='
+cstr < "$dir/baseline.lua"
+echo '  ,'
 echo '};'
 echo 'const char *const sl_lua_script_names[SL_SCRIPT_COUNT] = { "decide", "heartbeat", "connections", "inspect",'
-echo '                                                                "usage" };'
+echo '                                                                "usage", "baseline" };'

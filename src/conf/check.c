@@ -101,7 +101,7 @@ static void check_adaptive(struct loader *ld, struct section *sec, struct sl_lis
 {
     static const char *const keys[] = { "adaptive_concurrency", "adaptive_min_limit",
         "adaptive_max_limit", "adaptive_initial_limit", "adaptive_queue", "adaptive_queue_target",
-        "adaptive_queue_interval", "adaptive_probe_interval" };
+        "adaptive_queue_interval", "adaptive_probe_interval", "adaptive_share" };
     if (l->protocol == SL_PROTO_TCP) {
         for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
             int line = sl_cf_key_line(sec, keys[k]);

@@ -108,6 +108,8 @@ struct sl_listener_conf {
     uint64_t       adaptive_queue_target_us; /* 0 = auto (the baseline, at least 1 ms) */
     uint64_t       adaptive_queue_interval_us; /* default 100ms */
     uint64_t       adaptive_probe_interval_us; /* default 5s */
+    int            adaptive_share;     /* 0 store (default: the baseline shared through
+                                          the quota store, when there is one), 1 off */
     /* protocol = resp only (an error on other listeners) */
     uint64_t       setup_commands;     /* connect-time commands not charged to requests
                                           limits, per connection; default 16; 0 = none */

@@ -44,6 +44,7 @@ const char *const sl_conf_rlh_names[]    = { "draft", "legacy", "both", "none", 
 const char *const sl_conf_onoff_names[]  = { "off", "on", NULL };
 const char *const sl_conf_pp_names[]     = { "off", "v1", "v2", NULL };
 const char *const sl_conf_adaptive_names[] = { "off", "on", "shadow", NULL };
+const char *const sl_conf_adaptive_share_names[] = { "store", "off", NULL };
 const char *const sl_conf_dlog_names[]   = { "off", "rejections", "all", NULL };
 const char *const sl_conf_alog_fmt_names[] = { "combined", "json", NULL };
 

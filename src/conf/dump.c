@@ -143,6 +143,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
             kv_duration(out, "adaptive_queue_target", l->adaptive_queue_target_us);
         kv_duration(out, "adaptive_queue_interval", l->adaptive_queue_interval_us);
         kv_duration(out, "adaptive_probe_interval", l->adaptive_probe_interval_us);
+        kv(out, "adaptive_share", sl_conf_adaptive_share_names[l->adaptive_share]);
     }
     if (l->protocol == SL_PROTO_RESP) {
         kv_u64(out, "setup_commands", l->setup_commands);

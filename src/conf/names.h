@@ -17,6 +17,7 @@ extern const char *const sl_conf_rlh_names[];     /* enum sl_rl_headers */
 extern const char *const sl_conf_tls_verify_names[]; /* off, optional, on */
 extern const char *const sl_conf_onoff_names[];   /* off, on: 0, 1 */
 extern const char *const sl_conf_adaptive_names[]; /* adaptive_concurrency: off, on, shadow */
+extern const char *const sl_conf_adaptive_share_names[]; /* adaptive_share: store, off */
 extern const char *const sl_conf_pp_names[];      /* proxy_protocol: off, v1, v2: 0, 1, 2 */
 extern const char *const sl_conf_dlog_names[];    /* enum sl_decision_log */
 extern const char *const sl_conf_alog_fmt_names[]; /* enum sl_access_format */

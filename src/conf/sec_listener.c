@@ -43,6 +43,7 @@ static const struct keyword listener_kw[] = {
         adaptive_queue_interval_us, 10000, 60 * S_US),
     NUM("adaptive_probe_interval", KW_DURATION, struct sl_listener_conf,
         adaptive_probe_interval_us, 100000, HOUR_US),
+    ENUM("adaptive_share", struct sl_listener_conf, adaptive_share, sl_conf_adaptive_share_names),
     /* protocol = resp only (check.c: resp_only_keys) */
     NUM("setup_commands", KW_U64, struct sl_listener_conf, setup_commands, 0, 64),
     FUNC("upstream_pool", set_pool, 0),

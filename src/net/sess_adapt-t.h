@@ -10,6 +10,7 @@
 
 struct sl_listener;
 struct sl_session;
+struct sl_store_req;
 
 /* Refusals counted beyond the controller's own reasons. */
 #define SL_ACTL_SHADOW SL_ADAPT_SHED_REASONS /* shadow: over the limit, let through */
@@ -29,6 +30,13 @@ struct sl_actl {
                                      would have waited, and perhaps been refused) */
     uint64_t            refused[SL_ADAPT_SHED_REASONS]; /* refusals sent, by reason */
     uint64_t            wall_told_ns; /* when the controller last heard the wall clock */
+
+    /* the fleet's baseline (net/adapt_share.c) */
+    struct sl_store_req *share_req;   /* a publication in flight */
+    uint64_t            share_at_ns;  /* when the last one was sent (0: never) */
+    double              fleet_ns;     /* the least live baseline of the last answer (0: none) */
+    uint64_t            fleet_live;   /* live entries in that answer */
+    uint64_t            shares, share_errors; /* publications answered, failed */
 };
 
 /* A session's part: its one waiter (only the head of its requests ever

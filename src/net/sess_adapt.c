@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "identity/identity.h"
 #include "limit/limiter.h"
+#include "net/adapt_share.h"
 #include "net/dlog.h"
 #include "net/listener.h"
 #include "net/sess_adapt.h"
@@ -103,6 +104,7 @@ static void pump(struct sl_actl *c, uint64_t now)
 {
     struct sl_adapt_waiter *w;
     wallclock(c, now);
+    sl_actl_share(c, now);
     while ((w = sl_adapt_next(&c->a, now)) != NULL) {
         struct sl_sadapt *st = (struct sl_sadapt *)w;
         st->granted = 1;
@@ -198,6 +200,7 @@ void sl_actl_free(struct sl_listener *l)
 {
     if (l->adapt == NULL)
         return;
+    sl_actl_share_stop(l->adapt); /* an answer still owed would find it gone */
     uv_close((uv_handle_t *)&l->adapt->timer, on_timer_closed);
     l->adapt = NULL;
 }
@@ -386,6 +389,13 @@ void sl_sadapt_free(struct sl_session *s)
 
 /* ---- metrics and /stats ---------------------------------------------------------- */
 
+/* The fleet's baseline in force now (0: none, or expired). */
+static double fleet_now(const struct sl_actl *c)
+{
+    const struct sl_adapt *a = &c->a;
+    return a->fleet_ns > 0 && sl_sadapt_now() < a->fleet_until_ns ? a->fleet_ns : 0;
+}
+
 void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out)
 {
     static const char *const mode[] = { "off", "on", "shadow" };
@@ -396,10 +406,12 @@ void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out
         const struct sl_adapt *a = &c->a;
         fprintf(out,
                 ",\"adaptive\":{\"mode\":\"%s\",\"limit\":%.3f,\"cap\":%u,\"inflight\":%u,"
-                "\"queued\":%u,\"baseline_seconds\":%.9f,\"latency_seconds\":%.9f,"
+                "\"queued\":%u,\"baseline_seconds\":%.9f,\"fleet_baseline_seconds\":%.9f,"
+                "\"fleet_entries\":%llu,\"latency_seconds\":%.9f,"
                 "\"admitted\":%llu,\"overload\":%llu,\"probes\":%llu,\"shed\":{",
                 mode[c->mode < 3 ? c->mode : 0], sl_adapt_estimate(a), sl_adapt_limit(a),
-                a->inflight, sl_adapt_queued(a), a->baseline_ns / 1e9, a->sampled_ns / 1e9,
+                a->inflight, sl_adapt_queued(a), a->baseline_ns / 1e9,
+                fleet_now(c) / 1e9, (unsigned long long)c->fleet_live, a->sampled_ns / 1e9,
                 (unsigned long long)a->n_admitted, (unsigned long long)a->n_overload,
                 (unsigned long long)a->n_probes);
         for (unsigned r = 0; r <= SL_ACTL_SHADOW; r++)
@@ -426,6 +438,9 @@ void sl_actl_metrics(struct sl_server *srv, struct sl_metrics *m)
           "Adaptive concurrency: the upstream's no-load latency as measured." },
         { "sluice_adaptive_latency_seconds", "gauge",
           "Adaptive concurrency: the last window's mean latency." },
+        { "sluice_adaptive_fleet_baseline_seconds", "gauge",
+          "Adaptive concurrency: the least baseline the instances in front of this upstream "
+          "published through the quota store (0: none in force)." },
         { "sluice_adaptive_admitted_total", "counter",
           "Adaptive concurrency: requests given a place (at once or after waiting)." },
         { "sluice_adaptive_overload_total", "counter",
@@ -451,9 +466,10 @@ void sl_actl_metrics(struct sl_server *srv, struct sl_metrics *m)
             case 3: sl_metrics_u64(m, fam[i].name, labels, sl_adapt_queued(a)); break;
             case 4: sl_metrics_f64(m, fam[i].name, labels, a->baseline_ns / 1e9); break;
             case 5: sl_metrics_f64(m, fam[i].name, labels, a->sampled_ns / 1e9); break;
-            case 6: sl_metrics_u64(m, fam[i].name, labels, a->n_admitted); break;
-            case 7: sl_metrics_u64(m, fam[i].name, labels, a->n_overload); break;
-            case 8: sl_metrics_u64(m, fam[i].name, labels, a->n_probes); break;
+            case 6: sl_metrics_f64(m, fam[i].name, labels, fleet_now(c) / 1e9); break;
+            case 7: sl_metrics_u64(m, fam[i].name, labels, a->n_admitted); break;
+            case 8: sl_metrics_u64(m, fam[i].name, labels, a->n_overload); break;
+            case 9: sl_metrics_u64(m, fam[i].name, labels, a->n_probes); break;
             default:
                 for (unsigned r = 0; r <= SL_ACTL_SHADOW; r++) {
                     const char *rl[] = { "listener", l->name, "reason", sl_sadapt_why(r), NULL };

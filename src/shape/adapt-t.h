@@ -114,6 +114,11 @@ struct sl_adapt {
 
     uint64_t rng;               /* xorshift state for the pauses */
 
+    /* the fleet's baseline (sl_adapt_fleet): the least of the baselines the
+     * instances in front of this upstream published, until <fleet_until_ns> */
+    double   fleet_ns;          /* 0: none */
+    uint64_t fleet_until_ns;
+
     /* the least latency seen lately: a monotonic queue of (when, mean) of
      * windows and probes, the least at the head */
     struct { uint64_t t; double v; } low[SL_ADAPT_LOWS];

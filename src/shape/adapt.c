@@ -138,6 +138,29 @@ int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t 
     return 0;
 }
 
+void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns)
+{
+    a->fleet_ns = fleet_ns > 0 ? fleet_ns : 0;
+    a->fleet_until_ns = until_ns;
+}
+
+/* The lesser of the two: the fleet's is the least of what the instances
+ * published, this one's included, but this one's may have fallen since it
+ * last published (a window below it lowers it at once); the others learn
+ * it at its next publication. */
+double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns)
+{
+    double b = a->baseline_ns;
+    if (a->fleet_ns > 0 && now_ns < a->fleet_until_ns && (b == 0 || a->fleet_ns < b))
+        b = a->fleet_ns;
+    return b;
+}
+
+double sl_adapt_own_baseline(const struct sl_adapt *a)
+{
+    return a->guessed ? 0 : a->baseline_ns;
+}
+
 double sl_adapt_estimate(const struct sl_adapt *a)
 {
     return a->limit;
@@ -327,7 +350,11 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
          * limit until its latency reaches about a millisecond, not 55 us:
          * 50 clients pipelining 16 deep then mostly run at once, and the
          * few that wait, wait well under the target. */
-        double ref = a->baseline_ns * a->p.tolerance;
+        /* The fleet's baseline when one is shared (sl_adapt_fleet): at the
+         * fixed point the limit moves about five times as much as the
+         * reference (docs/adaptive.md, "Two instances"), so instances that
+         * each used their own, a few percent apart, split for good. */
+        double ref = sl_adapt_reference(a, now_ns) * a->p.tolerance;
         if (ref < (double)a->p.queue_target_min_ns)
             ref = (double)a->p.queue_target_min_ns;
         double g = clampd(ref / mean, a->p.gradient_floor, 1.0);
@@ -345,7 +372,12 @@ static void window_close(struct sl_adapt *a, uint64_t now_ns)
         l = (1.0 - a->p.smoothing) * l + a->p.smoothing * target;
     }
     a->limit = clampd(l, (double)a->p.min_limit, (double)a->p.max_limit);
-    if ((uint32_t)a->limit <= a->p.min_limit)
+    /* At the minimum means the estimate itself, within one window's step
+     * of it: not a cap at the minimum. A one-thread upstream's limit of 1.8
+     * has a cap of 1 and is where it belongs; counted as stuck, it probed
+     * every second, its limit frozen meanwhile while the other instance's
+     * windows saw the dip and grew (two instances settled 1.80 / 2.02). */
+    if (a->limit < (double)a->p.min_limit * (1.0 + a->p.smoothing))
         a->at_min++;
     else
         a->at_min = 0;

@@ -19,7 +19,9 @@
  * the probe period on the wall clock: instances probe together) lowers the
  * cap to a quarter (queueing the rest, refusing none unless the queue was
  * refusing already) until a few requests sent after the dip have come
- * back, and their mean joins the minimum.
+ * back, and their mean joins the minimum. Instances in front of one
+ * upstream may share their baselines (sl_adapt_fleet): the gradient then
+ * compares with the least of them.
  *
  * Pure: no clock, no loop, no allocation; every call takes the time
  * (nanoseconds, monotonic). One controller per upstream per worker. */
@@ -41,6 +43,24 @@ int sl_adapt_init(struct sl_adapt *a, const struct sl_adapt_params *p, uint64_t 
  * now and then (the wall clock may be slewed or stepped); without it the
  * caller's own clock stands in. The controller never reads a clock. */
 void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns);
+
+/* The fleet's baseline: the least no-load latency that the instances in
+ * front of the same upstream published (this one's included), <fleet_ns>,
+ * good until <until_ns> (when the entry it came from expires). Until then
+ * the gradient compares latency with the lesser of it and this
+ * controller's own baseline, so instances that share it use one reference
+ * (docs/adaptive.md, "The fleet's baseline"); after it, or with <fleet_ns>
+ * 0, the own baseline alone. Probes, confirmations and the queue target
+ * stay on the own baseline. */
+void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns);
+
+/* The baseline the gradient uses at <now_ns>: the fleet's while it holds
+ * and is lower, else the own one (0: none yet). */
+double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns);
+
+/* What this controller would publish as its baseline: its own, once it is
+ * not a guess (a busy first window's, or the first probe's); 0: nothing. */
+double sl_adapt_own_baseline(const struct sl_adapt *a);
 
 /* A request admitted at <now_ns> - <latency_ns> got its reply: a latency
  * sample. Replies that mean overload go to sl_adapt_overload instead. */

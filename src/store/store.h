@@ -38,6 +38,8 @@ enum sl_script {
     SL_SCRIPT_INSPECT,    /* lua/inspect.lua (+ the algorithms, read-only): one bucket read
                              or reset, for the limits API */
     SL_SCRIPT_USAGE,      /* lua/usage.lua: one identity-window's usage added once */
+    SL_SCRIPT_BASELINE,   /* lua/baseline.lua: an upstream's no-load latency, published
+                             by each adapting listener, the least of them read back */
     SL_SCRIPT_COUNT
 };
 

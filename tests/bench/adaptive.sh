@@ -19,6 +19,13 @@
 #
 #   tests/bench/adaptive.sh            (DUR=10 WARM=3 LONG=60 ROUNDS=3 ONLY="http resp p16" POOL=)
 #
+# STORE=1 (the default) gives the instances a quota store (a redis-server
+# of its own, not the slowed one): two instances then share their
+# baselines through it (adaptive_share, docs/adaptive.md "The fleet's
+# baseline"); STORE=0 runs them without one, as before. The two-instance
+# rows print each one's own baseline, the fleet's and the latency (means
+# of one sample a second).
+#
 # CASES picks the rows of the http and resp tables (default all: "ref off
 # on two long"); SLUICE is the binary to run (default build/sluice), for
 # A/B rounds against another build, e.g. the two-instance RESP row of the
@@ -33,6 +40,7 @@ ONLY=${ONLY:-http resp p16}  # which parts: http, resp, p16
 POOL=${POOL:-}               # resp: upstream_pool = POOL when set
 CASES=${CASES:-ref off on two long}
 SLUICE=${SLUICE:-build/sluice}
+STORE=${STORE:-1}
 has() { case " $CASES " in *" $1 "*) return 0 ;; esac; return 1; }
 make -s build/sluice build/bench/capsrv build/bench/aload >/dev/null
 
@@ -52,6 +60,12 @@ CAP=$(port); RED=$(port)
 build/bench/capsrv -p "$CAP" -n 8 -t 10 >/dev/null 2>&1 & PIDS+=($!)
 redis-server --port "$RED" --save '' --appendonly no >/dev/null 2>&1 & PIDS+=($!)
 wait_port "$CAP"; wait_port "$RED"
+STO=
+if [ "$STORE" = 1 ]; then
+    STO=$(port)
+    redis-server --port "$STO" --save '' --appendonly no >/dev/null 2>&1 & PIDS+=($!)
+    wait_port "$STO"
+fi
 
 # sluice NAME PROTO UPSTREAM MODE: starts one; its listen and admin ports in
 # ${NAME}_P and ${NAME}_A
@@ -62,6 +76,8 @@ sluice() {
     cat > "$T/$name.ini" <<EOF
 [sluice]
 admin = 127.0.0.1:$a
+${STO:+[store]
+url = redis://127.0.0.1:$STO}
 [listener l]
 protocol = $proto
 listen = 127.0.0.1:$p
@@ -134,7 +150,14 @@ run_two() { # the two-instance rows (run_proto's locals in scope)
     # seconds, sampled once a second (a last value says little)
     ( sleep "$WARM"; for _ in $(seq "$DUR"); do
           sleep 1
-          echo "$(metric "$i1_A" 'sluice_adaptive_limit{listener="l"}') $(metric "$i2_A" 'sluice_adaptive_limit{listener="l"}')"
+          local v=() i m x
+          for i in "$i1_A" "$i2_A"; do
+              for m in limit baseline_seconds fleet_baseline_seconds latency_seconds; do
+                  x=$(metric "$i" "sluice_adaptive_$m{listener=\"l\"}")
+                  v+=("${x:-0}")
+              done
+          done
+          echo "${v[@]}"
       done >"$T/lims" ) &
     local smp=$!
     r2=$("${load[@]}" -p "$i2_P" -r $((3 * c / 2)))
@@ -142,9 +165,14 @@ run_two() { # the two-instance rows (run_proto's locals in scope)
     r1=$(cat "$T/r1")
     local lim1 lim2
     lim1=$(awk '{ s += $1; n++ } END { if (n) printf "%.2f (mean)", s / n }' "$T/lims")
-    lim2=$(awk '{ s += $2; n++ } END { if (n) printf "%.2f (mean)", s / n }' "$T/lims")
+    lim2=$(awk '{ s += $5; n++ } END { if (n) printf "%.2f (mean)", s / n }' "$T/lims")
     row "3 C, on, two instances: first" "$r1" "$lim1"
     row "3 C, on, two instances: second" "$r2" "$lim2"
+    # means in ms (an old build prints no fleet figure: 0)
+    awk '{ for (i = 2; i <= 8; i++) if (i != 5) s[i] += $i; n++ }
+         END { if (n) printf "\nmeans (ms): own baselines %.3f / %.3f, fleet %.3f / %.3f, latency %.3f / %.3f\n",
+                             s[2] / n * 1e3, s[6] / n * 1e3, s[3] / n * 1e3, s[7] / n * 1e3,
+                             s[4] / n * 1e3, s[8] / n * 1e3 }' "$T/lims"
     stop i1; stop i2
 }
 

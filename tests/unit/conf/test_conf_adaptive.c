@@ -26,6 +26,7 @@ static void test_adaptive_defaults(void **state)
     assert_int_equal(l->adaptive_queue_target_us, 0);
     assert_int_equal(l->adaptive_queue_interval_us, 100000);
     assert_int_equal(l->adaptive_probe_interval_us, 5000000);
+    assert_int_equal(l->adaptive_share, 0); /* store: used when there is one */
     sl_conf_free(c);
 }
 
@@ -113,6 +114,27 @@ static void test_priority(void **state)
                   "t.ini:7: priority: expected none or a tier from 0 to 3, got '4'\n");
 }
 
+/* adaptive_share = store | off (store with url = local: nothing to share
+ * through, as the default; -T writes it out either way). */
+static void test_adaptive_share(void **state)
+{
+    (void)state;
+    struct sl_conf *c = load_ok("[store]\nurl = redis://127.0.0.1:6390\n" L_A
+                                "adaptive_concurrency = on\nadaptive_share = off\n");
+    assert_int_equal(c->listeners->adaptive_share, 1);
+    sl_conf_free(c);
+    c = load_ok("[store]\nurl = redis://127.0.0.1:6390\n" L_A "adaptive_share = store\n");
+    assert_int_equal(c->listeners->adaptive_share, 0);
+    sl_conf_free(c);
+    c = load_ok(L_A "adaptive_share = off\n");
+    sl_conf_free(c);
+    c = load_ok(L_A "adaptive_share = store\n");
+    sl_conf_free(c);
+    expect_fail(L_A "adaptive_share = fleet\n", "t.ini:4: ");
+    expect_fail("[listener t]\nlisten = 127.0.0.1:7001\nupstream = 127.0.0.1:6379\nprotocol = tcp\n"
+                "adaptive_share = off\n", "adaptive_share: only for resp and http");
+}
+
 static void test_adaptive_round_trip(void **state)
 {
     (void)state;
@@ -122,6 +144,7 @@ static void test_adaptive_round_trip(void **state)
     char *d = round_trip_within(L_A, 190);
     assert_non_null(strstr(d, "adaptive_concurrency = off\n"));
     assert_non_null(strstr(d, "adaptive_queue_target = auto\n"));
+    assert_non_null(strstr(d, "adaptive_share  = store\n"));
     free(d);
 }
 
@@ -133,6 +156,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_errors),
         cmocka_unit_test(test_adaptive_pooled),
         cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_adaptive_share),
         cmocka_unit_test(test_adaptive_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
