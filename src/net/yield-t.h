@@ -7,8 +7,8 @@
 struct sl_yield {
     uint64_t off_until; /* no yield before this time (µs): a back-off */
     uint64_t backoff;   /* the last back-off's length (µs); 0: none since the reset */
-    uint8_t  recent;    /* the last 8 yields judged, one bit each, 1 = expensive
-                           (bit 0 the latest) */
+    uint16_t recent;    /* the last 16 yields judged (SL_YIELD_WINDOW), one bit
+                           each, 1 = expensive (bit 0 the latest) */
 };
 
 #endif

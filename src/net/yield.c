@@ -22,10 +22,12 @@ int sl_yield_due(const struct sl_yield *y, uint64_t now)
     return now >= y->off_until;
 }
 
-static int popcount8(uint8_t v)
+_Static_assert(SL_YIELD_WINDOW == 16, "struct sl_yield's <recent> holds 16 yields");
+
+static int popcount16(uint16_t v)
 {
     int n = 0;
-    for (; v != 0; v &= (uint8_t)(v - 1))
+    for (; v != 0; v &= (uint16_t)(v - 1))
         n++;
     return n;
 }
@@ -36,10 +38,10 @@ int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t 
      * whatever took the CPU then is gone, start again from the shortest */
     if (y->backoff != 0 && now >= y->off_until + SL_YIELD_BACKOFF_MAX_US)
         y->backoff = 0;
-    y->recent = (uint8_t)(y->recent << 1 | (sl_yield_expensive(took_us, arrived) ? 1 : 0));
-    /* one expensive yield alone may be anything that ran once (a kernel
+    y->recent = (uint16_t)(y->recent << 1 | (sl_yield_expensive(took_us, arrived) ? 1 : 0));
+    /* a few expensive yields may be anything that ran once (a kernel
      * thread, a short job); a CPU-bound neighbour makes them often */
-    if (popcount8(y->recent) < SL_YIELD_EXPENSIVE)
+    if (popcount16(y->recent) < SL_YIELD_EXPENSIVE)
         return 0;
     y->backoff = y->backoff == 0 ? SL_YIELD_BACKOFF_MIN_US
                : y->backoff >= SL_YIELD_BACKOFF_MAX_US / 2 ? SL_YIELD_BACKOFF_MAX_US

@@ -16,9 +16,11 @@
  * sharing the CPU take as long to answer a large batch), but what came
  * during it does: a yield is **expensive** when it took longer than
  * SL_YIELD_BASE_US plus SL_YIELD_PER_REQ_US per request that the next turn
- * received. SL_YIELD_EXPENSIVE expensive yields among the last 8 start a
- * back-off: no yield for 1 s, doubling at each back-off up to 60 s, back
- * to 1 s once yielding has gone on for 60 s without one.
+ * received. Beside clients alone, about 1 yield in 200 is (a kernel thread
+ * or another process took the CPU meanwhile); beside a CPU-bound process,
+ * 1 in 3. SL_YIELD_EXPENSIVE of the last SL_YIELD_WINDOW start a back-off:
+ * no yield for 1 s, doubling at each back-off up to 60 s, back to 1 s once
+ * 60 s have passed since a back-off ended without another.
  *
  * The decision takes `now` (monotonic µs) as an argument and reads no
  * clock; sl_yield_turn_end() is where the loop measures. */
@@ -29,9 +31,10 @@
 
 #include "net/yield-t.h"
 
-#define SL_YIELD_BASE_US        50       /* a yield this short is cheap whatever came */
+#define SL_YIELD_BASE_US        200      /* a yield this short is cheap whatever came */
 #define SL_YIELD_PER_REQ_US     50       /* ... and this much more per request that came */
-#define SL_YIELD_EXPENSIVE      2        /* expensive yields of the last 8 that back off */
+#define SL_YIELD_WINDOW         16       /* the last yields judged together */
+#define SL_YIELD_EXPENSIVE      4        /* expensive ones among them that back off */
 #define SL_YIELD_BACKOFF_MIN_US 1000000  /* the first back-off */
 #define SL_YIELD_BACKOFF_MAX_US 60000000 /* the longest; and the calm that resets it */
 

@@ -1,6 +1,6 @@
 /* Yielding the CPU at a pooled turn's end while it is cheap (src/net/yield.c):
- * what counts as expensive, the back-off that two expensive yields of the
- * last eight start, its doubling up to the cap, its reset after a calm
+ * what counts as expensive, the back-off that SL_YIELD_EXPENSIVE expensive
+ * yields among the last SL_YIELD_WINDOW start, its doubling up to the cap, its reset after a calm
  * period, and a fresh judgement after each back-off. Time is handed in;
  * no clock, no loop, no sockets. */
 #include <setjmp.h>
@@ -49,28 +49,31 @@ static void test_cheap_never_backs_off(void **state)
     assert_int_equal(y.backoff, 0);
 }
 
-static void test_one_expensive_is_not_enough(void **state)
+static void test_few_expensive_are_not_enough(void **state)
 {
     (void)state;
     struct sl_yield y = { 0 };
     uint64_t now = 5 * S;
-    /* one in every eight: never two among the last eight */
-    for (int i = 0; i < 800; i++, now += 1000)
-        assert_false(sl_yield_judge(&y, now, i % 8 == 0 ? HOG_US : 1, 0));
-    /* two close together: backs off */
-    assert_false(sl_yield_judge(&y, now, HOG_US, 0));
-    assert_true(sl_yield_judge(&y, now + 1000, HOG_US, 0));
+    /* one fewer than the count in every window: never backs off */
+    for (int i = 0; i < 1600; i++, now += 1000)
+        assert_false(sl_yield_judge(&y, now,
+                                    i % SL_YIELD_WINDOW < SL_YIELD_EXPENSIVE - 1 ? HOG_US : 1, 0));
+    /* as many as the count, spread over the window: backs off at the last */
+    for (int i = 0; i < SL_YIELD_WINDOW - 1; i++, now += 1000)
+        assert_false(sl_yield_judge(&y, now, i % 5 == 0 && i < 5 * (SL_YIELD_EXPENSIVE - 1)
+                                             ? HOG_US : 1, 0));
+    assert_true(sl_yield_judge(&y, now, HOG_US, 0));
 }
 
 /* Expensive yields until it backs off; returns when the back-off ends. */
 static uint64_t hog_until_backoff(struct sl_yield *y, uint64_t now)
 {
-    for (int i = 0; i < 8; i++, now += HOG_US) {
+    for (int i = 0; i < SL_YIELD_WINDOW; i++, now += HOG_US) {
         assert_true(sl_yield_due(y, now));
         if (sl_yield_judge(y, now, HOG_US, 0))
             return y->off_until;
     }
-    fail_msg("no back-off after 8 expensive yields");
+    fail_msg("no back-off after a window of expensive yields");
     return 0;
 }
 
@@ -85,7 +88,8 @@ static void test_backoff_doubles_to_cap(void **state)
         assert_false(sl_yield_judge(&y, now, HOG_US, 0)); /* judged afresh: one is not enough */
         uint64_t end = hog_until_backoff(&y, now + HOG_US);
         assert_int_equal(y.backoff, want);
-        assert_int_equal(end - (start + HOG_US), want);
+        /* the back-off started at the SL_YIELD_EXPENSIVE-th */
+        assert_int_equal(end - (start + (SL_YIELD_EXPENSIVE - 1) * HOG_US), want);
         assert_false(sl_yield_due(&y, end - 1));
         assert_true(sl_yield_due(&y, end));
         now = end; /* tried again as soon as it is over */
@@ -121,7 +125,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expensive),
         cmocka_unit_test(test_cheap_never_backs_off),
-        cmocka_unit_test(test_one_expensive_is_not_enough),
+        cmocka_unit_test(test_few_expensive_are_not_enough),
         cmocka_unit_test(test_backoff_doubles_to_cap),
         cmocka_unit_test(test_calm_resets),
     };
