@@ -54,19 +54,15 @@ int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t 
 /* ---- the loop's side ------------------------------------------------------- */
 
 static struct sl_yield proc;
-static uint8_t  worked;    /* this turn read replies from a pooled connection */
+static uint8_t  worked;    /* this turn did pooled work */
 static uint8_t  judging;   /* the last turn yielded: judge it at this one's end */
 static uint64_t took;      /* how long that yield took (µs) */
 static uint64_t arrived;   /* requests submitted since */
 static uint64_t n_yields, n_backoffs;
 
-void sl_yield_replied(void)
+void sl_yield_pooled(uint32_t requests)
 {
     worked = 1;
-}
-
-void sl_yield_arrived(uint32_t requests)
-{
     arrived += requests;
 }
 

@@ -51,14 +51,11 @@ int sl_yield_due(const struct sl_yield *y, uint64_t now);
 int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t arrived);
 
 /* The loop's side (one state per process: each worker is one).
- * sl_yield_replied: this turn read replies from a pooled connection; only
- * such turns yield (the clients they go to answer them meanwhile; a turn
- * that only sent requests has nobody to wait for on this CPU), so 1:1
- * listeners never make the system call.
- * sl_yield_arrived: <requests> were submitted to a pooled connection.
+ * sl_yield_pooled: this turn did pooled work (<requests> submitted to a
+ * pooled connection, 0 for a write or a read of one); only such turns
+ * yield, so 1:1 listeners never make the system call.
  * sl_yield_turn_end: the turn's end, before the loop may sleep. */
-void sl_yield_replied(void);
-void sl_yield_arrived(uint32_t requests);
+void sl_yield_pooled(uint32_t requests);
 void sl_yield_turn_end(void);
 
 /* What this process did: yields made, back-offs started. */
