@@ -58,7 +58,6 @@ static uint8_t  worked;    /* this turn did pooled work */
 static uint8_t  judging;   /* the last turn yielded: judge it at this one's end */
 static uint64_t took;      /* how long that yield took (µs) */
 static uint64_t arrived;   /* requests submitted since */
-static uint64_t n_yields, n_backoffs;
 
 void sl_yield_pooled(uint32_t requests)
 {
@@ -75,12 +74,10 @@ void sl_yield_turn_end(void)
     uint64_t now = sl_clock_us(&sl_clock_mono);
     if (judging) {
         judging = 0;
-        if (sl_yield_judge(&proc, now, took, arrived)) {
-            n_backoffs++;
+        if (sl_yield_judge(&proc, now, took, arrived))
             sl_log_debug("pooled turns stop yielding", "for_ms=%llu took_us=%llu arrived=%llu",
                          (unsigned long long)(proc.backoff / 1000), (unsigned long long)took,
                          (unsigned long long)arrived);
-        }
     }
     arrived = 0;
     if (!sl_yield_due(&proc, now))
@@ -88,11 +85,4 @@ void sl_yield_turn_end(void)
     (void)sched_yield();
     took = sl_clock_us(&sl_clock_mono) - now;
     judging = 1;
-    n_yields++;
-}
-
-void sl_yield_counts(uint64_t *yields, uint64_t *backoffs)
-{
-    *yields = n_yields;
-    *backoffs = n_backoffs;
 }

@@ -8,7 +8,8 @@
  * that one alone: small batches, and a sleep and a wake-up a few requests
  * (docs/benchmarks.md, fourth and fifth rounds). sched_yield() at the end
  * of the turn lets the woken clients run to the end of their own turn
- * first, so the next turn reads all they sent.
+ * first, so the next turn reads all they sent; after a batch written, a
+ * Redis that shares the CPU answers it before the proxy sleeps.
  *
  * Why only while cheap: beside a CPU-bound process the yield hands it the
  * CPU for its whole slice (milliseconds), a delay no request gains from.
@@ -57,8 +58,5 @@ int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t 
  * sl_yield_turn_end: the turn's end, before the loop may sleep. */
 void sl_yield_pooled(uint32_t requests);
 void sl_yield_turn_end(void);
-
-/* What this process did: yields made, back-offs started. */
-void sl_yield_counts(uint64_t *yields, uint64_t *backoffs);
 
 #endif
