@@ -9,7 +9,7 @@
 int sl_yield_expensive(uint64_t took_us, uint64_t arrived)
 {
     /* Clients sharing the CPU spend some µs of their own on each request
-     * they send (a load generator 5-10): a yield they used took about
+     * they send (a load generator 6-10): a yield they used took about
      * that per request it brought. A CPU-bound neighbour's slice brings
      * none, or the few a client on another CPU sent meanwhile. */
     if (arrived > (UINT64_MAX - SL_YIELD_BASE_US) / SL_YIELD_PER_REQ_US)

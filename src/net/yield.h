@@ -33,7 +33,7 @@
 #include "net/yield-t.h"
 
 #define SL_YIELD_BASE_US        200      /* a yield this short is cheap whatever came */
-#define SL_YIELD_PER_REQ_US     50       /* ... and this much more per request that came */
+#define SL_YIELD_PER_REQ_US     20       /* ... and this much more per request that came */
 #define SL_YIELD_WINDOW         16       /* the last yields judged together */
 #define SL_YIELD_EXPENSIVE      4        /* expensive ones among them that back off */
 #define SL_YIELD_BACKOFF_MIN_US 1000000  /* the first back-off */
