@@ -35,6 +35,7 @@
 #include "net/upool-t.h"
 #include "net/turn.h"
 #include "net/usage_export.h"
+#include "net/yield.h"
 #include "shape/wait.h"
 #include "store/store.h"
 
@@ -638,6 +639,9 @@ static void on_turn_pre(uv_prepare_t *h)
     struct sl_server *srv = h->data;
     if (srv != NULL && srv->due_dirty)
         due_arm(srv); /* before the loop sleeps: its timeout must include the new deadline */
+    /* pooled batches: let clients that share the CPU finish their turn
+     * before this one sleeps (net/yield.h) */
+    sl_yield_turn_end();
     sl_turn_tick(); /* the loop may sleep now: what wakes it reads the clock again */
 }
 

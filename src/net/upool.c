@@ -35,6 +35,7 @@
 #include "net/turn.h"
 #include "net/upool.h"
 #include "net/upool_route.h"
+#include "net/yield.h"
 #include "store/tlsio.h"
 #include "store/wire.h"
 
@@ -407,6 +408,8 @@ static void conn_flush(struct sl_upool_conn *c)
     if (c->writing || c->io.writing || c->state == C_CONNECTING || c->state == C_CLOSING)
         return;
     size_t n = conn_may(c);
+    if (n > 0)
+        sl_yield_pooled(0); /* a batch leaves: Redis and the clients get to work */
     if (c->io.tls != NULL) {
         tls_flush(c, n);
         return;
@@ -606,6 +609,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
                                                  : uv_strerror((int)nread));
         return;
     }
+    sl_yield_pooled(0); /* replies: clients to wake at this turn's end */
     if (c->io.tls != NULL)
         tls_read(c, ub->base, (size_t)nread);
     else
@@ -1250,6 +1254,7 @@ int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, cons
     }
     if (sl_wire_append(&c->out, p, len) < 0)
         return SL_ENOMEM;
+    sl_yield_pooled(replies); /* what the last yield brought (net/yield.h) */
     c->used_ms = now_ms(c->pool);
     /* An owner is attached to a shared connection only while replies are
      * owed to it there: one attached with none would stay attached for
