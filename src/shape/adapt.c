@@ -151,8 +151,14 @@ void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns)
 double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns)
 {
     double b = a->baseline_ns;
-    if (a->fleet_ns > 0 && now_ns < a->fleet_until_ns && (b == 0 || a->fleet_ns < b))
-        b = a->fleet_ns;
+    if (a->fleet_ns > 0 && now_ns < a->fleet_until_ns && (b == 0 || a->fleet_ns < b)) {
+        /* Trusted down to a fraction of the own: instances on one host (or
+         * one network) differ by probe noise, a fifth or so; an instance
+         * whose path to the upstream is really longer (another zone) would
+         * otherwise read its own path as queueing and shed at no load. */
+        double floor = b * SL_ADAPT_FLEET_TRUST;
+        b = a->fleet_ns > floor ? a->fleet_ns : floor;
+    }
     return b;
 }
 

@@ -54,6 +54,10 @@ void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns);
  * stay on the own baseline. */
 void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns);
 
+/* The fleet's baseline lowers the reference to at most this fraction of
+ * the own baseline (docs/adaptive.md, "The fleet's baseline"). */
+#define SL_ADAPT_FLEET_TRUST 0.7
+
 /* The baseline the gradient uses at <now_ns>: the fleet's while it holds
  * and is lower, else the own one (0: none yet). */
 double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns);

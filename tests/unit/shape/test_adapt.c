@@ -1266,6 +1266,12 @@ static void test_fleet_reference(void **state)
     assert_true(sl_adapt_reference(&a, 3000 * MS) == 10 * MS); /* own is lower */
     sl_adapt_fleet(&a, 0, 4000 * MS);
     assert_true(sl_adapt_reference(&a, 3000 * MS) == 10 * MS); /* none */
+    /* a fleet's value far below the own (another instance much nearer the
+     * upstream) lowers the reference only to the trusted fraction */
+    sl_adapt_fleet(&a, 1 * MS, 4000 * MS);
+    assert_true(sl_adapt_reference(&a, 3000 * MS) == 10 * MS * SL_ADAPT_FLEET_TRUST);
+    a.baseline_ns = 0; /* no own baseline yet: the fleet's whole */
+    assert_true(sl_adapt_reference(&a, 3000 * MS) == 1 * MS);
     a.guessed = 1;
     assert_true(sl_adapt_own_baseline(&a) == 0); /* a guess is not published */
 }
