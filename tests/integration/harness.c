@@ -970,6 +970,15 @@ char *th_http_get(int port, const char *path)
     return buf;
 }
 
+double th_json_num(const char *body, const char *within, const char *key)
+{
+    const char *from = within != NULL ? strstr(body, within) : body;
+    char k[128];
+    snprintf(k, sizeof(k), "\"%s\":", key);
+    const char *p = from != NULL ? strstr(from, k) : NULL;
+    return p != NULL ? strtod(p + strlen(k), NULL) : -1;
+}
+
 double th_metric(int port, const char *sample)
 {
     char *body = th_http_get(port, "/metrics");

@@ -94,6 +94,11 @@ void th_track_pid(pid_t pid);
  * 1 MiB), or NULL. */
 char *th_http_get(int port, const char *path);
 
+/* The number after the JSON key "<key>": in <body>, searched from the
+ * first occurrence of <within> (e.g. "\"adaptive\":{", NULL: from the
+ * start), or -1 when there is none. */
+double th_json_num(const char *body, const char *within, const char *key);
+
 /* The value of the /metrics sample whose name and labels are exactly
  * <sample>, or -1 when there is none. */
 double th_metric(int port, const char *sample);

@@ -79,6 +79,14 @@ static int sluice_with(struct th_proc *sl, int *port, int *admin, const char *up
     return th_sluice_start(sl, ini, *port);
 }
 
+/* A plain redis-server and a resp listener in front of it, with <extra>. */
+static void resp_with(struct th_proc *up, struct th_proc *sl, int *port, int *admin,
+                      const char *extra)
+{
+    assert_int_equal(th_redis_start(up, NULL), 0);
+    assert_int_equal(sluice_with(sl, port, admin, "resp", up->port, extra), 0);
+}
+
 static double shed(int admin, const char *reason)
 {
     char m[160];
@@ -90,11 +98,7 @@ static double shed(int admin, const char *reason)
  * (the first listener's), or -1. */
 static double stats_num(const char *body, const char *key)
 {
-    const char *ad = strstr(body, "\"adaptive\":{");
-    char k[64];
-    snprintf(k, sizeof(k), "\"%s\":", key);
-    const char *p = ad ? strstr(ad, k) : NULL;
-    return p ? strtod(p + strlen(k), NULL) : -1;
+    return th_json_num(body, "\"adaptive\":{", key);
 }
 
 static double shed_all(int admin)
@@ -442,8 +446,7 @@ static void resp_overload(const char *extra)
     char conf[256];
     snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 4\n",
              extra);
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
+    resp_with(&up, &sl, &port, &admin, conf);
     uint64_t t0 = th_now_ms();
     struct rload sum;
     rrun(port, 16, 4000, 0, &sum);
@@ -503,8 +506,7 @@ static void resp_transaction_whole(const char *extra)
     char conf[256];
     snprintf(conf, sizeof(conf), "%sadaptive_concurrency = on\nadaptive_initial_limit = 2\n",
              extra);
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
+    resp_with(&up, &sl, &port, &admin, conf);
     struct rload sum;
     rrun(port, 16, 4000, 1, &sum);
     long discards = th_redis_cmd_calls(up.port, "discard");
@@ -551,8 +553,7 @@ static void resp_blocking_not_counted(const char *extra)
              "%sadaptive_concurrency = on\nadaptive_min_limit = 1\n"
              "adaptive_max_limit = 2\nadaptive_initial_limit = 2\n"
              "adaptive_queue_interval = 50ms\n", extra);
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port, conf), 0);
+    resp_with(&up, &sl, &port, &admin, conf);
     redisContext *b[4];
     for (int i = 0; i < 4; i++) {
         b[i] = redisConnect("127.0.0.1", port);
@@ -654,11 +655,8 @@ static void test_pool_unloaded_never_sheds(void **state)
     (void)state;
     struct th_proc up, sl;
     int port, admin;
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 POOL "adaptive_concurrency = on\nadaptive_min_limit = 4\n"
-                                 "adaptive_max_limit = 4\n"),
-                     0);
+    resp_with(&up, &sl, &port, &admin,
+              POOL "adaptive_concurrency = on\nadaptive_min_limit = 4\nadaptive_max_limit = 4\n");
     pthread_t t[4];
     struct uload u[4];
     for (int i = 0; i < 4; i++) {
@@ -694,10 +692,7 @@ static void test_pool_lost_is_overload(void **state)
     (void)state;
     struct th_proc up, sl;
     int port, admin;
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 POOL "adaptive_concurrency = on\n"),
-                     0);
+    resp_with(&up, &sl, &port, &admin, POOL "adaptive_concurrency = on\n");
     redisContext *c = redisConnect("127.0.0.1", port);
     assert_non_null(c);
     assert_int_equal(c->err, 0);
@@ -729,10 +724,7 @@ static void test_config_pooled_loads(void **state)
     (void)state;
     struct th_proc up, sl;
     int port, admin;
-    assert_int_equal(th_redis_start(&up, NULL), 0);
-    assert_int_equal(sluice_with(&sl, &port, &admin, "resp", up.port,
-                                 POOL "adaptive_concurrency = on\n"),
-                     0);
+    resp_with(&up, &sl, &port, &admin, POOL "adaptive_concurrency = on\n");
     char *r = th_redis_cmd(port, "PING");
     assert_non_null(r);
     assert_string_equal(r, "+PONG\r\n");

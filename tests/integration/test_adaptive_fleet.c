@@ -90,11 +90,7 @@ static double stat(int admin, const char *key)
     char *body = th_http_get(admin, "/stats");
     if (body == NULL)
         return -1;
-    const char *ad = strstr(body, "\"adaptive\":{");
-    char k[64];
-    snprintf(k, sizeof(k), "\"%s\":", key);
-    const char *p = ad ? strstr(ad, k) : NULL;
-    double v = p ? strtod(p + strlen(k), NULL) : -1;
+    double v = th_json_num(body, "\"adaptive\":{", key);
     free(body);
     return v;
 }
