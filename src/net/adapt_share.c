@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/resolve.h"
 #include "net/adapt_share.h"
 #include "net/listener-t.h"
 #include "net/turn.h"
@@ -32,28 +33,13 @@ static uint64_t share_ttl_ms(const struct sl_actl *c)
     return ms > 0 ? ms : 1;
 }
 
-/* The address's text: "[v6]:port" or "v4:port". */
-static size_t addr_text(const struct sockaddr_storage *ss, char *buf, size_t cap, int *loopback)
+/* 1 for 127.0.0.0/8 and ::1: another host's such address is another service. */
+static int is_loopback(const struct sockaddr_storage *ss)
 {
-    char ip[INET6_ADDRSTRLEN];
-    unsigned port;
-    *loopback = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-        port = ntohs(a->sin_port);
-        *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
-        int n = snprintf(buf, cap, "%s:%u", ip, port);
-        return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-    }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-        port = ntohs(a->sin6_port);
-        *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
-        int n = snprintf(buf, cap, "[%s]:%u", ip, port);
-        return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-    }
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
     return 0;
 }
 
@@ -61,10 +47,10 @@ size_t sl_actl_share_key(const struct sl_actl *c, char *buf, size_t cap)
 {
     const struct sl_listener *l = c->l;
     char addr[80], host[72] = "";
-    int loopback;
-    if (addr_text(&l->up.ss, addr, sizeof(addr), &loopback) == 0)
+    if (l->up.ss.ss_family != AF_INET && l->up.ss.ss_family != AF_INET6)
         return 0;
-    if (loopback) {
+    sl_resolve_fmt(&l->up.ss, addr, sizeof(addr));
+    if (is_loopback(&l->up.ss)) {
         /* Each host's own upstream. A host name with braces would move
          * the key's hash tag: such a name is left out (rare, and then
          * hosts share their loopback upstreams' entry, as without it). */
@@ -84,7 +70,7 @@ static void on_shared(void *data, int status, const int64_t *vals, int n, const 
 {
     struct sl_actl *c = data;
     c->share_req = NULL;
-    if (status != 0 || n != 3 || vals[0] < 0 || vals[1] < 0) {
+    if (status != 0 || n != 3 || vals[0] < 0 || vals[1] < 0 || vals[2] < 0) {
         c->share_errors++;
         if (status == 0)
             sl_log_warn_rl("adaptive_share_reply", "adaptive concurrency: unexpected baseline reply",
@@ -93,16 +79,17 @@ static void on_shared(void *data, int status, const int64_t *vals, int n, const 
     }
     c->shares++;
     uint64_t now = sl_turn_now_us() * 1000;
-    c->fleet_ns = (double)vals[0];
+    /* never held longer than an entry lives, whatever the answer says */
+    uint64_t ms = (uint64_t)vals[1] < share_ttl_ms(c) ? (uint64_t)vals[1] : share_ttl_ms(c);
     c->fleet_live = (uint64_t)vals[2];
-    sl_adapt_fleet(&c->a, c->fleet_ns, now + (uint64_t)vals[1] * 1000000ull);
+    sl_adapt_fleet(&c->a, (double)vals[0], now + ms * 1000000ull);
 }
 
 void sl_actl_share(struct sl_actl *c, uint64_t now)
 {
     struct sl_store *st = c->l->srv->store;
     if (c->mode == 0 || c->l->conf->adaptive_share != 0 || st == NULL) {
-        if (c->fleet_ns > 0 || c->share_req != NULL)
+        if (c->a.fleet_ns > 0 || c->share_req != NULL)
             sl_actl_share_stop(c);
         return;
     }
@@ -135,7 +122,6 @@ void sl_actl_share_stop(struct sl_actl *c)
         sl_store_cancel(c->share_req);
         c->share_req = NULL;
     }
-    c->fleet_ns = 0;
     c->fleet_live = 0;
     sl_adapt_fleet(&c->a, 0, 0);
 }

@@ -34,7 +34,6 @@ struct sl_actl {
     /* the fleet's baseline (net/adapt_share.c) */
     struct sl_store_req *share_req;   /* a publication in flight */
     uint64_t            share_at_ns;  /* when the last one was sent (0: never) */
-    double              fleet_ns;     /* the least live baseline of the last answer (0: none) */
     uint64_t            fleet_live;   /* live entries in that answer */
     uint64_t            shares, share_errors; /* publications answered, failed */
 };
