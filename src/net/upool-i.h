@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "net/gather.h"
+#include "net/habit-t.h"
 #include "net/upool.h"
 #include "net/upool_route.h"
 #include "store/tlsio.h"
@@ -23,6 +25,9 @@ struct sl_upool_conn {
     struct sl_upool_conn *next, *prev; /* in key->conns (shared) or pool->pinned */
     struct sl_upool_conn *dnext;    /* in pool->dirty while <dirty> */
     struct sl_upool_conn *snext, *sprev; /* in pool->starting while <starting> */
+    struct sl_upool_conn *hnext, *hprev; /* in pool->holds while <holding> */
+    uint64_t              hold_until; /* holding: its batch leaves then at the latest (µs) */
+    uint32_t              hold_from;/* holding: requests in the batch when the hold began */
     uint64_t              seq;      /* when it was made (the pool's count) */
     struct sl_upool_owner *pin;     /* the owner it is pinned to, or NULL */
     struct sl_upool_route rt;       /* whose each reply is */
@@ -46,6 +51,8 @@ struct sl_upool_conn {
     uint8_t               handles;  /* open handles (tcp, timer) */
     uint8_t               starting; /* new, not READY yet (in pool->starting) */
     uint8_t               held;     /* READY, its bytes held behind an older one starting */
+    uint8_t               holding;  /* its small batch waits for more (net/gather.h) */
+    uint8_t               hold_due; /* ... and the wait is over: it leaves at the next flush */
     uint8_t               retired;  /* shared, set aside by a reload (in pool->retiring):
                                        takes no new owner, closes once nothing is owed */
     uint8_t               stale;    /* made for an upstream address a reload replaced: never
@@ -80,6 +87,9 @@ struct sl_upool {
     struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
     struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
+    struct sl_upool_conn *holds, *holds_tail;   /* connections whose batch waits for more */
+    struct sl_habit       gather;   /* the holds, judged (net/gather.h) */
+    struct sl_gather_timer gtimer;  /* fires at the earliest hold's end */
     uint64_t              seq;      /* connections made */
     uint64_t              slow_seq; /* slow requests submitted */
     struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */

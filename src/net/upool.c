@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
@@ -235,6 +236,98 @@ static void on_tls_write(uv_write_t *w, int status)
     conn_flush(c);
 }
 
+/* ---- holding a small batch for more (net/gather.h) ---------------------------- */
+
+static void hold_unlink(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    if (!c->holding)
+        return;
+    if (c->hprev)
+        c->hprev->hnext = c->hnext;
+    else
+        p->holds = c->hnext;
+    if (c->hnext)
+        c->hnext->hprev = c->hprev;
+    else
+        p->holds_tail = c->hprev;
+    c->hnext = c->hprev = NULL;
+    c->holding = c->hold_due = 0;
+}
+
+/* <c>'s hold is over at <now>: judged by the requests that joined it. */
+static void hold_end(struct sl_upool_conn *c, uint64_t now)
+{
+    struct sl_upool *p = c->pool;
+    uint32_t gained = c->unwritten > c->hold_from ? c->unwritten - c->hold_from : 0;
+    hold_unlink(c);
+    p->st.batch_holds++;
+    p->st.batch_gained += gained;
+    if (sl_gather_judge(&p->gather, now, gained))
+        sl_log_debug("pooled batches stop waiting for more", "listener=%s for_ms=%llu",
+                     p->conf.label ? p->conf.label : "",
+                     (unsigned long long)(p->gather.backoff / 1000));
+}
+
+/* The timer: holds whose wait is over leave at this turn's end; it is
+ * armed again for the earliest one left. The clock is read here, not the
+ * turn's: it fired at its time, and a hold marked due leaves whatever the
+ * turn's clock says. */
+static void on_hold_timer(struct sl_gather_timer *t)
+{
+    struct sl_upool *p = t->data;
+    uint64_t now = sl_clock_us(&sl_clock_mono), next = 0;
+    for (struct sl_upool_conn *c = p->holds; c != NULL; c = c->hnext) {
+        if (c->hold_due)
+            continue;
+        if (now >= c->hold_until) {
+            c->hold_due = 1;
+            sl_upool_mark_dirty(c);
+        } else if (next == 0 || c->hold_until < next) {
+            next = c->hold_until;
+        }
+    }
+    if (next != 0 && sl_gather_timer_arm(t, p->loop, next) < 0)
+        for (struct sl_upool_conn *c = p->holds; c != NULL; c = c->hnext)
+            if (!c->hold_due) {
+                c->hold_due = 1; /* no timer: nothing waits */
+                sl_upool_mark_dirty(c);
+            }
+}
+
+/* 1 when <c>'s batch (READY, shared, nothing of it in flight) waits for
+ * more instead of leaving now. */
+static int hold(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    uint64_t wait = p->conf.batch_wait_us;
+    if (c->holding) {
+        uint64_t now = sl_turn_now_us();
+        if (!c->hold_due && wait != 0 && !sl_gather_over(now, c->hold_until, c->unwritten))
+            return 1;
+        hold_end(c, now);
+        return 0;
+    }
+    if (wait == 0 || c->retired)
+        return 0;
+    uint64_t now = sl_turn_now_us();
+    if (!sl_gather_hold(&p->gather, wait, now, c->unwritten) ||
+        sl_gather_timer_arm(&p->gtimer, p->loop, now + wait) < 0)
+        return 0;
+    c->holding = 1;
+    c->hold_due = 0;
+    c->hold_from = c->unwritten;
+    c->hold_until = now + wait;
+    c->hnext = NULL;
+    c->hprev = p->holds_tail;
+    if (p->holds_tail)
+        p->holds_tail->hnext = c;
+    else
+        p->holds = c;
+    p->holds_tail = c;
+    return 1;
+}
+
 /* How many bytes of <out> may leave now; those are committed (the caller
  * writes them all, now or with the write it queues). */
 static size_t conn_may(struct sl_upool_conn *c)
@@ -250,6 +343,8 @@ static size_t conn_may(struct sl_upool_conn *c)
         return 0;
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
+        return 0;
+    if (c->state == C_READY && c->pin == NULL && hold(c))
         return 0;
     if (c->state == C_READY && c->pool->starting != NULL && held_back(c)) {
         c->held = 1; /* start_done() marks it dirty again */
@@ -650,6 +745,7 @@ void sl_upool_conn_fail(struct sl_upool_conn *c, int err, const char *why)
         return;
     int was_ready = c->state == C_READY;
     c->state = C_CLOSING;
+    hold_unlink(c); /* its batch fails with it, unjudged */
     if (err != SL_ECLOSED || !was_ready)
         p->st.failures++;
     p->st.conns--;
@@ -781,6 +877,7 @@ struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
     uv_timer_init(loop, &p->idle);
     uv_timer_init(loop, &p->retire);
     p->idle.data = p->retire.data = p;
+    sl_gather_timer_init(&p->gtimer, on_hold_timer, p);
     uv_unref((uv_handle_t *)&p->idle);
     uv_unref((uv_handle_t *)&p->retire);
     p->handles += 2;
@@ -835,6 +932,13 @@ static void on_pool_handle_close(uv_handle_t *h)
     pool_maybe_free(p);
 }
 
+static void on_gtimer_closed(struct sl_gather_timer *t)
+{
+    struct sl_upool *p = t->data;
+    p->handles--;
+    pool_maybe_free(p);
+}
+
 static void pool_maybe_free(struct sl_upool *p)
 {
     if (!p->closing || p->handles > 0)
@@ -881,6 +985,8 @@ void sl_upool_close(struct sl_upool *p)
     }
     uv_close((uv_handle_t *)&p->idle, on_pool_handle_close);
     uv_close((uv_handle_t *)&p->retire, on_pool_handle_close);
+    if (sl_gather_timer_close(&p->gtimer, on_gtimer_closed))
+        p->handles++;
     pool_maybe_free(p);
 }
 
