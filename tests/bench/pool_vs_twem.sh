@@ -22,6 +22,7 @@
 #   SYSCALLS=1 ...     # afterwards one run per proxy under perf stat: system calls per request
 #   SLUICE_BIN2=/tmp/old/sluice ...   # a second sluice build beside (A/B), Redis of its own
 #   SLUICE_BIN2=build/sluice WORKERS2=2 ...  # the second with other workers / N (N2=)
+#   BATCH_WAIT=0 BATCH_WAIT2=100us ...  # upstream_pool_batch_wait of the first / second
 #
 # Pinning (PIN=bX,pY,rZ: taskset CPU lists for the load generator, the
 # proxies and the Redis servers; PIN=1 is b0,p0,r1): on a 2-core VM
@@ -66,11 +67,14 @@ for p in $RS $RT $([ -n "$BIN2" ] && echo $R2); do
 done
 printf '[sluice]\nworkers = %s\nlog_level = %s\nadmin = off\n[store]\nurl = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = %d\nmax_connections = 20000\n' \
     "$W_SL" "${LOG_LEVEL:-info}" $((B+2)) $RS "$N" > $W/s.ini
+[ -n "${BATCH_WAIT:-}" ] && echo "upstream_pool_batch_wait = $BATCH_WAIT" >> $W/s.ini
 $PP "$BIN" -c $W/s.ini 2>$W/s.log & SP=$!
 if [ -n "$BIN2" ]; then
     sed -e "s/^listen = .*/listen = 127.0.0.1:$((B+6))/" -e "s/^upstream = .*/upstream = 127.0.0.1:$R2/" \
         -e "s/^workers = .*/workers = ${WORKERS2:-$W_SL}/" -e "s/^upstream_pool = .*/upstream_pool = ${N2:-$N}/" \
         $W/s.ini > $W/s2.ini
+    [ -n "${BATCH_WAIT2:-}" ] && { grep -v '^upstream_pool_batch_wait' $W/s2.ini > $W/s2.tmp
+        echo "upstream_pool_batch_wait = $BATCH_WAIT2" >> $W/s2.tmp; mv $W/s2.tmp $W/s2.ini; }
     $PP "$BIN2" -c $W/s2.ini 2>$W/s2.log & SP2=$!
 fi
 cat > $W/nut.yml <<Y
