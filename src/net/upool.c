@@ -44,7 +44,6 @@
 #define MIN_READ (8 * 1024) /* less room than this in the chunk: take another */
 #define TLS_READ (64 * 1024) /* the scratch buffer TLS reads land in (ciphertext) */
 
-
 static void conn_flush(struct sl_upool_conn *c);
 static uint64_t now_ms(const struct sl_upool *p);
 static void pool_maybe_free(struct sl_upool *p);
@@ -589,7 +588,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
         return;
     if (nread < 0) {
         sl_upool_conn_fail(c, (int)nread, nread == UV_EOF ? "the upstream closed the connection"
-                                                 : uv_strerror((int)nread));
+                                                           : uv_strerror((int)nread));
         return;
     }
     sl_yield_pooled(0); /* replies: clients to wake at this turn's end */
@@ -627,8 +626,8 @@ void sl_upool_on_timer(uv_timer_t *t)
         return;
     }
     sl_upool_conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
-                               : c->state == C_HANDSHAKE ? "TLS handshake timed out"
-                                                         : "setup replies timed out");
+                                        : c->state == C_HANDSHAKE ? "TLS handshake timed out"
+                                                                  : "setup replies timed out");
 }
 
 /* TCP (and TLS) up: the setup leaves, or owners' bytes when there is none. */
@@ -1202,10 +1201,12 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
                 slow = c;
             continue;
         }
-        /* A connection that already has bytes to write (this turn, or held
-         * behind its batch in flight) takes the owner's too: they leave in the same write, and the upstream reads
-         * and answers them as one batch (its cost is per read, not per
-         * request), where spreading them would cost it a read each. */
+        /* A connection that already has bytes to write (this turn, held
+         * behind its batch in flight, or waiting for more: net/gather.h)
+         * takes the owner's too: they leave in the same write, and the
+         * upstream reads and answers them as one batch (its cost is per
+         * read, not per request), where spreading them would cost it a
+         * read each. */
         if ((c->dirty || c->out.len > 0) && c->rt.owed < JOIN_MAX)
             return c;
         if (best == NULL || c->rt.owed < best->rt.owed)

@@ -179,7 +179,8 @@ void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
         return;
     }
     c->state = C_SETUP;
-    uv_timer_start(&c->timer, sl_upool_on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
+    uv_timer_start(&c->timer, sl_upool_on_timer,
+                   p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
     c->go = c->out.len; /* the owner's last bytes, RESET and the setup; nothing after */
     sl_upool_mark_dirty(c);
     sl_upool_serve_waiters(p);
