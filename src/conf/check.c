@@ -29,7 +29,7 @@ static const char *const http_only_keys[] = { "upstream_timeout",
 /* ... and those only a resp listener takes. */
 static const char *const resp_only_keys[] = { "setup_commands", "upstream_pool",
     "upstream_pool_pinned", "upstream_pool_pin_wait", "upstream_pool_client_buffer",
-    "upstream_pool_idle_timeout" };
+    "upstream_pool_idle_timeout", "upstream_pool_batch_wait" };
 
 static int is_wildcard(const struct sockaddr_storage *ss)
 {

@@ -125,6 +125,9 @@ struct sl_listener_conf {
     uint64_t       pool_idle_timeout_us; /* upstream_pool_idle_timeout: a shared upstream
                                           connection idle this long closes; default 60s;
                                           0 = never */
+    uint64_t       pool_batch_wait_us; /* upstream_pool_batch_wait: how long a small batch
+                                          waits for more requests (net/gather.h); default
+                                          50us; 0 = never */
     int            upstream_unresolved_line; /* the upstream's host name did not resolve at
                                           load (the line of upstream, for the warning), else
                                           0; upstream.ss is then empty and the listener looks

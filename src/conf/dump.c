@@ -156,6 +156,7 @@ static void dump_listener(FILE *out, const struct sl_listener_conf *l)
         sl_fmt_size(l->pool_client_buffer, b, sizeof(b));
         kv(out, "upstream_pool_client_buffer", b);
         kv_duration(out, "upstream_pool_idle_timeout", l->pool_idle_timeout_us);
+        kv_duration(out, "upstream_pool_batch_wait", l->pool_batch_wait_us);
     }
     if (l->protocol != SL_PROTO_HTTP)
         return; /* the keys below are errors elsewhere */

@@ -54,6 +54,8 @@ static const struct keyword listener_kw[] = {
         64 * 1024, 1ULL << 40),
     NUM("upstream_pool_idle_timeout", KW_DURATION, struct sl_listener_conf, pool_idle_timeout_us,
         0, DAY_US),
+    NUM("upstream_pool_batch_wait", KW_DURATION, struct sl_listener_conf, pool_batch_wait_us,
+        0, 1000),
     /* any protocol with proxy_protocol, else http only (check.c) */
     FUNC("trusted_proxies", set_trusted_proxies, KW_MULTI),
     /* protocol = http only (check.c: http_only_keys, check_listener) */
@@ -117,6 +119,7 @@ struct sl_listener_conf *sl_cf_new_listener(struct loader *ld, const char *name,
     l->pool_pin_wait_us = 1 * S_US;
     l->pool_client_buffer = 64ULL * 1024 * 1024;
     l->pool_idle_timeout_us = 60 * S_US;
+    l->pool_batch_wait_us = 50;
     l->upstream_keepalive_timeout_us = 60 * S_US;
     l->upstream_timeout_us = 60 * S_US;
     l->rate_limit_headers = SL_RLH_DRAFT;

@@ -148,6 +148,8 @@ static int pool_totals(const struct sl_server *srv, const struct sl_listener *l,
         out->dropped_replies += st.dropped_replies + o->pool_dropped_gone;
         out->pin_waiting += st.pin_waiting;
         out->idle_closed += st.idle_closed;
+        out->batch_holds += st.batch_holds;
+        out->batch_gained += st.batch_gained;
     }
     return 1;
 }
@@ -178,6 +180,13 @@ static void pool_metrics(struct sl_server *srv, struct sl_metrics *m)
           "RESP, upstream_pool: shared upstream connections closed after "
           "upstream_pool_idle_timeout idle.",
           offsetof(struct sl_upool_stats, idle_closed) },
+        { "sluice_pool_batch_holds_total", "counter",
+          "RESP, upstream_pool: small batches held up to upstream_pool_batch_wait for more "
+          "requests.",
+          offsetof(struct sl_upool_stats, batch_holds) },
+        { "sluice_pool_batch_gained_total", "counter",
+          "RESP, upstream_pool: requests that joined a held batch while it waited.",
+          offsetof(struct sl_upool_stats, batch_gained) },
     };
     for (size_t i = 0; i < sizeof(pm) / sizeof(pm[0]); i++) {
         sl_metrics_family(m, pm[i].name, pm[i].type, pm[i].help);

@@ -111,6 +111,7 @@ static void conf_of(struct sl_listener *l, struct sl_upool_conf *pc)
     pc->tls_name = l->up_sni;
     pc->tls_resumed = &l->stats.upstream_tls_resumed;
     pc->label = l->name;
+    pc->batch_wait_us = lc->pool_batch_wait_us;
     pc->idle_timeout_ms = lc->pool_idle_timeout_us == 0 ? 0
                           : lc->pool_idle_timeout_us / 1000 ? lc->pool_idle_timeout_us / 1000 : 1;
 }

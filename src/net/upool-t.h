@@ -86,6 +86,8 @@ struct sl_upool_stats {
     uint64_t pin_refused;    /* pins refused at the cap */
     uint64_t dropped_replies;/* replies read for forgotten owners and dropped */
     uint64_t idle_closed;    /* shared connections closed after idle_timeout_ms */
+    uint64_t batch_holds;    /* small batches held for more requests (batch_wait_us) */
+    uint64_t batch_gained;   /* requests that joined them while held */
 };
 
 struct sl_upool_key_stats {

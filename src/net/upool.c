@@ -29,11 +29,13 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/resolve.h"
 #include "net/turn.h"
 #include "net/upool.h"
+#include "net/upool-i.h"
 #include "net/upool_route.h"
 #include "net/yield.h"
 #include "store/tlsio.h"
@@ -42,124 +44,10 @@
 #define MIN_READ (8 * 1024) /* less room than this in the chunk: take another */
 #define TLS_READ (64 * 1024) /* the scratch buffer TLS reads land in (ciphertext) */
 
-enum { C_CONNECTING = 0, C_HANDSHAKE, C_SETUP, C_READY, C_CLOSING };
-
-struct sl_upool_conn {
-    uv_tcp_t              tcp;      /* data = this */
-    uv_timer_t            timer;    /* connect + setup deadline */
-    uv_connect_t          creq;
-    uv_write_t            wreq;
-    struct sl_upool      *pool;
-    struct sl_upool_key  *key;
-    struct sl_upool_conn *next, *prev; /* in key->conns (shared) or pool->pinned */
-    struct sl_upool_conn *dnext;    /* in pool->dirty while <dirty> */
-    struct sl_upool_conn *snext, *sprev; /* in pool->starting while <starting> */
-    uint64_t              seq;      /* when it was made (the pool's count) */
-    struct sl_upool_owner *pin;     /* the owner it is pinned to, or NULL */
-    struct sl_upool_route rt;       /* whose each reply is */
-    struct sl_obuf        out;      /* bytes waiting to be written */
-    struct sl_obuf        wbuf;     /* what the write in flight writes */
-    size_t                go;       /* bytes of <out> that may leave before READY */
-    uint32_t              unwritten;/* replies owed for bytes of <out> not written yet */
-    uint32_t              slow_left;/* owners' replies still to come up to the end of the
-                                       last slow request's (SL_UPOOL_SLOW); 0: none */
-    uint64_t              slow_seq; /* when that slow request came (the pool's count) */
-    struct sl_buf        *in;       /* read chunk */
-    struct sl_tlsio       io;       /* TLS: the engine and its write (io.tls NULL: plain) */
-    struct sl_obuf        plain;    /* TLS: bytes taken from <out> to leave, being encrypted */
-    uint64_t              used_ms;  /* last submit or read (the idle clock) */
-    uint64_t              flight_ms;/* when the batch in flight was committed (a stall's start) */
-    uint8_t               state;
-    uint8_t               dirty;
-    uint8_t               writing;
-    uint8_t               listed;   /* in key->conns, pool->pinned or pool->cleaning */
-    uint8_t               cleaning; /* unpinned clean: RESET and setup under way */
-    uint8_t               handles;  /* open handles (tcp, timer) */
-    uint8_t               starting; /* new, not READY yet (in pool->starting) */
-    uint8_t               held;     /* READY, its bytes held behind an older one starting */
-    uint8_t               retired;  /* shared, set aside by a reload (in pool->retiring):
-                                       takes no new owner, closes once nothing is owed */
-    uint8_t               stale;    /* made for an upstream address a reload replaced: never
-                                       back in the pool (a pin given back closes it) */
-    uint8_t               noaddr;   /* made while the upstream had no address (its name
-                                       not resolved yet): fails at the next loop turn */
-};
-
-struct sl_upool_key {
-    struct sl_upool      *pool;
-    struct sl_upool_key  *next;     /* in pool->keys */
-    struct sl_upool_conn *conns;    /* shared connections */
-    uint32_t              nconns;
-    uint32_t              npinned;  /* pinned connections made for it */
-    uint32_t              nretired; /* its shared connections set aside by a reload */
-    uint32_t              refs;     /* the callers' */
-    uint32_t              nsetup;   /* replies the setup owes */
-    char                 *setup;    /* RESP commands */
-    size_t                setuplen;
-    size_t                idlen;
-    char                  id[];
-};
-
-struct sl_upool {
-    uv_loop_t            *loop;
-    struct sl_upool_conf  conf;
-    struct sl_upool_cbs   cbs;
-    struct sl_upool_key  *keys;
-    struct sl_upool_conn *pinned;   /* pinned connections */
-    struct sl_upool_conn *cleaning; /* unpinned ones being made clean */
-    struct sl_upool_conn *retiring; /* shared ones a reload set aside (sl_upool_reconfigure) */
-    struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
-    struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
-    struct sl_upool_conn *starting; /* new connections not READY yet */
-    uint64_t              seq;      /* connections made */
-    uint64_t              slow_seq; /* slow requests submitted */
-    struct sl_upool_owner *wait_head, *wait_tail; /* pin wait queue */
-    uint32_t              nwait;
-    uint32_t              npinned;
-    uint32_t              handles;  /* open handles of every connection + the flush pair */
-    uint8_t               closing;
-    uv_prepare_t          prep;     /* own_flush: before the loop blocks */
-    uv_check_t            check;    /* own_flush: after the I/O callbacks */
-    uv_timer_t            idle;     /* idle_timeout_ms: the sweep of shared connections */
-    uv_timer_t            retire;   /* while <retiring>: closes those with nothing owed */
-    char                 *cbuf;     /* TLS reads' ciphertext (TLS_READ bytes; every read
-                                       is decrypted before the loop reads another) */
-    struct sl_upool_stats st;
-};
-
-static void conn_fail(struct sl_upool_conn *c, int err, const char *why);
 static void conn_flush(struct sl_upool_conn *c);
 static uint64_t now_ms(const struct sl_upool *p);
-static void mark_dirty(struct sl_upool_conn *c);
 static void pool_maybe_free(struct sl_upool *p);
-static void serve_waiters(struct sl_upool *p);
 static void idle_arm(struct sl_upool *p);
-
-/* ---- lists ---------------------------------------------------------------- */
-
-static void list_add(struct sl_upool_conn **head, struct sl_upool_conn *c)
-{
-    c->prev = NULL;
-    c->next = *head;
-    if (*head)
-        (*head)->prev = c;
-    *head = c;
-    c->listed = 1;
-}
-
-static void list_del(struct sl_upool_conn **head, struct sl_upool_conn *c)
-{
-    if (!c->listed)
-        return;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        *head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->next = c->prev = NULL;
-    c->listed = 0;
-}
 
 /* Order between clients. Requests that different clients send one after
  * the other reach Redis in that order on a direct connection (in practice:
@@ -202,17 +90,17 @@ static void start_done(struct sl_upool_conn *c)
         for (struct sl_upool_conn *h = k->conns; h != NULL; h = h->next)
             if (h->held) {
                 h->held = 0;
-                mark_dirty(h);
+                sl_upool_mark_dirty(h);
             }
     for (struct sl_upool_conn *h = p->pinned; h != NULL; h = h->next)
         if (h->held) {
             h->held = 0;
-            mark_dirty(h);
+            sl_upool_mark_dirty(h);
         }
     for (struct sl_upool_conn *h = p->retiring; h != NULL; h = h->next)
         if (h->held) {
             h->held = 0;
-            mark_dirty(h);
+            sl_upool_mark_dirty(h);
         }
 }
 
@@ -247,7 +135,7 @@ static void rt_reply_end(void *ctx, struct sl_upool_owner *o)
     if (c->slow_left > 0)
         c->slow_left--; /* at 0 the slow request is answered: others may join */
     if (c->out.len > 0 && c->rt.owed == c->unwritten)
-        mark_dirty(c); /* the batch in flight is answered: the next one goes */
+        sl_upool_mark_dirty(c); /* the batch in flight is answered: the next one goes */
     if (o == NULL) {
         c->pool->st.dropped_replies++;
         return;
@@ -281,15 +169,15 @@ static int rt_entry_done(void *ctx, int kind)
          * key has enough shared connections */
         struct sl_upool_key *k = c->key;
         if (k->nconns >= c->pool->conf.per_key || c->pool->closing || c->stale) {
-            conn_fail(c, SL_ECLOSED, "not needed");
+            sl_upool_conn_fail(c, SL_ECLOSED, "not needed");
             return 1;
         }
-        list_del(&c->pool->cleaning, c);
+        sl_upool_list_del(&c->pool->cleaning, c);
         c->cleaning = 0;
         k->npinned--;
         k->nconns++;
         c->pool->st.pooled++;
-        list_add(&k->conns, c);
+        sl_upool_list_add(&k->conns, c);
         idle_arm(c->pool);
     }
     conn_flush(c);
@@ -300,7 +188,7 @@ static const struct sl_upool_route_ops rt_ops = { rt_deliver, rt_reply_end, rt_e
 
 /* ---- writing ---------------------------------------------------------------- */
 
-static void mark_dirty(struct sl_upool_conn *c)
+void sl_upool_mark_dirty(struct sl_upool_conn *c)
 {
     if (c->dirty || c->state == C_CLOSING)
         return;
@@ -327,7 +215,7 @@ static void on_write(uv_write_t *w, int status)
     if (c->state == C_CLOSING)
         return;
     if (status < 0) {
-        conn_fail(c, status, uv_strerror(status));
+        sl_upool_conn_fail(c, status, uv_strerror(status));
         return;
     }
     conn_flush(c);
@@ -341,10 +229,102 @@ static void on_tls_write(uv_write_t *w, int status)
     if (c->state == C_CLOSING)
         return;
     if (status < 0) {
-        conn_fail(c, status, uv_strerror(status));
+        sl_upool_conn_fail(c, status, uv_strerror(status));
         return;
     }
     conn_flush(c);
+}
+
+/* ---- holding a small batch for more (net/gather.h) ---------------------------- */
+
+static void hold_unlink(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    if (!c->holding)
+        return;
+    if (c->hprev)
+        c->hprev->hnext = c->hnext;
+    else
+        p->holds = c->hnext;
+    if (c->hnext)
+        c->hnext->hprev = c->hprev;
+    else
+        p->holds_tail = c->hprev;
+    c->hnext = c->hprev = NULL;
+    c->holding = c->hold_due = 0;
+}
+
+/* <c>'s hold is over at <now>: judged by the requests that joined it. */
+static void hold_end(struct sl_upool_conn *c, uint64_t now)
+{
+    struct sl_upool *p = c->pool;
+    uint32_t gained = c->unwritten > c->hold_from ? c->unwritten - c->hold_from : 0;
+    hold_unlink(c);
+    p->st.batch_holds++;
+    p->st.batch_gained += gained;
+    if (sl_gather_judge(&p->gather, now, gained))
+        sl_log_debug("pooled batches stop waiting for more", "listener=%s for_ms=%llu",
+                     p->conf.label ? p->conf.label : "",
+                     (unsigned long long)(p->gather.backoff / 1000));
+}
+
+/* The timer: holds whose wait is over leave at this turn's end; it is
+ * armed again for the earliest one left. The clock is read here, not the
+ * turn's: it fired at its time, and a hold marked due leaves whatever the
+ * turn's clock says. */
+static void on_hold_timer(struct sl_gather_timer *t)
+{
+    struct sl_upool *p = t->data;
+    uint64_t now = sl_clock_us(&sl_clock_mono), next = 0;
+    for (struct sl_upool_conn *c = p->holds; c != NULL; c = c->hnext) {
+        if (c->hold_due)
+            continue;
+        if (now >= c->hold_until) {
+            c->hold_due = 1;
+            sl_upool_mark_dirty(c);
+        } else if (next == 0 || c->hold_until < next) {
+            next = c->hold_until;
+        }
+    }
+    if (next != 0 && sl_gather_timer_arm(t, p->loop, next) < 0)
+        for (struct sl_upool_conn *c = p->holds; c != NULL; c = c->hnext)
+            if (!c->hold_due) {
+                c->hold_due = 1; /* no timer: nothing waits */
+                sl_upool_mark_dirty(c);
+            }
+}
+
+/* 1 when <c>'s batch (READY, shared, nothing of it in flight) waits for
+ * more instead of leaving now. */
+static int hold(struct sl_upool_conn *c)
+{
+    struct sl_upool *p = c->pool;
+    uint64_t wait = p->conf.batch_wait_us;
+    if (c->holding) {
+        uint64_t now = sl_turn_now_us();
+        if (!c->hold_due && wait != 0 && !sl_gather_over(now, c->hold_until, c->unwritten))
+            return 1;
+        hold_end(c, now);
+        return 0;
+    }
+    if (wait == 0 || c->retired)
+        return 0;
+    uint64_t now = sl_turn_now_us();
+    if (!sl_gather_hold(&p->gather, wait, now, c->unwritten) ||
+        sl_gather_timer_arm(&p->gtimer, p->loop, now + wait) < 0)
+        return 0;
+    c->holding = 1;
+    c->hold_due = 0;
+    c->hold_from = c->unwritten;
+    c->hold_until = now + wait;
+    c->hnext = NULL;
+    c->hprev = p->holds_tail;
+    if (p->holds_tail)
+        p->holds_tail->hnext = c;
+    else
+        p->holds = c;
+    p->holds_tail = c;
+    return 1;
 }
 
 /* How many bytes of <out> may leave now; those are committed (the caller
@@ -362,6 +342,8 @@ static size_t conn_may(struct sl_upool_conn *c)
         return 0;
     size_t n = c->state == C_READY ? c->out.len : c->go;
     if (n == 0)
+        return 0;
+    if (c->state == C_READY && c->pin == NULL && hold(c))
         return 0;
     if (c->state == C_READY && c->pool->starting != NULL && held_back(c)) {
         c->held = 1; /* start_done() marks it dirty again */
@@ -388,7 +370,7 @@ static void tls_flush(struct sl_upool_conn *c, size_t n)
             c->out.len = 0;
         } else {
             if (sl_wire_append(&c->plain, c->out.p, n) < 0) {
-                conn_fail(c, SL_ENOMEM, "out of memory");
+                sl_upool_conn_fail(c, SL_ENOMEM, "out of memory");
                 return;
             }
             memmove(c->out.p, c->out.p + n, c->out.len - n);
@@ -398,7 +380,7 @@ static void tls_flush(struct sl_upool_conn *c, size_t n)
     }
     char why[320];
     if (sl_tlsio_flush(&c->io, &c->plain, why, sizeof(why)) < 0)
-        conn_fail(c, UV_EIO, why);
+        sl_upool_conn_fail(c, UV_EIO, why);
 }
 
 /* Writes what may leave of <out>: one uv_try_write, the rest with one
@@ -419,7 +401,7 @@ static void conn_flush(struct sl_upool_conn *c)
     uv_buf_t b = uv_buf_init(c->out.p, (unsigned)n);
     int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     if (w < 0 && w != UV_EAGAIN) {
-        conn_fail(c, w, uv_strerror(w));
+        sl_upool_conn_fail(c, w, uv_strerror(w));
         return;
     }
     size_t took = w > 0 ? (size_t)w : 0;
@@ -433,7 +415,7 @@ static void conn_flush(struct sl_upool_conn *c)
         } else {
             c->wbuf.len = 0;
             if (sl_wire_append(&c->wbuf, c->out.p + took, n - took) < 0) {
-                conn_fail(c, SL_ENOMEM, "out of memory");
+                sl_upool_conn_fail(c, SL_ENOMEM, "out of memory");
                 return;
             }
             memmove(c->out.p, c->out.p + n, c->out.len - n);
@@ -443,7 +425,7 @@ static void conn_flush(struct sl_upool_conn *c)
         c->wreq.data = c;
         int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_write);
         if (rc < 0) {
-            conn_fail(c, rc, uv_strerror(rc));
+            sl_upool_conn_fail(c, rc, uv_strerror(rc));
             return;
         }
         c->writing = 1;
@@ -534,7 +516,7 @@ static int routed(struct sl_upool_conn *c, size_t n)
     if (rc < 0) {
         if (strncmp(why, "a setup", 7) == 0)
             c->pool->st.setup_failures++;
-        conn_fail(c, rc, why);
+        sl_upool_conn_fail(c, rc, why);
         return 1;
     }
     if (b->refs == 1) {
@@ -553,7 +535,7 @@ static int tls_plain(void *arg, const char *p, size_t len)
     while (len > 0) {
         struct sl_buf *b = chunk(c);
         if (b == NULL) {
-            conn_fail(c, SL_ENOMEM, "out of memory");
+            sl_upool_conn_fail(c, SL_ENOMEM, "out of memory");
             return 1;
         }
         size_t n = SL_BUF_SIZE - b->end < len ? SL_BUF_SIZE - b->end : len;
@@ -590,12 +572,12 @@ static void tls_read(struct sl_upool_conn *c, const char *p, size_t len)
             return;
     }
     if (rc == SL_ECLOSED) {
-        conn_fail(c, UV_EOF, "the upstream closed the connection (TLS close_notify)");
+        sl_upool_conn_fail(c, UV_EOF, "the upstream closed the connection (TLS close_notify)");
     } else if (rc < 0) {
         if (rc == SL_EPROTO)
             sl_log_warn_rl("upool_tls", "pooled upstream TLS failed", "listener=%s err=\"%s\"",
                            p0->conf.label ? p0->conf.label : "", why);
-        conn_fail(c, rc == SL_EPROTO ? SL_EPROTO : UV_EIO, why);
+        sl_upool_conn_fail(c, rc == SL_EPROTO ? SL_EPROTO : UV_EIO, why);
     }
 }
 
@@ -605,8 +587,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *ub)
     if (nread == 0 || c->state == C_CLOSING)
         return;
     if (nread < 0) {
-        conn_fail(c, (int)nread, nread == UV_EOF ? "the upstream closed the connection"
-                                                 : uv_strerror((int)nread));
+        sl_upool_conn_fail(c, (int)nread, nread == UV_EOF ? "the upstream closed the connection"
+                                                           : uv_strerror((int)nread));
         return;
     }
     sl_yield_pooled(0); /* replies: clients to wake at this turn's end */
@@ -636,16 +618,16 @@ static void on_close(uv_handle_t *h)
     pool_maybe_free(p);
 }
 
-static void on_timer(uv_timer_t *t)
+void sl_upool_on_timer(uv_timer_t *t)
 {
     struct sl_upool_conn *c = t->data;
     if (c->noaddr) {
-        conn_fail(c, UV_EAI_NONAME, "the upstream's name does not resolve (yet)");
+        sl_upool_conn_fail(c, UV_EAI_NONAME, "the upstream's name does not resolve (yet)");
         return;
     }
-    conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
-                               : c->state == C_HANDSHAKE ? "TLS handshake timed out"
-                                                         : "setup replies timed out");
+    sl_upool_conn_fail(c, UV_ETIMEDOUT, c->state == C_CONNECTING  ? "connect timed out"
+                                        : c->state == C_HANDSHAKE ? "TLS handshake timed out"
+                                                                  : "setup replies timed out");
 }
 
 /* TCP (and TLS) up: the setup leaves, or owners' bytes when there is none. */
@@ -666,7 +648,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->state == C_CLOSING)
         return;
     if (status < 0) {
-        conn_fail(c, status, uv_strerror(status));
+        sl_upool_conn_fail(c, status, uv_strerror(status));
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -677,14 +659,14 @@ static void on_connect(uv_connect_t *req, int status)
          * leaves with the flush below, the setup once it is done. */
         const char *name = p->conf.tls_name && p->conf.tls_name[0] ? p->conf.tls_name : NULL;
         if (sl_tlsio_start(&c->io, (uv_stream_t *)&c->tcp, ctx, name, on_tls_write) != SL_OK) {
-            conn_fail(c, SL_ENOMEM, "out of memory");
+            sl_upool_conn_fail(c, SL_ENOMEM, "out of memory");
             return;
         }
         c->state = C_HANDSHAKE;
     }
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc < 0) {
-        conn_fail(c, rc, uv_strerror(rc));
+        sl_upool_conn_fail(c, rc, uv_strerror(rc));
         return;
     }
     if (c->state == C_HANDSHAKE)
@@ -694,7 +676,7 @@ static void on_connect(uv_connect_t *req, int status)
 }
 
 /* A new connection for <k>, its setup queued first. Not listed anywhere. */
-static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
+struct sl_upool_conn *sl_upool_conn_new(struct sl_upool_key *k, int *err)
 {
     struct sl_upool *p = k->pool;
     struct sl_upool_conn *c = calloc(1, sizeof(*c));
@@ -728,7 +710,7 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
      * the usual error in place of each reply; the caller looks the name
      * up again and a reconfigure brings the address. */
     c->noaddr = p->conf.addr.ss_family != AF_INET && p->conf.addr.ss_family != AF_INET6;
-    uv_timer_start(&c->timer, on_timer,
+    uv_timer_start(&c->timer, sl_upool_on_timer,
                    c->noaddr ? 0 : p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
     int rc = c->noaddr ? 0
                        : uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&p->conf.addr,
@@ -754,7 +736,7 @@ static struct sl_upool_conn *conn_new(struct sl_upool_key *k, int *err)
 
 /* ---- failing ---------------------------------------------------------------- */
 
-static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
+void sl_upool_conn_fail(struct sl_upool_conn *c, int err, const char *why)
 {
     struct sl_upool *p = c->pool;
     struct sl_upool_key *k = c->key;
@@ -762,27 +744,28 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
         return;
     int was_ready = c->state == C_READY;
     c->state = C_CLOSING;
+    hold_unlink(c); /* its batch fails with it, unjudged */
     if (err != SL_ECLOSED || !was_ready)
         p->st.failures++;
     p->st.conns--;
     p->st.inflight -= c->pin ? 0 : c->rt.owed;
     /* Out of every list first: callbacks may submit, and must not land here. */
     if (c->pin != NULL) {
-        list_del(&p->pinned, c);
+        sl_upool_list_del(&p->pinned, c);
         p->npinned--;
         k->npinned--;
         p->st.pinned--;
     } else if (c->cleaning) {
-        list_del(&p->cleaning, c);
+        sl_upool_list_del(&p->cleaning, c);
         c->cleaning = 0;
         k->npinned--;
     } else if (c->retired) {
-        list_del(&p->retiring, c);
+        sl_upool_list_del(&p->retiring, c);
         c->retired = 0;
         k->nretired--;
         p->st.pooled--;
     } else if (c->listed) {
-        list_del(&k->conns, c);
+        sl_upool_list_del(&k->conns, c);
         k->nconns--;
         p->st.pooled--;
     }
@@ -860,7 +843,7 @@ static void conn_fail(struct sl_upool_conn *c, int err, const char *why)
     }
     if (k != NULL)
         key_maybe_free(k);
-    serve_waiters(p);
+    sl_upool_serve_waiters(p);
 }
 
 /* ---- the pool --------------------------------------------------------------- */
@@ -893,6 +876,7 @@ struct sl_upool *sl_upool_new(uv_loop_t *loop, const struct sl_upool_conf *conf,
     uv_timer_init(loop, &p->idle);
     uv_timer_init(loop, &p->retire);
     p->idle.data = p->retire.data = p;
+    sl_gather_timer_init(&p->gtimer, on_hold_timer, p);
     uv_unref((uv_handle_t *)&p->idle);
     uv_unref((uv_handle_t *)&p->retire);
     p->handles += 2;
@@ -924,7 +908,7 @@ static void on_idle(uv_timer_t *t)
         if (v == NULL)
             break;
         p->st.idle_closed++;
-        conn_fail(v, SL_ECLOSED, "idle");
+        sl_upool_conn_fail(v, SL_ECLOSED, "idle");
     }
     if (p->st.pooled == 0)
         uv_timer_stop(t); /* armed again with the next shared connection */
@@ -943,6 +927,13 @@ static void idle_arm(struct sl_upool *p)
 static void on_pool_handle_close(uv_handle_t *h)
 {
     struct sl_upool *p = h->data;
+    p->handles--;
+    pool_maybe_free(p);
+}
+
+static void on_gtimer_closed(struct sl_gather_timer *t)
+{
+    struct sl_upool *p = t->data;
     p->handles--;
     pool_maybe_free(p);
 }
@@ -978,14 +969,14 @@ void sl_upool_close(struct sl_upool *p)
     p->nwait = 0;
     p->st.pin_waiting = 0;
     while (p->pinned != NULL)
-        conn_fail(p->pinned, SL_ECLOSED, "the pool is closing");
+        sl_upool_conn_fail(p->pinned, SL_ECLOSED, "the pool is closing");
     while (p->cleaning != NULL)
-        conn_fail(p->cleaning, SL_ECLOSED, "the pool is closing");
+        sl_upool_conn_fail(p->cleaning, SL_ECLOSED, "the pool is closing");
     while (p->retiring != NULL)
-        conn_fail(p->retiring, SL_ECLOSED, "the pool is closing");
+        sl_upool_conn_fail(p->retiring, SL_ECLOSED, "the pool is closing");
     for (struct sl_upool_key *k = p->keys; k != NULL; k = k->next)
         while (k->conns != NULL)
-            conn_fail(k->conns, SL_ECLOSED, "the pool is closing");
+            sl_upool_conn_fail(k->conns, SL_ECLOSED, "the pool is closing");
     if (p->conf.own_flush) {
         p->prep.data = p->check.data = p;
         uv_close((uv_handle_t *)&p->prep, on_pool_handle_close);
@@ -993,6 +984,8 @@ void sl_upool_close(struct sl_upool *p)
     }
     uv_close((uv_handle_t *)&p->idle, on_pool_handle_close);
     uv_close((uv_handle_t *)&p->retire, on_pool_handle_close);
+    if (sl_gather_timer_close(&p->gtimer, on_gtimer_closed))
+        p->handles++;
     pool_maybe_free(p);
 }
 
@@ -1015,7 +1008,7 @@ static void retire_sweep(struct sl_upool *p)
             v = v->next;
         if (v == NULL)
             break;
-        conn_fail(v, SL_ECLOSED, "set aside by a reload");
+        sl_upool_conn_fail(v, SL_ECLOSED, "set aside by a reload");
     }
     if (p->retiring == NULL)
         uv_timer_stop(&p->retire);
@@ -1036,11 +1029,11 @@ static void retire(struct sl_upool_conn *c)
 {
     struct sl_upool *p = c->pool;
     struct sl_upool_key *k = c->key;
-    list_del(&k->conns, c);
+    sl_upool_list_del(&k->conns, c);
     k->nconns--;
     k->nretired++;
     c->retired = 1;
-    list_add(&p->retiring, c);
+    sl_upool_list_add(&p->retiring, c);
     if (!uv_is_active((uv_handle_t *)&p->retire))
         uv_timer_start(&p->retire, on_retire, RETIRE_MS, RETIRE_MS);
 }
@@ -1099,7 +1092,7 @@ void sl_upool_reconfigure(struct sl_upool *p, const struct sl_upool_conf *conf)
         if (p->st.pooled > 0)
             idle_arm(p);
     }
-    serve_waiters(p); /* the pin cap may have grown */
+    sl_upool_serve_waiters(p); /* the pin cap may have grown */
     if (p->retiring != NULL)
         retire_sweep(p); /* those with nothing owed close now */
 }
@@ -1208,10 +1201,12 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
                 slow = c;
             continue;
         }
-        /* A connection that already has bytes to write (this turn, or held
-         * behind its batch in flight) takes the owner's too: they leave in the same write, and the upstream reads
-         * and answers them as one batch (its cost is per read, not per
-         * request), where spreading them would cost it a read each. */
+        /* A connection that already has bytes to write (this turn, held
+         * behind its batch in flight, or waiting for more: net/gather.h)
+         * takes the owner's too: they leave in the same write, and the
+         * upstream reads and answers them as one batch (its cost is per
+         * read, not per request), where spreading them would cost it a
+         * read each. */
         if ((c->dirty || c->out.len > 0) && c->rt.owed < JOIN_MAX)
             return c;
         if (best == NULL || c->rt.owed < best->rt.owed)
@@ -1221,10 +1216,10 @@ static struct sl_upool_conn *pick(struct sl_upool_key *k, int *err)
         return best;
     if (best == NULL && slow != NULL && k->nconns >= k->pool->conf.per_key)
         return slow;
-    struct sl_upool_conn *c = conn_new(k, err);
+    struct sl_upool_conn *c = sl_upool_conn_new(k, err);
     if (c == NULL)
         return best != NULL ? best : slow; /* a busy one still serves */
-    list_add(&k->conns, c);
+    sl_upool_list_add(&k->conns, c);
     k->nconns++;
     k->pool->st.pooled++;
     idle_arm(k->pool);
@@ -1275,210 +1270,8 @@ int sl_upool_submit_flags(struct sl_upool_key *k, struct sl_upool_owner *o, cons
             c->slow_seq = ++c->pool->slow_seq;
         }
     }
-    mark_dirty(c);
+    sl_upool_mark_dirty(c);
     return 0;
-}
-
-/* ---- pinning ---------------------------------------------------------------- */
-
-/* <c> (out of every list) becomes <o>'s. */
-static int pin_to(struct sl_upool_conn *c, struct sl_upool_owner *o)
-{
-    struct sl_upool *p = c->pool;
-    if (o->prelude_len > 0) {
-        /* the owner's own state first, its replies dropped (before RAW) */
-        size_t was = c->out.len;
-        if (sl_wire_append(&c->out, o->prelude, o->prelude_len) < 0)
-            return SL_ENOMEM;
-        if (o->prelude_n > 0 && sl_upool_route_push(&c->rt, NULL, o->prelude_n, SL_UPE_DROP) < 0) {
-            c->out.len = was;
-            return SL_ENOMEM;
-        }
-    }
-    if (sl_upool_route_push(&c->rt, o, 1, SL_UPE_RAW) < 0)
-        return SL_ENOMEM;
-    c->pin = o;
-    o->conn = c;
-    o->pinned = 1;
-    o->inflight = 0;
-    list_add(&p->pinned, c);
-    p->npinned++;
-    c->key->npinned++;
-    p->st.pinned++;
-    return 0;
-}
-
-static struct sl_upool_conn *pin_now(struct sl_upool_key *k, struct sl_upool_owner *o, int *err)
-{
-    struct sl_upool *p = k->pool;
-    struct sl_upool_conn *c;
-    for (c = k->conns; c != NULL; c = c->next)
-        if (c->rt.owed == 0 && c->state != C_CLOSING)
-            break;
-    if (c != NULL) {
-        list_del(&k->conns, c);
-        k->nconns--;
-        p->st.pooled--;
-    } else if ((c = conn_new(k, err)) == NULL) {
-        return NULL;
-    }
-    if ((*err = pin_to(c, o)) < 0) {
-        conn_fail(c, *err, "out of memory");
-        return NULL;
-    }
-    return c;
-}
-
-struct sl_upool_conn *sl_upool_pin(struct sl_upool_key *k, struct sl_upool_owner *o, int wait,
-                                   int *err)
-{
-    struct sl_upool *p = k->pool;
-    if (p->closing) {
-        *err = SL_ECLOSED;
-        return NULL;
-    }
-    if (o->pinned || o->waiting || o->inflight > 0) {
-        *err = UV_EBUSY;
-        return NULL;
-    }
-    if (p->npinned >= p->conf.max_pinned || p->nwait > 0) {
-        if (!wait || p->nwait >= p->conf.pin_wait_max) {
-            p->st.pin_refused++;
-            *err = SL_ELIMIT;
-            return NULL;
-        }
-        o->waiting = 1;
-        o->wkey = k;
-        o->wnext = NULL;
-        if (p->wait_tail)
-            p->wait_tail->wnext = o;
-        else
-            p->wait_head = o;
-        p->wait_tail = o;
-        p->nwait++;
-        p->st.pin_waiting++;
-        k->refs++; /* the key outlives the wait */
-        *err = SL_EAGAIN;
-        return NULL;
-    }
-    return pin_now(k, o, err);
-}
-
-static void wait_del(struct sl_upool *p, struct sl_upool_owner *o)
-{
-    struct sl_upool_owner **pp = &p->wait_head, *prev = NULL;
-    while (*pp != NULL && *pp != o) {
-        prev = *pp;
-        pp = &(*pp)->wnext;
-    }
-    if (*pp == NULL)
-        return;
-    *pp = o->wnext;
-    if (p->wait_tail == o)
-        p->wait_tail = prev;
-    o->wnext = NULL;
-    o->waiting = 0;
-    p->nwait--;
-    p->st.pin_waiting--;
-}
-
-/* A pinned place freed: the waiters at the head get theirs. */
-static void serve_waiters(struct sl_upool *p)
-{
-    while (p->wait_head != NULL && p->npinned < p->conf.max_pinned && !p->closing) {
-        struct sl_upool_owner *o = p->wait_head;
-        struct sl_upool_key *k = o->wkey;
-        wait_del(p, o);
-        o->wkey = NULL;
-        int err = 0;
-        struct sl_upool_conn *c = pin_now(k, o, &err);
-        sl_upool_key_put(k);
-        if (c == NULL) {
-            p->st.owners_failed++;
-            p->cbs.failed(o, err, "no upstream connection for a pin");
-        } else {
-            p->cbs.pinned(o, c);
-        }
-    }
-}
-
-void sl_upool_unpin(struct sl_upool_conn *c, int clean, uint32_t owed)
-{
-    struct sl_upool *p = c->pool;
-    struct sl_upool_owner *o = c->pin;
-    if (o == NULL || c->state == C_CLOSING)
-        return;
-    /* Not ready yet: the owner's bytes still wait behind the setup, and
-     * letting them go now could run them on a connection whose setup then
-     * fails; nothing of it is worth keeping. */
-    if (!clean || p->closing || c->state != C_READY || c->stale) {
-        /* the owner hears nothing more (conn_fail tells only owners still
-         * attached): it gave the connection up */
-        sl_upool_route_forget(&c->rt, o);
-        o->conn = NULL;
-        o->pinned = 0;
-        conn_fail(c, SL_ECLOSED, "unpinned");
-        return;
-    }
-    /* The owner hears no more; the connection is in no list while it is
-     * made clean (it counts as pinned for its key until it rejoins). */
-    o->conn = NULL;
-    o->pinned = 0;
-    c->pin = NULL;
-    sl_upool_route_forget(&c->rt, o); /* no entry may name it once it hears no more */
-    list_del(&p->pinned, c);
-    p->npinned--;
-    p->st.pinned--;
-    list_add(&p->cleaning, c);
-    c->cleaning = 1;
-    /* The RAW entry is the last one (a pinned owner's submissions push
-     * none), at the head or behind a fresh connection's setup: it goes, and
-     * what the owner still had coming is skipped by count or by scan. */
-    struct sl_upool_key *k = c->key;
-    struct sl_upool_ent *raw = c->rt.n ? sl_upool_route_at(&c->rt, c->rt.n - 1) : NULL;
-    int rc = 0;
-    if (raw != NULL && raw->kind == SL_UPE_RAW)
-        c->rt.n--;
-    if (owed != SL_UPOOL_OWED_SCAN && owed > 0)
-        rc |= sl_upool_route_push(&c->rt, NULL, owed, SL_UPE_SKIP);
-    rc |= sl_upool_route_push(&c->rt, NULL, 1,
-                              owed == SL_UPOOL_OWED_SCAN ? SL_UPE_RESET_SCAN : SL_UPE_RESET);
-    if (k->nsetup > 0)
-        rc |= sl_upool_route_push(&c->rt, NULL, k->nsetup, SL_UPE_SETUP);
-    static const char reset[] = "*1\r\n$5\r\nRESET\r\n";
-    rc |= sl_wire_append(&c->out, reset, sizeof(reset) - 1);
-    if (k->nsetup > 0)
-        rc |= sl_wire_append(&c->out, k->setup, k->setuplen);
-    if (rc != 0) {
-        conn_fail(c, SL_ENOMEM, "out of memory");
-        return;
-    }
-    c->state = C_SETUP;
-    uv_timer_start(&c->timer, on_timer, p->conf.connect_timeout_ms ? p->conf.connect_timeout_ms : 1, 0);
-    c->go = c->out.len; /* the owner's last bytes, RESET and the setup; nothing after */
-    mark_dirty(c);
-    serve_waiters(p);
-}
-
-void sl_upool_forget(struct sl_upool_owner *o)
-{
-    if (o->waiting) {
-        struct sl_upool *p = o->wkey->pool;
-        struct sl_upool_key *k = o->wkey;
-        wait_del(p, o);
-        o->wkey = NULL;
-        sl_upool_key_put(k);
-    }
-    struct sl_upool_conn *c = o->conn;
-    if (c == NULL)
-        return;
-    if (o->pinned) {
-        sl_upool_unpin(c, 0, 0);
-        return;
-    }
-    sl_upool_route_forget(&c->rt, o);
-    o->conn = NULL;
-    o->inflight = 0;
 }
 
 /* ---- numbers ---------------------------------------------------------------- */

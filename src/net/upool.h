@@ -152,6 +152,8 @@ struct sl_upool_conf {
     uint64_t         *tls_resumed;  /* counts handshakes that resumed a session (NULL: none) */
     const char       *label;        /* who the pool is for, in logs (the listener's name) */
     uint64_t          idle_timeout_ms; /* a shared connection idle this long closes; 0: never */
+    uint64_t          batch_wait_us;   /* a small batch waits this long for more (net/gather.h);
+                                          0: never */
     uint64_t        (*now_ms)(void);   /* the idle clock; NULL: the turn's (net/turn.h) */
 };
 

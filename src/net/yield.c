@@ -4,6 +4,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "net/habit.h"
 #include "net/yield.h"
 
 int sl_yield_expensive(uint64_t took_us, uint64_t arrived)
@@ -17,43 +18,24 @@ int sl_yield_expensive(uint64_t took_us, uint64_t arrived)
     return took_us > SL_YIELD_BASE_US + arrived * SL_YIELD_PER_REQ_US;
 }
 
-int sl_yield_due(const struct sl_yield *y, uint64_t now)
+static const struct sl_habit_rule rule = {
+    .window = SL_YIELD_WINDOW, .bad = SL_YIELD_EXPENSIVE,
+    .min_us = SL_YIELD_BACKOFF_MIN_US, .max_us = SL_YIELD_BACKOFF_MAX_US,
+};
+
+int sl_yield_due(const struct sl_habit *y, uint64_t now)
 {
-    return now >= y->off_until;
+    return sl_habit_due(y, now);
 }
 
-_Static_assert(SL_YIELD_WINDOW == 16, "struct sl_yield's <recent> holds 16 yields");
-
-static int popcount16(uint16_t v)
+int sl_yield_judge(struct sl_habit *y, uint64_t now, uint64_t took_us, uint64_t arrived)
 {
-    int n = 0;
-    for (; v != 0; v &= (uint16_t)(v - 1))
-        n++;
-    return n;
-}
-
-int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t arrived)
-{
-    /* calm for as long as the longest back-off since the last one ended:
-     * whatever took the CPU then is gone, start again from the shortest */
-    if (y->backoff != 0 && now >= y->off_until + SL_YIELD_BACKOFF_MAX_US)
-        y->backoff = 0;
-    y->recent = (uint16_t)(y->recent << 1 | (sl_yield_expensive(took_us, arrived) ? 1 : 0));
-    /* a few expensive yields may be anything that ran once (a kernel
-     * thread, a short job); a CPU-bound neighbour makes them often */
-    if (popcount16(y->recent) < SL_YIELD_EXPENSIVE)
-        return 0;
-    y->backoff = y->backoff == 0 ? SL_YIELD_BACKOFF_MIN_US
-               : y->backoff >= SL_YIELD_BACKOFF_MAX_US / 2 ? SL_YIELD_BACKOFF_MAX_US
-               : y->backoff * 2;
-    y->off_until = now + y->backoff;
-    y->recent = 0; /* after the back-off, judged afresh */
-    return 1;
+    return sl_habit_judge(y, &rule, now, sl_yield_expensive(took_us, arrived));
 }
 
 /* ---- the loop's side ------------------------------------------------------- */
 
-static struct sl_yield proc;
+static struct sl_habit proc;
 static uint8_t  worked;    /* this turn did pooled work */
 static uint8_t  judging;   /* the last turn yielded: judge it at this one's end */
 static uint64_t took;      /* how long that yield took (µs) */

@@ -19,9 +19,9 @@
  * SL_YIELD_BASE_US plus SL_YIELD_PER_REQ_US per request that the next turn
  * received. Beside clients alone, about 1 yield in 200 is (a kernel thread
  * or another process took the CPU meanwhile); beside a CPU-bound process,
- * 1 in 3. SL_YIELD_EXPENSIVE of the last SL_YIELD_WINDOW start a back-off:
- * no yield for 1 s, doubling at each back-off up to 60 s, back to 1 s once
- * 60 s have passed since a back-off ended without another.
+ * 1 in 3. SL_YIELD_EXPENSIVE of the last SL_YIELD_WINDOW start a back-off
+ * (net/habit.h): no yield for 1 s, doubling at each back-off up to 60 s,
+ * back to 1 s once 60 s have passed since a back-off ended without another.
  *
  * The decision takes `now` (monotonic µs) as an argument and reads no
  * clock; sl_yield_turn_end() is where the loop measures. */
@@ -30,7 +30,7 @@
 
 #include <stdint.h>
 
-#include "net/yield-t.h"
+#include "net/habit-t.h"
 
 #define SL_YIELD_BASE_US        200      /* a yield this short is cheap whatever came */
 #define SL_YIELD_PER_REQ_US     20       /* ... and this much more per request that came */
@@ -44,12 +44,12 @@
 int sl_yield_expensive(uint64_t took_us, uint64_t arrived);
 
 /* 1 when <y> may yield at <now>: no back-off under way. */
-int sl_yield_due(const struct sl_yield *y, uint64_t now);
+int sl_yield_due(const struct sl_habit *y, uint64_t now);
 
 /* <y> yielded; the yield took <took_us> and <arrived> requests came in the
  * turn after it; <now> is the time this is known. Returns 1 when this
  * starts a back-off (sl_yield_due is 0 until it is over). */
-int sl_yield_judge(struct sl_yield *y, uint64_t now, uint64_t took_us, uint64_t arrived);
+int sl_yield_judge(struct sl_habit *y, uint64_t now, uint64_t took_us, uint64_t arrived);
 
 /* The loop's side (one state per process: each worker is one).
  * sl_yield_pooled: this turn did pooled work (<requests> submitted to a

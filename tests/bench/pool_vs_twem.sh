@@ -21,6 +21,8 @@
 #   N=1 ...            # like for like: one upstream connection each
 #   SYSCALLS=1 ...     # afterwards one run per proxy under perf stat: system calls per request
 #   SLUICE_BIN2=/tmp/old/sluice ...   # a second sluice build beside (A/B), Redis of its own
+#   SLUICE_BIN2=build/sluice WORKERS2=2 ...  # the second with other workers / N (N2=)
+#   BATCH_WAIT=0 BATCH_WAIT2=100us ...  # upstream_pool_batch_wait of the first / second
 #
 # Pinning (PIN=bX,pY,rZ: taskset CPU lists for the load generator, the
 # proxies and the Redis servers; PIN=1 is b0,p0,r1): on a 2-core VM
@@ -55,6 +57,7 @@ SP=""; SP2=""
 cleanup() {
     kill $SP $SP2 $(cat $W/nut.pid 2>/dev/null) 2>/dev/null
     for p in $B $((B+1)) $((B+5)); do redis-cli -p $p shutdown nosave >/dev/null 2>&1; done
+    [ -n "${SLUICE_LOG:-}" ] && cat $W/s.log > "$SLUICE_LOG"
     rm -rf $W
 }
 trap cleanup EXIT
@@ -62,11 +65,16 @@ for p in $RS $RT $([ -n "$BIN2" ] && echo $R2); do
     $PR redis-server --port $p --save '' --appendonly no --maxclients 20000 \
         --pidfile $W/redis.$p.pid --daemonize yes >/dev/null
 done
-printf '[sluice]\nworkers = %s\nadmin = off\n[store]\nurl = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = %d\nmax_connections = 20000\n' \
-    "$W_SL" $((B+2)) $RS "$N" > $W/s.ini
+printf '[sluice]\nworkers = %s\nlog_level = %s\nadmin = off\n[store]\nurl = local\n[listener p]\nlisten = 127.0.0.1:%d\nupstream = 127.0.0.1:%d\nupstream_pool = %d\nmax_connections = 20000\n' \
+    "$W_SL" "${LOG_LEVEL:-info}" $((B+2)) $RS "$N" > $W/s.ini
+[ -n "${BATCH_WAIT:-}" ] && echo "upstream_pool_batch_wait = $BATCH_WAIT" >> $W/s.ini
 $PP "$BIN" -c $W/s.ini 2>$W/s.log & SP=$!
 if [ -n "$BIN2" ]; then
-    sed -e "s/^listen = .*/listen = 127.0.0.1:$((B+6))/" -e "s/^upstream = .*/upstream = 127.0.0.1:$R2/" $W/s.ini > $W/s2.ini
+    sed -e "s/^listen = .*/listen = 127.0.0.1:$((B+6))/" -e "s/^upstream = .*/upstream = 127.0.0.1:$R2/" \
+        -e "s/^workers = .*/workers = ${WORKERS2:-$W_SL}/" -e "s/^upstream_pool = .*/upstream_pool = ${N2:-$N}/" \
+        $W/s.ini > $W/s2.ini
+    [ -n "${BATCH_WAIT2:-}" ] && { grep -v '^upstream_pool_batch_wait' $W/s2.ini > $W/s2.tmp
+        echo "upstream_pool_batch_wait = $BATCH_WAIT2" >> $W/s2.tmp; mv $W/s2.tmp $W/s2.ini; }
     $PP "$BIN2" -c $W/s2.ini 2>$W/s2.log & SP2=$!
 fi
 cat > $W/nut.yml <<Y
@@ -127,6 +135,7 @@ rstats() {
 # one run: name port proxy-pid redis-port redis-pid test
 run() {
     local c0 c1 r0 r1 s0 s1 out w0 w1 v0 v1 up q0 q1
+    echo "# $(date +%T.%N | cut -c1-12) $1"
     w0=$(sleeps "$3"); v0=$(sleeps "$5"); q0=$(cpu_ns "$3" wait)
     c0=$(cpu_ns "$3"); r0=$(cpu_ns "$5"); s0=$(rstats "$4")
     # the load generator's own CPU (user + system, ms) from bash's time

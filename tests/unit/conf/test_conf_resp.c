@@ -81,6 +81,25 @@ static void test_upstream_pool(void **state)
                   "upstream_pool_idle_timeout = 1s\n",
                   "t.ini:5: upstream_pool_idle_timeout: only for resp listeners (this listener "
                   "is http)\n");
+    /* the batch wait: 50us by default, 0 = never, at most 1ms, resp only */
+    c = load_ok(L_A);
+    assert_int_equal(c->listeners->pool_batch_wait_us, 50);
+    sl_conf_free(c);
+    c = load_ok(L_A "upstream_pool = 2\nupstream_pool_batch_wait = 0\n");
+    assert_int_equal(c->listeners->pool_batch_wait_us, 0);
+    sl_conf_free(c);
+    c = load_ok(L_A "upstream_pool = 2\nupstream_pool_batch_wait = 1ms\n");
+    assert_int_equal(c->listeners->pool_batch_wait_us, 1000);
+    sl_conf_free(c);
+    c = load_ok(L_A "upstream_pool = 2\nupstream_pool_batch_wait = 20us\n");
+    assert_int_equal(c->listeners->pool_batch_wait_us, 20);
+    sl_conf_free(c);
+    expect_errors(L_A "upstream_pool_batch_wait = 2ms\n",
+                  "t.ini:4: upstream_pool_batch_wait: must be at most 1ms, got '2ms'\n");
+    expect_errors("[listener w]\nlisten = *:8080\nupstream = 10.0.0.1:80\nprotocol = http\n"
+                  "upstream_pool_batch_wait = 10us\n",
+                  "t.ini:5: upstream_pool_batch_wait: only for resp listeners (this listener "
+                  "is http)\n");
 }
 
 /* upstream_keepalive (http only): off by default, kept connections time out. */

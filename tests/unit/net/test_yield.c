@@ -40,7 +40,7 @@ static void test_expensive(void **state)
 static void test_cheap_never_backs_off(void **state)
 {
     (void)state;
-    struct sl_yield y = { 0 };
+    struct sl_habit y = { 0 };
     uint64_t now = 5 * S;
     for (int i = 0; i < 100000; i++, now += 2500) {
         assert_true(sl_yield_due(&y, now));
@@ -52,7 +52,7 @@ static void test_cheap_never_backs_off(void **state)
 static void test_few_expensive_are_not_enough(void **state)
 {
     (void)state;
-    struct sl_yield y = { 0 };
+    struct sl_habit y = { 0 };
     uint64_t now = 5 * S;
     /* one fewer than the count in every window: never backs off */
     for (int i = 0; i < 1600; i++, now += 1000)
@@ -66,7 +66,7 @@ static void test_few_expensive_are_not_enough(void **state)
 }
 
 /* Expensive yields until it backs off; returns when the back-off ends. */
-static uint64_t hog_until_backoff(struct sl_yield *y, uint64_t now)
+static uint64_t hog_until_backoff(struct sl_habit *y, uint64_t now)
 {
     for (int i = 0; i < SL_YIELD_WINDOW; i++, now += HOG_US) {
         assert_true(sl_yield_due(y, now));
@@ -80,7 +80,7 @@ static uint64_t hog_until_backoff(struct sl_yield *y, uint64_t now)
 static void test_backoff_doubles_to_cap(void **state)
 {
     (void)state;
-    struct sl_yield y = { 0 };
+    struct sl_habit y = { 0 };
     uint64_t now = 5 * S;
     uint64_t want = 1 * S;
     for (int round = 0; round < 10; round++) {
@@ -101,7 +101,7 @@ static void test_backoff_doubles_to_cap(void **state)
 static void test_calm_resets(void **state)
 {
     (void)state;
-    struct sl_yield y = { 0 };
+    struct sl_habit y = { 0 };
     uint64_t now = hog_until_backoff(&y, 5 * S);
     now = hog_until_backoff(&y, now);
     now = hog_until_backoff(&y, now);
