@@ -4,7 +4,8 @@
  * a server killed with requests in flight, setup commands (SELECT, a
  * refused AUTH), a forgotten owner's big reply, pin and unpin with RESET,
  * other owners' requests beside a script that never ends (SL_UPOOL_SLOW),
- * a reload's new N and upstream address (sl_upool_reconfigure).
+ * a reload's new N and upstream address (sl_upool_reconfigure), a small
+ * batch that waits for more (batch_wait_us).
  * Each test closes its pool and checks uv_loop_close() == 0. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,6 +25,8 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "integration/harness.h"
+#include "net/gather.h"
+#include "net/turn.h"
 #include "net/upool.h"
 
 #define BIG (1024 * 1024)
@@ -1110,6 +1113,115 @@ static void test_reconfigure(void **state)
     th_stop(&r2);
 }
 
+/* ---- the batch wait (net/gather.h) --------------------------------------------- */
+
+static uint64_t turn_us; /* the turn's clock the pool reads, moved by hand */
+
+static uint64_t turn_now(const struct sl_clock *c)
+{
+    (void)c;
+    return turn_us;
+}
+
+static const struct sl_clock turn_fake = { turn_now };
+
+static void set_turn(uint64_t us)
+{
+    turn_us = us;
+    sl_turn_clock_set(&turn_fake);
+    sl_turn_tick();
+}
+
+static struct sl_upool *wait_pool(uv_loop_t *loop)
+{
+    struct sl_upool_conf cf;
+    uv_loop_init(loop);
+    conf_init(&cf, redis_p.port, 1);
+    cf.batch_wait_us = 1000;
+    struct sl_upool *p = sl_upool_new(loop, &cf, &cbs);
+    assert_non_null(p);
+    return p;
+}
+
+/* Requests submitted while a small batch waits join it, and it leaves
+ * once it holds SL_GATHER_MAX: the turn's clock is an hour ahead of the
+ * timer's, so the wait cannot end by time during the test. Every owner
+ * gets its own reply. */
+static void test_batch_wait_gathers(void **state)
+{
+    (void)state;
+    enum { N = SL_GATHER_MAX + 1 };
+    uv_loop_t loop;
+    struct sl_upool *p = wait_pool(&loop);
+    struct sl_upool_key *k = sl_upool_key_get(p, "k0", 2, NULL, 0, 0);
+    assert_non_null(k);
+    struct towner t[N];
+    for (int i = 0; i < N; i++)
+        towner_init(&t[i]);
+    /* the connection up; this one waits until the timer ends its wait */
+    set_turn(sl_clock_us(&sl_clock_mono));
+    submit(k, &t[0], 3, "SET", "upool:gather", "v");
+    assert_true(run_for_one(&loop, &t[0], 1));
+    submit(k, &t[0], 3, "SET", "upool:gather", "v");
+    assert_true(run_for_one(&loop, &t[0], 2));
+    struct sl_upool_stats st0, st;
+    sl_upool_stats(p, &st0);
+    assert_true(st0.batch_holds >= 1);
+    set_turn(sl_clock_us(&sl_clock_mono) + 3600ULL * 1000000);
+    submit(k, &t[1], 2, "GET", "upool:gather");
+    uv_run(&loop, UV_RUN_NOWAIT); /* the turn's end: one request, it waits */
+    for (int i = 2; i < N; i++)
+        submit(k, &t[i], 2, "GET", "upool:gather");
+    struct want w = { (struct towner *[N]){ 0 }, N - 1, 1 };
+    for (int i = 1; i < N; i++)
+        w.t[i - 1] = &t[i];
+    assert_true(th_run_until(&loop, all_answered, &w, TH_MS));
+    for (int i = 1; i < N; i++) {
+        assert_int_equal(t[i].failed, 0);
+        assert_int_equal(t[i].len, 7);
+        assert_memory_equal(t[i].got, "$1\r\nv\r\n", 7);
+    }
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.batch_holds, st0.batch_holds + 1);
+    assert_int_equal(st.batch_gained, st0.batch_gained + (N - 2));
+    for (int i = 0; i < N; i++)
+        towner_free(&t[i]);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+    sl_turn_clock_set(NULL);
+    sl_turn_tick();
+}
+
+/* One owner, one request at a time: nothing joins its waits (each ends by
+ * the timer), and SL_GATHER_BAD of them stop the waits; the turn's clock
+ * stands still, so the back-off lasts the whole test. */
+static void test_batch_wait_alone(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    struct sl_upool *p = wait_pool(&loop);
+    struct sl_upool_key *k = sl_upool_key_get(p, "k0", 2, NULL, 0, 0);
+    assert_non_null(k);
+    struct towner t;
+    towner_init(&t);
+    set_turn(sl_clock_us(&sl_clock_mono));
+    for (unsigned i = 1; i <= 40; i++) {
+        submit(k, &t, 2, "INCR", "upool:alone");
+        assert_true(run_for_one(&loop, &t, i));
+    }
+    assert_int_equal(t.failed, 0);
+    struct sl_upool_stats st;
+    sl_upool_stats(p, &st);
+    assert_int_equal(st.batch_holds, SL_GATHER_BAD);
+    assert_int_equal(st.batch_gained, 0);
+    assert_memory_equal(t.got + t.len - 5, ":40\r\n", 5);
+    towner_free(&t);
+    sl_upool_key_put(k);
+    pool_done(&loop, p);
+    sl_turn_clock_set(NULL);
+    sl_turn_tick();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1125,6 +1237,8 @@ int main(void)
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_slow_alone),
         cmocka_unit_test(test_reconfigure),
+        cmocka_unit_test(test_batch_wait_gathers),
+        cmocka_unit_test(test_batch_wait_alone),
     };
     return th_finish(cmocka_run_group_tests(tests, group_setup, group_teardown));
 }
