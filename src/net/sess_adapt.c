@@ -389,13 +389,6 @@ void sl_sadapt_free(struct sl_session *s)
 
 /* ---- metrics and /stats ---------------------------------------------------------- */
 
-/* The fleet's baseline in force now (0: none, or expired). */
-static double fleet_now(const struct sl_actl *c)
-{
-    const struct sl_adapt *a = &c->a;
-    return a->fleet_ns > 0 && sl_sadapt_now() < a->fleet_until_ns ? a->fleet_ns : 0;
-}
-
 void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out)
 {
     static const char *const mode[] = { "off", "on", "shadow" };
@@ -411,7 +404,8 @@ void sl_actl_stats_json(const struct sl_server *srv, const char *name, FILE *out
                 "\"admitted\":%llu,\"overload\":%llu,\"probes\":%llu,\"shed\":{",
                 mode[c->mode < 3 ? c->mode : 0], sl_adapt_estimate(a), sl_adapt_limit(a),
                 a->inflight, sl_adapt_queued(a), a->baseline_ns / 1e9,
-                fleet_now(c) / 1e9, (unsigned long long)c->fleet_live, a->sampled_ns / 1e9,
+                sl_adapt_fleet_at(a, sl_sadapt_now()) / 1e9, (unsigned long long)c->fleet_live,
+                a->sampled_ns / 1e9,
                 (unsigned long long)a->n_admitted, (unsigned long long)a->n_overload,
                 (unsigned long long)a->n_probes);
         for (unsigned r = 0; r <= SL_ACTL_SHADOW; r++)
@@ -466,7 +460,9 @@ void sl_actl_metrics(struct sl_server *srv, struct sl_metrics *m)
             case 3: sl_metrics_u64(m, fam[i].name, labels, sl_adapt_queued(a)); break;
             case 4: sl_metrics_f64(m, fam[i].name, labels, a->baseline_ns / 1e9); break;
             case 5: sl_metrics_f64(m, fam[i].name, labels, a->sampled_ns / 1e9); break;
-            case 6: sl_metrics_f64(m, fam[i].name, labels, fleet_now(c) / 1e9); break;
+            case 6:
+                sl_metrics_f64(m, fam[i].name, labels, sl_adapt_fleet_at(a, sl_sadapt_now()) / 1e9);
+                break;
             case 7: sl_metrics_u64(m, fam[i].name, labels, a->n_admitted); break;
             case 8: sl_metrics_u64(m, fam[i].name, labels, a->n_overload); break;
             case 9: sl_metrics_u64(m, fam[i].name, labels, a->n_probes); break;

@@ -148,16 +148,21 @@ void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns)
  * published, this one's included, but this one's may have fallen since it
  * last published (a window below it lowers it at once); the others learn
  * it at its next publication. */
+double sl_adapt_fleet_at(const struct sl_adapt *a, uint64_t now_ns)
+{
+    return a->fleet_ns > 0 && now_ns < a->fleet_until_ns ? a->fleet_ns : 0;
+}
+
 double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns)
 {
-    double b = a->baseline_ns;
-    if (a->fleet_ns > 0 && now_ns < a->fleet_until_ns && (b == 0 || a->fleet_ns < b)) {
+    double b = a->baseline_ns, fleet = sl_adapt_fleet_at(a, now_ns);
+    if (fleet > 0 && (b == 0 || fleet < b)) {
         /* Trusted down to a fraction of the own: instances on one host (or
          * one network) differ by probe noise, a fifth or so; an instance
          * whose path to the upstream is really longer (another zone) would
          * otherwise read its own path as queueing and shed at no load. */
         double floor = b * SL_ADAPT_FLEET_TRUST;
-        b = a->fleet_ns > floor ? a->fleet_ns : floor;
+        b = fleet > floor ? fleet : floor;
     }
     return b;
 }

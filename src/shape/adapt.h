@@ -54,6 +54,9 @@ void sl_adapt_wallclock(struct sl_adapt *a, uint64_t now_ns, uint64_t wall_ns);
  * stay on the own baseline. */
 void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns);
 
+/* The fleet's baseline in force at <now_ns>; 0: none, or its entry expired. */
+double sl_adapt_fleet_at(const struct sl_adapt *a, uint64_t now_ns);
+
 /* The fleet's baseline lowers the reference to at most this fraction of
  * the own baseline (docs/adaptive.md, "The fleet's baseline"). */
 #define SL_ADAPT_FLEET_TRUST 0.7
