@@ -6,6 +6,9 @@
 # upstream redis-server of their own, in interleaved rounds:
 #   direct      Redis itself
 #   one         sluice, protocol = resp, workers = auto, 1:1 (today's sessions)
+#   tcp         the same with protocol = tcp (bytes relayed, no framing, no
+#               counting of requests): at -P 16 only, to tell what the RESP
+#               framing costs from what the rest of a 1:1 session costs
 #   pooled      the same with $POOL_CONF in its [listener] section and
 #               workers = $POOL_WORKERS; started only
 #               when `sluice -t` accepts that configuration, else n/a
@@ -15,7 +18,9 @@
 # Per run (redis-benchmark -t CMD, one command per run so that CPU time is per
 # command): requests/s and p99 from --csv; the upstream redis-server's CPU time
 # (its threads' runtime from schedstat, before and after) per request; the same
-# for the proxy, its worker processes and threads included (cpu_ns).
+# for the proxy, its worker processes and threads included (cpu_ns); and the
+# load generator's own CPU (bash's time), per request and as the share of a
+# CPU it takes at the rate it reported.
 # Then upstream connection counts (INFO clients) with 400 active and
 # $POOL_IDLE idle clients, and $POOL_FANIN clients each sending one GET
 # through the listener to a Redis with maxclients $POOL_FANIN_MAXCLIENTS.
@@ -39,13 +44,14 @@ POOL_ACTIVE=${BENCH_POOL_ACTIVE:-400}
 POOL_FANIN=${BENCH_POOL_FANIN:-10000}
 POOL_FANIN_MAXCLIENTS=${BENCH_POOL_FANIN_MAXCLIENTS:-1000}
 POOL_TARGETS=(direct one pooled haproxy nginx nutcracker)
-POOL_TARGETS_P16=(direct one pooled nginx)
-declare -A POOL_PORT=() POOL_PORT2=() POOL_PID_NAME=()
+POOL_TARGETS_P16=(direct one tcp pooled nginx)
+declare -A POOL_PORT=() POOL_PORT2=() POOL_PID_NAME=() POOL_ROUND_RPS=()
 
 pool_label() {
     case "$1" in
         direct) echo "direct" ;;
         one) echo "sluice 1:1" ;;
+        tcp) echo "sluice 1:1 tcp" ;;
         pooled) echo "sluice pooled" ;;
         haproxy) echo "haproxy" ;;
         nginx) echo "nginx stream" ;;
@@ -53,24 +59,25 @@ pool_label() {
     esac
 }
 
-# pool_sluice_conf file workers port upstream port2 upstream2 [pool line]
+# pool_sluice_conf file workers port upstream port2 upstream2 [pool line] [protocol]
 pool_sluice_conf() {
+    local proto=${8:-resp}
     {
         printf '[sluice]\nadmin =\nworkers = %s\n\n[store]\nurl = local\n\n' "$2"
-        printf '[listener r]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = resp\n' "$3" "$4"
+        printf '[listener r]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = %s\n' "$3" "$4" "$proto"
         printf 'max_connections = 20000\n%s\n\n' "${7:-}"
         # the same in front of the Redis with few maxclients (fan-in row)
-        printf '[listener f]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = resp\n' "$5" "$6"
+        printf '[listener f]\nlisten = 127.0.0.1:%s\nupstream = 127.0.0.1:%s\nprotocol = %s\n' "$5" "$6" "$proto"
         printf 'max_connections = 20000\n%s\n' "${7:-}"
     } > "$1"
 }
 
-pool_start_sluice() { # target [pool line]
+pool_start_sluice() { # target [pool line] [protocol]
     local t=$1 p p2 conf="$WORK/pool-$1.ini"
     p=$(free_port); p2=$(free_port)
     local w=auto
     [ -n "${2:-}" ] && w=$POOL_WORKERS
-    pool_sluice_conf "$conf" "$w" "$p" "$POOL_REDIS_PORT" "$p2" "$POOL_SMALL_PORT" "${2:-}"
+    pool_sluice_conf "$conf" "$w" "$p" "$POOL_REDIS_PORT" "$p2" "$POOL_SMALL_PORT" "${2:-}" "${3:-resp}"
     if ! "$SLUICE_BIN" -t -c "$conf" >"$WORK/pool-$t.check" 2>&1; then
         log "  $(pool_label "$t"): n/a: sluice -t refuses the configuration: $(tail -n 1 "$WORK/pool-$t.check")"
         echo "pool: $(pool_label "$t") not measured: sluice -t: $(tail -n 1 "$WORK/pool-$t.check")" >> "$FAILS"
@@ -105,6 +112,7 @@ pool_setup() {
     local p
     if [ "$HAVE_SLUICE" = 1 ]; then
         pool_start_sluice one
+        pool_start_sluice tcp "" tcp
         pool_start_sluice pooled "$POOL_CONF"
     fi
     if [ "$HAVE_HAPROXY" = 1 ]; then
@@ -176,7 +184,7 @@ EOF
 
 pool_stop() {
     local n
-    for n in pool_one pool_pooled pool_haproxy pool_nginx pool_nutcracker pool_nutsmall pool_redis pool_small; do
+    for n in pool_one pool_tcp pool_pooled pool_haproxy pool_nginx pool_nutcracker pool_nutsmall pool_redis pool_small; do
         stop "$n"
     done
 }
@@ -219,9 +227,13 @@ pool_run() {
     [ "$p" -gt 1 ] && n=$POOL_N_P16
     out="$WORK/pool.$t.$c.$cmd.$p.$5.csv"
     r0=$(cpu_ns "$rpid"); c0=0; [ -n "$pid" ] && c0=$(cpu_ns "$pid")
-    timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" \
-        -t "$cmd" -P "$p" --csv >"$out" 2>"$out.err" </dev/null
+    # bash's time: the load generator's own user + system CPU and the wall
+    # time (timeout waits for redis-benchmark, so its CPU counts here)
+    local TIMEFORMAT='%3U %3S %3R' gu gs
+    { time timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" \
+        -t "$cmd" -P "$p" --csv >"$out" 2>"$out.err" </dev/null; } 2>"$out.time"
     rc=$?
+    read -r gu gs _ < "$out.time"
     r1=$(cpu_ns "$rpid"); c1=0; [ -n "$pid" ] && c1=$(cpu_ns "$pid")
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
     read -r rps p99 < <(awk -F'","' 'NR > 1 && NF >= 7 { r = $2; l = $7; gsub(/"/, "", r); gsub(/"/, "", l); print r, l; exit }' "$out")
@@ -237,6 +249,21 @@ pool_run() {
             'BEGIN { printf "pool:rcpu:%s\t%.3f\n", k, (b - a) / 1e3 / n }'
         [ -n "$pid" ] && awk -v a="$c0" -v b="$c1" -v n="$n" -v k="$k" \
             'BEGIN { printf "pool:pcpu:%s\t%.3f\n", k, (b - a) / 1e3 / n }'
+        # the load generator: its CPU per request, and the share of one CPU
+        # that takes at the rate it reported (near 1: it is the ceiling,
+        # whatever it runs against). Not its CPU over the wall time: at 400
+        # clients that includes some 0.3 s outside the timed part, setting
+        # up and closing the connections.
+        [ -n "${gu:-}" ] && awk -v u="$gu" -v s="$gs" -v n="$n" -v r="$rps" -v k="$k" \
+            'BEGIN { c = (u + s) * 1e6 / n; printf "pool:gcpu:%s\t%.3f\npool:gbusy:%s\t%.3f\n", k, c, k, c * r / 1e6 }'
+        # the pooled / twemproxy ratio within this round (the two runs a
+        # few seconds apart, mostly under one placement of the processes)
+        if [ "$t" = pooled ]; then
+            POOL_ROUND_RPS[$p:$c:$cmd]=$rps
+        elif [ "$t" = nutcracker ] && [ -n "${POOL_ROUND_RPS[$p:$c:$cmd]:-}" ]; then
+            awk -v a="${POOL_ROUND_RPS[$p:$c:$cmd]}" -v b="$rps" -v k="$p:$c:$cmd" \
+                'BEGIN { if (b > 0) printf "pool:twpair:%s\t%.4f\n", k, a / b }'
+        fi
     } >> "$RAW"
     log "  $(pool_label "$t") -c $c -P $p $cmd: $rps req/s, p99 $p99 ms, redis $(awk -v a="$r0" -v b="$r1" -v n="$n" 'BEGIN { printf "%.2f", (b - a) / 1e3 / n }') us/req"
 }
@@ -332,7 +359,7 @@ pool_bench() {
     local round t c cmd
     log "pool: $POOL_ROUNDS rounds x ${#POOL_TARGETS[@]} targets x -c {$POOL_CLIENTS} x {set,get} at -P 1," \
         "then ${#POOL_TARGETS_P16[@]} targets at -P 16 -c $CLIENTS"
-    for t in "${POOL_TARGETS[@]}"; do # warm-up: connections, lazy allocations
+    for t in "${POOL_TARGETS[@]}" tcp; do # warm-up: connections, lazy allocations
         [ -n "${POOL_PORT[$t]:-}" ] && timeout 20 redis-benchmark -h 127.0.0.1 -p "${POOL_PORT[$t]}" \
             -c 50 -n 5000 -t set,get -q >/dev/null 2>&1 </dev/null
     done
@@ -340,6 +367,7 @@ pool_bench() {
         log "pool round $round/$POOL_ROUNDS"
         for c in $POOL_CLIENTS; do
             for cmd in set get; do
+                unset "POOL_ROUND_RPS[1:$c:$cmd]" # a pooled run that failed pairs with nothing
                 for t in "${POOL_TARGETS[@]}"; do
                     pool_run "$t" "$c" "$cmd" 1 "$round"
                 done
@@ -369,19 +397,41 @@ pool_best() {
     [ -n "$b" ] && echo "$b $bn"
 }
 
+# The twemproxy target as proposed for restating (docs/benchmarks.md,
+# "seventh round"):
+# where both runs hold the load generator at its ceiling (gen busy >= 0.95
+# each), no proxy can be ahead, so parity: the median of the per-round
+# ratios >= 0.97x and no more proxy + Redis CPU per request; elsewhere
+# pooled >= 1.0x twemproxy as the medians say.
+pool_twem_restated() { # key pooled_rps twem_rps cpu_ratio
+    local k=$1 gp gt pair res="" why
+    gp=$(median "pool:gbusy:$k:pooled"); gt=$(median "pool:gbusy:$k:nutcracker")
+    pair=$(median "pool:twpair:$k")
+    if [ -n "$gp" ] && [ -n "$gt" ] && ge "$gp" 0.95 && ge "$gt" 0.95; then
+        why="generator the ceiling: per-round >=0.97x, CPU <=1.0x"
+        [ -n "$pair" ] && [ -n "$4" ] && { ge "$pair" 0.97 && ge 1.0 "$4"; res=$?; }
+    else
+        why="generator has headroom: >=1.0x"
+        [ -n "$2" ] && [ -n "$3" ] && { ge "$(ratio "$2" "$3")" 1.0; res=$?; }
+    fi
+    printf '  %-42s %s\n' "  ... proposed target ($why)" "$(mark "$res")"
+}
+
 pool_table() { # the pooling rows of the report
-    local F='%-26s %9s %8s %9s %9s\n' c cmd t k rps p99 rc pc
+    local F='%-26s %9s %8s %9s %9s %9s\n' c cmd t k rps p99 rc pc
     echo "pooling rows: redis-benchmark -P 1, medians of $POOL_ROUNDS interleaved rounds"
-    echo "  (CPU = runtime per request, from schedstat: redis = the upstream redis-server, proxy = all its processes/threads)"
+    echo "  (CPU = runtime per request, from schedstat: redis = the upstream redis-server, proxy = all its processes/threads;"
+    echo "   gen busy = redis-benchmark's own CPU per request x its requests/s: the share of one CPU it needs at that rate;"
+    echo "   near 1.00 the load generator is the ceiling, whatever it runs against)"
     for c in $POOL_CLIENTS; do
         for cmd in set get; do
-            printf "$F" "-P1 -c$c $cmd" "req/s" "p99 ms" "redis us" "proxy us"
+            printf "$F" "-P1 -c$c $cmd" "req/s" "p99 ms" "redis us" "proxy us" "gen busy"
             for t in "${POOL_TARGETS[@]}"; do
                 k="1:$c:$cmd:$t"
                 rps=$(median "pool:rps:$k"); p99=$(median "pool:p99:$k")
                 rc=$(median "pool:rcpu:$k"); pc=$(median "pool:pcpu:$k")
                 printf "$F" "  $(pool_label "$t")" "$(fmt "$rps" 0)" "$(fmt "$p99" 2)" "$(fmt "$rc" 2)" \
-                    "$([ "$t" = direct ] && echo - || fmt "$pc" 2)"
+                    "$([ "$t" = direct ] && echo - || fmt "$pc" 2)" "$(fmt "$(median "pool:gbusy:$k")" 2)"
             done
             local pr best bn tw r1 r2 r3 res
             k="1:$c:$cmd"
@@ -394,6 +444,14 @@ pool_table() { # the pooling rows of the report
             printf '  %-42s %s\n' "pooled / best of haproxy, nginx (${bn:-none})" "${r1:-n/a}${r1:+x}  >=1.3x: $(mark "$res")"
             res=""; [ -n "$r2" ] && { ge "$r2" 1.0; res=$?; }
             printf '  %-42s %s\n' "pooled / twemproxy" "${r2:-n/a}${r2:+x}  >=1.0x: $(mark "$res")"
+            # the same two paired round by round, and what each costs the
+            # machine per request (docs/benchmarks.md, "seventh round")
+            r2=$(median "pool:twpair:$k")
+            printf '  %-42s %s\n' "  ... median of the per-round ratios" "$(fmt "$r2" 2)${r2:+x} ($(count "pool:twpair:$k") rounds)"
+            r2=$(ratio "$(awk -v a="$(median "pool:pcpu:$k:pooled")" -v b="$(median "pool:rcpu:$k:pooled")" 'BEGIN { if (a != "" && b != "") print a + b }')" \
+                "$(awk -v a="$(median "pool:pcpu:$k:nutcracker")" -v b="$(median "pool:rcpu:$k:nutcracker")" 'BEGIN { if (a != "" && b != "") print a + b }')")
+            printf '  %-42s %s\n' "  ... proxy + redis CPU/req pooled / twem" "${r2:-n/a}${r2:+x}"
+            pool_twem_restated "$k" "$pr" "$tw" "$r2"
             res=""; [ -n "$r3" ] && { ge 0.35 "$r3"; res=$?; }
             printf '  %-42s %s\n' "redis CPU/req pooled / direct" "${r3:-n/a}${r3:+x}  <=0.35x: $(mark "$res")"
         done
@@ -401,13 +459,13 @@ pool_table() { # the pooling rows of the report
     echo
     echo "pooling rows: redis-benchmark -P 16 -c $CLIENTS"
     for cmd in set get; do
-        printf "$F" "-P16 $cmd" "req/s" "p99 ms" "redis us" "proxy us"
+        printf "$F" "-P16 $cmd" "req/s" "p99 ms" "redis us" "proxy us" "gen busy"
         for t in "${POOL_TARGETS_P16[@]}"; do
             k="16:$CLIENTS:$cmd:$t"
             rps=$(median "pool:rps:$k"); p99=$(median "pool:p99:$k")
             rc=$(median "pool:rcpu:$k"); pc=$(median "pool:pcpu:$k")
             printf "$F" "  $(pool_label "$t")" "$(fmt "$rps" 0)" "$(fmt "$p99" 2)" "$(fmt "$rc" 2)" \
-                "$([ "$t" = direct ] && echo - || fmt "$pc" 2)"
+                "$([ "$t" = direct ] && echo - || fmt "$pc" 2)" "$(fmt "$(median "pool:gbusy:$k")" 2)"
         done
         k="16:$CLIENTS:$cmd"
         r1=$(ratio "$(median "pool:rps:$k:pooled")" "$(median "pool:rps:$k:one")")
@@ -416,6 +474,13 @@ pool_table() { # the pooling rows of the report
         printf '  %-42s %s\n' "pooled / 1:1 req/s" "${r1:-n/a}${r1:+x}  >=1.0x: $(mark "$res")"
         res=""; [ -n "$r2" ] && { ge 1.0 "$r2"; res=$?; }
         printf '  %-42s %s\n' "1:1 proxy CPU/req / nginx stream's" "${r2:-n/a}${r2:+x}  <=1.0x: $(mark "$res")"
+        # the same split in two (docs/benchmarks.md, "seventh round"): the
+        # session without the framing against nginx, and what framing adds
+        r2=$(ratio "$(median "pool:pcpu:$k:tcp")" "$(median "pool:pcpu:$k:nginx")")
+        res=""; [ -n "$r2" ] && { ge 1.0 "$r2"; res=$?; }
+        printf '  %-42s %s\n' "  ... 1:1 tcp CPU/req / nginx stream's" "${r2:-n/a}${r2:+x}  <=1.0x: $(mark "$res")"
+        r2=$(ratio "$(median "pool:pcpu:$k:one")" "$(median "pool:pcpu:$k:tcp")")
+        printf '  %-42s %s\n' "  ... 1:1 resp / 1:1 tcp (the framing)" "${r2:-n/a}${r2:+x}"
     done
     echo
     echo "upstream connections (Redis's connected_clients, highest seen)"
