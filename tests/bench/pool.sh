@@ -227,13 +227,13 @@ pool_run() {
     [ "$p" -gt 1 ] && n=$POOL_N_P16
     out="$WORK/pool.$t.$c.$cmd.$p.$5.csv"
     r0=$(cpu_ns "$rpid"); c0=0; [ -n "$pid" ] && c0=$(cpu_ns "$pid")
-    # bash's time: the load generator's own user + system CPU and the wall
-    # time (timeout waits for redis-benchmark, so its CPU counts here)
-    local TIMEFORMAT='%3U %3S %3R' gu gs
+    # bash's time: the load generator's own user and system CPU (timeout
+    # waits for redis-benchmark, so its CPU counts here)
+    local TIMEFORMAT='%3U %3S' gu gs
     { time timeout -k 5 "$RUN_TIMEOUT" redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$n" \
         -t "$cmd" -P "$p" --csv >"$out" 2>"$out.err" </dev/null; } 2>"$out.time"
     rc=$?
-    read -r gu gs _ < "$out.time"
+    read -r gu gs < "$out.time"
     r1=$(cpu_ns "$rpid"); c1=0; [ -n "$pid" ] && c1=$(cpu_ns "$pid")
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
     read -r rps p99 < <(awk -F'","' 'NR > 1 && NF >= 7 { r = $2; l = $7; gsub(/"/, "", r); gsub(/"/, "", l); print r, l; exit }' "$out")
