@@ -87,7 +87,7 @@ struct sl_upool {
     struct sl_upool_conn *dirty;    /* connections with bytes to write, in the order */
     struct sl_upool_conn *dirty_tail; /* ... they got them (see mark_dirty) */
     struct sl_upool_conn *starting; /* new connections not READY yet */
-    struct sl_upool_conn *holds, *holds_tail;   /* connections whose batch waits for more */
+    struct sl_upool_conn *holds;    /* connections whose batch waits for more */
     struct sl_habit       gather;   /* the holds, judged (net/gather.h) */
     struct sl_gather_timer gtimer;  /* fires at the earliest hold's end */
     uint64_t              seq;      /* connections made */

@@ -248,8 +248,6 @@ static void hold_unlink(struct sl_upool_conn *c)
         p->holds = c->hnext;
     if (c->hnext)
         c->hnext->hprev = c->hprev;
-    else
-        p->holds_tail = c->hprev;
     c->hnext = c->hprev = NULL;
     c->holding = c->hold_due = 0;
 }
@@ -317,13 +315,12 @@ static int hold(struct sl_upool_conn *c)
     c->hold_due = 0;
     c->hold_from = c->unwritten;
     c->hold_until = now + wait;
-    c->hnext = NULL;
-    c->hprev = p->holds_tail;
-    if (p->holds_tail)
-        p->holds_tail->hnext = c;
-    else
-        p->holds = c;
-    p->holds_tail = c;
+    /* the order does not matter: the timer looks at every hold */
+    c->hprev = NULL;
+    c->hnext = p->holds;
+    if (p->holds)
+        p->holds->hprev = c;
+    p->holds = c;
     return 1;
 }
 
