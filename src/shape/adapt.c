@@ -144,15 +144,15 @@ void sl_adapt_fleet(struct sl_adapt *a, double fleet_ns, uint64_t until_ns)
     a->fleet_until_ns = until_ns;
 }
 
-/* The lesser of the two: the fleet's is the least of what the instances
- * published, this one's included, but this one's may have fallen since it
- * last published (a window below it lowers it at once); the others learn
- * it at its next publication. */
 double sl_adapt_fleet_at(const struct sl_adapt *a, uint64_t now_ns)
 {
     return a->fleet_ns > 0 && now_ns < a->fleet_until_ns ? a->fleet_ns : 0;
 }
 
+/* The lesser of the two: the fleet's is the least of what the instances
+ * published, this one's included, but this one's may have fallen since it
+ * last published (a window below it lowers it at once); the others learn
+ * it at its next publication. */
 double sl_adapt_reference(const struct sl_adapt *a, uint64_t now_ns)
 {
     double b = a->baseline_ns, fleet = sl_adapt_fleet_at(a, now_ns);
